@@ -1,0 +1,1 @@
+"""Privacy accounting: events, RDP/PLD accountants, what dp_accounting lacks, calibration, per-observer ledger."""

@@ -1,0 +1,87 @@
+"""What each observer of a federated run sees, as privacy events (ARCHITECTURE principle 2).
+
+A record lives on one client. One local step of that client releases a noisy statistic described by a *step event*
+(record sampling around a noise mechanism, e.g. SampledWithoutReplacement(R, sR, Gaussian(sigma_g))). Who sees what:
+
+* ``server`` (honest but curious) sees every client message and knows the cohort: no amplification by user
+  sampling and no averaging with other clients' noise. With secure aggregation it only sees the cohort's sum.
+* ``third_party`` sees released global models only: the cohort's noise adds up (Gaussian shares of n clients sum to a
+  Gaussian with sqrt(n) times the noise multiplier, seed 002 Thm 4.7; seed 000 App. B uses sigma_g sqrt(lM)) and the
+  record's user is in the cohort with probability l = cohort/population (fixed-size sampling without replacement,
+  amplified with Wang et al. 2019, seed 000 App. B).
+* ``other_silo`` sees global models (broadcast to it) and knows whether it was itself in the cohort but not who else
+  was: treated like the server behind secure aggregation, without user-sampling amplification.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attr
+from dp_accounting import dp_event
+
+THIRD_PARTY = "third_party"
+SERVER = "server"
+OTHER_SILO = "other_silo"
+OBSERVERS = (THIRD_PARTY, SERVER, OTHER_SILO)
+
+BOUNDARIES = ("plain", "secagg")
+
+
+def scale_noise(event: dp_event.DpEvent, factor: float) -> dp_event.DpEvent:
+    """Returns ``event`` with every Gaussian noise multiplier multiplied by ``factor``.
+
+    Used to describe the sum of ``factor**2`` independent clients' noise shares: each client's share has the same
+    sensitivity (one record changes one client's clipped sum), so the sum's noise multiplier is sqrt(n) z.
+    """
+    if isinstance(event, dp_event.GaussianDpEvent):
+        return dp_event.GaussianDpEvent(event.noise_multiplier * factor)
+    if isinstance(event, dp_event.NoOpDpEvent):
+        return event
+    children = {
+        field.name: getattr(event, field.name)
+        for field in attr.fields(type(event))
+        if isinstance(getattr(event, field.name), dp_event.DpEvent)
+    }
+    if isinstance(event, dp_event.ComposedDpEvent):
+        return dp_event.ComposedDpEvent([scale_noise(e, factor) for e in event.events])
+    if not children:
+        raise ValueError(
+            f"cannot aggregate noise of {type(event).__name__} across clients: only Gaussian noise shares sum to a "
+            "mechanism of the same family"
+        )
+    return attr.evolve(event, **{name: scale_noise(child, factor) for name, child in children.items()})
+
+
+def round_events(
+    step_event: dp_event.DpEvent,
+    local_steps: int,
+    num_clients: int,
+    cohort_size: int,
+    boundary: str = "plain",
+) -> dict[str, dp_event.DpEvent]:
+    """Events of one round for every observer, given one local step's event of one client.
+
+    Args:
+      step_event: what one client releases per local step about its records (sampling around noise).
+      local_steps: K, the number of noisy local steps per round (all visible to the observer through the update).
+      num_clients: M, the population the cohort is drawn from (fixed size, without replacement).
+      cohort_size: floor(l M), the clients sampled this round.
+      boundary: "plain" (the server sees each client's message) or "secagg" (the server sees only their sum).
+    """
+    if boundary not in BOUNDARIES:
+        raise ValueError(f"boundary = {boundary!r} is not allowed: expected one of {BOUNDARIES}")
+    aggregate = dp_event.SelfComposedDpEvent(scale_noise(step_event, math.sqrt(cohort_size)), local_steps)
+    individual = dp_event.SelfComposedDpEvent(step_event, local_steps)
+    if cohort_size < num_clients:
+        third_party = dp_event.SampledWithoutReplacementDpEvent(num_clients, cohort_size, aggregate)
+    else:
+        third_party = aggregate
+    return {
+        THIRD_PARTY: third_party,
+        SERVER: individual if boundary == "plain" else aggregate,
+        OTHER_SILO: aggregate,
+    }
+
+
+__all__ = ["OBSERVERS", "THIRD_PARTY", "SERVER", "OTHER_SILO", "scale_noise", "round_events"]

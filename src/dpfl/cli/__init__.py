@@ -1,0 +1,78 @@
+"""The `dpfl` command line: run | demo | account | calibrate.
+
+`account` and `calibrate` have one subcommand per accountant. Each lives in its own module of this package named
+`account_<name>.py` or `calibrate_<name>.py` and defines
+
+    NAME: str                          # the subcommand, e.g. "gaussian" or "dp-scaffold"
+    HELP: str                          # one line for `--help`
+    configure(parser) -> None          # adds its arguments
+    execute(args) -> dict              # computes the answer; the CLI prints it (as JSON with --json)
+
+so adding an accountant to the CLI touches no other file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import pkgutil
+import sys
+
+from dpfl.errors import DpflError
+
+
+def _subcommand_modules(prefix: str):
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith(prefix):
+            yield importlib.import_module(f"{__name__}.{info.name}")
+
+
+def _print_result(result: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result, indent=2, sort_keys=False))
+        return
+    width = max((len(k) for k in result), default=0)
+    for key, value in result.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={_fmt(v)}" for k, v in value.items())
+        print(f"{key:<{width}}  {_fmt(value)}")
+
+
+def _fmt(value):
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dpfl", description="Differentially private federated learning.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    from dpfl.cli import run as run_cmd  # local import: keeps `dpfl account` free of torch start-up cost
+
+    run_cmd.configure(commands)
+    for group, prefix, help_text in (
+        ("account", "account_", "epsilon of a mechanism or algorithm, without training"),
+        ("calibrate", "calibrate_", "noise (or rounds) for a target epsilon"),
+    ):
+        group_parser = commands.add_parser(group, help=help_text, description=help_text)
+        subs = group_parser.add_subparsers(dest="accountant", required=True, metavar="ACCOUNTANT")
+        for module in _subcommand_modules(prefix):
+            sub = subs.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+            module.configure(sub)
+            sub.add_argument("--json", action="store_true", help="print the result as JSON")
+            sub.set_defaults(handler=lambda args, m=module: _print_result(m.execute(args), args.json))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.handler(args)
+    except DpflError as err:
+        print(f"dpfl {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
