@@ -1,0 +1,25 @@
+"""Federated data: per-client arrays stacked on a leading client axis, generators, partitions and loaders.
+
+``build_dataset`` is what a config's ``data.*`` keys map to; ``load_npz`` / ``load_csv`` federate the user's own files.
+"""
+
+from dpfl.data.federated import ClientArrays, FederatedDataset, split_clients
+from dpfl.data.partition import PARTITIONS, partition, stratified_subsample
+from dpfl.data.sources import DATASETS, build_dataset, federate, load_csv, load_npz
+from dpfl.data.synthetic import generate_synthetic, synthetic_dataset
+
+__all__ = [
+    "ClientArrays",
+    "FederatedDataset",
+    "split_clients",
+    "PARTITIONS",
+    "partition",
+    "stratified_subsample",
+    "DATASETS",
+    "build_dataset",
+    "federate",
+    "load_csv",
+    "load_npz",
+    "generate_synthetic",
+    "synthetic_dataset",
+]

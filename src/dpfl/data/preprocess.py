@@ -1,0 +1,64 @@
+"""Feature preprocessing of per-client arrays: standardisation and unit L2 norm (seed 000, Experiments).
+
+Preprocessing here is NOT differentially private: statistics are computed exactly from the data. With
+``scope="client"`` each client standardises with the mean and standard deviation of its OWN training split, which
+any silo may do with its own records and which releases nothing to other silos or the server (the test split is
+transformed with the training statistics, never used to compute them). ``scope="pooled"`` uses the statistics of
+all clients' training splits together, as a centralised pipeline would: convenient for comparisons, but it assumes
+a trusted party saw every silo's data, so runs using it are not federated end to end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from dpfl.errors import ConfigError
+
+STANDARDIZE_SCOPES = ("client", "pooled", "none")
+
+
+def _moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Feature-wise mean and standard deviation over records; constant features get scale 1 (left centred)."""
+    if len(x) == 0:
+        return np.zeros(x.shape[1:]), np.ones(x.shape[1:])
+    mean, std = x.mean(axis=0), x.std(axis=0)
+    return mean, np.where(std > 0, std, 1.0)
+
+
+def standardize(
+    train_xs: Sequence[np.ndarray], test_xs: Sequence[np.ndarray], scope: str = "client"
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Centres and scales every feature with training statistics (per client, pooled, or not at all)."""
+    if scope not in STANDARDIZE_SCOPES:
+        raise ConfigError("data.standardize", scope, f"one of {STANDARDIZE_SCOPES}")
+    if scope == "none":
+        return list(train_xs), list(test_xs)
+    if scope == "pooled":
+        moments = [_moments(np.concatenate(train_xs))] * len(train_xs)
+    else:
+        moments = [_moments(x) for x in train_xs]
+    return (
+        [(x - mean) / std for x, (mean, std) in zip(train_xs, moments)],
+        [(x - mean) / std for x, (mean, std) in zip(test_xs, moments)],
+    )
+
+
+def unit_norm(x: np.ndarray) -> np.ndarray:
+    """Scales each record (first axis) to unit L2 norm over all its features; all-zero records stay zero."""
+    norms = np.sqrt(np.sum(x.reshape(len(x), -1) ** 2, axis=1)).reshape((len(x),) + (1,) * (x.ndim - 1))
+    return x / np.where(norms > 0, norms, 1.0)
+
+
+def describe_standardize(scope: str) -> dict:
+    """The provenance entry of a standardisation step (for FederatedDataset.info)."""
+    statistics = {
+        "client": "mean and std of the client's own training split",
+        "pooled": "mean and std of all clients' training splits together (crosses silos)",
+        "none": "not standardised",
+    }[scope]
+    return {"step": "standardize", "scope": scope, "statistics": statistics, "private": False}
+
+
+__all__ = ["STANDARDIZE_SCOPES", "standardize", "unit_norm", "describe_standardize"]
