@@ -36,7 +36,7 @@ def scale_noise(event: dp_event.DpEvent, factor: float) -> dp_event.DpEvent:
     """
     if isinstance(event, dp_event.GaussianDpEvent):
         return dp_event.GaussianDpEvent(event.noise_multiplier * factor)
-    if isinstance(event, dp_event.NoOpDpEvent):
+    if isinstance(event, (dp_event.NoOpDpEvent, dp_event.NonPrivateDpEvent)):
         return event
     children = {
         field.name: getattr(event, field.name)
@@ -59,6 +59,7 @@ def round_events(
     num_clients: int,
     cohort_size: int,
     boundary: str = "plain",
+    client_sampling: str = "fixed",
 ) -> dict[str, dp_event.DpEvent]:
     """Events of one round for every observer, given one local step's event of one client.
 
@@ -68,15 +69,24 @@ def round_events(
       num_clients: M, the population the cohort is drawn from (fixed size, without replacement).
       cohort_size: floor(l M), the clients sampled this round.
       boundary: "plain" (the server sees each client's message) or "secagg" (the server sees only their sum).
+      client_sampling: "fixed" (cohort of exactly cohort_size) or "poisson" (each client with probability
+        cohort_size / num_clients). With Poisson the cohort's size is random, so the third party gets no credit for
+        the other clients' noise (its view is post-processing of the record owner's message alone, which is valid
+        whatever the cohort) and Poisson amplification instead of Wang et al.'s.
     """
     if boundary not in BOUNDARIES:
         raise ValueError(f"boundary = {boundary!r} is not allowed: expected one of {BOUNDARIES}")
-    aggregate = dp_event.SelfComposedDpEvent(scale_noise(step_event, math.sqrt(cohort_size)), local_steps)
+    if client_sampling not in ("fixed", "poisson"):
+        raise ValueError(f"client_sampling = {client_sampling!r} is not allowed: expected 'fixed' or 'poisson'")
     individual = dp_event.SelfComposedDpEvent(step_event, local_steps)
-    if cohort_size < num_clients:
-        third_party = dp_event.SampledWithoutReplacementDpEvent(num_clients, cohort_size, aggregate)
+    if client_sampling == "poisson":
+        aggregate = individual
+        third_party = dp_event.PoissonSampledDpEvent(cohort_size / num_clients, individual)
     else:
+        aggregate = dp_event.SelfComposedDpEvent(scale_noise(step_event, math.sqrt(cohort_size)), local_steps)
         third_party = aggregate
+        if cohort_size < num_clients:
+            third_party = dp_event.SampledWithoutReplacementDpEvent(num_clients, cohort_size, aggregate)
     return {
         THIRD_PARTY: third_party,
         SERVER: individual if boundary == "plain" else aggregate,

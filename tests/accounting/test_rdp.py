@@ -1,0 +1,167 @@
+"""RDP curves (dpfl.accounting.rdp): delegation to dp_accounting, the Wang et al. 2019 subsampling bound, the accountant."""
+
+import math
+import time
+
+import numpy as np
+import pytest
+from dp_accounting import NeighboringRelation, UnsupportedEventError, dp_event
+from dp_accounting.rdp import rdp_privacy_accountant as dpa
+
+from dpfl.accounting.conversion import rdp_to_epsilon
+from dpfl.accounting.rdp import DEFAULT_ORDERS, RdpAccountant, composition_error, rdp_curve, wang_subsampled_rdp
+from dpfl.errors import ConfigError
+
+INTS = np.arange(2, 257, dtype=float)
+
+
+def wor(population, sample, inner):
+    return dp_event.SampledWithoutReplacementDpEvent(population, sample, inner)
+
+
+def test_default_orders_cover_the_grid():
+    assert set(range(2, 257)) <= set(DEFAULT_ORDERS.tolist())
+    assert np.any((DEFAULT_ORDERS > 1) & (DEFAULT_ORDERS < 2))
+    assert np.any((DEFAULT_ORDERS > 2) & (DEFAULT_ORDERS != np.round(DEFAULT_ORDERS)))
+    assert np.all(np.diff(DEFAULT_ORDERS) > 0) and DEFAULT_ORDERS.min() > 1
+
+
+def test_gaussian_is_delegated():
+    np.testing.assert_allclose(rdp_curve(dp_event.GaussianDpEvent(2.0)), DEFAULT_ORDERS / 8)
+
+
+def test_poisson_matches_dp_accounting_and_tf_privacy_anchor():
+    """anchors.md: N=60000, B=256, sigma=1.1, 14063 steps, delta=1e-5: classic 3.008, RDP (modern) 2.597."""
+    event = dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(256 / 60000, dp_event.GaussianDpEvent(1.1)), 14063)
+    orders = np.array(dpa.DEFAULT_RDP_ORDERS, dtype=float)
+    curve = rdp_curve(event, orders)
+    np.testing.assert_allclose(curve, dpa.RdpAccountant(orders).compose(event).rdp)
+    assert rdp_to_epsilon(orders, curve, 1e-5)[0] == pytest.approx(3.008, abs=5e-4)
+    assert rdp_to_epsilon(orders, curve, 1e-5, "modern")[0] == pytest.approx(2.597, abs=5e-4)
+
+
+def test_composition_adds_curves_and_zero_count_is_free():
+    a, b = dp_event.GaussianDpEvent(1.0), dp_event.LaplaceDpEvent(2.0)
+    np.testing.assert_allclose(
+        rdp_curve(dp_event.ComposedDpEvent([a, dp_event.SelfComposedDpEvent(b, 3)])), rdp_curve(a) + 3 * rdp_curve(b)
+    )
+    np.testing.assert_array_equal(rdp_curve(dp_event.SelfComposedDpEvent(dp_event.NonPrivateDpEvent(), 0)), 0)
+    np.testing.assert_array_equal(rdp_curve(dp_event.NoOpDpEvent()), 0)
+
+
+def test_returns_a_copy_of_the_cached_curve():
+    event = dp_event.GaussianDpEvent(3.0)
+    curve = rdp_curve(event)
+    curve[:] = -1
+    np.testing.assert_allclose(rdp_curve(event), DEFAULT_ORDERS / 18)
+
+
+# ---- Wang, Balle, Kasiviswanathan 2019, Thm 9 -------------------------------------------------------------------
+
+
+def test_wang_bound_formula_at_small_orders():
+    """eps(2) = log(1 + q^2 min{4(e^{eps(2)}-1), 2 e^{eps(2)}}); eps(3) adds 3 q^2 (...) + 2 q^3 e^{2 eps(3)}."""
+    q, inner = 0.1, INTS / 2
+    got = wang_subsampled_rdp(q, inner)
+    second = min(4 * math.expm1(1.0), 2 * math.e)
+    assert got[0] == pytest.approx(math.log1p(q**2 * second))
+    assert got[1] == pytest.approx(math.log1p(3 * q**2 * second + 2 * q**3 * math.exp(2 * 1.5)) / 2)
+
+
+@pytest.mark.parametrize("sigma", [0.5, 1.0, 5.0, 60.0])
+def test_wang_bound_sanity(sigma):
+    inner = INTS / (2 * sigma**2)
+    at_one = wang_subsampled_rdp(1.0, inner)
+    assert np.all(at_one >= inner * (1 - 1e-12))  # q = 1: an upper bound of the inner curve
+    previous = np.zeros_like(inner)
+    for q in (1e-4, 1e-2, 0.1, 0.3, 0.7, 1.0):
+        current = wang_subsampled_rdp(q, inner)
+        assert np.all(np.isfinite(current)) and np.all(current >= previous)  # finite, monotone in q
+        previous = current
+
+
+def test_wor_event_limits():
+    gaussian = dp_event.GaussianDpEvent(1.0)
+    np.testing.assert_allclose(rdp_curve(wor(100, 100, gaussian)), rdp_curve(gaussian))  # q = 1 is the mechanism
+    np.testing.assert_array_equal(rdp_curve(wor(100, 0, gaussian)), 0)
+    with pytest.raises(ConfigError, match="sample_size"):
+        rdp_curve(wor(10, 11, gaussian))
+
+
+def test_wor_interpolates_non_integer_orders():
+    """Convexity of (a-1) eps(a) between integer orders (seed 000 App. B); for a in (1, 2) the bound is eps(2)."""
+    orders = np.array([1.5, 2.0, 3.0, 3.25, 4.0])
+    curve = rdp_curve(wor(1000, 50, dp_event.GaussianDpEvent(2.0)), orders)
+    eps2, eps3, eps4 = curve[1], curve[2], curve[4]
+    assert curve[0] == pytest.approx(eps2)
+    assert curve[3] == pytest.approx((0.75 * 2 * eps3 + 0.25 * 3 * eps4) / 2.25)
+    np.testing.assert_allclose(curve[[1, 2, 4]], wang_subsampled_rdp(0.05, INTS[:3] / 8))
+
+
+def test_wor_gaussian_uses_the_general_bound_not_dp_accountings_thm27():
+    """The general bound is looser than dp_accounting's Gaussian-specific Thm 27; DP-SCAFFOLD's numbers need it."""
+    event, orders = wor(4000, 800, dp_event.GaussianDpEvent(3.0)), INTS[:40]
+    general = rdp_curve(event, orders)
+    np.testing.assert_allclose(general, wang_subsampled_rdp(0.2, orders / 18))
+    thm27 = dpa.RdpAccountant(orders, NeighboringRelation.REPLACE_ONE).compose(event).rdp
+    assert np.all(general >= thm27 - 1e-12) and np.any(general > 1.1 * thm27)
+
+
+def test_wor_around_a_non_gaussian_mechanism():
+    laplace = dp_event.LaplaceDpEvent(1.0)
+    curve = rdp_curve(wor(1000, 10, laplace))
+    assert np.all(np.isfinite(curve)) and np.all(curve < rdp_curve(laplace))
+
+
+def test_nested_dp_scaffold_round_is_fast_and_amplified():
+    sigma = 59.5 * math.sqrt(20)  # used by no other test: the curve is not cached yet
+    inner = dp_event.SelfComposedDpEvent(wor(4000, 800, dp_event.GaussianDpEvent(sigma)), 50)
+    start = time.perf_counter()
+    curve = rdp_curve(wor(100, 20, inner))
+    elapsed = time.perf_counter() - start
+    assert elapsed < 1.0
+    assert np.all(np.isfinite(curve)) and np.all(curve < rdp_curve(inner))
+
+
+def test_unsupported_events():
+    with pytest.raises(UnsupportedEventError):
+        rdp_curve(dp_event.PoissonSampledDpEvent(0.1, dp_event.LaplaceDpEvent(1.0)))
+    with pytest.raises(UnsupportedEventError):
+        rdp_curve(wor(10, 2, dp_event.PoissonSampledDpEvent(0.1, dp_event.GaussianDpEvent(1.0))))
+    assert "REPLACE_ONE" in composition_error(wor(10, 2, dp_event.GaussianDpEvent(1.0)), NeighboringRelation.ADD_OR_REMOVE_ONE)
+
+
+@pytest.mark.parametrize("orders", [[1.0, 2.0], [], [2.0, np.inf], [[2.0, 3.0]]])
+def test_bad_orders(orders):
+    with pytest.raises(ConfigError, match="orders"):
+        rdp_curve(dp_event.GaussianDpEvent(1.0), orders)
+
+
+# ---- RdpAccountant ---------------------------------------------------------------------------------------------
+
+
+def test_accountant_matches_dp_accounting_with_the_modern_conversion():
+    event = dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.0))
+    ours = RdpAccountant(conversion="modern").compose(event, 1000)
+    theirs = dpa.RdpAccountant().compose(event, 1000)
+    assert ours.get_epsilon(1e-5) == pytest.approx(theirs.get_epsilon(1e-5), rel=1e-9)
+    classic = RdpAccountant().compose(event, 1000)
+    assert classic.get_epsilon(1e-5) > ours.get_epsilon(1e-5)
+    assert classic.ledger == dp_event.SelfComposedDpEvent(event, 1000)
+
+
+def test_accountant_supports_wor_around_anything_under_replace_one():
+    event = wor(1000, 10, dp_event.LaplaceDpEvent(1.0))
+    assert not dpa.RdpAccountant(neighboring_relation=NeighboringRelation.REPLACE_ONE).supports(event)
+    assert not RdpAccountant().supports(event)  # add/remove by default, like dp_accounting
+    accountant = RdpAccountant(neighboring_relation=NeighboringRelation.REPLACE_ONE)
+    assert accountant.supports(event)
+    epsilon, order = accountant.compose(event, 5).get_epsilon_and_optimal_order(1e-5)
+    assert (epsilon, order) == rdp_to_epsilon(DEFAULT_ORDERS, 5 * rdp_curve(event), 1e-5)
+    with pytest.raises(UnsupportedEventError):
+        RdpAccountant().compose(event)
+
+
+def test_accountant_rejects_a_bad_conversion():
+    with pytest.raises(ConfigError, match="conversion"):
+        RdpAccountant(conversion="pld")
