@@ -31,7 +31,8 @@ def test_sklearn_sources_shapes_and_counts(name, features, classes, records):
 
 
 def test_standardisation_uses_each_clients_own_training_split():
-    dataset = build_dataset("breast_cancer", num_clients=4, partition="dirichlet", partition_param=1.0, seed=0)
+    dataset = build_dataset("breast_cancer", num_clients=4, partition="dirichlet", partition_param=1.0, seed=0,
+                            standardize="client")
     for mean, std in _client_train_moments(dataset):
         assert torch.allclose(mean, torch.zeros_like(mean), atol=1e-5)
         assert torch.allclose(std, torch.ones_like(std), atol=1e-4)

@@ -29,8 +29,9 @@ def test_shapes_counts_and_provenance():
     info = json.loads(json.dumps(dataset.info))
     assert info["generator"]["alpha"] == 1.0 and info["partition"]["scheme"] == "natural"
     standardize_step = info["preprocessing"][0]
-    assert standardize_step["scope"] == "client" and standardize_step["private"] is False
-    assert "training split" in standardize_step["statistics"]
+    assert standardize_step["scope"] == "none" and standardize_step["private"] is True
+    client = synthetic_dataset(20, 50, 1.0, 1.0, seed=0, standardize_scope="client").info["preprocessing"][0]
+    assert client["private"] is False and "training split" in client["statistics"]
 
 
 def test_every_point_has_unit_norm():

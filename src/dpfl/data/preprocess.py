@@ -1,6 +1,8 @@
 """Feature preprocessing of per-client arrays: standardisation and unit L2 norm (seed 000, Experiments).
 
-Preprocessing here is NOT differentially private: statistics are computed exactly from the data. With
+The default everywhere is ``scope="none"``: no statistic is shared between records, so the privacy analysis of a run
+covers everything (per-record operations such as the unit L2 norm are private by construction). Standardisation is
+NOT differentially private: its statistics are computed exactly from the data, so it is an explicit option. With
 ``scope="client"`` each client standardises with the mean and standard deviation of its OWN training split, which
 any silo may do with its own records and which releases nothing to other silos or the server (the test split is
 transformed with the training statistics, never used to compute them). ``scope="pooled"`` uses the statistics of
@@ -58,7 +60,7 @@ def describe_standardize(scope: str) -> dict:
         "pooled": "mean and std of all clients' training splits together (crosses silos)",
         "none": "not standardised",
     }[scope]
-    return {"step": "standardize", "scope": scope, "statistics": statistics, "private": False}
+    return {"step": "standardize", "scope": scope, "statistics": statistics, "private": scope == "none"}
 
 
 __all__ = ["STANDARDIZE_SCOPES", "standardize", "unit_norm", "describe_standardize"]

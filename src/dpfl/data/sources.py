@@ -73,7 +73,7 @@ def federate(
     samples_per_client: int | None = None,
     seed: int = 0,
     test_fraction: float = 0.2,
-    standardize_scope: str = "client",
+    standardize_scope: str = "none",
     source: dict | None = None,
 ) -> FederatedDataset:
     """Distributes pooled records (x [N, ...] numeric, y [N] labels of any type) over clients.
@@ -214,7 +214,7 @@ def build_dataset(
     partition_param: float | None = None,
     seed: int = 0,
     test_fraction: float = 0.2,
-    standardize: str = "client",
+    standardize: str = "none",
 ) -> FederatedDataset:
     """The federated dataset a config's ``data.*`` keys describe.
 
@@ -222,7 +222,7 @@ def build_dataset(
     (one generated user per client), so ``partition`` must be None or "natural". ``digits`` and ``breast_cancer``
     are partitioned by ``partition`` (default "iid") over ``num_clients`` clients; ``samples_per_client`` (default:
     every record of the client's share) trims each client to exactly that many records. ``standardize`` is the
-    scope of feature standardisation: "client" (default), "pooled" or "none" (see ``preprocess.py``).
+    scope of feature standardisation: "none" (default: no statistic shared between records, so nothing escapes the privacy analysis), "client" or "pooled" (both NON-PRIVATE: statistics of the data are used without noise) (see ``preprocess.py``).
     """
     if name not in DATASETS:
         raise ConfigError("data.name", name, f"one of {DATASETS}")

@@ -75,7 +75,7 @@ def synthetic_dataset(
     *,
     seed: int = 0,
     test_fraction: float = 0.2,
-    standardize_scope: str = "client",
+    standardize_scope: str = "none",
 ) -> FederatedDataset:
     """The FedProx synthetic (alpha, beta) data of ``num_clients`` users with ``samples_per_client`` records each.
 
@@ -102,7 +102,7 @@ def synthetic_dataset(
         "samples_per_client": samples_per_client,
         "partition": {"scheme": "natural", "param": None, "note": "each generated user is one client"},
         "split": {"test_fraction": test_fraction, "per_client": True},
-        "preprocessing": [describe_standardize(standardize_scope), {"step": "unit_l2_norm", "private": False}],
+        "preprocessing": [describe_standardize(standardize_scope), {"step": "unit_l2_norm", "private": True}],
         "seed": seed,
     }
     return FederatedDataset(
