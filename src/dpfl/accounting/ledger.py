@@ -1,0 +1,151 @@
+"""The per-observer privacy ledger of a run (ARCHITECTURE principle 2).
+
+For every observer (third party, server, another silo) the ledger composes the events of every round the run has
+*started*, and reports epsilon at the run's delta. It is
+
+* composed BEFORE a round draws its noise, so a configured budget stops the run before the round that would exceed
+  it (``BudgetExceededError``), never after;
+* a journal: one entry per round index, saved with the run's checkpoint. A resumed run that replays a round with the
+  same randomness (identical release, so no new privacy loss) finds the round already recorded with the same events
+  and does not count it twice; anything else is counted again. Spent budget is never forgotten.
+
+Epsilon comes from RDP, which is linear in composition: the ledger keeps a count per distinct event and sums
+count * curve(event), so a per-round report costs one conversion, whatever the number of rounds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+from dp_accounting import dp_event
+
+from dpfl.accounting.conversion import rdp_to_epsilon
+from dpfl.accounting.events import event_from_dict, event_to_dict
+from dpfl.accounting.rdp import DEFAULT_ORDERS, rdp_curve
+from dpfl.errors import BudgetExceededError, ConfigError, check_range
+
+OBSERVER_NAMES = {"third_party": "a third party", "server": "the server", "other_silo": "another silo"}
+
+
+class PrivacyLedger:
+    """Composes each observer's events and answers epsilon(delta) for each."""
+
+    def __init__(self, observers, delta: float, budget: dict[str, float] | None = None, conversion: str = "classic"):
+        self.observers = tuple(observers)
+        self.delta = check_range("privacy.delta", delta, 0.0, 1.0, low_open=True, high_open=True)
+        self.conversion = conversion
+        self.budget = dict(budget or {})
+        for observer, eps in self.budget.items():
+            if observer not in self.observers:
+                raise ConfigError("privacy.budget", {observer: eps}, f"a budget for one of {list(self.observers)}")
+            check_range(f"privacy.budget.{observer}", eps, 0.0, low_open=True)
+        self._counts: dict[str, Counter] = {o: Counter() for o in self.observers}
+        self._journal: list[tuple[int, dict[str, dp_event.DpEvent]]] = []  # every composition, in order
+        self._latest: dict[int, dict[str, dp_event.DpEvent]] = {}  # round index -> its latest recorded events
+
+    # -- composition --------------------------------------------------------------------------------------------
+    def record(self, round_index: int, events: dict[str, dp_event.DpEvent]) -> dict[str, float]:
+        """Composes one round's events (one per observer) unless that round is already recorded with the same
+        events; raises BudgetExceededError, composing nothing, if a budget would be exceeded. Returns epsilon."""
+        missing = set(self.observers) - set(events)
+        if missing:
+            raise ValueError(f"round {round_index} has no event for observer(s) {sorted(missing)}")
+        if self._latest.get(round_index) == events:
+            return self.epsilon()
+        after = self._epsilon(extra=events)
+        for observer, limit in self.budget.items():
+            if after[observer] > limit:
+                raise BudgetExceededError(
+                    f"round {round_index} would raise epsilon towards {OBSERVER_NAMES.get(observer, observer)} to "
+                    f"{after[observer]:.4g} > privacy.budget.{observer} = {limit:g} (delta = {self.delta:g}); "
+                    f"the run stops before that round draws any noise, having spent {self.epsilon()[observer]:.4g}"
+                )
+        self._append(round_index, events)
+        return after
+
+    def _append(self, round_index: int, events: dict[str, dp_event.DpEvent]) -> None:
+        self._journal.append((round_index, dict(events)))
+        self._latest[round_index] = dict(events)
+        for observer in self.observers:
+            self._counts[observer][events[observer]] += 1
+
+    def epsilon(self) -> dict[str, float]:
+        """Epsilon spent so far towards each observer, at ``self.delta`` (inf for a non-private run)."""
+        return self._epsilon()
+
+    def _epsilon(self, extra: dict[str, dp_event.DpEvent] | None = None) -> dict[str, float]:
+        result = {}
+        for observer in self.observers:
+            counts = Counter(self._counts[observer])
+            if extra is not None:
+                counts[extra[observer]] += 1
+            result[observer] = self._epsilon_of(counts)
+        return result
+
+    def _epsilon_of(self, counts: Counter) -> float:
+        if not counts:
+            return 0.0
+        total = np.zeros(len(DEFAULT_ORDERS))
+        for event, count in counts.items():
+            if isinstance(event, dp_event.NonPrivateDpEvent):
+                return math.inf
+            total = total + count * rdp_curve(event)
+        return rdp_to_epsilon(DEFAULT_ORDERS, total, self.delta, self.conversion)[0]
+
+    @property
+    def compositions(self) -> int:
+        """How many rounds were composed (a round re-run with different randomness counts twice)."""
+        return len(self._journal)
+
+    # -- persistence --------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        distinct: list[dp_event.DpEvent] = []
+        index: dict[dp_event.DpEvent, int] = {}
+        journal = []
+        for round_index, events in self._journal:
+            refs = {}
+            for observer, event in events.items():
+                if event not in index:
+                    index[event] = len(distinct)
+                    distinct.append(event)
+                refs[observer] = index[event]
+            journal.append({"round": round_index, "events": refs})
+        return {
+            "observers": list(self.observers),
+            "delta": self.delta,
+            "conversion": self.conversion,
+            "accountant": "rdp",
+            "budget": self.budget,
+            "events": [event_to_dict(e) for e in distinct],
+            "journal": journal,
+            "epsilon": {o: _json_number(e) for o, e in self.epsilon().items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PrivacyLedger":
+        ledger = cls(data["observers"], data["delta"], data.get("budget"), data["conversion"])
+        events = [event_from_dict(e) for e in data["events"]]
+        for entry in data["journal"]:
+            ledger._append(entry["round"], {o: events[i] for o, i in entry["events"].items()})
+        return ledger
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the ledger atomically (write to a temporary file, then rename)."""
+        path = Path(path)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1))
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "PrivacyLedger":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def _json_number(value: float):
+    """JSON has no infinity: a non-private epsilon is written as null."""
+    return None if math.isinf(value) else value

@@ -1,0 +1,171 @@
+"""Per-example clipped gradient sums for a whole cohort of client models in one call.
+
+Every client of the cohort has its own model (a row of ``theta``, shape [clients, P]) and its own minibatch
+(``x`` [clients, batch, ...], ``y`` [clients, batch], ``mask`` [clients, batch]). One call returns, for each client,
+
+    sum_j  mask_j * clip(grad l(theta_i; x_ij, y_ij))        clip(g) = g / max(1, ||g|| / C)
+
+(seed 000 Alg. 1 line "g~_j = g_j / max(1, ||g_j||_2 / C)"), with no Python loop over clients or examples.
+
+Two strategies give the same numbers:
+
+* ``ghost`` (models that are a stack of nn.Linear layers and element-wise activations: logistic regression, MLPs).
+  For a linear layer z = W h + b the per-example gradient is the outer product delta h^T, whose squared norm is
+  ||delta||^2 (||h||^2 + 1) (Goodfellow 2015; "ghost clipping", Li et al. 2022). So one batched forward pass, one
+  backward pass to the pre-activations and a few einsums give exact per-example norms and the clipped sum without
+  materialising a [clients, batch, P] tensor.
+* ``vmap`` (any model): torch.func per-example gradients, vmapped over examples and then over clients. Also used for
+  the l1 norm (seed 001's Laplace mechanism), which has no ghost identity.
+"""
+
+from __future__ import annotations
+
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.func import functional_call, grad, vmap
+
+ELEMENTWISE = (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.ELU, nn.Identity, nn.LeakyReLU, nn.GELU)
+NORMS = ("l2", "l1")
+
+
+class CohortGradients:
+    """Clipped per-example gradient sums and losses for a model whose parameters are a flat vector per client."""
+
+    def __init__(self, model: nn.Module, strategy: str | None = None):
+        self.model = model
+        params = dict(model.named_parameters())
+        self.names = list(params)
+        self.shapes = [p.shape for p in params.values()]
+        self.sizes = [p.numel() for p in params.values()]
+        self.num_params = sum(self.sizes)
+        ghost_ok = _is_linear_stack(model)
+        if strategy is None:
+            strategy = "ghost" if ghost_ok else "vmap"
+        if strategy not in ("ghost", "vmap"):
+            raise ValueError(f"strategy = {strategy!r} is not allowed: expected 'ghost' or 'vmap'")
+        if strategy == "ghost" and not ghost_ok:
+            raise ValueError("strategy 'ghost' needs a Sequential of nn.Linear layers and element-wise activations")
+        self.strategy = strategy
+        self._per_example_grads = vmap(vmap(grad(self._example_loss), in_dims=(None, 0, 0)), in_dims=(0, 0, 0))
+
+    # -- parameters ---------------------------------------------------------------------------------------------
+    def initial_params(self) -> torch.Tensor:
+        """The model's current parameters as one flat vector [P] (the order of model.named_parameters())."""
+        return torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).clone()
+
+    def unflatten(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Views of a flat vector [..., P] as the model's named parameter tensors [..., *shape]."""
+        lead = theta.shape[:-1]
+        chunks = torch.split(theta, self.sizes, dim=-1)
+        return {n: c.reshape(*lead, *s) for n, c, s in zip(self.names, chunks, self.shapes)}
+
+    # -- per-example clipped sums --------------------------------------------------------------------------------
+    def clipped_sum(
+        self,
+        theta: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor,
+        clip: float | None,
+        norm: str = "l2",
+    ) -> torch.Tensor:
+        """Sum over each client's examples of the clipped per-example gradients.
+
+        Args:
+          theta: [clients, P] one parameter vector per client.
+          x: [clients, batch, ...] inputs; y: [clients, batch] labels; mask: [clients, batch] 1.0 on real examples.
+          clip: C, the bound on each example's gradient norm (None: no clipping, the plain gradient sum).
+          norm: "l2" (Gaussian mechanisms) or "l1" (Laplace mechanisms, seed 001).
+        Returns:
+          [clients, P]; every example contributes a vector of norm at most C.
+        """
+        if norm not in NORMS:
+            raise ValueError(f"norm = {norm!r} is not allowed: expected one of {NORMS}")
+        if self.strategy == "ghost" and norm == "l2":
+            return self._ghost_clipped_sum(theta, x, y, mask, clip)
+        g = self._per_example_grads(theta, x, y)  # [clients, batch, P]
+        weights = mask
+        if clip is not None:
+            norms = g.norm(dim=-1) if norm == "l2" else g.abs().sum(dim=-1)
+            weights = mask * torch.clamp(clip / (norms + 1e-12), max=1.0)
+        return torch.einsum("cb,cbp->cp", weights, g)
+
+    def _example_loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = functional_call(self.model, self.unflatten(theta), (x.unsqueeze(0),))
+        return F.cross_entropy(logits, y.unsqueeze(0))
+
+    def _ghost_clipped_sum(self, theta, x, y, mask, clip):
+        params = self.unflatten(theta)
+        inputs, pre_activations = [], []
+        h = x.reshape(x.shape[0], x.shape[1], -1)
+        for name, module in self.model.named_children():
+            if isinstance(module, nn.Linear):
+                inputs.append(h)
+                weight = params[f"{name}.weight"]  # [clients, out, in]
+                bias = params.get(f"{name}.bias")
+                if bias is not None:
+                    z = torch.baddbmm(bias.unsqueeze(1), h, weight.transpose(1, 2))
+                else:
+                    z = torch.bmm(h, weight.transpose(1, 2))
+                if not z.requires_grad:  # the first layer: make the pre-activation a leaf of the backward pass
+                    z.requires_grad_()
+                pre_activations.append(z)
+                h = z
+            else:
+                h = module(h)
+        losses = F.cross_entropy(h.reshape(-1, h.shape[-1]), y.reshape(-1), reduction="none").view_as(mask)
+        deltas = torch.autograd.grad((losses * mask).sum(), pre_activations)
+        weights = mask
+        if clip is not None:
+            sq_norms = torch.zeros_like(mask)
+            for (name, module), h_in, delta in zip(self._linear_layers(), inputs, deltas):
+                bias_term = 1.0 if module.bias is not None else 0.0
+                sq_norms = sq_norms + delta.square().sum(-1) * (h_in.square().sum(-1) + bias_term)
+            weights = mask * torch.clamp(clip / (sq_norms.sqrt() + 1e-12), max=1.0)
+        pieces = []
+        for (name, module), h_in, delta in zip(self._linear_layers(), inputs, deltas):
+            weighted = delta * weights.unsqueeze(-1)
+            pieces.append(torch.bmm(weighted.transpose(1, 2), h_in).reshape(theta.shape[0], -1))
+            if module.bias is not None:
+                pieces.append(weighted.sum(1))
+        return torch.cat(pieces, dim=1)
+
+    def _linear_layers(self):
+        return [(n, m) for n, m in self.model.named_children() if isinstance(m, nn.Linear)]
+
+    # -- evaluation ----------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def loss_and_accuracy(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, chunk: int = 65536):
+        """Mean cross-entropy and accuracy of one model [P] on examples x [N, ...], y [N]."""
+        params = self.unflatten(theta)
+        total_loss, correct = 0.0, 0
+        for start in range(0, x.shape[0], chunk):
+            logits = functional_call(self.model, params, (x[start : start + chunk],))
+            target = y[start : start + chunk]
+            total_loss += F.cross_entropy(logits, target, reduction="sum").item()
+            correct += (logits.argmax(-1) == target).sum().item()
+        n = max(x.shape[0], 1)
+        return total_loss / n, correct / n
+
+
+def _is_linear_stack(model: nn.Module) -> bool:
+    children = list(model.children())
+    if not isinstance(model, nn.Sequential) or not children:
+        return False
+    has_params_elsewhere = any(
+        len(list(m.parameters(recurse=False))) and not isinstance(m, nn.Linear) for m in model.modules()
+    )
+    return not has_params_elsewhere and all(isinstance(m, (nn.Linear,) + ELEMENTWISE) for m in children)
+
+
+def memory_per_example(grads: CohortGradients, example_numel: int) -> int:
+    """Rough bytes one example of one client needs in `clipped_sum` (used to chunk the cohort)."""
+    if grads.strategy == "ghost":
+        widths = sum(m.in_features + 2 * m.out_features for _, m in grads._linear_layers())
+        return 4 * (example_numel + 3 * widths)
+    return 4 * (example_numel + 2 * grads.num_params)
+
+
+__all__ = ["CohortGradients", "NORMS", "memory_per_example"]

@@ -1,0 +1,1 @@
+"""Experiments: validated configs, the runner that turns one into results.json, plots."""
