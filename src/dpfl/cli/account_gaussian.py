@@ -1,0 +1,45 @@
+"""`dpfl account gaussian`: epsilon of the (sampled) Gaussian mechanism composed over steps (DP-SGD, DP-FedAvg).
+
+``--sampling fixed`` (a batch of exactly rate x dataset records, without replacement) is analysed under replace-one
+neighbouring, and only by the RDP accountant; ``poisson`` and ``none`` under add/remove. The output says which.
+"""
+
+from __future__ import annotations
+
+from dpfl.accounting.accountant import ACCOUNTANTS, SAMPLINGS, account, gaussian_event
+from dpfl.accounting.conversion import CONVERSIONS
+
+NAME = "gaussian"
+HELP = "epsilon of the Gaussian mechanism with Poisson, fixed-size or no sampling, composed over steps"
+
+
+def add_mechanism_arguments(parser) -> None:
+    """Arguments shared with `dpfl calibrate gaussian`: sampling, steps, delta, accountant, conversion."""
+    parser.add_argument("--sampling", choices=SAMPLINGS, default="poisson", help="record sampling (default poisson)")
+    parser.add_argument("--sampling-rate", type=float, help="sampling rate q in (0, 1] (poisson, fixed)")
+    parser.add_argument("--dataset-size", type=int, help="records to sample from (fixed only; default 10^9)")
+    parser.add_argument("--steps", type=int, required=True, help="number of compositions (steps or rounds)")
+    parser.add_argument("--delta", type=float, required=True, help="target delta in (0, 1)")
+    parser.add_argument("--accountant", choices=ACCOUNTANTS, default="pld", help="default pld (tight)")
+    parser.add_argument("--conversion", choices=CONVERSIONS, default="classic", help="RDP -> DP conversion (rdp)")
+
+
+def neighboring(sampling: str) -> str:
+    """The neighbouring relation the analysis of ``sampling`` holds under."""
+    return "replace_one" if sampling == "fixed" else "add_remove"
+
+
+def event_maker(args):
+    """noise multiplier -> the event described by ``args``."""
+    return lambda noise: gaussian_event(noise, args.steps, args.sampling, args.sampling_rate, args.dataset_size)
+
+
+def configure(parser) -> None:
+    parser.add_argument("--noise-multiplier", type=float, required=True, help="noise std / l2 sensitivity")
+    add_mechanism_arguments(parser)
+
+
+def execute(args) -> dict:
+    event = event_maker(args)(args.noise_multiplier)
+    result = account(event, args.delta, args.accountant, args.conversion, neighboring(args.sampling))
+    return {**result.to_dict(), "neighboring": neighboring(args.sampling)}

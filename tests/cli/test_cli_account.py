@@ -1,0 +1,91 @@
+"""`dpfl account gaussian|laplace` and `dpfl calibrate gaussian`: JSON output and errors (exit 2, stderr)."""
+
+import json
+
+import pytest
+
+from dpfl.cli import main
+
+Q = str(256 / 60000)
+GAUSSIAN = ["account", "gaussian", "--noise-multiplier", "1.1", "--sampling-rate", Q, "--steps", "14063"]
+
+
+def run_json(capsys, argv):
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_account_gaussian_pld(capsys):
+    out = run_json(capsys, [*GAUSSIAN, "--delta", "1e-5"])
+    assert {"epsilon", "delta", "accountant", "conversion"} <= set(out)
+    assert out["epsilon"] == pytest.approx(2.382, rel=1e-3)
+    assert (out["accountant"], out["conversion"], out["neighboring"]) == ("pld", None, "add_remove")
+
+
+def test_account_gaussian_rdp_classic(capsys):
+    out = run_json(capsys, [*GAUSSIAN, "--delta", "1e-5", "--accountant", "rdp", "--conversion", "classic"])
+    assert round(out["epsilon"], 2) == 3.01
+    assert (out["accountant"], out["conversion"]) == ("rdp", "classic")
+
+
+def test_account_gaussian_fixed_is_replace_one(capsys):
+    argv = ["account", "gaussian", "--noise-multiplier", "1.0", "--sampling", "fixed", "--sampling-rate", "0.01"]
+    out = run_json(capsys, [*argv, "--dataset-size", "1000", "--steps", "100", "--delta", "1e-5", "--accountant=rdp"])
+    assert out["neighboring"] == "replace_one" and out["epsilon"] > 0
+
+
+def test_account_laplace_pure_and_approximate(capsys):
+    pure = run_json(capsys, ["account", "laplace", "--scale", "2", "--sensitivity", "1", "--steps", "10"])
+    assert pure["epsilon"] == pytest.approx(5.0) and pure["delta"] == 0.0 and "basic composition" in pure["note"]
+    argv = ["account", "laplace", "--scale", "1", "--sensitivity", "1", "--steps", "10", "--delta", "1e-5"]
+    approx = run_json(capsys, argv)
+    assert approx["epsilon"] == pytest.approx(9.990, rel=1e-3)
+    assert {"epsilon", "delta", "accountant", "conversion"} <= set(approx)
+
+
+def test_calibrate_gaussian(capsys):
+    argv = ["calibrate", "gaussian", "--target-epsilon", "8", "--delta", "1e-5", "--sampling-rate", str(4096 / 50000)]
+    out = run_json(capsys, [*argv, "--steps", "2500", "--accountant", "rdp", "--conversion", "modern"])
+    assert {"noise_multiplier", "epsilon", "delta", "accountant", "conversion"} <= set(out)
+    assert out["noise_multiplier"] == pytest.approx(2.730, rel=1e-3)
+    assert out["epsilon"] <= 8.0
+
+
+def test_plain_text_output(capsys):
+    assert main([*GAUSSIAN, "--delta", "1e-5", "--accountant", "rdp"]) == 0
+    assert "epsilon" in capsys.readouterr().out
+
+
+BAD = [
+    ([*GAUSSIAN[:4], "--sampling-rate", "0", "--steps", "10", "--delta", "1e-5"], "sampling_rate = 0.0", "(0, 1]"),
+    ([*GAUSSIAN[:4], "--sampling-rate", "1.5", "--steps", "10", "--delta", "1e-5"], "sampling_rate = 1.5", "(0, 1]"),
+    ([*GAUSSIAN, "--delta", "0"], "delta = 0.0", "(0, 1)"),
+    ([*GAUSSIAN, "--delta", "1"], "delta = 1.0", "(0, 1)"),
+    ([*GAUSSIAN[:2], "--noise-multiplier=0", *GAUSSIAN[4:], "--delta=1e-5"], "noise_multiplier = 0.0", "(0, inf)"),
+    ([*GAUSSIAN[:2], "--noise-multiplier=-1", *GAUSSIAN[4:], "--delta=1e-5"], "noise_multiplier = -1.0", "(0, inf)"),
+    ([*GAUSSIAN[:6], "--steps", "0", "--delta", "1e-5"], "steps = 0", "[1, inf)"),
+    (
+        ["calibrate", "gaussian", "--target-epsilon", "0.001", "--delta", "1e-5", "--sampling-rate", "0.01",
+         "--steps", "100", "--accountant", "rdp"],
+        "target_epsilon = 0.001",
+        "some noise reaches",
+    ),
+    (["calibrate", "gaussian", "--target-epsilon", "0", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "1"],
+     "target_epsilon = 0.0", "(0, inf)"),
+    (
+        ["account", "gaussian", "--noise-multiplier", "1", "--sampling", "fixed", "--sampling-rate", "0.01",
+         "--steps", "10", "--delta", "1e-5"],
+        "accountant = 'pld'",
+        "'rdp'",
+    ),
+    (["account", "laplace", "--scale", "0", "--sensitivity", "1", "--steps", "1"], "scale = 0.0", "(0, inf)"),
+    (["account", "laplace", "--scale=1", "--sensitivity=1", "--steps=1", "--accountant=rdp"], "delta = None", "(0, 1)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv, field, allowed", BAD)
+def test_bad_input_exits_2_with_message_on_stderr(capsys, argv, field, allowed):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert field in captured.err and allowed in captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
