@@ -165,3 +165,15 @@ def test_accountant_supports_wor_around_anything_under_replace_one():
 def test_accountant_rejects_a_bad_conversion():
     with pytest.raises(ConfigError, match="conversion"):
         RdpAccountant(conversion="pld")
+
+
+def test_disjoint_union_is_the_worst_part_and_round_trips():
+    from dpfl.accounting.events import DisjointUnionDpEvent, event_from_dict, event_to_dict
+
+    weak, strong = dp_event.GaussianDpEvent(1.0), dp_event.GaussianDpEvent(4.0)
+    union = DisjointUnionDpEvent([strong, weak, strong])
+    np.testing.assert_allclose(rdp_curve(union), rdp_curve(weak))
+    # Parallel composition is far cheaper than sequential composition of the same parts.
+    sequential = dp_event.ComposedDpEvent([strong, weak, strong])
+    assert np.all(rdp_curve(union) < rdp_curve(sequential))
+    assert event_from_dict(event_to_dict(union)) == union

@@ -55,6 +55,21 @@ class SkellamDpEvent(dp_event.DpEvent):
     scale: float = 1.0
 
 
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class DisjointUnionDpEvent(dp_event.DpEvent):
+    """Mechanisms run on DISJOINT parts of the data (parallel composition, McSherry 2009, Thm 4).
+
+    A record lies in exactly one part, so only that part's mechanism depends on it: the guarantee is the worst part's.
+    For RDP this is the pointwise maximum of the parts' curves (each order separately: the record's part may differ
+    between neighbours only through that part). Used for one-pass algorithms over disjoint batches (seeds 003, 004).
+
+    Attributes:
+      events: the parts' events (a tuple, so the event stays hashable).
+    """
+
+    events: tuple = attr.ib(converter=tuple)
+
+
 def skellam_rdp(event: SkellamDpEvent, orders) -> np.ndarray:
     """RDP of ``event`` at integer ``orders`` (> 1), Agarwal et al. 2021, as in the module docstring."""
     check_range("l2_sensitivity", event.l2_sensitivity, 0)
@@ -78,6 +93,7 @@ def _registry() -> dict[str, type]:
         if issubclass(cls, dp_event.DpEvent) and cls is not dp_event.DpEvent
     }
     classes[SkellamDpEvent.__name__] = SkellamDpEvent
+    classes[DisjointUnionDpEvent.__name__] = DisjointUnionDpEvent
     return classes
 
 
@@ -117,4 +133,4 @@ def event_from_dict(d: dict) -> dp_event.DpEvent:
     return EVENT_TYPES[d["type"]](**fields)
 
 
-__all__ = ["SkellamDpEvent", "skellam_l1_bound", "skellam_rdp", "EVENT_TYPES", "event_to_dict", "event_from_dict"]
+__all__ = ["SkellamDpEvent", "DisjointUnionDpEvent", "skellam_l1_bound", "skellam_rdp", "EVENT_TYPES", "event_to_dict", "event_from_dict"]

@@ -19,6 +19,7 @@ of dpfl's events (``dpfl.accounting.events``):
   (9.64 instead of 12.91 for M=100, R=4000, l=s=0.2, sigma_g=60, K=50, T=400). Unlike Thm 27, the general bound
   does not vanish as the noise grows (its j >= 3 terms tend to 2 q^j C(a,j)): seed 000's "saturation".
   Nesting works (the DP-SCAFFOLD third-party round: WOR(M, lM, SelfComposed(WOR(R, sR, Gaussian(z)), K))).
+* ``DisjointUnionDpEvent`` (parallel composition over disjoint data) takes the pointwise maximum of its parts;
 * ``SkellamDpEvent``: Agarwal et al. 2021 at integer orders, interpolated as above at non-integer ones;
 * anything else (Gaussian, Laplace, Poisson-subsampled Gaussian, ...) is delegated to dp_accounting's
   ``RdpAccountant``: the event is composed into a fresh accountant with these orders and its curve read back.
@@ -38,7 +39,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from scipy.special import gammaln, logsumexp
 
 from dpfl.accounting.conversion import CONVERSIONS, rdp_to_epsilon
-from dpfl.accounting.events import SkellamDpEvent, skellam_rdp
+from dpfl.accounting.events import DisjointUnionDpEvent, SkellamDpEvent, skellam_rdp
 from dpfl.errors import ConfigError
 
 NeighborRel = privacy_accountant.NeighboringRelation
@@ -73,7 +74,7 @@ def composition_error(event: dp_event.DpEvent, neighboring_relation=None) -> str
         return None
     if isinstance(event, dp_event.SelfComposedDpEvent):
         return composition_error(event.event, neighboring_relation)
-    if isinstance(event, dp_event.ComposedDpEvent):
+    if isinstance(event, (dp_event.ComposedDpEvent, DisjointUnionDpEvent)):
         return next(filter(None, (composition_error(e, neighboring_relation) for e in event.events)), None)
     if isinstance(event, dp_event.SampledWithoutReplacementDpEvent):
         if neighboring_relation not in (None, NeighborRel.REPLACE_ONE):
@@ -171,6 +172,8 @@ def _compute_curve(event, orders: np.ndarray, relation) -> np.ndarray:
         return event.count * _curve(event.event, orders, relation)
     if isinstance(event, dp_event.ComposedDpEvent):
         return sum((_curve(e, orders, relation) for e in event.events), np.zeros_like(orders))
+    if isinstance(event, DisjointUnionDpEvent):
+        return np.max([_curve(e, orders, relation) for e in event.events], axis=0, initial=0.0)
     if isinstance(event, dp_event.SampledWithoutReplacementDpEvent):
         return _sampled_without_replacement_curve(event, orders)
     if isinstance(event, SkellamDpEvent):
