@@ -129,3 +129,15 @@ def test_cli_json(capsys):
 def test_cli_bad_value(capsys):
     assert main(ARGV + ["--client-rate", "1.5"]) == 2
     assert "client_rate = 1.5" in capsys.readouterr().err
+
+
+def test_tight_subsampling_bound_shows_how_loose_the_published_epsilon_is():
+    """Same events, each subsampling bound capped by its inner curve (and Thm 27 around the Gaussian): valid and
+    much smaller. 12.91 (paper) -> about 2.8 towards the third party for the synthetic setting."""
+    paper = dp_scaffold_epsilon(100, 4000, 0.2, 0.2, 50, 400, 60.0)
+    tight = dp_scaffold_epsilon(100, 4000, 0.2, 0.2, 50, 400, 60.0, subsampling_bound="tight")
+    assert tight["subsampling_bound"] == "tight" and paper["subsampling_bound"] == "paper"
+    for observer in ("third_party", "server"):
+        assert tight["epsilon"][observer] <= paper["epsilon"][observer]
+    assert tight["epsilon"]["third_party"] <= tight["epsilon"]["server"]
+    assert tight["epsilon"]["third_party"] < 0.25 * paper["epsilon"]["third_party"]

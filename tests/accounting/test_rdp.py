@@ -91,20 +91,22 @@ def test_wor_event_limits():
 def test_wor_interpolates_non_integer_orders():
     """Convexity of (a-1) eps(a) between integer orders (seed 000 App. B); for a in (1, 2) the bound is eps(2)."""
     orders = np.array([1.5, 2.0, 3.0, 3.25, 4.0])
-    curve = rdp_curve(wor(1000, 50, dp_event.GaussianDpEvent(2.0)), orders)
+    curve = rdp_curve(wor(1000, 50, dp_event.GaussianDpEvent(2.0)), orders, subsampling_bound="paper")
     eps2, eps3, eps4 = curve[1], curve[2], curve[4]
     assert curve[0] == pytest.approx(eps2)
     assert curve[3] == pytest.approx((0.75 * 2 * eps3 + 0.25 * 3 * eps4) / 2.25)
     np.testing.assert_allclose(curve[[1, 2, 4]], wang_subsampled_rdp(0.05, INTS[:3] / 8))
 
 
-def test_wor_gaussian_uses_the_general_bound_not_dp_accountings_thm27():
-    """The general bound is looser than dp_accounting's Gaussian-specific Thm 27; DP-SCAFFOLD's numbers need it."""
+def test_wor_gaussian_paper_bound_is_the_general_one_and_tight_adds_thm27():
+    """The general bound is looser than dp_accounting's Gaussian-specific Thm 27; DP-SCAFFOLD's numbers need the
+    general one ("paper"); "tight" takes the smaller at every order."""
     event, orders = wor(4000, 800, dp_event.GaussianDpEvent(3.0)), INTS[:40]
-    general = rdp_curve(event, orders)
+    general = rdp_curve(event, orders, subsampling_bound="paper")
     np.testing.assert_allclose(general, wang_subsampled_rdp(0.2, orders / 18))
     thm27 = dpa.RdpAccountant(orders, NeighboringRelation.REPLACE_ONE).compose(event).rdp
     assert np.all(general >= thm27 - 1e-12) and np.any(general > 1.1 * thm27)
+    np.testing.assert_allclose(rdp_curve(event, orders), np.minimum(np.minimum(general, thm27), orders / 18))
 
 
 def test_wor_around_a_non_gaussian_mechanism():
@@ -117,10 +119,25 @@ def test_nested_dp_scaffold_round_is_fast_and_amplified():
     sigma = 59.5 * math.sqrt(20)  # used by no other test: the curve is not cached yet
     inner = dp_event.SelfComposedDpEvent(wor(4000, 800, dp_event.GaussianDpEvent(sigma)), 50)
     start = time.perf_counter()
-    curve = rdp_curve(wor(100, 20, inner))
+    curve = rdp_curve(wor(100, 20, inner), subsampling_bound="paper")
     elapsed = time.perf_counter() - start
     assert elapsed < 1.0
-    assert np.all(np.isfinite(curve)) and np.all(curve < rdp_curve(inner))
+    assert np.all(np.isfinite(curve)) and np.all(curve < rdp_curve(inner, subsampling_bound="paper"))
+
+
+def test_tight_bound_never_exceeds_the_paper_bound_nor_the_inner_curve():
+    for q_size, sigma in ((20, 268.0), (50, 1.0), (90, 5.0)):
+        inner = dp_event.SelfComposedDpEvent(wor(4000, 800, dp_event.GaussianDpEvent(sigma)), 5)
+        tight = rdp_curve(wor(100, q_size, inner), subsampling_bound="tight")
+        paper = rdp_curve(wor(100, q_size, inner), subsampling_bound="paper")
+        assert np.all(tight <= paper + 1e-12)
+        assert np.all(tight <= rdp_curve(inner, subsampling_bound="tight") + 1e-12)
+    # Saturation: at large noise the general bound exceeds the unamplified Gaussian, the tight one does not.
+    gaussian = dp_event.GaussianDpEvent(268.0)
+    assert np.any(rdp_curve(wor(10, 5, gaussian), subsampling_bound="paper") > rdp_curve(gaussian))
+    assert np.all(rdp_curve(wor(10, 5, gaussian)) <= rdp_curve(gaussian) + 1e-12)
+    with pytest.raises(ConfigError, match="subsampling_bound"):
+        rdp_curve(gaussian, subsampling_bound="loose")
 
 
 def test_unsupported_events():

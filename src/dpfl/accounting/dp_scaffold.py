@@ -77,15 +77,21 @@ def dp_scaffold_epsilon(
     rounds: int,
     noise_multiplier: float,
     delta: float | None = None,
+    subsampling_bound: str = "paper",
 ) -> dict:
     """Epsilon of T = ``rounds`` rounds of DP-SCAFFOLD (or DP-FedAvg, Claim 4.1) towards each observer.
+
+    ``subsampling_bound="paper"`` (default) is the paper's accountant and reproduces its numbers; "tight" is the same
+    analysis with each subsampling bound capped by its inner mechanism's curve (valid: subsampling never hurts), which
+    shows how loose the published epsilons are (12.91 -> 2.82 for the synthetic setting).
 
     Args:
       num_clients: M. records_per_client: R, TRAINING records per client. client_rate: l. sample_rate: s.
       local_steps: K. rounds: T. noise_multiplier: sigma_g. delta: default 1/(M R).
 
     Returns:
-      {"epsilon": {"third_party": .., "server": ..}, "delta": .., "accountant": "rdp", "conversion": "classic"}
+      {"epsilon": {"third_party": .., "server": ..}, "delta": .., "accountant": "rdp", "conversion": "classic",
+       "subsampling_bound": ..}
     """
     events = dp_scaffold_round_events(
         num_clients, records_per_client, client_rate, sample_rate, local_steps, noise_multiplier
@@ -94,11 +100,13 @@ def dp_scaffold_epsilon(
     delta = _delta(delta, num_clients, records_per_client)
     epsilon = {
         observer: rdp_to_epsilon(
-            DEFAULT_ORDERS, rdp_curve(dp_event.SelfComposedDpEvent(event, rounds)), delta, CONVERSION
+            DEFAULT_ORDERS, rdp_curve(dp_event.SelfComposedDpEvent(event, rounds), subsampling_bound=subsampling_bound),
+            delta, CONVERSION,
         )[0]
         for observer, event in events.items()
     }
-    return {"epsilon": epsilon, "delta": delta, "accountant": ACCOUNTANT, "conversion": CONVERSION}
+    return {"epsilon": epsilon, "delta": delta, "accountant": ACCOUNTANT, "conversion": CONVERSION,
+            "subsampling_bound": subsampling_bound}
 
 
 def max_rounds(
@@ -111,6 +119,7 @@ def max_rounds(
     target_epsilon: float,
     delta: float | None = None,
     observer: str = THIRD_PARTY,
+    subsampling_bound: str = "paper",
 ) -> int:
     """The largest T with epsilon(T) <= ``target_epsilon`` towards ``observer`` (0 if even one round exceeds it).
 
@@ -124,7 +133,7 @@ def max_rounds(
         num_clients, records_per_client, client_rate, sample_rate, local_steps, noise_multiplier
     )
     delta = _delta(delta, num_clients, records_per_client)
-    per_round = rdp_curve(events[observer])
+    per_round = rdp_curve(events[observer], subsampling_bound=subsampling_bound)
     slack = target_epsilon - math.log(1 / delta) / (DEFAULT_ORDERS - 1)
     rounds = np.floor(slack / per_round)
     return max(0, int(rounds.max()))

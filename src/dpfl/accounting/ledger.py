@@ -5,9 +5,13 @@ For every observer (third party, server, another silo) the ledger composes the e
 
 * composed BEFORE a round draws its noise, so a configured budget stops the run before the round that would exceed
   it (``BudgetExceededError``), never after;
-* a journal: one entry per round index, saved with the run's checkpoint. A resumed run that replays a round with the
-  same randomness (identical release, so no new privacy loss) finds the round already recorded with the same events
-  and does not count it twice; anything else is counted again. Spent budget is never forgotten.
+* a journal: one entry per composed round, saved with the run's checkpoint. A resumed run that replays a round with
+  the same randomness (same events and same fingerprint of the generator state: an identical release, so no new
+  privacy loss) finds it already recorded and does not count it twice; anything else is counted again. Spent budget
+  is never forgotten.
+
+Sampling without replacement is bounded as in seed 000 App. B by default (``subsampling_bound="paper"``, which
+reproduces the paper's epsilons) or with the tighter valid cap (``"tight"``, see ``dpfl.accounting.rdp``).
 
 Epsilon comes from RDP, which is linear in composition: the ledger keeps a count per distinct event and sums
 count * curve(event), so a per-round report costs one conversion, whatever the number of rounds.
@@ -26,7 +30,7 @@ from dp_accounting import dp_event
 
 from dpfl.accounting.conversion import rdp_to_epsilon
 from dpfl.accounting.events import event_from_dict, event_to_dict
-from dpfl.accounting.rdp import DEFAULT_ORDERS, rdp_curve
+from dpfl.accounting.rdp import DEFAULT_ORDERS, SUBSAMPLING_BOUNDS, rdp_curve
 from dpfl.errors import BudgetExceededError, ConfigError, check_range
 
 OBSERVER_NAMES = {"third_party": "a third party", "server": "the server", "other_silo": "another silo"}
@@ -35,8 +39,12 @@ OBSERVER_NAMES = {"third_party": "a third party", "server": "the server", "other
 class PrivacyLedger:
     """Composes each observer's events and answers epsilon(delta) for each."""
 
-    def __init__(self, observers, delta: float, budget: dict[str, float] | None = None, conversion: str = "classic"):
+    def __init__(self, observers, delta: float, budget: dict[str, float] | None = None, conversion: str = "classic",
+                 subsampling_bound: str = "paper"):
         self.observers = tuple(observers)
+        if subsampling_bound not in SUBSAMPLING_BOUNDS:
+            raise ConfigError("privacy.subsampling_bound", subsampling_bound, f"one of {list(SUBSAMPLING_BOUNDS)}")
+        self.subsampling_bound = subsampling_bound
         self.delta = check_range("privacy.delta", delta, 0.0, 1.0, low_open=True, high_open=True)
         self.conversion = conversion
         self.budget = dict(budget or {})
@@ -45,17 +53,19 @@ class PrivacyLedger:
                 raise ConfigError("privacy.budget", {observer: eps}, f"a budget for one of {list(self.observers)}")
             check_range(f"privacy.budget.{observer}", eps, 0.0, low_open=True)
         self._counts: dict[str, Counter] = {o: Counter() for o in self.observers}
-        self._journal: list[tuple[int, dict[str, dp_event.DpEvent]]] = []  # every composition, in order
-        self._latest: dict[int, dict[str, dp_event.DpEvent]] = {}  # round index -> its latest recorded events
+        self._journal: list[tuple] = []  # (round index, events, fingerprint) of every composition, in order
+        self._latest: dict[int, tuple] = {}  # round index -> (events, fingerprint) of its latest composition
 
     # -- composition --------------------------------------------------------------------------------------------
-    def record(self, round_index: int, events: dict[str, dp_event.DpEvent]) -> dict[str, float]:
-        """Composes one round's events (one per observer) unless that round is already recorded with the same
-        events; raises BudgetExceededError, composing nothing, if a budget would be exceeded. Returns epsilon."""
+    def record(self, round_index: int, events: dict[str, dp_event.DpEvent], fingerprint: str | None = None):
+        """Composes one round's events (one per observer) unless that round is already recorded with the same events
+        and the same ``fingerprint`` (an identifier of the randomness the round will use: the same fingerprint means
+        the same release, so a replay adds no privacy loss; None never matches). Raises BudgetExceededError,
+        composing nothing, if a budget would be exceeded. Returns epsilon per observer."""
         missing = set(self.observers) - set(events)
         if missing:
             raise ValueError(f"round {round_index} has no event for observer(s) {sorted(missing)}")
-        if self._latest.get(round_index) == events:
+        if fingerprint is not None and self._latest.get(round_index) == (dict(events), fingerprint):
             return self.epsilon()
         after = self._epsilon(extra=events)
         for observer, limit in self.budget.items():
@@ -65,12 +75,12 @@ class PrivacyLedger:
                     f"{after[observer]:.4g} > privacy.budget.{observer} = {limit:g} (delta = {self.delta:g}); "
                     f"the run stops before that round draws any noise, having spent {self.epsilon()[observer]:.4g}"
                 )
-        self._append(round_index, events)
+        self._append(round_index, events, fingerprint)
         return after
 
-    def _append(self, round_index: int, events: dict[str, dp_event.DpEvent]) -> None:
-        self._journal.append((round_index, dict(events)))
-        self._latest[round_index] = dict(events)
+    def _append(self, round_index: int, events: dict[str, dp_event.DpEvent], fingerprint: str | None) -> None:
+        self._journal.append((round_index, dict(events), fingerprint))
+        self._latest[round_index] = (dict(events), fingerprint)
         for observer in self.observers:
             self._counts[observer][events[observer]] += 1
 
@@ -94,7 +104,7 @@ class PrivacyLedger:
         for event, count in counts.items():
             if isinstance(event, dp_event.NonPrivateDpEvent):
                 return math.inf
-            total = total + count * rdp_curve(event)
+            total = total + count * rdp_curve(event, subsampling_bound=self.subsampling_bound)
         return rdp_to_epsilon(DEFAULT_ORDERS, total, self.delta, self.conversion)[0]
 
     @property
@@ -107,19 +117,20 @@ class PrivacyLedger:
         distinct: list[dp_event.DpEvent] = []
         index: dict[dp_event.DpEvent, int] = {}
         journal = []
-        for round_index, events in self._journal:
+        for round_index, events, fingerprint in self._journal:
             refs = {}
             for observer, event in events.items():
                 if event not in index:
                     index[event] = len(distinct)
                     distinct.append(event)
                 refs[observer] = index[event]
-            journal.append({"round": round_index, "events": refs})
+            journal.append({"round": round_index, "events": refs, "fingerprint": fingerprint})
         return {
             "observers": list(self.observers),
             "delta": self.delta,
             "conversion": self.conversion,
             "accountant": "rdp",
+            "subsampling_bound": self.subsampling_bound,
             "budget": self.budget,
             "events": [event_to_dict(e) for e in distinct],
             "journal": journal,
@@ -128,10 +139,11 @@ class PrivacyLedger:
 
     @classmethod
     def from_dict(cls, data: dict) -> "PrivacyLedger":
-        ledger = cls(data["observers"], data["delta"], data.get("budget"), data["conversion"])
+        ledger = cls(data["observers"], data["delta"], data.get("budget"), data["conversion"],
+                     data.get("subsampling_bound", "paper"))
         events = [event_from_dict(e) for e in data["events"]]
         for entry in data["journal"]:
-            ledger._append(entry["round"], {o: events[i] for o, i in entry["events"].items()})
+            ledger._append(entry["round"], {o: events[i] for o, i in entry["events"].items()}, entry.get("fingerprint"))
         return ledger
 
     def save(self, path: str | os.PathLike) -> None:

@@ -69,10 +69,11 @@ def round_events(
       num_clients: M, the population the cohort is drawn from (fixed size, without replacement).
       cohort_size: floor(l M), the clients sampled this round.
       boundary: "plain" (the server sees each client's message) or "secagg" (the server sees only their sum).
-      client_sampling: "fixed" (cohort of exactly cohort_size) or "poisson" (each client with probability
-        cohort_size / num_clients). With Poisson the cohort's size is random, so the third party gets no credit for
-        the other clients' noise (its view is post-processing of the record owner's message alone, which is valid
-        whatever the cohort) and Poisson amplification instead of Wang et al.'s.
+      client_sampling: "fixed" (cohort of exactly cohort_size) or "poisson" (each client independently). With
+        Poisson the cohort's size is random, so the third party gets no credit for the other clients' noise (its view
+        is post-processing of the record owner's message alone, valid whatever the cohort) and, conservatively, no
+        amplification by user sampling either: Poisson sampling around a K-fold composition needs the general Poisson
+        bound of Zhu & Wang 2019, which is not implemented yet.
     """
     if boundary not in BOUNDARIES:
         raise ValueError(f"boundary = {boundary!r} is not allowed: expected one of {BOUNDARIES}")
@@ -80,8 +81,7 @@ def round_events(
         raise ValueError(f"client_sampling = {client_sampling!r} is not allowed: expected 'fixed' or 'poisson'")
     individual = dp_event.SelfComposedDpEvent(step_event, local_steps)
     if client_sampling == "poisson":
-        aggregate = individual
-        third_party = dp_event.PoissonSampledDpEvent(cohort_size / num_clients, individual)
+        aggregate = third_party = individual
     else:
         aggregate = dp_event.SelfComposedDpEvent(scale_noise(step_event, math.sqrt(cohort_size)), local_steps)
         third_party = aggregate

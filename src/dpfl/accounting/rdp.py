@@ -24,7 +24,7 @@ of dpfl's events (``dpfl.accounting.events``):
 * anything else (Gaussian, Laplace, Poisson-subsampled Gaussian, ...) is delegated to dp_accounting's
   ``RdpAccountant``: the event is composed into a fresh accountant with these orders and its curve read back.
 
-Curves are cached on (event, orders, neighbouring relation).
+Curves are cached on (event, orders, neighbouring relation, subsampling bound).
 """
 
 from __future__ import annotations
@@ -47,11 +47,15 @@ NeighborRel = privacy_accountant.NeighboringRelation
 #: Orders 1.1..10.9 (step 0.1), every integer 2..256, and 512, 1024 (dp_accounting's default grid, densified).
 DEFAULT_ORDERS = np.unique(np.concatenate([1 + np.arange(1, 100) / 10, np.arange(2, 257), [512, 1024]]))
 
+#: Bounds for subsampling without replacement (see ``rdp_curve``).
+SUBSAMPLING_BOUNDS = ("tight", "paper")
+
 #: Relations tried, in this order, for a leaf event when the caller names none.
 _LEAF_RELATIONS = (NeighborRel.REPLACE_ONE, NeighborRel.ADD_OR_REMOVE_ONE, NeighborRel.REPLACE_SPECIAL)
 
 
-def rdp_curve(event: dp_event.DpEvent, orders=DEFAULT_ORDERS, neighboring_relation=None) -> np.ndarray:
+def rdp_curve(event: dp_event.DpEvent, orders=DEFAULT_ORDERS, neighboring_relation=None,
+              subsampling_bound: str = "tight") -> np.ndarray:
     """RDP of ``event`` at ``orders`` (finite, > 1), as described in the module docstring.
 
     Args:
@@ -60,12 +64,18 @@ def rdp_curve(event: dp_event.DpEvent, orders=DEFAULT_ORDERS, neighboring_relati
       neighboring_relation: a ``dp_accounting.NeighboringRelation`` the event is accounted under; None lets each
         leaf event use the first relation dp_accounting supports it under (replace-one, add/remove, replace-special).
         Subsampling without replacement (and everything inside it) is always replace-one.
+      subsampling_bound: for sampling without replacement, "paper" is Wang et al.'s general bound alone, exactly as
+        seed 000 App. B computes it (reproduces its published epsilons); "tight" (default) takes at every order the
+        smallest of that bound, the inner mechanism's own curve (subsampling never hurts) and, around a Gaussian,
+        Wang et al.'s Gaussian-specific Thm 27: all valid, and much smaller when the general bound saturates.
 
     Raises:
       dp_accounting.UnsupportedEventError: some part of ``event`` has no RDP bound here.
     """
     orders = _check_orders(orders)
-    return _cached_curve(_EventKey(event), tuple(orders.tolist()), neighboring_relation).copy()
+    if subsampling_bound not in SUBSAMPLING_BOUNDS:
+        raise ConfigError("subsampling_bound", subsampling_bound, f"one of {SUBSAMPLING_BOUNDS}")
+    return _cached_curve(_EventKey(event), tuple(orders.tolist()), neighboring_relation, subsampling_bound).copy()
 
 
 def composition_error(event: dp_event.DpEvent, neighboring_relation=None) -> str | None:
@@ -93,8 +103,12 @@ class RdpAccountant(privacy_accountant.PrivacyAccountant):
     replacement need ``NeighboringRelation.REPLACE_ONE``.
     """
 
-    def __init__(self, orders=None, neighboring_relation=NeighborRel.ADD_OR_REMOVE_ONE, conversion="classic"):
+    def __init__(self, orders=None, neighboring_relation=NeighborRel.ADD_OR_REMOVE_ONE, conversion="classic",
+                 subsampling_bound="tight"):
         super().__init__(neighboring_relation)
+        if subsampling_bound not in SUBSAMPLING_BOUNDS:
+            raise ConfigError("subsampling_bound", subsampling_bound, f"one of {SUBSAMPLING_BOUNDS}")
+        self._subsampling_bound = subsampling_bound
         if conversion not in CONVERSIONS:
             raise ConfigError("conversion", conversion, f"one of {CONVERSIONS}")
         self._orders = _check_orders(DEFAULT_ORDERS if orders is None else orders)
@@ -106,7 +120,8 @@ class RdpAccountant(privacy_accountant.PrivacyAccountant):
         if error is not None:
             return self.CompositionErrorDetails(invalid_event=event, error_message=error)
         if do_compose and count:
-            self._rdp = self._rdp + count * rdp_curve(event, self._orders, self.neighboring_relation)
+            self._rdp = self._rdp + count * rdp_curve(event, self._orders, self.neighboring_relation,
+                                                      self._subsampling_bound)
         return None
 
     def get_epsilon_and_optimal_order(self, target_delta: float) -> tuple[float, float]:
@@ -152,30 +167,30 @@ class _EventKey:
 
 
 @functools.lru_cache(maxsize=4096)
-def _cached_curve(key: _EventKey, orders: tuple, relation) -> np.ndarray:
-    curve = _compute_curve(key.event, np.array(orders), relation)
+def _cached_curve(key: _EventKey, orders: tuple, relation, bound: str) -> np.ndarray:
+    curve = _compute_curve(key.event, np.array(orders), relation, bound)
     curve.setflags(write=False)
     return curve
 
 
-def _curve(event, orders: np.ndarray, relation) -> np.ndarray:
-    return _cached_curve(_EventKey(event), tuple(orders.tolist()), relation)
+def _curve(event, orders: np.ndarray, relation, bound: str) -> np.ndarray:
+    return _cached_curve(_EventKey(event), tuple(orders.tolist()), relation, bound)
 
 
-def _compute_curve(event, orders: np.ndarray, relation) -> np.ndarray:
+def _compute_curve(event, orders: np.ndarray, relation, bound: str) -> np.ndarray:
     error = composition_error(event, relation)
     if error is not None:
         raise privacy_accountant.UnsupportedEventError(error)
     if isinstance(event, dp_event.NoOpDpEvent) or (isinstance(event, dp_event.SelfComposedDpEvent) and not event.count):
         return np.zeros_like(orders)
     if isinstance(event, dp_event.SelfComposedDpEvent):
-        return event.count * _curve(event.event, orders, relation)
+        return event.count * _curve(event.event, orders, relation, bound)
     if isinstance(event, dp_event.ComposedDpEvent):
-        return sum((_curve(e, orders, relation) for e in event.events), np.zeros_like(orders))
+        return sum((_curve(e, orders, relation, bound) for e in event.events), np.zeros_like(orders))
     if isinstance(event, DisjointUnionDpEvent):
-        return np.max([_curve(e, orders, relation) for e in event.events], axis=0, initial=0.0)
+        return np.max([_curve(e, orders, relation, bound) for e in event.events], axis=0, initial=0.0)
     if isinstance(event, dp_event.SampledWithoutReplacementDpEvent):
-        return _sampled_without_replacement_curve(event, orders)
+        return _sampled_without_replacement_curve(event, orders, bound)
     if isinstance(event, SkellamDpEvent):
         return _interpolate_integer_orders(lambda ints: skellam_rdp(event, ints), orders)
     accountant = rdp_privacy_accountant.RdpAccountant(orders, _leaf_relation(event, relation))
@@ -191,20 +206,36 @@ def _leaf_relation(event, relation):
     return None
 
 
-def _sampled_without_replacement_curve(event: dp_event.SampledWithoutReplacementDpEvent, orders) -> np.ndarray:
+def _sampled_without_replacement_curve(event: dp_event.SampledWithoutReplacementDpEvent, orders, bound: str):
     n, m = event.source_dataset_size, event.sample_size
     if not (isinstance(n, numbers.Integral) and isinstance(m, numbers.Integral) and 0 <= m <= n and n >= 1):
         raise ConfigError("sample_size / source_dataset_size", f"{m} / {n}", "integers with 0 <= sample <= population")
     if m == 0:
         return np.zeros_like(orders)
     if m == n:
-        return np.array(_curve(event.event, orders, NeighborRel.REPLACE_ONE))
+        return np.array(_curve(event.event, orders, NeighborRel.REPLACE_ONE, bound))
     q = m / n
 
     def integer_curve(ints):
-        return wang_subsampled_rdp(q, _curve(event.event, ints, NeighborRel.REPLACE_ONE))
+        inner = _curve(event.event, ints, NeighborRel.REPLACE_ONE, bound)
+        general = wang_subsampled_rdp(q, inner)
+        if bound == "paper":
+            return general
+        # Subsampling never hurts: couple the samples of neighbouring datasets on the same index set; each coupled
+        # pair differs in at most one record, and exp((a-1) D_a) is jointly convex, so the subsampled mechanism's RDP
+        # is at most the inner one's. The general bound can exceed it (its j >= 3 terms do not vanish as the noise
+        # grows: seed 000's "saturation"), so take the smaller of the two at every order. Around a Gaussian, Wang et
+        # al.'s Gaussian-specific Thm 27 (dp_accounting) is a third valid bound.
+        tight = np.minimum(general, inner)
+        if isinstance(event.event, dp_event.GaussianDpEvent):
+            specific = rdp_privacy_accountant._compute_rdp_sample_wor_gaussian(q, event.event.noise_multiplier, ints)
+            tight = np.minimum(tight, specific)
+        return tight
 
-    return _interpolate_integer_orders(integer_curve, orders)
+    curve = _interpolate_integer_orders(integer_curve, orders)
+    if bound == "paper":
+        return curve
+    return np.minimum(curve, _curve(event.event, orders, NeighborRel.REPLACE_ONE, bound))  # at non-integer orders too
 
 
 def wang_subsampled_rdp(q: float, inner: np.ndarray) -> np.ndarray:
@@ -242,4 +273,4 @@ def _interpolate_integer_orders(integer_curve, orders: np.ndarray) -> np.ndarray
     return interpolated / (orders - 1)
 
 
-__all__ = ["DEFAULT_ORDERS", "rdp_curve", "composition_error", "RdpAccountant", "wang_subsampled_rdp"]
+__all__ = ["SUBSAMPLING_BOUNDS", "DEFAULT_ORDERS", "rdp_curve", "composition_error", "RdpAccountant", "wang_subsampled_rdp"]

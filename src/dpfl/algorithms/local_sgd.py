@@ -20,6 +20,10 @@ The switches:
 * warm_rounds > 0 (SCAFFOLD-warm): the first round(4/l) rounds only fit c_i0 = mean_k H~_k(x0) for the sampled
   clients and leave x unchanged; they sample users at rate l and are counted in T (seed 000 Sec. 4 "warm start").
 * noise_multiplier = 0 and clip = None: the non-private algorithms.
+* clip_heuristic = "median-nonprivate": the experiments' heuristic (seed 000 Sec. 5: C = the median per-example
+  gradient norm of the current batch, per client and step). The bound then depends on the data, which the privacy
+  analysis does not cover: the noise is still added (scaled to that C) but the run's events are NonPrivate, so every
+  observer's epsilon is reported as infinite (null in JSON), and a warning says why. Never the default.
 
 Claim 4.1 of seed 000: control variates are post-processing of the noisy gradients, so every variant releases the
 same mechanism per local step and has the same privacy; ``step_noise_event`` is that mechanism.
@@ -27,6 +31,7 @@ same mechanism per local step and has the same privacy; ``step_noise_event`` is 
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -76,8 +81,15 @@ class LocalSGD:
     control_variates: bool = False
     move_locally: bool = True
     warm_rounds: int = 0
+    clip_heuristic: str = "fixed"
 
     def __post_init__(self):
+        if self.clip_heuristic not in CLIP_HEURISTICS:
+            raise ConfigError("algorithm.clip_heuristic", self.clip_heuristic, f"one of {list(CLIP_HEURISTICS)}")
+        if self.clip_heuristic == "median-nonprivate":
+            warnings.warn("algorithm.clip_heuristic = 'median-nonprivate' clips at a data-dependent bound (the batch's "
+                          "median gradient norm): the run is NOT differentially private and reports epsilon = inf",
+                          stacklevel=2)
         check_range("algorithm.local_steps", self.local_steps, 1, integer=True)
         check_range("algorithm.lr", self.lr, 0.0, low_open=True)
         check_range("algorithm.global_lr", self.global_lr, 0.0, low_open=True)
@@ -95,6 +107,8 @@ class LocalSGD:
     @property
     def step_noise_event(self) -> dp_event.DpEvent:
         """The noise mechanism of one local step of one client, in units of its sensitivity."""
+        if self.clip_heuristic == "median-nonprivate":
+            return dp_event.NonPrivateDpEvent()
         return self.mechanism.event
 
     def init_state(self, x0: torch.Tensor, num_clients: int) -> ServerState:
@@ -106,11 +120,14 @@ class LocalSGD:
         indices, mask = self.sampler.sample(data.counts, generator)
         xb, yb = data.batch(indices)
         divisor = self.sampler.divisor(data.counts).to(point.dtype).unsqueeze(1)
-        mean = grads.clipped_sum(point, xb, yb, mask, self.clip) / divisor
+        clip = self.clip
+        if self.clip_heuristic == "median-nonprivate":  # data dependent: see the module docstring
+            norms = grads.example_norms(point, xb, yb, mask).masked_fill(mask == 0, float("nan"))
+            clip = torch.nanmedian(norms, dim=1).values
+        mean = grads.clipped_sum(point, xb, yb, mask, clip) / divisor
+        event = self.mechanism.event  # the event of the noise actually drawn (checked against the declaration)
         if self.mechanism.is_private:
-            mean, event = self.mechanism(mean, self.sampler.mean_sensitivity(self.clip, data.counts), generator)
-        else:
-            event = self.mechanism.event
+            mean, event = self.mechanism(mean, self.sampler.mean_sensitivity(clip, data.counts), generator)
         if self.weight_decay:
             mean = mean + self.weight_decay * point
         return mean, event
@@ -150,13 +167,14 @@ class LocalSGD:
             state.c += dc.sum(0) / state.client_c.shape[0]
 
 
+CLIP_HEURISTICS = ("fixed", "median-nonprivate")
 ALGORITHMS = ("fedavg", "fedsgd", "scaffold", "scaffold-warm", "dp-fedavg", "dp-fedsgd", "dp-scaffold",
               "dp-scaffold-warm")
 
 
 def build_local_sgd(name: str, *, local_steps: int, lr: float, sampler: RecordSampler, client_rate: float,
                     clip: float | None, noise_multiplier: float, global_lr: float = 1.0,
-                    weight_decay: float = 0.0) -> LocalSGD:
+                    weight_decay: float = 0.0, clip_heuristic: str = "fixed") -> LocalSGD:
     """Maps an algorithm name of the config to its switches. Non-DP names ignore clip and noise."""
     if name not in ALGORITHMS:
         raise ConfigError("algorithm.name", name, f"one of {list(ALGORITHMS)}")
@@ -177,4 +195,5 @@ def build_local_sgd(name: str, *, local_steps: int, lr: float, sampler: RecordSa
         control_variates=base.startswith("scaffold"),
         move_locally=base != "fedsgd",
         warm_rounds=round(4 / client_rate) if base == "scaffold-warm" else 0,
+        clip_heuristic=clip_heuristic if private else "fixed",
     )

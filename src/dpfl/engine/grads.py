@@ -68,7 +68,7 @@ class CohortGradients:
         x: torch.Tensor,
         y: torch.Tensor,
         mask: torch.Tensor,
-        clip: float | None,
+        clip: float | torch.Tensor | None,
         norm: str = "l2",
     ) -> torch.Tensor:
         """Sum over each client's examples of the clipped per-example gradients.
@@ -76,27 +76,34 @@ class CohortGradients:
         Args:
           theta: [clients, P] one parameter vector per client.
           x: [clients, batch, ...] inputs; y: [clients, batch] labels; mask: [clients, batch] 1.0 on real examples.
-          clip: C, the bound on each example's gradient norm (None: no clipping, the plain gradient sum).
+          clip: C, the bound on each example's gradient norm: a number, a [clients] tensor (one bound per client),
+            or None (no clipping: the plain gradient sum).
           norm: "l2" (Gaussian mechanisms) or "l1" (Laplace mechanisms, seed 001).
         Returns:
           [clients, P]; every example contributes a vector of norm at most C.
         """
-        if norm not in NORMS:
-            raise ValueError(f"norm = {norm!r} is not allowed: expected one of {NORMS}")
+        _check_norm(norm)
         if self.strategy == "ghost" and norm == "l2":
-            return self._ghost_clipped_sum(theta, x, y, mask, clip)
+            inputs, deltas = self._ghost_backward(theta, x, y, mask)
+            weights = mask if clip is None else mask * _clip_factor(clip, self._ghost_sq_norms(inputs, deltas).sqrt())
+            return self._ghost_weighted_sum(inputs, deltas, weights)
         g = self._per_example_grads(theta, x, y)  # [clients, batch, P]
-        weights = mask
-        if clip is not None:
-            norms = g.norm(dim=-1) if norm == "l2" else g.abs().sum(dim=-1)
-            weights = mask * torch.clamp(clip / (norms + 1e-12), max=1.0)
+        weights = mask if clip is None else mask * _clip_factor(clip, _norms(g, norm))
         return torch.einsum("cb,cbp->cp", weights, g)
+
+    def example_norms(self, theta, x, y, mask, norm: str = "l2") -> torch.Tensor:
+        """[clients, batch] norms of the per-example gradients (0 on masked examples)."""
+        _check_norm(norm)
+        if self.strategy == "ghost" and norm == "l2":
+            return self._ghost_sq_norms(*self._ghost_backward(theta, x, y, mask)).sqrt()
+        return _norms(self._per_example_grads(theta, x, y), norm) * mask
 
     def _example_loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         logits = functional_call(self.model, self.unflatten(theta), (x.unsqueeze(0),))
         return F.cross_entropy(logits, y.unsqueeze(0))
 
-    def _ghost_clipped_sum(self, theta, x, y, mask, clip):
+    def _ghost_backward(self, theta, x, y, mask):
+        """One batched forward pass; returns each linear layer's inputs h and per-example output gradients delta."""
         params = self.unflatten(theta)
         inputs, pre_activations = [], []
         h = x.reshape(x.shape[0], x.shape[1], -1)
@@ -117,17 +124,22 @@ class CohortGradients:
                 h = module(h)
         losses = F.cross_entropy(h.reshape(-1, h.shape[-1]), y.reshape(-1), reduction="none").view_as(mask)
         deltas = torch.autograd.grad((losses * mask).sum(), pre_activations)
-        weights = mask
-        if clip is not None:
-            sq_norms = torch.zeros_like(mask)
-            for (name, module), h_in, delta in zip(self._linear_layers(), inputs, deltas):
-                bias_term = 1.0 if module.bias is not None else 0.0
-                sq_norms = sq_norms + delta.square().sum(-1) * (h_in.square().sum(-1) + bias_term)
-            weights = mask * torch.clamp(clip / (sq_norms.sqrt() + 1e-12), max=1.0)
+        return inputs, deltas
+
+    def _ghost_sq_norms(self, inputs, deltas) -> torch.Tensor:
+        """||grad||^2 = sum over linear layers of ||delta||^2 (||h||^2 + 1 if the layer has a bias)."""
+        sq_norms = 0.0
+        for (_, module), h_in, delta in zip(self._linear_layers(), inputs, deltas):
+            bias_term = 1.0 if module.bias is not None else 0.0
+            sq_norms = sq_norms + delta.square().sum(-1) * (h_in.square().sum(-1) + bias_term)
+        return sq_norms
+
+    def _ghost_weighted_sum(self, inputs, deltas, weights) -> torch.Tensor:
+        """sum_j w_j grad_j, assembled layer by layer in the flat parameter order (weight, then bias)."""
         pieces = []
-        for (name, module), h_in, delta in zip(self._linear_layers(), inputs, deltas):
+        for (_, module), h_in, delta in zip(self._linear_layers(), inputs, deltas):
             weighted = delta * weights.unsqueeze(-1)
-            pieces.append(torch.bmm(weighted.transpose(1, 2), h_in).reshape(theta.shape[0], -1))
+            pieces.append(torch.bmm(weighted.transpose(1, 2), h_in).reshape(weights.shape[0], -1))
             if module.bias is not None:
                 pieces.append(weighted.sum(1))
         return torch.cat(pieces, dim=1)
@@ -148,6 +160,22 @@ class CohortGradients:
             correct += (logits.argmax(-1) == target).sum().item()
         n = max(x.shape[0], 1)
         return total_loss / n, correct / n
+
+
+def _check_norm(norm: str) -> None:
+    if norm not in NORMS:
+        raise ValueError(f"norm = {norm!r} is not allowed: expected one of {NORMS}")
+
+
+def _norms(g: torch.Tensor, norm: str) -> torch.Tensor:
+    return g.norm(dim=-1) if norm == "l2" else g.abs().sum(dim=-1)
+
+
+def _clip_factor(clip, norms: torch.Tensor) -> torch.Tensor:
+    """min(1, C / ||g||), with C a number or one bound per client ([clients] tensor)."""
+    if isinstance(clip, torch.Tensor):
+        clip = clip.to(norms.dtype).unsqueeze(-1)
+    return torch.clamp(clip / (norms + 1e-12), max=1.0)
 
 
 def _is_linear_stack(model: nn.Module) -> bool:

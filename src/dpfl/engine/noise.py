@@ -65,6 +65,7 @@ class LaplaceMechanism:
 
     def __call__(self, value: torch.Tensor, sensitivity: torch.Tensor, generator: torch.Generator):
         scale = (self.scale_multiplier * sensitivity).to(value.dtype).unsqueeze(-1)
-        u = torch.rand(value.shape, generator=generator, dtype=value.dtype) - 0.5
-        noise = -torch.sign(u) * torch.log1p(-2 * u.abs())  # inverse-CDF sample of Lap(0, 1)
+        # Lap(0, 1) = E1 - E2 for independent Exp(1) draws (always finite, unlike log of a uniform that can be 0)
+        exponentials = torch.empty((2, *value.shape), dtype=value.dtype).exponential_(generator=generator)
+        noise = exponentials[0] - exponentials[1]
         return value + scale * noise, self.event

@@ -33,7 +33,8 @@ def _uniform_subsets(counts: torch.Tensor, sizes: torch.Tensor, width: int, gene
     keys = torch.rand(rows, max_count, generator=generator)
     keys.masked_fill_(torch.arange(max_count).unsqueeze(0) >= counts.unsqueeze(1), float("inf"))
     width = max(width, 1)
-    indices = torch.topk(keys, width, dim=1, largest=False, sorted=False).indices
+    # sorted: the first sizes[i] columns must be the sizes[i] smallest keys (a uniform subset of real records)
+    indices = torch.topk(keys, width, dim=1, largest=False, sorted=True).indices
     mask = (torch.arange(width).unsqueeze(0) < sizes.unsqueeze(1)).to(torch.float32)
     return indices, mask
 
@@ -70,7 +71,7 @@ class RecordSampler:
         constant, so the sensitivity stays C/(q n_i); dividing by the realised size would be data dependent, seed 002)."""
         return self.batch_sizes(counts).double()
 
-    def mean_sensitivity(self, clip: float, counts: torch.Tensor) -> torch.Tensor:
+    def mean_sensitivity(self, clip, counts: torch.Tensor) -> torch.Tensor:
         """l2 sensitivity of each client's mean of clipped per-example gradients, sum_j clip(g_j) / divisor_i.
 
         Fixed size (replace-one neighbours): swapping one record changes one term of norm <= C into another, so the

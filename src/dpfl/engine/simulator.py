@@ -9,6 +9,7 @@ update -> evaluate -> checkpoint.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,19 +81,23 @@ class Simulation:
     def step(self) -> None:
         t = self.next_round
         cohort = self.clients.sample(self.generator)
-        self.ledger.record(t, self.round_privacy())
+        chunk = self._chunk_size(max(cohort.numel(), 1))
+        # What this round will release is fixed by the generator's state and the chunking: a replay with the same
+        # fingerprint releases the same thing (no new privacy loss), any other is a new release.
+        fingerprint = hashlib.sha256(self.generator.get_state().numpy().tobytes() + str(chunk).encode()).hexdigest()
+        self.ledger.record(t, self.round_privacy(), fingerprint)
         if self.checkpoint_dir is not None:  # spent before any noise is drawn: persist it first
             Path(self.checkpoint_dir).mkdir(parents=True, exist_ok=True)
             self.ledger.save(Path(self.checkpoint_dir) / "ledger.json")
         warm = t < self.algorithm.warm_rounds
-        chunk = self._chunk_size(max(cohort.numel(), 1))
         dys, dcs = [], []
         declared = self.algorithm.step_noise_event
+        covered = isinstance(declared, dp_event.NonPrivateDpEvent)  # "not private" covers any noise
         for start in range(0, cohort.numel(), chunk):
             ids = cohort[start : start + chunk]
             data = CohortData(self.train.x[ids], self.train.y[ids], self.train.counts[ids])
             dy, dc, events = self.algorithm.client_round(self.state, ids, data, self.grads, self.generator, warm)
-            if any(e != declared for e in events) or len(events) != self.algorithm.local_steps:
+            if len(events) != self.algorithm.local_steps or not (covered or all(e == declared for e in events)):
                 raise DpflError(f"round {t}: noise drawn {events[:1]} x{len(events)} differs from the declared "
                                 f"{declared} x{self.algorithm.local_steps}; the ledger would be wrong")
             dys.append(dy)
@@ -159,7 +164,13 @@ class Simulation:
         self.history = [RoundMetrics(**m) for m in state["history"]]
         ledger_path = Path(directory) / "ledger.json"
         if ledger_path.exists():
-            self.ledger = PrivacyLedger.load(ledger_path)
+            spent = PrivacyLedger.load(ledger_path)
+            for setting in ("delta", "conversion", "subsampling_bound", "observers"):
+                if getattr(spent, setting) != getattr(self.ledger, setting):
+                    raise DpflError(f"cannot resume: the run directory's ledger has {setting} = "
+                                    f"{getattr(spent, setting)!r}, the config {getattr(self.ledger, setting)!r}")
+            spent.budget = self.ledger.budget  # the budget is the config's (it may have been raised or lowered)
+            self.ledger = spent
 
 
 def _fmt_eps(eps):

@@ -53,6 +53,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "lr": (_NUMBER, 1.0, None),
         "global_lr": (_NUMBER, 1.0, None),
         "clip": (_OPTIONAL_NUMBER, 1.0, None),
+        "clip_heuristic": (str, "fixed", ("fixed", "median-nonprivate")),
         "noise_multiplier": (_NUMBER, 60.0, None),
         "weight_decay": (_NUMBER, 5e-3, None),
     },
@@ -60,6 +61,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "delta": (_OPTIONAL_NUMBER, None, None),  # None: 1 / (M R_train), seed 000
         "budget": ((dict, int, float, type(None)), None, None),  # eps for the third party, or {observer: eps}
         "conversion": (str, "classic", ("classic", "modern")),
+        "subsampling_bound": (str, "paper", ("paper", "tight")),
         "boundary": (str, "plain", ("plain", "secagg")),
     },
     "run": {

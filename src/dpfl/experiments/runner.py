@@ -43,6 +43,7 @@ def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
         algo_cfg["name"], local_steps=algo_cfg["local_steps"], lr=algo_cfg["lr"], sampler=records,
         client_rate=algo_cfg["client_rate"], clip=algo_cfg["clip"], noise_multiplier=algo_cfg["noise_multiplier"],
         global_lr=algo_cfg["global_lr"], weight_decay=algo_cfg["weight_decay"],
+        clip_heuristic=algo_cfg["clip_heuristic"],
     )
     check_range("algorithm.rounds", algo_cfg["rounds"], 1, integer=True)
     if algorithm.warm_rounds >= algo_cfg["rounds"]:
@@ -52,7 +53,8 @@ def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
     delta = privacy_cfg["delta"]
     if delta is None:  # seed 000: delta = 1 / (M R_train)
         delta = 1.0 / float(dataset.train.counts.sum())
-    ledger = PrivacyLedger(OBSERVERS, delta, _budget(privacy_cfg["budget"]), privacy_cfg["conversion"])
+    ledger = PrivacyLedger(OBSERVERS, delta, _budget(privacy_cfg["budget"]), privacy_cfg["conversion"],
+                           privacy_cfg["subsampling_bound"])
     return Simulation(
         dataset.train, dataset.test, CohortGradients(model), algorithm, clients, ledger, seed=run_cfg["seed"],
         boundary=privacy_cfg["boundary"], eval_every=check_range("run.eval_every", run_cfg["eval_every"], 1,
@@ -98,6 +100,7 @@ def results_of(sim: Simulation, config: dict) -> dict:
         "privacy": {
             "accountant": "rdp",
             "conversion": sim.ledger.conversion,
+            "subsampling_bound": sim.ledger.subsampling_bound,
             "delta": sim.ledger.delta,
             "observers": list(sim.ledger.observers),
             "unit": "one record (record-level DP)",

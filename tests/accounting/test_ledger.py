@@ -1,0 +1,207 @@
+"""PrivacyLedger: composition per observer, idempotent journal, budgets, JSON persistence."""
+
+import json
+import math
+
+import pytest
+from dp_accounting import dp_event
+
+from dpfl.accounting.conversion import rdp_to_epsilon
+from dpfl.accounting.ledger import PrivacyLedger
+from dpfl.accounting.observers import OBSERVERS, round_events
+from dpfl.accounting.rdp import DEFAULT_ORDERS, rdp_curve
+from dpfl.errors import BudgetExceededError, ConfigError
+
+DELTA = 1e-5
+
+
+def step(z=1.0, n=100, b=20):
+    return dp_event.SampledWithoutReplacementDpEvent(n, b, dp_event.GaussianDpEvent(z))
+
+
+def events(z=1.0, k=3, m=20, cohort=5):
+    return round_events(step(z), k, m, cohort)
+
+
+def expected_epsilon(event_counts, delta=DELTA):
+    total = sum(count * rdp_curve(event, subsampling_bound="paper") for event, count in event_counts)
+    return rdp_to_epsilon(DEFAULT_ORDERS, total, delta, "classic")[0]
+
+
+def test_epsilon_equals_rdp_composition():
+    ledger = PrivacyLedger(OBSERVERS, DELTA)
+    assert ledger.epsilon() == {o: 0.0 for o in OBSERVERS}
+    ev = events()
+    for t in range(4):
+        ledger.record(t, ev)
+    eps = ledger.epsilon()
+    for observer in OBSERVERS:
+        assert eps[observer] == pytest.approx(expected_epsilon([(ev[observer], 4)]), rel=1e-12)
+    assert ledger.compositions == 4
+
+
+def test_record_returns_epsilon_after_the_round():
+    ledger = PrivacyLedger(OBSERVERS, DELTA)
+    after = ledger.record(0, events())
+    assert after == ledger.epsilon()
+    assert after["third_party"] > 0
+
+
+def test_mixed_events_compose():
+    ledger = PrivacyLedger(("third_party", "server"), DELTA)
+    a, b = events(z=1.0), events(z=2.0)
+    ledger.record(0, a)
+    ledger.record(1, b)
+    ledger.record(2, a)
+    assert ledger.epsilon()["server"] == pytest.approx(expected_epsilon([(a["server"], 2), (b["server"], 1)]),
+                                                       rel=1e-12)
+    # extra observers in the events are ignored
+    assert set(ledger.epsilon()) == {"third_party", "server"}
+
+
+def test_same_round_same_events_and_randomness_is_idempotent():
+    ledger = PrivacyLedger(OBSERVERS, DELTA)
+    ev = events()
+    ledger.record(0, ev, "rng-0")
+    ledger.record(1, ev, "rng-1")
+    eps = ledger.epsilon()
+    assert ledger.record(1, dict(events()), "rng-1") == eps  # equal events, another dict, same randomness
+    assert ledger.epsilon() == eps and ledger.compositions == 2
+    ledger.record(0, ev, "rng-0")  # an earlier round replayed
+    assert ledger.compositions == 2 and ledger.epsilon() == eps
+    ledger.record(0, ev, "rng-other")  # the same round with other randomness is a new release
+    assert ledger.compositions == 3 and ledger.epsilon()["third_party"] > eps["third_party"]
+    ledger.record(1, ev)  # no fingerprint: never assumed to be a replay
+    assert ledger.compositions == 4
+    restored = PrivacyLedger.from_dict(ledger.to_dict())
+    restored.record(1, ev, "rng-1")  # fingerprints survive a JSON round trip (the latest entry of round 1 has None)
+    assert restored.compositions == 5
+
+
+def test_same_round_different_events_counts_twice():
+    ledger = PrivacyLedger(OBSERVERS, DELTA)
+    ledger.record(0, events(z=1.0), "rng")
+    before = ledger.epsilon()
+    ledger.record(0, events(z=1.5), "rng")
+    assert ledger.compositions == 2
+    after = ledger.epsilon()
+    assert all(after[o] > before[o] for o in OBSERVERS)
+    assert after["server"] == pytest.approx(
+        expected_epsilon([(events(z=1.0)["server"], 1), (events(z=1.5)["server"], 1)]), rel=1e-12)
+    # the latest events of round 0 are now z = 1.5: replaying them is idempotent, replaying z = 1.0 is not
+    ledger.record(0, events(z=1.5), "rng")
+    assert ledger.compositions == 2
+    ledger.record(0, events(z=1.0), "rng")
+    assert ledger.compositions == 3
+
+
+def test_epsilon_is_monotone_over_rounds():
+    ledger = PrivacyLedger(OBSERVERS, DELTA)
+    previous = {o: 0.0 for o in OBSERVERS}
+    for t in range(10):
+        ledger.record(t, events(z=0.8))
+        eps = ledger.epsilon()
+        assert all(eps[o] > previous[o] for o in OBSERVERS)
+        assert eps["server"] >= eps["third_party"]
+        previous = eps
+
+
+def test_missing_observer_is_an_error():
+    ledger = PrivacyLedger(OBSERVERS, DELTA)
+    ev = events()
+    del ev["server"]
+    with pytest.raises(ValueError, match="server"):
+        ledger.record(0, ev)
+    assert ledger.compositions == 0
+
+
+def test_budget_stops_before_composing():
+    ev = events(z=1.0)
+    one = PrivacyLedger(OBSERVERS, DELTA)
+    one.record(0, ev)
+    one.record(1, ev)
+    two_rounds = one.epsilon()["third_party"]
+    one.record(2, ev)
+    three_rounds = one.epsilon()["third_party"]
+    limit = (two_rounds + three_rounds) / 2
+    ledger = PrivacyLedger(OBSERVERS, DELTA, budget={"third_party": limit})
+    ledger.record(0, ev, "rng-0")
+    ledger.record(1, ev, "rng-1")
+    with pytest.raises(BudgetExceededError, match="privacy.budget.third_party"):
+        ledger.record(2, ev, "rng-2")
+    assert ledger.compositions == 2
+    assert ledger.epsilon()["third_party"] == pytest.approx(two_rounds, rel=1e-12)
+    assert ledger.epsilon()["third_party"] <= limit
+    # still stopped on a second try, and a replay of a recorded round is still free
+    with pytest.raises(BudgetExceededError):
+        ledger.record(2, ev, "rng-2")
+    ledger.record(1, ev, "rng-1")
+    assert ledger.compositions == 2
+
+
+def test_budget_validation():
+    with pytest.raises(ConfigError) as err:
+        PrivacyLedger(OBSERVERS, DELTA, budget={"attacker": 1.0})
+    assert err.value.field == "privacy.budget"
+    with pytest.raises(ConfigError) as err:
+        PrivacyLedger(("third_party",), DELTA, budget={"server": 1.0})  # not an observer of this ledger
+    assert err.value.field == "privacy.budget"
+    for bad in (0.0, -1.0, "3", float("nan")):
+        with pytest.raises(ConfigError) as err:
+            PrivacyLedger(OBSERVERS, DELTA, budget={"server": bad})
+        assert err.value.field == "privacy.budget.server"
+    for bad in (0.0, 1.0, -1e-5):
+        with pytest.raises(ConfigError) as err:
+            PrivacyLedger(OBSERVERS, bad)
+        assert err.value.field == "privacy.delta"
+
+
+def test_non_private_is_infinite():
+    ledger = PrivacyLedger(OBSERVERS, DELTA)
+    ledger.record(0, round_events(dp_event.NonPrivateDpEvent(), 2, 10, 3))
+    assert all(math.isinf(e) for e in ledger.epsilon().values())
+    assert ledger.to_dict()["epsilon"] == {o: None for o in OBSERVERS}
+    loaded = PrivacyLedger.from_dict(json.loads(json.dumps(ledger.to_dict())))
+    assert all(math.isinf(e) for e in loaded.epsilon().values())
+    # a budget cannot be met by a non-private round
+    budgeted = PrivacyLedger(OBSERVERS, DELTA, budget={"server": 100.0})
+    with pytest.raises(BudgetExceededError):
+        budgeted.record(0, {o: dp_event.NonPrivateDpEvent() for o in OBSERVERS})
+
+
+def test_json_round_trip(tmp_path):
+    ledger = PrivacyLedger(OBSERVERS, DELTA, budget={"server": 50.0}, conversion="classic")
+    for t in range(3):
+        ledger.record(t, events(z=1.0), f"rng-{t}")
+    ledger.record(3, events(z=2.0, k=2), "rng-3")
+    ledger.record(3, events(z=2.5, k=2), "rng-3")  # the same round with other events: counted twice, kept in the journal
+    data = json.loads(json.dumps(ledger.to_dict()))
+    assert data["delta"] == DELTA and data["observers"] == list(OBSERVERS) and data["budget"] == {"server": 50.0}
+    assert len(data["journal"]) == 5 and len(data["events"]) == 9  # 3 distinct event sets x 3 observers
+    assert [entry["round"] for entry in data["journal"]] == [0, 1, 2, 3, 3]
+    restored = PrivacyLedger.from_dict(data)
+    assert restored.epsilon() == ledger.epsilon()
+    assert data["epsilon"] == ledger.epsilon()
+    assert restored.compositions == 5 and restored.budget == {"server": 50.0}
+    # and after the round trip the journal still makes replays idempotent
+    restored.record(3, events(z=2.5, k=2), "rng-3")
+    assert restored.compositions == 5
+    restored.record(3, events(z=2.0, k=2), "rng-3")
+    assert restored.compositions == 6
+
+    path = tmp_path / "ledger.json"
+    ledger.save(path)
+    assert not (tmp_path / "ledger.json.tmp").exists()
+    loaded = PrivacyLedger.load(path)
+    assert loaded.epsilon() == ledger.epsilon()
+    assert loaded.delta == DELTA and loaded.observers == OBSERVERS
+    loaded.record(4, events())
+    loaded.save(path)
+    assert PrivacyLedger.load(path).compositions == 6
+
+
+def test_other_delta_gives_other_epsilon():
+    a, b = PrivacyLedger(OBSERVERS, 1e-5), PrivacyLedger(OBSERVERS, 1e-3)
+    for ledger in (a, b):
+        ledger.record(0, events())
+    assert a.epsilon()["server"] > b.epsilon()["server"]

@@ -1,0 +1,258 @@
+"""CohortGradients: clipped per-example gradient sums (ghost and vmap), evaluation, parameter flattening."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from dpfl.engine.grads import CohortGradients, memory_per_example
+from dpfl.models import build_model
+
+CLIENTS, BATCH, FEATURES, CLASSES = 3, 5, 4, 3
+
+
+def make_model(kind: str, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    if kind == "logreg":
+        return build_model("logreg", FEATURES, CLASSES)
+    return build_model("mlp", FEATURES, CLASSES, hidden=(6, 5), activation="tanh")
+
+
+def cohort(seed: int = 1, num_params: int = 0, scale: float = 1.0):
+    """Per-client parameters (perturbed copies), inputs, labels and a mask with some padding."""
+    g = torch.Generator().manual_seed(seed)
+    theta = scale * torch.randn(CLIENTS, num_params, generator=g)
+    x = 2.0 * torch.randn(CLIENTS, BATCH, FEATURES, generator=g)
+    y = torch.randint(0, CLASSES, (CLIENTS, BATCH), generator=g)
+    mask = torch.ones(CLIENTS, BATCH)
+    mask[1, 3:] = 0.0  # client 1 has 3 real examples
+    mask[2, 1:] = 0.0  # client 2 has 1
+    return theta, x, y, mask
+
+
+def hand_clipped_sum(model, grads, theta, x, y, mask, clip, norm="l2"):
+    """The definition, one client and one example at a time, with torch.autograd.grad."""
+    out = torch.zeros_like(theta)
+    for c in range(theta.shape[0]):
+        with torch.no_grad():
+            for p, v in zip(model.parameters(), grads.unflatten(theta[c]).values()):
+                p.copy_(v)
+        for j in range(x.shape[1]):
+            if mask[c, j] == 0:
+                continue
+            loss = F.cross_entropy(model(x[c, j : j + 1]), y[c, j : j + 1])
+            g = torch.cat([t.reshape(-1) for t in torch.autograd.grad(loss, list(model.parameters()))])
+            if clip is not None:
+                size = g.norm() if norm == "l2" else g.abs().sum()
+                g = g / max(1.0, float(size) / clip)
+            out[c] += g
+    return out
+
+
+@pytest.mark.parametrize("kind", ["logreg", "mlp"])
+@pytest.mark.parametrize("clip", [None, 0.3, 100.0])
+def test_ghost_and_vmap_agree(kind, clip):
+    model = make_model(kind)
+    ghost, vm = CohortGradients(model, "ghost"), CohortGradients(model, "vmap")
+    theta, x, y, mask = cohort(num_params=ghost.num_params)
+    a = ghost.clipped_sum(theta, x, y, mask, clip)
+    b = vm.clipped_sum(theta, x, y, mask, clip)
+    assert a.shape == (CLIENTS, ghost.num_params)
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["logreg", "mlp"])
+@pytest.mark.parametrize("strategy", ["ghost", "vmap"])
+@pytest.mark.parametrize("clip", [None, 0.3])
+def test_clipped_sum_equals_hand_loop(kind, strategy, clip):
+    model = make_model(kind)
+    grads = CohortGradients(model, strategy)
+    theta, x, y, mask = cohort(num_params=grads.num_params)
+    expected = hand_clipped_sum(make_model(kind), grads, theta, x, y, mask, clip)
+    got = grads.clipped_sum(theta, x, y, mask, clip)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    # the clip really bites in this case: the clipped sum differs from the plain one
+    if clip is not None:
+        plain = grads.clipped_sum(theta, x, y, mask, None)
+        assert (got - plain).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("kind", ["logreg", "mlp"])
+@pytest.mark.parametrize("strategy", ["ghost", "vmap"])
+def test_each_clipped_example_has_norm_at_most_clip(kind, strategy):
+    model = make_model(kind)
+    grads = CohortGradients(model, strategy)
+    theta, x, y, _ = cohort(num_params=grads.num_params, scale=2.0)
+    clip = 0.25
+    raw_norms, clipped_norms = [], []
+    for j in range(BATCH):  # a batch of one example: the sum is that example's clipped gradient
+        xb, yb, mb = x[:, j : j + 1], y[:, j : j + 1], torch.ones(CLIENTS, 1)
+        raw_norms.append(grads.clipped_sum(theta, xb, yb, mb, None).norm(dim=1))
+        clipped_norms.append(grads.clipped_sum(theta, xb, yb, mb, clip).norm(dim=1))
+    raw, clipped = torch.stack(raw_norms), torch.stack(clipped_norms)
+    assert (clipped <= clip * (1 + 1e-5)).all()
+    big = raw > clip
+    assert big.any() and (~big).any()  # both cases occur
+    torch.testing.assert_close(clipped[big], torch.full_like(clipped[big], clip), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(clipped[~big], raw[~big], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("strategy", ["ghost", "vmap"])
+def test_masked_examples_contribute_nothing(strategy):
+    model = make_model("mlp")
+    grads = CohortGradients(model, strategy)
+    theta, x, y, mask = cohort(num_params=grads.num_params)
+    before = grads.clipped_sum(theta, x, y, mask, 0.5)
+    x2, y2 = x.clone(), y.clone()
+    x2[mask == 0] = 100.0
+    y2[mask == 0] = (y2[mask == 0] + 1) % CLASSES
+    after = grads.clipped_sum(theta, x2, y2, mask, 0.5)
+    torch.testing.assert_close(after, before, atol=1e-6, rtol=1e-6)
+    # a client whose mask is all zero gets a zero sum
+    mask0 = mask.clone()
+    mask0[0] = 0.0
+    assert grads.clipped_sum(theta, x, y, mask0, 0.5)[0].abs().max() == 0
+
+
+@pytest.mark.parametrize("strategy", ["ghost", "vmap"])
+def test_example_norms(strategy):
+    model = make_model("mlp")
+    grads = CohortGradients(model, strategy)
+    theta, x, y, mask = cohort(num_params=grads.num_params)
+    norms = grads.example_norms(theta, x, y, mask)
+    assert norms.shape == (CLIENTS, BATCH)
+    expected = torch.zeros(CLIENTS, BATCH)
+    for j in range(BATCH):
+        one = grads.clipped_sum(theta, x[:, j : j + 1], y[:, j : j + 1], torch.ones(CLIENTS, 1), None)
+        expected[:, j] = one.norm(dim=1)
+    torch.testing.assert_close(norms, expected * mask, atol=1e-5, rtol=1e-5)
+    assert (norms[mask == 0] == 0).all()
+    l1 = grads.example_norms(theta, x, y, mask, norm="l1")
+    assert ((l1 >= norms - 1e-6) & (l1 <= norms * grads.num_params**0.5 + 1e-6)).all()
+
+
+@pytest.mark.parametrize("strategy", ["ghost", "vmap"])
+def test_per_client_clip_tensor(strategy):
+    model = make_model("mlp")
+    grads = CohortGradients(model, strategy)
+    theta, x, y, mask = cohort(num_params=grads.num_params)
+    bounds = torch.tensor([0.05, 0.3, 2.0])
+    got = grads.clipped_sum(theta, x, y, mask, bounds)
+    for c in range(CLIENTS):
+        alone = grads.clipped_sum(theta[c : c + 1], x[c : c + 1], y[c : c + 1], mask[c : c + 1], float(bounds[c]))
+        torch.testing.assert_close(got[c], alone[0], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("strategy", ["ghost", "vmap"])
+def test_l1_clipping(strategy):
+    model = make_model("mlp")
+    grads = CohortGradients(model, strategy)
+    theta, x, y, mask = cohort(num_params=grads.num_params, scale=2.0)
+    clip = 0.2
+    for j in range(BATCH):
+        xb, yb, mb = x[:, j : j + 1], y[:, j : j + 1], torch.ones(CLIENTS, 1)
+        g = grads.clipped_sum(theta, xb, yb, mb, clip, norm="l1")
+        assert (g.abs().sum(dim=1) <= clip * (1 + 1e-5)).all()
+    expected = hand_clipped_sum(make_model("mlp"), grads, theta, x, y, mask, clip, norm="l1")
+    torch.testing.assert_close(grads.clipped_sum(theta, x, y, mask, clip, norm="l1"), expected, atol=1e-5, rtol=1e-5)
+    # l1 clipping is stricter than l2 clipping at the same C (||g||_1 >= ||g||_2)
+    l2 = grads.clipped_sum(theta, x, y, mask, clip, norm="l2")
+    assert not torch.allclose(l2, expected, atol=1e-4)
+
+
+def test_bad_arguments():
+    model = make_model("logreg")
+    with pytest.raises(ValueError, match="strategy"):
+        CohortGradients(model, "fast")
+    grads = CohortGradients(model)
+    theta, x, y, mask = cohort(num_params=grads.num_params)
+    with pytest.raises(ValueError, match="norm"):
+        grads.clipped_sum(theta, x, y, mask, 1.0, norm="linf")
+
+
+def test_strategy_defaults():
+    assert CohortGradients(make_model("logreg")).strategy == "ghost"
+    assert CohortGradients(make_model("mlp")).strategy == "ghost"
+
+    class Custom(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(FEATURES, CLASSES)
+            self.scale = nn.Parameter(torch.ones(1))
+
+        def forward(self, x):
+            return self.scale * self.lin(x)
+
+    custom = Custom()
+    assert CohortGradients(custom).strategy == "vmap"
+    with pytest.raises(ValueError, match="ghost"):
+        CohortGradients(custom, "ghost")
+    # a Sequential with a parametrised non-linear module is not a linear stack either
+    with pytest.raises(ValueError, match="ghost"):
+        CohortGradients(nn.Sequential(nn.Linear(FEATURES, 4), nn.LayerNorm(4), nn.Linear(4, CLASSES)), "ghost")
+
+
+def test_vmap_on_custom_model_matches_hand_loop():
+    class Custom(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(FEATURES, CLASSES)
+            self.scale = nn.Parameter(torch.tensor([1.5]))
+
+        def forward(self, x):
+            return self.scale * torch.tanh(self.lin(x))
+
+    torch.manual_seed(0)
+    model = Custom()
+    grads = CohortGradients(model)
+    theta, x, y, mask = cohort(num_params=grads.num_params)
+    expected = hand_clipped_sum(Custom(), grads, theta, x, y, mask, 0.3)
+    torch.testing.assert_close(grads.clipped_sum(theta, x, y, mask, 0.3), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_loss_and_accuracy_hand_made():
+    model = build_model("logreg", 2, 3)
+    grads = CohortGradients(model)
+    # W = [[1, 0], [0, 1], [-1, -1]], b = [0, 0.5, 0]
+    theta = torch.tensor([1.0, 0.0, 0.0, 1.0, -1.0, -1.0, 0.0, 0.5, 0.0])
+    x = torch.tensor([[2.0, 0.0], [0.0, 2.0], [-1.0, -1.0], [1.0, 1.0], [0.0, 0.0]])
+    y = torch.tensor([0, 1, 2, 0, 1])
+    logits = x @ theta[:6].reshape(3, 2).T + theta[6:]
+    expected_loss = float(F.cross_entropy(logits, y))
+    predictions = logits.argmax(-1)
+    assert predictions.tolist() == [0, 1, 2, 1, 1]  # the hand-made case: 4 of 5 right
+    for chunk in (65536, 2, 1):
+        loss, accuracy = grads.loss_and_accuracy(theta, x, y, chunk=chunk)
+        assert loss == pytest.approx(expected_loss, rel=1e-6)
+        assert accuracy == pytest.approx(0.8)
+    # an explicit value: logits of the last example are [0, 0.5, 0] -> loss log(2 + e^0.5) - 0.5
+    loss, accuracy = grads.loss_and_accuracy(theta, x[4:], y[4:])
+    assert loss == pytest.approx(torch.log(torch.tensor(2.0) + torch.exp(torch.tensor(0.5))).item() - 0.5, rel=1e-6)
+    assert accuracy == 1.0
+
+
+def test_initial_params_and_unflatten_round_trip():
+    model = make_model("mlp")
+    grads = CohortGradients(model)
+    flat = grads.initial_params()
+    named = dict(model.named_parameters())
+    assert flat.shape == (grads.num_params,) == (sum(p.numel() for p in model.parameters()),)
+    assert list(grads.unflatten(flat)) == list(named)
+    for name, tensor in grads.unflatten(flat).items():
+        assert torch.equal(tensor, named[name].detach())
+    # a copy, not a view of the model's parameters
+    flat[0] += 1.0
+    assert not torch.equal(grads.unflatten(flat)[grads.names[0]], named[grads.names[0]].detach())
+    # leading dimensions are kept and the round trip is exact
+    stacked = torch.randn(2, 3, grads.num_params)
+    parts = grads.unflatten(stacked)
+    for name, shape in zip(grads.names, grads.shapes):
+        assert parts[name].shape == (2, 3, *shape)
+    assert torch.equal(torch.cat([p.reshape(2, 3, -1) for p in parts.values()], dim=-1), stacked)
+
+
+def test_memory_per_example_positive_and_ghost_smaller():
+    model = build_model("mlp", 100, 10, hidden=(200,))
+    ghost, vm = CohortGradients(model, "ghost"), CohortGradients(model, "vmap")
+    assert 0 < memory_per_example(ghost, 100) < memory_per_example(vm, 100)
+    assert memory_per_example(vm, 100) == 4 * (100 + 2 * vm.num_params)

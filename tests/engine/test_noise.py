@@ -1,0 +1,101 @@
+"""Noise mechanisms: the noise they add matches the event they declare."""
+
+import math
+
+import pytest
+import torch
+from dp_accounting import dp_event
+
+from dpfl.engine.noise import GaussianMechanism, LaplaceMechanism
+from dpfl.errors import ConfigError
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def test_gaussian_std_per_row_and_mean():
+    z = 1.7
+    sensitivity = torch.tensor([0.5, 2.0, 0.01, 3.0])
+    value = torch.arange(4, dtype=torch.float32).unsqueeze(1).expand(4, 100_000).contiguous()
+    noisy, event = GaussianMechanism(z)(value, sensitivity, gen(1))
+    assert event == dp_event.GaussianDpEvent(z)
+    assert noisy.shape == value.shape and noisy.dtype == torch.float32
+    noise = (noisy - value).double()
+    std = noise.std(dim=1)
+    torch.testing.assert_close(std, z * sensitivity.double(), rtol=0.02, atol=0)
+    # mean ~ 0: within 5 standard errors of the sample mean
+    assert (noise.mean(dim=1).abs() < 5 * z * sensitivity.double() / math.sqrt(100_000)).all()
+    # Gaussian tails: about 4.55% of draws beyond 2 std
+    beyond = (noise.abs() > 2 * z * sensitivity.double().unsqueeze(1)).double().mean()
+    assert float(beyond) == pytest.approx(0.0455, abs=0.002)
+
+
+def test_gaussian_is_reproducible_and_rows_independent():
+    value = torch.zeros(3, 1000)
+    sens = torch.ones(3)
+    a, _ = GaussianMechanism(1.0)(value, sens, gen(7))
+    b, _ = GaussianMechanism(1.0)(value, sens, gen(7))
+    c, _ = GaussianMechanism(1.0)(value, sens, gen(8))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert not torch.equal(a[0], a[1])
+    assert abs(float(torch.corrcoef(a[:2])[0, 1])) < 0.15
+
+
+def test_gaussian_float64_value_keeps_dtype():
+    value = torch.zeros(2, 50_000, dtype=torch.float64)
+    noisy, _ = GaussianMechanism(2.0)(value, torch.tensor([1.0, 0.25]), gen(2))
+    assert noisy.dtype == torch.float64
+    torch.testing.assert_close(noisy.std(dim=1), torch.tensor([2.0, 0.5], dtype=torch.float64), rtol=0.02, atol=0)
+
+
+def test_zero_noise_is_identity_and_non_private():
+    mech = GaussianMechanism(0.0)
+    assert not mech.is_private
+    assert mech.event == dp_event.NonPrivateDpEvent()
+    value = torch.randn(3, 10, generator=gen())
+    g = gen(4)
+    state = g.get_state()
+    out, event = mech(value, torch.ones(3), g)
+    assert torch.equal(out, value)
+    assert event == dp_event.NonPrivateDpEvent()
+    assert torch.equal(g.get_state(), state)  # no randomness consumed
+
+
+def test_private_flag_and_event():
+    mech = GaussianMechanism(0.8)
+    assert mech.is_private and mech.event == dp_event.GaussianDpEvent(0.8)
+    with pytest.raises(ConfigError) as err:
+        GaussianMechanism(-1.0)
+    assert err.value.field == "noise_multiplier"
+
+
+def test_laplace_scale():
+    b = 0.7
+    sensitivity = torch.tensor([1.0, 4.0, 0.1])
+    value = torch.full((3, 200_000), 5.0)
+    noisy, event = LaplaceMechanism(b)(value, sensitivity, gen(3))
+    assert event == dp_event.LaplaceDpEvent(b)
+    noise = (noisy - value).double()
+    # Lap(0, beta): E|X| = beta, Var X = 2 beta^2, median 0
+    beta = b * sensitivity.double()
+    torch.testing.assert_close(noise.abs().mean(dim=1), beta, rtol=0.02, atol=0)
+    torch.testing.assert_close(noise.std(dim=1), math.sqrt(2) * beta, rtol=0.02, atol=0)
+    assert (noise.mean(dim=1).abs() < 5 * math.sqrt(2) * beta / math.sqrt(200_000)).all()
+    # P(|X| > beta ln 2) = 1/2 for Laplace (it is 0.52 for a Gaussian with the same E|X|)
+    frac = (noise.abs() > beta.unsqueeze(1) * math.log(2)).double().mean(dim=1)
+    torch.testing.assert_close(frac, torch.full((3,), 0.5, dtype=torch.float64), atol=0.005, rtol=0)
+
+
+def test_laplace_rejects_zero_scale():
+    with pytest.raises(ConfigError) as err:
+        LaplaceMechanism(0.0)
+    assert err.value.field == "scale_multiplier"
+    assert LaplaceMechanism(2.0).is_private
+
+
+def test_laplace_noise_is_always_finite():
+    # generator seed 12 draws an exact 0.0 at position 411302 of the first 2^20 float32 uniforms
+    value = torch.zeros(1, 2**20)
+    noisy, _ = LaplaceMechanism(1.0)(value, torch.ones(1), gen(12))
+    assert torch.isfinite(noisy).all()

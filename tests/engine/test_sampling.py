@@ -1,0 +1,235 @@
+"""RecordSampler and ClientSampler: sizes, uniformity, sensitivities and the privacy events they declare."""
+
+import math
+
+import pytest
+import torch
+from dp_accounting import dp_event
+
+from dpfl.engine.sampling import ClientSampler, RecordSampler
+from dpfl.errors import ConfigError
+
+GAUSS = dp_event.GaussianDpEvent(1.3)
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def selected(indices, mask, row):
+    return indices[row][mask[row] > 0].tolist()
+
+
+def inclusion_counts(sampler, counts, draws, seed=0):
+    """How often each record index of each client is in the minibatch over ``draws`` draws."""
+    g = gen(seed)
+    freq = torch.zeros(counts.shape[0], int(counts.max()))
+    for _ in range(draws):
+        indices, mask = sampler.sample(counts, g)
+        freq.scatter_add_(1, indices, mask)
+    return freq
+
+
+def chi_square(observed, expected):
+    return float(((observed - expected) ** 2 / expected).sum())
+
+
+# -- fixed size ----------------------------------------------------------------------------------------------------
+def test_fixed_equal_counts_exact_sizes_distinct_indices():
+    counts = torch.tensor([20, 20, 20, 20])
+    sampler = RecordSampler(0.3)
+    g = gen()
+    for _ in range(50):
+        indices, mask = sampler.sample(counts, g)
+        assert indices.dtype == torch.long and mask.shape == indices.shape == (4, 6)
+        for row in range(4):
+            chosen = selected(indices, mask, row)
+            assert len(chosen) == 6 == len(set(chosen))
+            assert all(0 <= i < 20 for i in chosen)
+
+
+def test_fixed_unequal_counts_exact_sizes_distinct_valid_indices():
+    counts = torch.tensor([10, 7, 23, 3])
+    sampler = RecordSampler(0.5)
+    expected = [5, 3, 11, 1]  # floor(0.5 n_i)
+    assert sampler.batch_sizes(counts).tolist() == expected
+    g = gen()
+    for _ in range(50):
+        indices, mask = sampler.sample(counts, g)
+        assert mask.sum(1).tolist() == expected
+        for row, n in enumerate(counts.tolist()):
+            chosen = selected(indices, mask, row)
+            assert len(set(chosen)) == len(chosen)
+            assert all(0 <= i < n for i in chosen), (row, chosen)
+
+
+def test_fixed_batch_sizes_floor_and_at_least_one():
+    sampler = RecordSampler(0.29)
+    assert sampler.batch_sizes(torch.tensor([100, 10, 1, 3])).tolist() == [29, 2, 1, 1]
+    assert RecordSampler(1.0).batch_sizes(torch.tensor([5, 9])).tolist() == [5, 9]
+
+
+def test_fixed_inclusion_is_uniform_equal_counts():
+    counts = torch.tensor([12, 12, 12])
+    sampler = RecordSampler(0.25)  # 3 of 12
+    draws = 2000
+    freq = inclusion_counts(sampler, counts, draws)
+    assert freq.sum(1).tolist() == [3.0 * draws] * 3
+    expected = draws * 3 / 12
+    for row in range(3):
+        # chi-square with 11 degrees of freedom (inclusions are negatively correlated, so this is conservative);
+        # the 99.9% quantile is 31.3
+        assert chi_square(freq[row], torch.full((12,), expected)) < 31.3
+
+
+def test_fixed_inclusion_is_uniform_unequal_counts():
+    counts = torch.tensor([40, 20])
+    sampler = RecordSampler(0.5)  # 20 of 40, 10 of 20
+    draws = 1000
+    freq = inclusion_counts(sampler, counts, draws)
+    assert chi_square(freq[0], torch.full((40,), draws * 0.5)) < 73.4  # 99.9% quantile, 39 dof
+    assert freq[1, 20:].sum() == 0
+    assert chi_square(freq[1, :20], torch.full((20,), draws * 0.5)) < 43.8  # 99.9% quantile, 19 dof
+
+
+def test_fixed_full_rate_takes_every_record():
+    counts = torch.tensor([6, 6])
+    indices, mask = RecordSampler(1.0).sample(counts, gen())
+    assert mask.sum().item() == 12
+    for row in range(2):
+        assert sorted(selected(indices, mask, row)) == list(range(6))
+
+
+def test_same_generator_state_same_sample():
+    counts = torch.tensor([30, 30, 30])
+    a = RecordSampler(0.2).sample(counts, gen(5))
+    b = RecordSampler(0.2).sample(counts, gen(5))
+    c = RecordSampler(0.2).sample(counts, gen(6))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[0], c[0])
+
+
+# -- Poisson -------------------------------------------------------------------------------------------------------
+def test_poisson_sizes_binomial_mean_and_variance():
+    n, q, clients = 50, 0.2, 4000
+    counts = torch.full((clients,), n)
+    indices, mask = RecordSampler(q, "poisson").sample(counts, gen(3))
+    sizes = mask.sum(1).double()
+    mean, var = float(sizes.mean()), float(sizes.var())
+    assert mean == pytest.approx(q * n, abs=4 * math.sqrt(n * q * (1 - q) / clients))  # 10 +- 0.18
+    assert var == pytest.approx(n * q * (1 - q), rel=0.1)  # 8 (a fixed-size sampler would give 0)
+    assert indices.shape[1] == int(sizes.max())
+    for row in range(20):
+        chosen = selected(indices, mask, row)
+        assert len(set(chosen)) == len(chosen) and all(0 <= i < n for i in chosen)
+
+
+def test_poisson_expected_batch_size_is_q_n():
+    sampler = RecordSampler(0.1, "poisson")
+    torch.testing.assert_close(sampler.batch_sizes(torch.tensor([10, 35])), torch.tensor([1.0, 3.5], dtype=torch.float64))
+    torch.testing.assert_close(sampler.divisor(torch.tensor([10, 35])), torch.tensor([1.0, 3.5], dtype=torch.float64))
+
+
+def test_poisson_inclusion_is_uniform():
+    counts = torch.full((8,), 40)
+    q, draws = 0.3, 1500
+    freq = inclusion_counts(RecordSampler(q, "poisson"), counts, draws).sum(0)  # pooled over the 8 clients
+    total = 8 * draws
+    # each record is in the batch with probability q, independently: binomial(total, q) per index
+    z = (freq - total * q) / math.sqrt(total * q * (1 - q))
+    assert z.abs().max() < 4.0, z
+
+
+# -- sensitivity and events ----------------------------------------------------------------------------------------
+def test_mean_sensitivity():
+    counts = torch.tensor([10, 7, 23])
+    fixed = RecordSampler(0.3).mean_sensitivity(1.5, counts)
+    torch.testing.assert_close(fixed, torch.tensor([2 * 1.5 / 3, 2 * 1.5 / 2, 2 * 1.5 / 6], dtype=torch.float64))
+    poisson = RecordSampler(0.3, "poisson").mean_sensitivity(1.5, counts)
+    torch.testing.assert_close(poisson, 1.5 / (0.3 * counts.double()))
+
+
+def test_fixed_event_uses_worst_case_client():
+    counts = torch.tensor([23, 10, 7])  # ratios 6/23 = .26, 3/10 = .3 (worst), 2/7 = .29
+    event = RecordSampler(0.3).event(GAUSS, counts)
+    assert event == dp_event.SampledWithoutReplacementDpEvent(10, 3, GAUSS)
+    counts = torch.tensor([4, 100])  # floor(0.3 * 4) = 1: ratio .25 < 30/100
+    assert RecordSampler(0.3).event(GAUSS, counts) == dp_event.SampledWithoutReplacementDpEvent(100, 30, GAUSS)
+    # a client of 2 records still samples 1 of them (ratio 0.5): it is the worst case
+    counts = torch.tensor([100, 2])
+    assert RecordSampler(0.3).event(GAUSS, counts) == dp_event.SampledWithoutReplacementDpEvent(2, 1, GAUSS)
+
+
+def test_full_batch_event_is_the_noise_event():
+    assert RecordSampler(1.0).event(GAUSS, torch.tensor([5, 8])) == GAUSS
+
+
+def test_poisson_event():
+    assert RecordSampler(0.2, "poisson").event(GAUSS, torch.tensor([5, 8])) == dp_event.PoissonSampledDpEvent(0.2, GAUSS)
+
+
+@pytest.mark.parametrize("scheme", ["fixed", "poisson"])
+def test_non_private_noise_passes_through(scheme):
+    for event in (dp_event.NonPrivateDpEvent(), dp_event.NoOpDpEvent()):
+        assert RecordSampler(0.2, scheme).event(event, torch.tensor([10])) == event
+
+
+def test_record_sampler_bad_arguments():
+    for rate in (0.0, -0.1, 1.5, float("nan")):
+        with pytest.raises(ConfigError) as err:
+            RecordSampler(rate)
+        assert err.value.field == "algorithm.sample_rate"
+    with pytest.raises(ConfigError) as err:
+        RecordSampler(0.2, "shuffle")
+    assert err.value.field == "algorithm.record_sampling"
+
+
+# -- clients -------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("m, rate, size", [(10, 0.3, 3), (100, 0.29, 29), (10, 0.7, 7), (7, 0.5, 3), (5, 1.0, 5)])
+def test_cohort_size_is_floor(m, rate, size):
+    sampler = ClientSampler(m, rate)
+    assert sampler.cohort_size == size
+    cohort = sampler.sample(gen())
+    assert cohort.numel() == size
+    assert cohort.tolist() == sorted(set(cohort.tolist()))
+    assert all(0 <= i < m for i in cohort.tolist())
+
+
+def test_client_inclusion_is_uniform():
+    m, rate, draws = 10, 0.3, 3000
+    sampler, g = ClientSampler(m, rate), gen(1)
+    freq = torch.zeros(m)
+    for _ in range(draws):
+        freq[sampler.sample(g)] += 1
+    assert freq.sum() == 3 * draws
+    assert chi_square(freq, torch.full((m,), draws * 0.3)) < 27.9  # 99.9% quantile, 9 dof
+
+
+def test_poisson_client_sampling():
+    m, rate, draws = 20, 0.25, 2000
+    sampler, g = ClientSampler(m, rate, "poisson"), gen(2)
+    sizes, freq = [], torch.zeros(m)
+    for _ in range(draws):
+        cohort = sampler.sample(g)
+        assert cohort.tolist() == sorted(set(cohort.tolist()))
+        sizes.append(cohort.numel())
+        freq[cohort] += 1
+    sizes = torch.tensor(sizes, dtype=torch.float64)
+    assert float(sizes.mean()) == pytest.approx(m * rate, abs=0.15)
+    assert float(sizes.var()) == pytest.approx(m * rate * (1 - rate), rel=0.15)
+    z = (freq - draws * rate) / math.sqrt(draws * rate * (1 - rate))
+    assert z.abs().max() < 4.0
+
+
+def test_client_sampler_bad_arguments():
+    for rate in (0.0, 1.01, -1):
+        with pytest.raises(ConfigError) as err:
+            ClientSampler(10, rate)
+        assert err.value.field == "algorithm.client_rate"
+    with pytest.raises(ConfigError, match="algorithm.client_rate") as err:
+        ClientSampler(10, 0.05)  # floor(0.5) = 0 clients per round
+    assert err.value.field == "algorithm.client_rate"
+    ClientSampler(10, 0.05, "poisson")  # Poisson may draw an empty cohort: allowed
+    with pytest.raises(ConfigError) as err:
+        ClientSampler(10, 0.5, "random")
+    assert err.value.field == "algorithm.client_sampling"
