@@ -33,8 +33,10 @@ def _uniform_subsets(counts: torch.Tensor, sizes: torch.Tensor, width: int, gene
     keys = torch.rand(rows, max_count, generator=generator)
     keys.masked_fill_(torch.arange(max_count).unsqueeze(0) >= counts.unsqueeze(1), float("inf"))
     width = max(width, 1)
-    # sorted: the first sizes[i] columns must be the sizes[i] smallest keys (a uniform subset of real records)
-    indices = torch.topk(keys, width, dim=1, largest=False, sorted=True).indices
+    # When some row keeps fewer than `width` indices, its first sizes[i] columns must be its sizes[i] smallest keys
+    # (a uniform subset of real records): sort. When every row keeps all `width`, any order will do (faster).
+    ragged = bool((sizes != width).any())
+    indices = torch.topk(keys, width, dim=1, largest=False, sorted=ragged).indices
     mask = (torch.arange(width).unsqueeze(0) < sizes.unsqueeze(1)).to(torch.float32)
     return indices, mask
 
