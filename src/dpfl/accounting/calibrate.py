@@ -137,6 +137,45 @@ def epsilon_for_schedule(
     return account(dp_event.ComposedDpEvent(events), delta, accountant, conversion, neighboring)
 
 
+def solve_noise(epsilon_of: Callable[[float], float], target_epsilon: float, *, initial_noise: float = 1.0,
+                rtol: float = 1e-4) -> float:
+    """The smallest noise z (to relative precision ``rtol``) with ``epsilon_of(z) <= target_epsilon``, for any
+    accountant given as a function decreasing in z: the bracket search and Illinois bisection of ``calibrate_noise``
+    at one level. Serves the accountants that are not DpEvents (last iterate, shuffle)."""
+    target_epsilon = check_range("target_epsilon", target_epsilon, 0, low_open=True)
+    initial_noise = check_range("initial_noise", initial_noise, 0, low_open=True)
+    rtol = check_range("rtol", rtol, 0, 0.1, low_open=True)
+    gap = _memoize(lambda log_noise: _log_ratio(epsilon_of(math.exp(log_noise)), target_epsilon))
+    center = math.log(initial_noise)
+    lo, hi = _bracket(gap, center, math.log(2), center, target_epsilon)
+    return math.exp(_bisect(gap, lo, hi, math.log1p(rtol))[1])
+
+
+def last_iterate_sigma(target_epsilon: float, delta: float, n: int, batch_size: int, lipschitz: float, radius: float,
+                       lr: float, *, nonconvex: bool = False, random_stop: bool = False,
+                       smoothness: float | None = None, rtol: float = 1e-4) -> float:
+    """The smallest constant noise multiplier sigma for which releasing only the last iterate of seed 003's
+    Algorithm 1 (T = n // batch_size disjoint batches, step size ``lr``) is (target_epsilon, delta)-DP (Thm 2)."""
+    from dpfl.accounting import last_iterate
+
+    def epsilon_of(sigma: float) -> float:
+        return last_iterate.epsilon(delta, lr, sigma, n, batch_size, lipschitz, radius, nonconvex=nonconvex,
+                                    random_stop=random_stop, smoothness=smoothness)
+
+    return solve_noise(epsilon_of, target_epsilon, rtol=rtol)
+
+
+def shuffle_local_epsilon(target_epsilon: float, n: int, delta: float, delta0: float = 0.0, *,
+                          rtol: float = 1e-4) -> float:
+    """The largest local epsilon0 whose n shuffled reports are (target_epsilon, delta)-DP (FMT21, numerical bound).
+
+    The shuffled epsilon grows with epsilon0, so 1 / epsilon0 plays the role of the noise in ``solve_noise``.
+    """
+    from dpfl.accounting.shuffle import shuffle_epsilon
+
+    return 1.0 / solve_noise(lambda u: shuffle_epsilon(1.0 / u, n, delta, delta0), target_epsilon, rtol=rtol)
+
+
 def _levels(accountant: str) -> list[dict]:
     """Keyword options of ``account`` from the coarsest level to the exact one (``{}``)."""
     if accountant == "pld":
