@@ -4,7 +4,6 @@ import math
 
 import pytest
 from dp_accounting import dp_event
-from dp_accounting.privacy_accountant import UnsupportedEventError
 
 from dpfl.accounting.conversion import rdp_to_epsilon
 from dpfl.accounting.dp_scaffold import dp_scaffold_round_events

@@ -71,7 +71,7 @@ def calibrate_noise(
 
     center = math.log(initial_noise)
     tol = math.log1p(rtol)
-    start, step = center, math.log(2)
+    start, step, slope = center, math.log(2), -1.0
     for level, options in enumerate(_levels(accountant)):
 
         def gap(log_noise: float, options=options) -> float:

@@ -18,7 +18,7 @@ import torch
 from dp_accounting import dp_event
 
 from dpfl.accounting.ledger import PrivacyLedger
-from dpfl.accounting.observers import OBSERVERS, round_events
+from dpfl.accounting.observers import round_events
 from dpfl.algorithms.local_sgd import CohortData, LocalSGD
 from dpfl.engine.grads import CohortGradients, memory_per_example
 from dpfl.engine.sampling import ClientSampler
@@ -185,4 +185,4 @@ def _progress(total: int, done: int, enabled: bool):
     return tqdm(total=total, initial=done, unit="round", dynamic_ncols=True)
 
 
-__all__ = ["Simulation", "RoundMetrics", "OBSERVERS"]
+__all__ = ["Simulation", "RoundMetrics"]
