@@ -17,6 +17,10 @@ class BudgetExceededError(DpflError):
     """The next step would spend more privacy than the configured budget."""
 
 
+class TrainingDivergedError(DpflError):
+    """The model's parameters stopped being finite (a learning rate too large for the noise, usually)."""
+
+
 def check_range(field: str, value, low=None, high=None, *, low_open=False, high_open=False, integer=False):
     """Validates a scalar parameter and returns it; raises ConfigError naming the field and the allowed range."""
     kind = "an integer" if integer else "a number"

@@ -76,6 +76,7 @@ def test_set_overrides_and_resume_continue_without_forgetting_privacy(config, tm
     ("algorithm.lr=-1", "algorithm.lr = -1"),
     ("privacy.delta=2", "privacy.delta = 2"),
     ("data.num_clients='many'", "data.num_clients"),
+    ("data.samples_per_client=2", "data.test_fraction"),
 ])
 def test_bad_config_names_the_key_and_exits_2(config, tmp_path, capsys, override, message):
     code = main(["run", str(config), "--out", str(tmp_path / "bad"), "--no-progress", "--set", override])

@@ -1,6 +1,7 @@
 """The round loop end to end: reproducibility, checkpoints and resume, the ledger, budgets, learning."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -232,3 +233,21 @@ def test_dp_scaffold_warm_learns(data):
     assert history[-1].test_accuracy > initial_accuracy + 0.3
     assert history[-1].train_loss < history[3].train_loss
     assert history[-1].epsilon[THIRD_PARTY] < history[-1].epsilon[SERVER] < float("inf")
+
+
+def test_mlp_rounds_leave_no_autograd_graph_and_divergence_stops_the_run():
+    ds = build_dataset("synthetic", num_clients=4, samples_per_client=50, seed=0)
+    torch.manual_seed(0)
+    grads = CohortGradients(build_model("mlp", ds.num_features, ds.num_classes, hidden=(16,)))
+    calm = build_local_sgd("dp-fedavg", local_steps=3, lr=0.5, sampler=RecordSampler(0.5), client_rate=1.0,
+                           clip=1.0, noise_multiplier=0.5)
+    sim = Simulation(ds.train, ds.test, grads, calm, ClientSampler(4, 1.0), PrivacyLedger(OBSERVERS, 1e-3))
+    sim.run(2)
+    assert not sim.state.x.requires_grad  # the ghost path's hidden activations must not leak their graph
+    wild = build_local_sgd("dp-fedavg", local_steps=3, lr=1e30, sampler=RecordSampler(0.5), client_rate=1.0,
+                           clip=1.0, noise_multiplier=0.5)
+    sim = Simulation(ds.train, ds.test, grads, wild, ClientSampler(4, 1.0), PrivacyLedger(OBSERVERS, 1e-3))
+    history = sim.run(5)
+    assert "diverged" in sim.stopped_reason and "algorithm.lr" in sim.stopped_reason
+    assert all(math.isfinite(m.train_loss) for m in history)
+    assert sim.ledger.compositions == sim.next_round  # the diverged round's privacy is still counted

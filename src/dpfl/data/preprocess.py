@@ -49,7 +49,7 @@ def standardize(
 
 def unit_norm(x: np.ndarray) -> np.ndarray:
     """Scales each record (first axis) to unit L2 norm over all its features; all-zero records stay zero."""
-    norms = np.sqrt(np.sum(x.reshape(len(x), -1) ** 2, axis=1)).reshape((len(x),) + (1,) * (x.ndim - 1))
+    norms = np.sqrt(np.sum(np.square(x), axis=tuple(range(1, x.ndim)), keepdims=True))
     return x / np.where(norms > 0, norms, 1.0)
 
 

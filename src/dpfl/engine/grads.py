@@ -126,7 +126,7 @@ class CohortGradients:
                 h = module(h)
         losses = F.cross_entropy(h, y, reduction="none")  # [clients, batch]
         deltas = torch.autograd.grad((losses * mask).sum(), pre_activations)
-        return inputs, deltas
+        return [h.detach() for h in inputs], deltas  # hidden inputs carry the graph: the result must not
 
     def _ghost_sq_norms(self, inputs, deltas) -> torch.Tensor:
         """||grad||^2 = sum over linear layers of ||delta||^2 (||h||^2 + 1 if the layer has a bias)."""

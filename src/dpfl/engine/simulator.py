@@ -10,6 +10,7 @@ update -> evaluate -> checkpoint.
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from dpfl.accounting.observers import round_events
 from dpfl.algorithms.local_sgd import CohortData, LocalSGD
 from dpfl.engine.grads import CohortGradients, memory_per_example
 from dpfl.engine.sampling import ClientSampler
-from dpfl.errors import BudgetExceededError, DpflError
+from dpfl.errors import BudgetExceededError, DpflError, TrainingDivergedError
 
 
 @dataclass
@@ -106,11 +107,15 @@ class Simulation:
             self.algorithm.server_update(self.state, cohort, torch.cat(dys),
                                          torch.cat(dcs) if self.algorithm.control_variates else None)
         self.next_round = t + 1
+        if not bool(torch.isfinite(self.state.x).all()):
+            raise TrainingDivergedError(
+                f"round {t}: the global model has non-finite parameters (diverged); lower algorithm.lr or "
+                f"algorithm.global_lr, or raise the batch size (noise std is noise_multiplier * 2C / batch)")
 
     def evaluate(self) -> RoundMetrics:
         x = self.state.x
         loss, _ = self.grads.loss_and_accuracy(x, *self._train_flat)
-        loss += 0.5 * self.algorithm.weight_decay * float(x.square().sum())
+        loss += 0.5 * self.algorithm.weight_decay * float(x.double().square().sum())
         _, accuracy = self.grads.loss_and_accuracy(x, *self._test_flat)
         eps = {o: (None if e == float("inf") else e) for o, e in self.ledger.epsilon().items()}
         return RoundMetrics(self.next_round, loss, accuracy, eps)
@@ -123,11 +128,15 @@ class Simulation:
         while self.next_round < rounds:
             try:
                 self.step()
-            except BudgetExceededError as err:
+            except (BudgetExceededError, TrainingDivergedError) as err:
                 self.stopped_reason = str(err)
                 break
             if self.next_round % self.eval_every == 0 or self.next_round == rounds:
                 metrics = self.evaluate()
+                if not math.isfinite(metrics.train_loss):
+                    self.stopped_reason = (f"round {self.next_round - 1}: the train loss is not finite (diverged); "
+                                           "lower algorithm.lr or algorithm.global_lr, or raise the batch size")
+                    break
                 self.history.append(metrics)
                 if bar is not None:
                     bar.set_postfix(acc=f"{metrics.test_accuracy:.3f}",

@@ -34,6 +34,10 @@ def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
         partition_param=data_cfg["partition_param"], seed=data_cfg["seed"], test_fraction=data_cfg["test_fraction"],
         standardize=data_cfg["standardize"],
     )
+    if int(dataset.test.counts.sum()) == 0:
+        raise ConfigError("data.test_fraction", data_cfg["test_fraction"],
+                          f"a fraction that leaves test records ({dataset.train.counts.min().item()} training records "
+                          "per client and none for testing); raise data.samples_per_client or data.test_fraction")
     torch.manual_seed(run_cfg["seed"])  # model initialisation
     model = build_model(model_cfg["name"], dataset.num_features, dataset.num_classes, model_cfg["hidden"],
                         model_cfg["activation"])
