@@ -108,3 +108,14 @@ def test_dp_scaffold_round_events_are_round_events():
     ev = dp_scaffold_round_events(100, 4000, 0.2, 0.2, 50, 60.0)
     expected = round_events(wor(4000, 800, G(60.0)), 50, 100, 20)
     assert ev == {THIRD_PARTY: expected[THIRD_PARTY], SERVER: expected[SERVER]}
+
+
+def test_unequal_client_sensitivities_shrink_the_noise_credit():
+    """A record of the client with the largest sensitivity Delta_max gets noise z sqrt(Delta_max^2 + sum others^2):
+    with others' Delta at ratio r of it, the credited multiplier is z sqrt(1 + (n-1) r^2), not z sqrt(n)."""
+    step = G(2.0)
+    equal = round_events(step, 1, 10, 5, sensitivity_ratio=1.0)
+    skewed = round_events(step, 1, 10, 5, sensitivity_ratio=0.5)
+    assert equal[OTHER_SILO] == dp_event.SelfComposedDpEvent(G(2.0 * math.sqrt(5)), 1)
+    assert skewed[OTHER_SILO] == dp_event.SelfComposedDpEvent(G(2.0 * math.sqrt(1 + 4 * 0.25)), 1)
+    assert epsilon(skewed[THIRD_PARTY]) > epsilon(equal[THIRD_PARTY])

@@ -251,3 +251,22 @@ def test_mlp_rounds_leave_no_autograd_graph_and_divergence_stops_the_run():
     assert "diverged" in sim.stopped_reason and "algorithm.lr" in sim.stopped_reason
     assert all(math.isfinite(m.train_loss) for m in history)
     assert sim.ledger.compositions == sim.next_round  # the diverged round's privacy is still counted
+
+
+def test_unequal_clients_get_only_the_noise_credit_their_sensitivities_allow():
+    import numpy as np
+
+    from dpfl.accounting.observers import OTHER_SILO
+    from dpfl.data.federated import ClientArrays
+
+    rng = np.random.default_rng(0)
+    sizes = [40, 20, 10, 20]  # batches at s = 0.5: 20, 10, 5, 10 -> sensitivity ratio 5 / 20
+    train = ClientArrays.from_lists([rng.normal(size=(n, 3)).astype("float32") for n in sizes],
+                                    [rng.integers(0, 2, n) for n in sizes])
+    grads = CohortGradients(build_model("logreg", 3, 2))
+    algorithm = build_local_sgd("dp-fedavg", local_steps=2, lr=0.5, sampler=RecordSampler(0.5), client_rate=0.5,
+                                clip=1.0, noise_multiplier=3.0)
+    sim = Simulation(train, train, grads, algorithm, ClientSampler(4, 0.5), PrivacyLedger(OBSERVERS, 1e-3))
+    aggregate = sim.round_privacy()[OTHER_SILO]  # SelfComposed(SampledWOR(n, b, Gaussian(z * credit)), K)
+    credit = aggregate.event.event.noise_multiplier / 3.0
+    assert credit == pytest.approx(math.sqrt(1 + 1 * 0.25**2))  # cohort of 2, ratio 1/4

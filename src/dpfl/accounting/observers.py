@@ -60,6 +60,7 @@ def round_events(
     cohort_size: int,
     boundary: str = "plain",
     client_sampling: str = "fixed",
+    sensitivity_ratio: float = 1.0,
 ) -> dict[str, dp_event.DpEvent]:
     """Events of one round for every observer, given one local step's event of one client.
 
@@ -74,6 +75,10 @@ def round_events(
         is post-processing of the record owner's message alone, valid whatever the cohort) and, conservatively, no
         amplification by user sampling either: Poisson sampling around a K-fold composition needs the general Poisson
         bound of Zhu & Wang 2019, which is not implemented yet.
+      sensitivity_ratio: min_j Delta_j / max_j Delta_j over the clients' per-step sensitivities (1 when all clients
+        have the same batch size). Client j's noise has std z Delta_j, so for a record of the client with the largest
+        Delta the cohort's summed noise is z sqrt(Delta_max^2 + sum_{j != i} Delta_j^2) >= z Delta_max
+        sqrt(1 + (n - 1) ratio^2): the noise multiplier credited for the sum of n clients' shares.
     """
     if boundary not in BOUNDARIES:
         raise ValueError(f"boundary = {boundary!r} is not allowed: expected one of {BOUNDARIES}")
@@ -83,7 +88,8 @@ def round_events(
     if client_sampling == "poisson":
         aggregate = third_party = individual
     else:
-        aggregate = dp_event.SelfComposedDpEvent(scale_noise(step_event, math.sqrt(cohort_size)), local_steps)
+        credit = math.sqrt(1 + (cohort_size - 1) * sensitivity_ratio**2)
+        aggregate = dp_event.SelfComposedDpEvent(scale_noise(step_event, credit), local_steps)
         third_party = aggregate
         if cohort_size < num_clients:
             third_party = dp_event.SampledWithoutReplacementDpEvent(num_clients, cohort_size, aggregate)

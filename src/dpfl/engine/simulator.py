@@ -68,9 +68,12 @@ class Simulation:
     # -- privacy ------------------------------------------------------------------------------------------------
     def round_privacy(self) -> dict[str, dp_event.DpEvent]:
         """Each observer's event of one round, from the algorithm's noise and the samplers' real sampling."""
-        step = self.algorithm.sampler.event(self.algorithm.step_noise_event, self.train.counts)
+        sampler = self.algorithm.sampler
+        step = sampler.event(self.algorithm.step_noise_event, self.train.counts)
+        divisors = sampler.divisor(self.train.counts)  # sensitivity_j is proportional to 1 / divisor_j
+        ratio = float(divisors.min() / divisors.max())
         return round_events(step, self.algorithm.local_steps, self.clients.num_clients, self.clients.cohort_size,
-                            self.boundary, self.clients.scheme)
+                            self.boundary, self.clients.scheme, sensitivity_ratio=ratio)
 
     # -- one round ----------------------------------------------------------------------------------------------
     def _chunk_size(self, cohort_size: int) -> int:
