@@ -108,6 +108,8 @@ def results_of(sim: Simulation, config: dict) -> dict:
             "delta": sim.ledger.delta,
             "observers": list(sim.ledger.observers),
             "unit": "one record (record-level DP)",
+            "not_covered": "the reported metrics (train loss on all training records, test accuracy) are computed "
+                           "without noise for research evaluation; epsilon covers the models and messages only",
             "events_per_round": {o: str(e) for o, e in sim.round_privacy().items()},
         },
         "wall_seconds": getattr(sim, "wall_seconds", math.nan),
