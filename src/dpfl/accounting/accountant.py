@@ -5,7 +5,7 @@
   replacement nor dpfl's own events. An unsupported event is an error that suggests ``accountant="rdp"``; dpfl never
   switches accountant behind the caller's back.
 * ``rdp``: the Renyi-DP curve of ``dpfl.accounting.rdp`` (Mironov 2017) over its ``DEFAULT_ORDERS``, converted to
-  (epsilon, delta) with ``conversion`` = ``classic`` (Mironov 2017, Prop. 3) or ``modern`` (Balle et al. 2020), see
+  (epsilon, delta) with ``conversion`` = ``classic`` (Mironov 2017, Prop. 3) or ``modern`` (Canonne, Kamath, Steinke 2020; Balle et al. 2020), see
   ``dpfl.accounting.conversion``. Supports every event dpfl emits.
 
 Neighbouring relation: ``add_remove`` (add or remove one record; dp_accounting's default) or ``replace_one`` (replace

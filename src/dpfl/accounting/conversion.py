@@ -4,7 +4,8 @@ Two conversions of an RDP curve eps(a) (Mironov 2017) into an (epsilon, delta)-D
 
 * ``classic``: Mironov 2017, Prop. 3:  epsilon = min_a  eps(a) + log(1/delta) / (a - 1).
   The DP-SCAFFOLD paper (seed 000, App. B) and the joint-noise paper (seed 002, Table 1) report numbers with it.
-* ``modern``: Balle et al. 2020 (arXiv:2004.00010, Prop. 12) / Asoodeh et al. 2021 (Eq. 20),
+* ``modern``: Canonne, Kamath, Steinke 2020 (arXiv:2004.00010, Prop. 12; cf. Balle et al. 2020,
+  arXiv:1905.09982) / Asoodeh et al. 2021 (Eq. 20),
   epsilon = min_a  eps(a) + log(1 - 1/a) - (log delta + log a) / (a - 1), as computed by
   ``dp_accounting.rdp.rdp_privacy_accountant.compute_epsilon``. Tighter, so it does not reproduce those papers.
 
