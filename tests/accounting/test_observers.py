@@ -50,20 +50,24 @@ def test_fixed_cohort_round_events():
     aggregate = dp_event.SelfComposedDpEvent(wor(4000, 800, G(60.0 * math.sqrt(20))), 50)
     assert ev[THIRD_PARTY] == wor(100, 20, aggregate)
     assert ev[SERVER] == dp_event.SelfComposedDpEvent(step, 50)
-    assert ev[OTHER_SILO] == aggregate
+    assert ev[OTHER_SILO] == dp_event.SelfComposedDpEvent(wor(4000, 800, G(60.0 * math.sqrt(19))), 50)
     assert set(ev) == set(OBSERVERS)
 
 
 def test_whole_population_cohort_has_no_user_sampling():
     step = wor(50, 10, G(1.0))
     ev = round_events(step, 3, 8, 8)
-    assert ev[THIRD_PARTY] == dp_event.SelfComposedDpEvent(wor(50, 10, G(math.sqrt(8))), 3) == ev[OTHER_SILO]
+    assert ev[THIRD_PARTY] == dp_event.SelfComposedDpEvent(wor(50, 10, G(math.sqrt(8))), 3)
+    # another silo subtracts its own share: the owner's noise and 6 others'
+    assert ev[OTHER_SILO] == dp_event.SelfComposedDpEvent(wor(50, 10, G(math.sqrt(7))), 3)
 
 
 def test_secagg_server_sees_the_aggregate():
     step = wor(100, 20, G(1.0))
     plain, secagg = round_events(step, 4, 30, 6), round_events(step, 4, 30, 6, "secagg")
-    assert secagg[SERVER] == secagg[OTHER_SILO] == plain[OTHER_SILO]
+    assert secagg[SERVER] == dp_event.SelfComposedDpEvent(wor(100, 20, G(math.sqrt(6))), 4)
+    assert secagg[OTHER_SILO] == plain[OTHER_SILO] == dp_event.SelfComposedDpEvent(wor(100, 20, G(math.sqrt(5))), 4)
+    assert epsilon(secagg[SERVER]) < epsilon(secagg[OTHER_SILO])  # a silo can remove its own share, the server not
     assert secagg[THIRD_PARTY] == plain[THIRD_PARTY]
     assert secagg[SERVER] != plain[SERVER]
     assert epsilon(secagg[SERVER]) < epsilon(plain[SERVER])
@@ -116,6 +120,6 @@ def test_unequal_client_sensitivities_shrink_the_noise_credit():
     step = G(2.0)
     equal = round_events(step, 1, 10, 5, sensitivity_ratio=1.0)
     skewed = round_events(step, 1, 10, 5, sensitivity_ratio=0.5)
-    assert equal[OTHER_SILO] == dp_event.SelfComposedDpEvent(G(2.0 * math.sqrt(5)), 1)
-    assert skewed[OTHER_SILO] == dp_event.SelfComposedDpEvent(G(2.0 * math.sqrt(1 + 4 * 0.25)), 1)
+    assert equal[OTHER_SILO] == dp_event.SelfComposedDpEvent(G(2.0 * math.sqrt(4)), 1)  # minus the observer
+    assert skewed[OTHER_SILO] == dp_event.SelfComposedDpEvent(G(2.0 * math.sqrt(1 + 3 * 0.25)), 1)
     assert epsilon(skewed[THIRD_PARTY]) > epsilon(equal[THIRD_PARTY])

@@ -256,7 +256,6 @@ def test_mlp_rounds_leave_no_autograd_graph_and_divergence_stops_the_run():
 def test_unequal_clients_get_only_the_noise_credit_their_sensitivities_allow():
     import numpy as np
 
-    from dpfl.accounting.observers import OTHER_SILO
     from dpfl.data.federated import ClientArrays
 
     rng = np.random.default_rng(0)
@@ -267,6 +266,6 @@ def test_unequal_clients_get_only_the_noise_credit_their_sensitivities_allow():
     algorithm = build_local_sgd("dp-fedavg", local_steps=2, lr=0.5, sampler=RecordSampler(0.5), client_rate=0.5,
                                 clip=1.0, noise_multiplier=3.0)
     sim = Simulation(train, train, grads, algorithm, ClientSampler(4, 0.5), PrivacyLedger(OBSERVERS, 1e-3))
-    aggregate = sim.round_privacy()[OTHER_SILO]  # SelfComposed(SampledWOR(n, b, Gaussian(z * credit)), K)
+    aggregate = sim.round_privacy()[THIRD_PARTY].event  # SelfComposed(SampledWOR(n, b, Gaussian(z * credit)), K)
     credit = aggregate.event.event.noise_multiplier / 3.0
     assert credit == pytest.approx(math.sqrt(1 + 1 * 0.25**2))  # cohort of 2, ratio 1/4

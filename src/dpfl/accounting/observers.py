@@ -9,8 +9,10 @@ A record lives on one client. One local step of that client releases a noisy sta
   Gaussian with sqrt(n) times the noise multiplier, seed 002 Thm 4.7; seed 000 App. B uses sigma_g sqrt(lM)) and the
   record's user is in the cohort with probability l = cohort/population (fixed-size sampling without replacement,
   amplified with Wang et al. 2019, seed 000 App. B).
-* ``other_silo`` sees global models (broadcast to it) and knows whether it was itself in the cohort but not who else
-  was: treated like the server behind secure aggregation, without user-sampling amplification.
+* ``other_silo`` sees global models (broadcast to it), knows whether it was itself in the cohort, and knows its own
+  update, so it can subtract its own noise share from the aggregate (seed 002: shares must reach the target without
+  one client, sigma / sqrt(N - 1)): it is credited the noise of the cohort minus itself, and no user-sampling
+  amplification.
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ def round_events(
       sensitivity_ratio: min_j Delta_j / max_j Delta_j over the clients' per-step sensitivities (1 when all clients
         have the same batch size). Client j's noise has std z Delta_j, so for a record of the client with the largest
         Delta the cohort's summed noise is z sqrt(Delta_max^2 + sum_{j != i} Delta_j^2) >= z Delta_max
-        sqrt(1 + (n - 1) ratio^2): the noise multiplier credited for the sum of n clients' shares.
+        sqrt(1 + (n - 1) ratio^2): the noise multiplier credited for the sum of n clients' shares (n - 2 others for
+        another silo, which removes its own share).
     """
     if boundary not in BOUNDARIES:
         raise ValueError(f"boundary = {boundary!r} is not allowed: expected one of {BOUNDARIES}")
@@ -88,16 +91,24 @@ def round_events(
     if client_sampling == "poisson":
         aggregate = third_party = individual
     else:
-        credit = math.sqrt(1 + (cohort_size - 1) * sensitivity_ratio**2)
-        aggregate = dp_event.SelfComposedDpEvent(scale_noise(step_event, credit), local_steps)
+        aggregate = _summed(step_event, local_steps, others=cohort_size - 1, ratio=sensitivity_ratio)
         third_party = aggregate
         if cohort_size < num_clients:
             third_party = dp_event.SampledWithoutReplacementDpEvent(num_clients, cohort_size, aggregate)
+    # A silo in the cohort subtracts its own share: the owner's noise plus that of the cohort's other members.
+    other_silo = individual if client_sampling == "poisson" else _summed(
+        step_event, local_steps, others=max(cohort_size - 2, 0), ratio=sensitivity_ratio)
     return {
         THIRD_PARTY: third_party,
         SERVER: individual if boundary == "plain" else aggregate,
-        OTHER_SILO: aggregate,
+        OTHER_SILO: other_silo,
     }
+
+
+def _summed(step_event: dp_event.DpEvent, local_steps: int, others: int, ratio: float) -> dp_event.DpEvent:
+    """K steps of the record owner's noise summed with ``others`` clients' shares (sensitivities >= ratio times the
+    owner's): noise multiplier times sqrt(1 + others ratio^2)."""
+    return dp_event.SelfComposedDpEvent(scale_noise(step_event, math.sqrt(1 + others * ratio**2)), local_steps)
 
 
 __all__ = ["OBSERVERS", "THIRD_PARTY", "SERVER", "OTHER_SILO", "scale_noise", "round_events"]
