@@ -78,8 +78,7 @@ class Simulation:
     # -- one round ----------------------------------------------------------------------------------------------
     def _chunk_size(self, cohort_size: int) -> int:
         batch = int(self.algorithm.sampler.batch_sizes(self.train.counts).max())
-        example = int(torch.tensor(self.train.x.shape[2:]).prod()) if self.train.x.dim() > 2 else 1
-        per_client = batch * memory_per_example(self.grads, example) + 4 * self.train.x[0].numel()
+        per_client = batch * memory_per_example(self.grads, self.train.x[0, 0].numel()) + 4 * self.train.x[0].numel()
         return max(1, min(cohort_size, self.memory_budget_bytes // max(per_client, 1)))
 
     def step(self) -> None:
