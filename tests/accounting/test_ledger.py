@@ -6,9 +6,10 @@ import math
 import pytest
 from dp_accounting import dp_event
 
+from dpfl.accounting.accountant import account
 from dpfl.accounting.conversion import rdp_to_epsilon
 from dpfl.accounting.ledger import PrivacyLedger
-from dpfl.accounting.observers import OBSERVERS, round_events
+from dpfl.accounting.observers import OBSERVERS, Release, local_steps_additive, observer_events
 from dpfl.accounting.rdp import DEFAULT_ORDERS, rdp_curve
 from dpfl.errors import BudgetExceededError, ConfigError
 
@@ -19,13 +20,41 @@ def step(z=1.0, n=100, b=20):
     return dp_event.SampledWithoutReplacementDpEvent(n, b, dp_event.GaussianDpEvent(z))
 
 
-def events(z=1.0, k=3, m=20, cohort=5):
-    return round_events(step(z), k, m, cohort)
+def events(z=1.0, k=3, m=20, cohort=5, analysis="sound", first=None):
+    release = Release((first or step(z),) + (step(z),) * (k - 1), local_steps_additive(k, True, False))
+    return observer_events(release, m, cohort, analysis=analysis)
 
 
 def expected_epsilon(event_counts, delta=DELTA):
-    total = sum(count * rdp_curve(event, subsampling_bound="paper") for event, count in event_counts)
-    return rdp_to_epsilon(DEFAULT_ORDERS, total, delta, "classic")[0]
+    """The sound analysis of replace-one events sampled without replacement: RDP, modern conversion."""
+    composed = dp_event.ComposedDpEvent([dp_event.SelfComposedDpEvent(e, c) for e, c in event_counts])
+    return account(composed, delta, "rdp", "modern", "replace_one").epsilon
+
+
+def test_paper_analysis_is_the_papers_rdp_sum():
+    ledger = PrivacyLedger(OBSERVERS, DELTA, analysis="paper")
+    assert (ledger.conversion, ledger.subsampling_bound) == ("classic", "paper")
+    ev = events(analysis="paper")
+    for t in range(3):
+        ledger.record(t, ev)
+    for observer in OBSERVERS:
+        total = 3 * rdp_curve(ev[observer], subsampling_bound="paper")
+        assert ledger.epsilon()[observer] == pytest.approx(
+            rdp_to_epsilon(DEFAULT_ORDERS, total, DELTA, "classic")[0], rel=1e-12)
+    assert ledger.accountants() == {o: "rdp" for o in OBSERVERS}
+
+
+def test_sound_analysis_uses_pld_where_it_can():
+    """Poisson record sampling (add/remove) is PLD-supported: the ledger uses it, and it is tighter than RDP."""
+    poisson = dp_event.PoissonSampledDpEvent(0.1, dp_event.GaussianDpEvent(1.0))
+    ev = events(first=poisson, k=1)
+    ledger = PrivacyLedger(OBSERVERS, DELTA, neighboring="add_remove")
+    for t in range(5):
+        ledger.record(t, ev)
+    assert ledger.accountants() == {o: "pld" for o in OBSERVERS}
+    rdp = account(dp_event.SelfComposedDpEvent(ev["server"], 5), DELTA, "rdp", "modern").epsilon
+    pld = account(dp_event.SelfComposedDpEvent(ev["server"], 5), DELTA, "pld").epsilon
+    assert ledger.epsilon()["server"] == pytest.approx(pld, rel=1e-9) and pld < rdp
 
 
 def test_epsilon_equals_rdp_composition():
@@ -158,7 +187,7 @@ def test_budget_validation():
 
 def test_non_private_is_infinite():
     ledger = PrivacyLedger(OBSERVERS, DELTA)
-    ledger.record(0, round_events(dp_event.NonPrivateDpEvent(), 2, 10, 3))
+    ledger.record(0, observer_events(Release((dp_event.NonPrivateDpEvent(),) * 2, (False, True)), 10, 3))
     assert all(math.isinf(e) for e in ledger.epsilon().values())
     assert ledger.to_dict()["epsilon"] == {o: None for o in OBSERVERS}
     loaded = PrivacyLedger.from_dict(json.loads(json.dumps(ledger.to_dict())))
@@ -170,7 +199,7 @@ def test_non_private_is_infinite():
 
 
 def test_json_round_trip(tmp_path):
-    ledger = PrivacyLedger(OBSERVERS, DELTA, budget={"server": 50.0}, conversion="classic")
+    ledger = PrivacyLedger(OBSERVERS, DELTA, budget={"server": 50.0}, conversion="classic", analysis="paper")
     for t in range(3):
         ledger.record(t, events(z=1.0), f"rng-{t}")
     ledger.record(3, events(z=2.0, k=2), "rng-3")
@@ -180,6 +209,7 @@ def test_json_round_trip(tmp_path):
     assert len(data["journal"]) == 5 and len(data["events"]) == 9  # 3 distinct event sets x 3 observers
     assert [entry["round"] for entry in data["journal"]] == [0, 1, 2, 3, 3]
     restored = PrivacyLedger.from_dict(data)
+    assert (restored.analysis, restored.conversion, restored.neighboring) == ("paper", "classic", "replace_one")
     assert restored.epsilon() == ledger.epsilon()
     assert data["epsilon"] == ledger.epsilon()
     assert restored.compositions == 5 and restored.budget == {"server": 50.0}

@@ -1,24 +1,31 @@
-"""What each observer sees: scale_noise and round_events."""
+"""What each observer sees: Release, observer_events (sound and paper analyses), scale_noise."""
 
 import math
 
 import pytest
 from dp_accounting import dp_event
 
-from dpfl.accounting.conversion import rdp_to_epsilon
+from dpfl.accounting.accountant import account
 from dpfl.accounting.dp_scaffold import dp_scaffold_round_events
-from dpfl.accounting.observers import OBSERVERS, OTHER_SILO, SERVER, THIRD_PARTY, round_events, scale_noise
-from dpfl.accounting.rdp import DEFAULT_ORDERS, rdp_curve
+from dpfl.accounting.events import ParticipationDpEvent
+from dpfl.accounting.observers import (OBSERVERS, OTHER_SILO, SERVER, THIRD_PARTY, Release, local_steps_additive,
+                                       observer_events, scale_noise)
+from dpfl.errors import ConfigError
 
 G = dp_event.GaussianDpEvent
+SC = dp_event.SelfComposedDpEvent
 
 
 def wor(n, b, inner):
     return dp_event.SampledWithoutReplacementDpEvent(n, b, inner)
 
 
-def epsilon(event, rounds=100, delta=1e-5):
-    return rdp_to_epsilon(DEFAULT_ORDERS, rounds * rdp_curve(event), delta, "classic")[0]
+def fedavg(step, k, ratio=1.0):
+    return Release((step,) * k, local_steps_additive(k, moves_locally=True, carries_noise=False), ratio)
+
+
+def epsilon(event, rounds=100, delta=1e-5, neighboring="replace_one"):
+    return account(SC(event, rounds), delta, "rdp", "modern", neighboring).epsilon
 
 
 def test_scale_noise_gaussian():
@@ -27,99 +34,153 @@ def test_scale_noise_gaussian():
 
 
 def test_scale_noise_nested():
-    event = wor(100, 10, dp_event.SelfComposedDpEvent(
-        dp_event.ComposedDpEvent([G(1.0), dp_event.PoissonSampledDpEvent(0.1, G(2.0)), dp_event.NoOpDpEvent()]), 5))
-    expected = wor(100, 10, dp_event.SelfComposedDpEvent(
-        dp_event.ComposedDpEvent([G(3.0), dp_event.PoissonSampledDpEvent(0.1, G(6.0)), dp_event.NoOpDpEvent()]), 5))
+    event = wor(100, 10, SC(dp_event.ComposedDpEvent([G(1.0), dp_event.PoissonSampledDpEvent(0.1, G(2.0)),
+                                                       dp_event.NoOpDpEvent()]), 5))
+    expected = wor(100, 10, SC(dp_event.ComposedDpEvent([G(3.0), dp_event.PoissonSampledDpEvent(0.1, G(6.0)),
+                                                          dp_event.NoOpDpEvent()]), 5))
     assert scale_noise(event, 3.0) == expected
     assert scale_noise(event, 1.0) == event
 
 
-def test_scale_noise_leaves_non_noise_events_and_rejects_other_noise():
-    assert scale_noise(dp_event.NoOpDpEvent(), 2.0) == dp_event.NoOpDpEvent()
+def test_scale_noise_rejects_noise_that_does_not_sum():
     assert scale_noise(dp_event.NonPrivateDpEvent(), 2.0) == dp_event.NonPrivateDpEvent()
-    with pytest.raises(ValueError, match="LaplaceDpEvent"):
-        scale_noise(dp_event.LaplaceDpEvent(1.0), 2.0)
     with pytest.raises(ValueError, match="LaplaceDpEvent"):
         scale_noise(wor(10, 2, dp_event.LaplaceDpEvent(1.0)), 2.0)
 
 
-def test_fixed_cohort_round_events():
+def test_additive_steps_of_each_family():
+    assert local_steps_additive(3, moves_locally=True, carries_noise=False) == (False, False, True)  # FedAvg
+    assert local_steps_additive(3, moves_locally=False, carries_noise=False) == (True, True, True)  # FedSGD
+    assert local_steps_additive(3, moves_locally=True, carries_noise=True) == (False, False, False)  # SCAFFOLD
+    assert local_steps_additive(3, moves_locally=False, carries_noise=True) == (False, False, False)
+
+
+def test_sound_fixed_cohort_fedavg():
+    """Participation mixture with l = n/M; only the last step gets the cohort's noise; another silo removes its own
+    share and knows it is in the cohort (p = n/(M-1))."""
     step = wor(4000, 800, G(60.0))
-    ev = round_events(step, 50, 100, 20)
-    aggregate = dp_event.SelfComposedDpEvent(wor(4000, 800, G(60.0 * math.sqrt(20))), 50)
-    assert ev[THIRD_PARTY] == wor(100, 20, aggregate)
-    assert ev[SERVER] == dp_event.SelfComposedDpEvent(step, 50)
-    assert ev[OTHER_SILO] == dp_event.SelfComposedDpEvent(wor(4000, 800, G(60.0 * math.sqrt(19))), 50)
+    ev = observer_events(fedavg(step, 50), 100, 20)
+    credited = lambda others: dp_event.ComposedDpEvent(  # noqa: E731
+        [SC(step, 49), SC(wor(4000, 800, G(60.0 * math.sqrt(1 + others))), 1)])
+    assert ev[THIRD_PARTY] == ParticipationDpEvent(0.2, credited(19))
+    assert ev[SERVER] == ParticipationDpEvent(0.2, SC(step, 50))
+    assert ev[OTHER_SILO] == ParticipationDpEvent(20 / 99, credited(18))
     assert set(ev) == set(OBSERVERS)
+    secagg = observer_events(fedavg(step, 50), 100, 20, boundary="secagg")
+    assert secagg[SERVER] == secagg[THIRD_PARTY] == ev[THIRD_PARTY]
 
 
-def test_whole_population_cohort_has_no_user_sampling():
-    step = wor(50, 10, G(1.0))
-    ev = round_events(step, 3, 8, 8)
-    assert ev[THIRD_PARTY] == dp_event.SelfComposedDpEvent(wor(50, 10, G(math.sqrt(8))), 3)
-    # another silo subtracts its own share: the owner's noise and 6 others'
-    assert ev[OTHER_SILO] == dp_event.SelfComposedDpEvent(wor(50, 10, G(math.sqrt(7))), 3)
+def test_sound_scaffold_credits_nothing():
+    """SCAFFOLD's c_i carries every noisy step into later rounds: no other client's share is credited, to any
+    observer (defect 3 of the soundness review)."""
+    step = wor(100, 20, G(2.0))
+    release = Release((step,) * 4, local_steps_additive(4, True, carries_noise=True))
+    ev = observer_events(release, 10, 5, boundary="secagg")
+    assert ev[THIRD_PARTY] == ev[SERVER] == ParticipationDpEvent(0.5, SC(step, 4))
+    assert ev[OTHER_SILO] == ParticipationDpEvent(5 / 9, SC(step, 4))
 
 
-def test_secagg_server_sees_the_aggregate():
-    step = wor(100, 20, G(1.0))
-    plain, secagg = round_events(step, 4, 30, 6), round_events(step, 4, 30, 6, "secagg")
-    assert secagg[SERVER] == dp_event.SelfComposedDpEvent(wor(100, 20, G(math.sqrt(6))), 4)
-    assert secagg[OTHER_SILO] == plain[OTHER_SILO] == dp_event.SelfComposedDpEvent(wor(100, 20, G(math.sqrt(5))), 4)
-    assert epsilon(secagg[SERVER]) < epsilon(secagg[OTHER_SILO])  # a silo can remove its own share, the server not
-    assert secagg[THIRD_PARTY] == plain[THIRD_PARTY]
-    assert secagg[SERVER] != plain[SERVER]
-    assert epsilon(secagg[SERVER]) < epsilon(plain[SERVER])
+def test_sound_fedsgd_credits_every_step():
+    step = G(2.0)
+    release = Release((step,) * 3, local_steps_additive(3, moves_locally=False, carries_noise=False))
+    ev = observer_events(release, 8, 8)
+    assert ev[THIRD_PARTY] == SC(G(2.0 * math.sqrt(8)), 3)  # whole population: no participation mixture
+    assert ev[SERVER] == SC(step, 3)
+    assert ev[OTHER_SILO] == SC(G(2.0 * math.sqrt(7)), 3)
 
 
-def test_poisson_cohort_round_is_accounted_conservatively():
-    """A Poisson cohort has a random size: no credit for the others' noise and (until Zhu & Wang's general Poisson
-    bound is implemented) no amplification by user sampling: the third party is charged what the server is."""
-    ev = round_events(wor(100, 10, G(1.2)), 5, 40, 10, client_sampling="poisson")
-    fixed = round_events(wor(100, 10, G(1.2)), 5, 40, 10)
-    assert ev[THIRD_PARTY] == ev[SERVER] == dp_event.SelfComposedDpEvent(wor(100, 10, G(1.2)), 5)
-    assert 0 < epsilon(ev[THIRD_PARTY]) < float("inf")
-    # the fixed-size cohort, with its sqrt(10) noise credit and amplification, is cheaper
-    assert epsilon(fixed[THIRD_PARTY]) < epsilon(ev[THIRD_PARTY])
+def test_sound_poisson_cohort_credits_nothing_but_mixes():
+    step = wor(100, 10, G(1.2))
+    ev = observer_events(fedavg(step, 5), 40, 10, client_sampling="poisson", client_rate=0.25)
+    assert ev[THIRD_PARTY] == ev[SERVER] == ev[OTHER_SILO] == ParticipationDpEvent(0.25, SC(step, 5))
+    assert 0 < epsilon(ev[THIRD_PARTY]) < epsilon(SC(step, 5))
 
 
-@pytest.mark.parametrize("step, k, m, cohort, boundary, sampling", [
-    (wor(100, 20, G(1.0)), 5, 20, 5, "plain", "fixed"),
-    (wor(100, 20, G(3.0)), 1, 50, 2, "plain", "fixed"),
-    (wor(10, 9, G(0.7)), 2, 10, 10, "plain", "fixed"),
-    (dp_event.PoissonSampledDpEvent(0.2, G(1.0)), 3, 20, 4, "plain", "poisson"),
-    (wor(100, 20, G(1.0)), 5, 20, 5, "secagg", "fixed"),
-])
-def test_server_epsilon_at_least_third_party(step, k, m, cohort, boundary, sampling):
-    ev = round_events(step, k, m, cohort, boundary, sampling)
-    third, server, silo = (epsilon(ev[o]) for o in (THIRD_PARTY, SERVER, OTHER_SILO))
-    assert server >= third - 1e-9
-    assert silo >= third - 1e-9
-    if boundary == "plain" and sampling == "fixed" and cohort > 1:
-        assert server > third
+def test_poisson_records_with_a_fixed_cohort_are_accounted():
+    """Defect 6: Poisson record sampling under a fixed cohort used to raise inside the accountant."""
+    step = dp_event.PoissonSampledDpEvent(0.1, G(1.0))
+    ev = observer_events(fedavg(step, 3), 20, 5)
+    for observer in OBSERVERS:
+        eps = account(SC(ev[observer], 10), 1e-5, "pld", neighboring="add_remove").epsilon
+        assert 0 < eps < math.inf
+
+
+def test_laplace_draws_are_charged_at_the_owners_noise():
+    step = dp_event.LaplaceDpEvent(2.0)
+    ev = observer_events(Release((step,), (True,)), 10, 10)
+    assert ev[THIRD_PARTY] == ev[SERVER] == SC(step, 1)
+
+
+def test_server_never_below_the_third_party():
+    for release, m, n, boundary in [(fedavg(wor(100, 20, G(1.0)), 5), 20, 5, "plain"),
+                                    (fedavg(wor(100, 20, G(3.0)), 1), 50, 2, "plain"),
+                                    (fedavg(wor(10, 9, G(0.7)), 2), 10, 10, "secagg")]:
+        ev = observer_events(release, m, n, boundary)
+        third, server, silo = (epsilon(ev[o]) for o in (THIRD_PARTY, SERVER, OTHER_SILO))
+        assert server >= third - 1e-9 and silo >= third - 1e-9
+
+
+def test_unequal_client_sensitivities_shrink_the_noise_credit():
+    """Client j's std is z Delta_j: the last step's sum has multiplier z sqrt(1 + (n-1) r^2), r = min/max."""
+    equal = observer_events(fedavg(G(2.0), 1, 1.0), 5, 5)
+    skewed = observer_events(fedavg(G(2.0), 1, 0.5), 5, 5)
+    assert equal[OTHER_SILO] == SC(G(2.0 * math.sqrt(4)), 1)
+    assert skewed[OTHER_SILO] == SC(G(2.0 * math.sqrt(1 + 3 * 0.25)), 1)
+    assert epsilon(skewed[THIRD_PARTY]) > epsilon(equal[THIRD_PARTY])
+
+
+def test_paper_analysis_is_the_papers_accountant():
+    step = wor(4000, 800, G(60.0))
+    ev = observer_events(fedavg(step, 50), 100, 20, analysis="paper")
+    aggregate = SC(wor(4000, 800, G(60.0 * math.sqrt(20))), 50)
+    assert ev[THIRD_PARTY] == wor(100, 20, aggregate)
+    assert ev[SERVER] == SC(step, 50)
+    assert ev[OTHER_SILO] == SC(wor(4000, 800, G(60.0 * math.sqrt(19))), 50)
+    assert dp_scaffold_round_events(100, 4000, 0.2, 0.2, 50, 60.0, analysis="paper") == ev
+
+
+def test_paper_analysis_refuses_what_the_paper_does_not_cover():
+    with pytest.raises(ConfigError, match="client_sampling"):
+        observer_events(fedavg(G(1.0), 2), 10, 2, client_sampling="poisson", analysis="paper")
+    with pytest.raises(ConfigError, match="record_sampling"):
+        observer_events(fedavg(dp_event.PoissonSampledDpEvent(0.1, G(1.0)), 2), 10, 2, analysis="paper")
+
+
+def test_client_sampling_counterexample_of_the_review():
+    """Defect 1. K = 1, s = 1, M = 100, cohort 1, sigma_g = 1, T = 100: the paper's accountant claims 1.90 at
+    delta 1e-5, but the instance (owner present with prob 0.01, far from the absent branch) has delta 5.5e-2 there
+    (tests/privacy/ compute it exactly). The sound claim is the disjoint-participation PLD itself."""
+    paper = observer_events(Release((G(1.0),), (True,)), 100, 1, analysis="paper")[THIRD_PARTY]
+    sound = observer_events(Release((G(1.0),), (True,)), 100, 1)[THIRD_PARTY]
+    assert sound == ParticipationDpEvent(0.01, SC(G(1.0), 1))
+    paper_eps = account(SC(paper, 100), 1e-5, "rdp", "classic", "replace_one", subsampling_bound="paper").epsilon
+    assert paper_eps == pytest.approx(1.90, abs=0.01)
+    assert account(SC(sound, 100), 1e-5, "pld", neighboring="replace_one").epsilon > 8
+
+
+def test_credit_counterexample_of_the_review():
+    """Defect 2. n = M = 20, s = 1, K = 50, sigma_g = 10: with a linear owner and clients that jump back to a fixed
+    point after every step, the release is a Gaussian mechanism with mu = K / (sigma_g sqrt(K + n - 1)) = 0.602. The
+    sound claim is mu^2 = 49/100 + 1/(100 * 20), above it; the paper's credit at every step claims mu = 0.158."""
+    ev = observer_events(fedavg(G(10.0), 50), 20, 20)
+    claimed_mu = math.sqrt(49 / 100 + 1 / 2000)
+    assert ev[THIRD_PARTY] == dp_event.ComposedDpEvent([SC(G(10.0), 49), SC(G(10.0 * math.sqrt(20)), 1)])
+    true_mu = 50 / (10 * math.sqrt(50 + 19))
+    assert claimed_mu > true_mu
+    mu_eps = lambda mu: account(G(1 / mu), 1e-5, "pld").epsilon  # noqa: E731
+    assert account(ev[THIRD_PARTY], 1e-5, "pld", neighboring="replace_one").epsilon == pytest.approx(
+        mu_eps(claimed_mu), rel=1e-3)
+    paper = observer_events(fedavg(G(10.0), 50), 20, 20, analysis="paper")[THIRD_PARTY]
+    assert account(paper, 1e-5, "pld", neighboring="replace_one").epsilon < mu_eps(true_mu) / 2
 
 
 def test_bad_arguments():
     step = wor(10, 2, G(1.0))
-    with pytest.raises(ValueError, match="boundary"):
-        round_events(step, 1, 10, 2, boundary="tee")
-    with pytest.raises(ValueError, match="client_sampling"):
-        round_events(step, 1, 10, 2, client_sampling="shuffle")
-
-
-def test_dp_scaffold_round_events_are_round_events():
-    ev = dp_scaffold_round_events(100, 4000, 0.2, 0.2, 50, 60.0)
-    expected = round_events(wor(4000, 800, G(60.0)), 50, 100, 20)
-    assert ev == {THIRD_PARTY: expected[THIRD_PARTY], SERVER: expected[SERVER]}
-
-
-def test_unequal_client_sensitivities_shrink_the_noise_credit():
-    """A record of the client with the largest sensitivity Delta_max gets noise z sqrt(Delta_max^2 + sum others^2):
-    with others' Delta at ratio r of it, the credited multiplier is z sqrt(1 + (n-1) r^2), not z sqrt(n)."""
-    step = G(2.0)
-    equal = round_events(step, 1, 10, 5, sensitivity_ratio=1.0)
-    skewed = round_events(step, 1, 10, 5, sensitivity_ratio=0.5)
-    assert equal[OTHER_SILO] == dp_event.SelfComposedDpEvent(G(2.0 * math.sqrt(4)), 1)  # minus the observer
-    assert skewed[OTHER_SILO] == dp_event.SelfComposedDpEvent(G(2.0 * math.sqrt(1 + 3 * 0.25)), 1)
-    assert epsilon(skewed[THIRD_PARTY]) > epsilon(equal[THIRD_PARTY])
+    with pytest.raises(ConfigError, match="boundary"):
+        observer_events(fedavg(step, 1), 10, 2, boundary="tee")
+    with pytest.raises(ConfigError, match="client_sampling"):
+        observer_events(fedavg(step, 1), 10, 2, client_sampling="shuffle")
+    with pytest.raises(ConfigError, match="analysis"):
+        observer_events(fedavg(step, 1), 10, 2, analysis="tight")
+    with pytest.raises(ValueError, match="flag"):
+        Release((step, step), (True,))

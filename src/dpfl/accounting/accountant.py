@@ -1,9 +1,10 @@
 """The front door of privacy accounting: ``account(event, delta)`` with PLD or RDP, and event builders.
 
-* ``pld`` (default): dp_accounting's privacy loss distribution accountant (``dpfl.accounting.pld``), tight up to a
-  pessimistic discretisation. Supports dp_accounting's mechanisms and Poisson sampling; not sampling without
-  replacement nor dpfl's own events. An unsupported event is an error that suggests ``accountant="rdp"``; dpfl never
-  switches accountant behind the caller's back.
+* ``pld`` (default): the privacy loss distribution accountant (``dpfl.accounting.pld``, over dp_accounting's), tight
+  up to a pessimistic discretisation. Supports dp_accounting's mechanisms, Poisson sampling and dpfl's
+  ``ParticipationDpEvent``; not sampling without replacement nor Skellam. An unsupported event is an error that
+  suggests ``accountant="rdp"``; ``account`` never switches accountant behind the caller's back (``tightest``
+  names the tightest one that supports an event, for callers that want that choice made).
 * ``rdp``: the Renyi-DP curve of ``dpfl.accounting.rdp`` (Mironov 2017) over its ``DEFAULT_ORDERS``, converted to
   (epsilon, delta) with ``conversion`` = ``classic`` (Mironov 2017, Prop. 3) or ``modern`` (Canonne, Kamath, Steinke 2020; Balle et al. 2020), see
   ``dpfl.accounting.conversion``. Supports every event dpfl emits.
@@ -63,6 +64,7 @@ def account(
     *,
     orders=DEFAULT_ORDERS,
     value_discretization_interval: float = pld.VALUE_DISCRETIZATION_INTERVAL,
+    subsampling_bound: str = "tight",
 ) -> AccountingResult:
     """Epsilon of ``event`` at ``delta``: the smallest epsilon (for RDP, the conversion's bound) with ``event``
     (epsilon, delta)-DP. Never NaN or negative; +inf when no finite epsilon holds.
@@ -75,6 +77,7 @@ def account(
       neighboring: one of ``NEIGHBORING``.
       orders: RDP orders (RDP only).
       value_discretization_interval: PLD grid step (PLD only; see ``dpfl.accounting.pld``).
+      subsampling_bound: RDP bound for sampling records without replacement (``dpfl.accounting.rdp.rdp_curve``).
 
     Raises:
       ConfigError: a parameter is out of range, or ``accountant`` does not support ``event`` under ``neighboring``.
@@ -83,8 +86,13 @@ def account(
     relation = check_options(accountant, conversion, neighboring)
     if accountant == "pld":
         return AccountingResult(pld.pld_epsilon(event, delta, relation, value_discretization_interval), delta, "pld")
-    epsilon, order = rdp_to_epsilon(orders, _rdp(event, relation, orders), delta, conversion)
+    epsilon, order = rdp_to_epsilon(orders, _rdp(event, relation, orders, subsampling_bound), delta, conversion)
     return AccountingResult(epsilon, delta, "rdp", conversion, order)
+
+
+def tightest(event: dp_event.DpEvent, neighboring: str = "add_remove") -> str:
+    """The tightest accountant that supports ``event`` under ``neighboring``: "pld" where it can, else "rdp"."""
+    return "pld" if pld.supports(event, NEIGHBORING[neighboring]) else "rdp"
 
 
 def delta_for_epsilon(
@@ -196,11 +204,11 @@ def check_options(accountant: str, conversion: str, neighboring: str) -> privacy
     return NEIGHBORING[neighboring]
 
 
-def _rdp(event: dp_event.DpEvent, relation, orders=DEFAULT_ORDERS) -> np.ndarray:
+def _rdp(event: dp_event.DpEvent, relation, orders=DEFAULT_ORDERS, subsampling_bound: str = "tight") -> np.ndarray:
     error = composition_error(event, relation)
     if error is not None:
         raise ConfigError("event", type(event).__name__, f"an event the RDP accountant supports ({error})")
-    return rdp_curve(event, orders, relation)
+    return rdp_curve(event, orders, relation, subsampling_bound)
 
 
 __all__ = [
@@ -210,6 +218,7 @@ __all__ = [
     "AccountingResult",
     "account",
     "check_options",
+    "tightest",
     "delta_for_epsilon",
     "pure_epsilon",
     "gaussian_event",

@@ -94,6 +94,8 @@ def max_steps(
     accountant: str = "pld",
     conversion: str = "classic",
     neighboring: str = "add_remove",
+    *,
+    subsampling_bound: str = "tight",
 ) -> int:
     """The largest number of steps n with ``make_event(n)`` meeting ``target_epsilon`` at ``delta``; 0 if even one
     step exceeds it.
@@ -102,6 +104,7 @@ def max_steps(
       make_event: steps -> event; epsilon must not decrease as steps grow. With RDP, build it as
         ``SelfComposedDpEvent(step, n)`` so every n reuses the cached curve of ``step``.
       target_epsilon, delta, accountant, conversion, neighboring: as for ``calibrate_noise``.
+      subsampling_bound: as for ``account`` (RDP only).
 
     Raises:
       ConfigError: a parameter is out of range, or 2**MAX_DOUBLINGS steps still meet the target.
@@ -115,7 +118,8 @@ def max_steps(
         steps = max(1, steps)
 
         def meets(n: int, options=options) -> bool:
-            epsilon = account(make_event(n), delta, accountant, conversion, neighboring, **options).epsilon
+            epsilon = account(make_event(n), delta, accountant, conversion, neighboring, **options,
+                              subsampling_bound=subsampling_bound).epsilon
             return epsilon <= target_epsilon
 
         steps = _largest_integer(_memoize(meets), steps, max(1, steps // 64), target_epsilon)

@@ -1,38 +1,42 @@
-"""The privacy accountant of the DP-SCAFFOLD paper (Noble, Bellet, Dieuleveut, AISTATS 2022; seed 000, App. B).
+"""Record-level privacy of DP-SCAFFOLD, DP-FedAvg and DP-FedSGD towards each observer, without training.
 
-Record-level DP, replace-one neighbouring. One local step of a client releases a Gaussian-noised minibatch gradient
-on floor(s R) of its R training records drawn without replacement:
-``SampledWithoutReplacementDpEvent(R, floor(s R), GaussianDpEvent(sigma_g))``. A round (``observers.round_events``)
-is, for
+Noble, Bellet, Dieuleveut (AISTATS 2022). Record-level DP, replace-one neighbouring. One local step of a client
+releases a Gaussian-noised minibatch gradient on floor(s R) of its R training records drawn without replacement:
+``SampledWithoutReplacementDpEvent(R, floor(s R), GaussianDpEvent(sigma_g))``; a round is K such steps by each of the
+floor(l M) clients of the cohort. ``dpfl.accounting.observers`` derives each observer's round from that:
 
-* the third party: the cohort of floor(l M) of the M users, drawn without replacement, around the K-fold local steps
-  whose noise multiplier is sigma_g sqrt(lM) (the cohort's noise averages);
-* the honest-but-curious server: the K-fold local steps with sigma_g (no user-sampling amplification, no averaging).
-
-Both sampling levels use the general subsampling bound of Wang, Balle, Kasiviswanathan 2019 (Thm 9), see
-``dpfl.accounting.rdp``; T rounds compose linearly and the curve is turned into (epsilon, delta) with the CLASSIC
-conversion (Mironov 2017, Prop. 3), delta = 1/(M R) by default. This reproduces the paper's numbers (e.g. epsilon 13
-for M=100, R=4000, l=s=0.2, sigma_g=60, K=50, T=400, recomputed 12.91; its Table 1 round counts).
+* ``analysis="sound"`` (default): client sampling as a participation mixture with probability l, the cohort's noise
+  credited only to draws that reach the aggregate additively (none for SCAFFOLD, whose control variates carry the
+  noise forward; the last step for FedAvg; every step for FedSGD), Wang et al.'s record-level subsampling bound capped
+  by the unsampled curve and by their Gaussian-specific Thm 27; RDP (the events sample without replacement, which
+  the PLD accountant does not support) with the modern conversion (Canonne, Kamath, Steinke 2020).
+* ``analysis="paper"``: the paper's App. B accountant, which reproduces its numbers (epsilon 13 for M=100, R=4000,
+  l=s=0.2, sigma_g=60, K=50, T=400, recomputed 12.91; its Table 1 round counts): Wang et al.'s general bound at both
+  sampling levels, sigma_g sqrt(lM) at every step, the classic conversion (Mironov 2017, Prop. 3). Two of its steps do
+  not hold for general losses (``observers.PAPER_UNPROVEN``).
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
 from dp_accounting import dp_event
 
-from dpfl.accounting.conversion import rdp_to_epsilon
-from dpfl.accounting.observers import SERVER, THIRD_PARTY, round_events
-from dpfl.accounting.rdp import DEFAULT_ORDERS, rdp_curve
+from dpfl.accounting.accountant import account
+from dpfl.accounting.calibrate import max_steps
+from dpfl.accounting.observers import (OBSERVERS, PAPER_UNPROVEN, THIRD_PARTY, Release, local_steps_additive,
+                                       observer_events)
 from dpfl.errors import ConfigError, check_range
 
-ACCOUNTANT = "rdp"
-CONVERSION = "classic"
-DP_SCAFFOLD_OBSERVERS = (THIRD_PARTY, SERVER)
+#: How each analysis accounts: (RDP bound for sampling records without replacement, RDP -> DP conversion).
+ANALYSIS_SETTINGS = {"sound": ("tight", "modern"), "paper": ("paper", "classic")}
+#: The algorithms of the paper and which of their local steps are additive (``observers.local_steps_additive``).
+ALGORITHMS = {"dp-scaffold": dict(moves_locally=True, carries_noise=True),
+              "dp-fedavg": dict(moves_locally=True, carries_noise=False),
+              "dp-fedsgd": dict(moves_locally=False, carries_noise=False)}
 
 
-def _sampled_count(field: str, rate: float, population: int) -> int:
+def sampled_count(field: str, rate: float, population: int) -> int:
     """floor(rate * population), tolerant of float rounding (0.29 * 100 is 28.999...); at least 1."""
     count = math.floor(rate * population + 1e-9)
     if count < 1:
@@ -47,19 +51,27 @@ def dp_scaffold_round_events(
     sample_rate: float,
     local_steps: int,
     noise_multiplier: float,
+    analysis: str = "sound",
+    algorithm: str = "dp-scaffold",
 ) -> dict[str, dp_event.DpEvent]:
-    """One round's event for each observer (``DP_SCAFFOLD_OBSERVERS``), as in the module docstring."""
+    """One round's event for each observer (``observers.OBSERVERS``), as in the module docstring."""
     num_clients = check_range("num_clients", num_clients, 1, integer=True)
     records_per_client = check_range("records_per_client", records_per_client, 1, integer=True)
     check_range("client_rate", client_rate, 0, 1, low_open=True)
     check_range("sample_rate", sample_rate, 0, 1, low_open=True)
     local_steps = check_range("local_steps", local_steps, 1, integer=True)
     check_range("noise_multiplier", noise_multiplier, 0, math.inf, low_open=True, high_open=True)
-    batch = _sampled_count("sample_rate", sample_rate, records_per_client)
-    cohort = _sampled_count("client_rate", client_rate, num_clients)
-    step = dp_event.SampledWithoutReplacementDpEvent(records_per_client, batch, dp_event.GaussianDpEvent(noise_multiplier))
-    events = round_events(step, local_steps, num_clients, cohort)
-    return {observer: events[observer] for observer in DP_SCAFFOLD_OBSERVERS}
+    if algorithm not in ALGORITHMS:
+        raise ConfigError("algorithm", algorithm, f"one of {list(ALGORITHMS)}")
+    if analysis not in ANALYSIS_SETTINGS:
+        raise ConfigError("analysis", analysis, f"one of {list(ANALYSIS_SETTINGS)}")
+    batch = sampled_count("sample_rate", sample_rate, records_per_client)
+    cohort = sampled_count("client_rate", client_rate, num_clients)
+    step = dp_event.GaussianDpEvent(noise_multiplier)
+    if batch < records_per_client:
+        step = dp_event.SampledWithoutReplacementDpEvent(records_per_client, batch, step)
+    release = Release((step,) * local_steps, local_steps_additive(local_steps, **ALGORITHMS[algorithm]))
+    return observer_events(release, num_clients, cohort, analysis=analysis)
 
 
 def _delta(delta, num_clients: int, records_per_client: int) -> float:
@@ -77,36 +89,35 @@ def dp_scaffold_epsilon(
     rounds: int,
     noise_multiplier: float,
     delta: float | None = None,
-    subsampling_bound: str = "paper",
+    analysis: str = "sound",
+    algorithm: str = "dp-scaffold",
 ) -> dict:
-    """Epsilon of T = ``rounds`` rounds of DP-SCAFFOLD (or DP-FedAvg, Claim 4.1) towards each observer.
-
-    ``subsampling_bound="paper"`` (default) is the paper's accountant and reproduces its numbers; "tight" is the same
-    analysis with each subsampling bound capped by its inner mechanism's curve (valid: subsampling never hurts), which
-    shows how loose the published epsilons are (12.91 -> 2.82 for the synthetic setting).
+    """Epsilon of T = ``rounds`` rounds towards each observer.
 
     Args:
       num_clients: M. records_per_client: R, TRAINING records per client. client_rate: l. sample_rate: s.
-      local_steps: K. rounds: T. noise_multiplier: sigma_g. delta: default 1/(M R).
+      local_steps: K. rounds: T (>= 1). noise_multiplier: sigma_g. delta: default 1/(M R).
+      analysis: "sound" or "paper" (module docstring). algorithm: a key of ``ALGORITHMS`` (matters for "sound").
 
     Returns:
-      {"epsilon": {"third_party": .., "server": ..}, "delta": .., "accountant": "rdp", "conversion": "classic",
-       "subsampling_bound": ..}
+      {"epsilon": {"third_party", "server", "other_silo"}, "delta", "analysis", "accountant": "rdp", "conversion",
+       "subsampling_bound", "algorithm"} and, for "paper", "unproven": the steps that do not hold in general.
     """
-    events = dp_scaffold_round_events(
-        num_clients, records_per_client, client_rate, sample_rate, local_steps, noise_multiplier
-    )
-    rounds = check_range("rounds", rounds, 0, integer=True)
+    events = dp_scaffold_round_events(num_clients, records_per_client, client_rate, sample_rate, local_steps,
+                                      noise_multiplier, analysis, algorithm)
+    rounds = check_range("rounds", rounds, 1, integer=True)
     delta = _delta(delta, num_clients, records_per_client)
+    bound, conversion = ANALYSIS_SETTINGS[analysis]
     epsilon = {
-        observer: rdp_to_epsilon(
-            DEFAULT_ORDERS, rdp_curve(dp_event.SelfComposedDpEvent(event, rounds), subsampling_bound=subsampling_bound),
-            delta, CONVERSION,
-        )[0]
+        observer: account(dp_event.SelfComposedDpEvent(event, rounds), delta, "rdp", conversion, "replace_one",
+                          subsampling_bound=bound).epsilon
         for observer, event in events.items()
     }
-    return {"epsilon": epsilon, "delta": delta, "accountant": ACCOUNTANT, "conversion": CONVERSION,
-            "subsampling_bound": subsampling_bound}
+    result = {"epsilon": epsilon, "delta": delta, "analysis": analysis, "algorithm": algorithm, "accountant": "rdp",
+              "conversion": conversion, "subsampling_bound": bound}
+    if analysis == "paper":
+        result["unproven"] = list(PAPER_UNPROVEN)
+    return result
 
 
 def max_rounds(
@@ -119,24 +130,21 @@ def max_rounds(
     target_epsilon: float,
     delta: float | None = None,
     observer: str = THIRD_PARTY,
-    subsampling_bound: str = "paper",
+    analysis: str = "sound",
+    algorithm: str = "dp-scaffold",
 ) -> int:
-    """The largest T with epsilon(T) <= ``target_epsilon`` towards ``observer`` (0 if even one round exceeds it).
-
-    RDP is linear in T, so with the classic conversion epsilon(T) <= target iff some order a has
-    T rdp_round(a) + log(1/delta)/(a-1) <= target: T = max_a floor((target - log(1/delta)/(a-1)) / rdp_round(a)).
-    """
-    if observer not in DP_SCAFFOLD_OBSERVERS:
-        raise ConfigError("observer", observer, f"one of {DP_SCAFFOLD_OBSERVERS}")
+    """The largest T with epsilon(T) <= ``target_epsilon`` towards ``observer`` (0 if even one round exceeds it),
+    under the same accounting as ``dp_scaffold_epsilon`` (RDP is linear in T: each trial rescales one cached curve)."""
+    if observer not in OBSERVERS:
+        raise ConfigError("observer", observer, f"one of {list(OBSERVERS)}")
     check_range("target_epsilon", target_epsilon, 0, low_open=True)
-    events = dp_scaffold_round_events(
-        num_clients, records_per_client, client_rate, sample_rate, local_steps, noise_multiplier
-    )
+    event = dp_scaffold_round_events(num_clients, records_per_client, client_rate, sample_rate, local_steps,
+                                     noise_multiplier, analysis, algorithm)[observer]
     delta = _delta(delta, num_clients, records_per_client)
-    per_round = rdp_curve(events[observer], subsampling_bound=subsampling_bound)
-    slack = target_epsilon - math.log(1 / delta) / (DEFAULT_ORDERS - 1)
-    rounds = np.floor(slack / per_round)
-    return max(0, int(rounds.max()))
+    bound, conversion = ANALYSIS_SETTINGS[analysis]
+    return max_steps(lambda t: dp_event.SelfComposedDpEvent(event, t), target_epsilon, delta, "rdp", conversion,
+                     "replace_one", subsampling_bound=bound)
 
 
-__all__ = ["DP_SCAFFOLD_OBSERVERS", "dp_scaffold_round_events", "dp_scaffold_epsilon", "max_rounds"]
+__all__ = ["ALGORITHMS", "ANALYSIS_SETTINGS", "dp_scaffold_round_events", "dp_scaffold_epsilon", "max_rounds",
+           "sampled_count"]

@@ -9,6 +9,17 @@ at integer orders a > 1, in the data's own units (sensitivities and variance bef
 with D2, D1 the l2 and l1 sensitivities, mu the per-coordinate noise variance and s the scale applied before
 rounding to integers. As s -> inf it tends to the Gaussian curve a D2^2 / (2 mu).
 
+``ParticipationDpEvent`` is one round of a client-sampled federated algorithm seen from one record: the record's owner
+takes part with some probability, independently of the data, and then releases the inner event; otherwise the round
+does not depend on the record (see its docstring for its RDP and PLD).
+
+**One meaning of a noise multiplier.** Throughout dpfl a ``GaussianDpEvent(z)`` (``LaplaceDpEvent(b)``) means noise of
+standard deviation (scale) z times the l2 (l1) sensitivity *under the neighbouring relation it is accounted under*:
+the largest distance between the released statistic on two neighbouring datasets. Under replace-one neighbouring of
+a batch mean of C-clipped gradients that distance is 2C/b, under add/remove C/b. dp_accounting's RDP accountant reads
+events this way; its PLD accountant reads a replace-one Gaussian as two add/remove sensitivities apart, which
+``dpfl.accounting.pld`` corrects, so that both accountants give the same event the same meaning.
+
 ``event_to_dict`` / ``event_from_dict`` turn any event of ``dp_accounting.dp_event`` or of this module into plain
 dicts (a ``"type"`` tag plus the fields, recursively) and back; the tag is looked up in a fixed registry, so a JSON
 file can never make dpfl import arbitrary code.
@@ -70,6 +81,36 @@ class DisjointUnionDpEvent(dp_event.DpEvent):
     events: tuple = attr.ib(converter=tuple)
 
 
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class ParticipationDpEvent(dp_event.DpEvent):
+    """The record's owner takes part with ``probability`` (drawn independently of the data) and then releases
+    ``event``; when it does not take part, the output's distribution does not depend on the record.
+
+    This is client sampling seen from one record (record-level DP in federated learning): the cohort is fixed-size
+    without replacement (probability cohort / population) or Poisson (the client rate). Writing the output as
+    P = (1 - p) Q + p P1 and P' = (1 - p) Q + p P1' (the same Q under both datasets), the joint convexity of
+    exp((a - 1) D_a) gives
+
+        eps(a) <= log(1 + p (exp((a - 1) eps_in(a)) - 1)) / (a - 1),
+
+    with equality when Q is disjoint from P1 and P1' (an observer who learns whether the owner took part, like the
+    server, which knows the cohort). The PLD counterpart is that same disjoint mixture, a dominating pair for any
+    Q: with probability 1 - p the privacy loss is 0, else it follows the inner event's (``dpfl.accounting.pld``).
+    Valid for any neighbouring relation of the inner event, fixed or Poisson cohorts, and an inner event that holds
+    for every cohort containing the owner.
+
+    Unlike Wang et al.'s subsampling bound, this needs no curve for replacing a whole client: the record-level inner
+    curve is enough because the "owner absent" branch is the same under both datasets.
+
+    Attributes:
+      probability: p in [0, 1], the owner's chance of taking part in the round.
+      event: what the owner's participation releases about the record (given any cohort that contains it).
+    """
+
+    probability: float
+    event: dp_event.DpEvent
+
+
 def skellam_rdp(event: SkellamDpEvent, orders) -> np.ndarray:
     """RDP of ``event`` at integer ``orders`` (> 1), Agarwal et al. 2021, as in the module docstring."""
     check_range("l2_sensitivity", event.l2_sensitivity, 0)
@@ -94,6 +135,7 @@ def _registry() -> dict[str, type]:
     }
     classes[SkellamDpEvent.__name__] = SkellamDpEvent
     classes[DisjointUnionDpEvent.__name__] = DisjointUnionDpEvent
+    classes[ParticipationDpEvent.__name__] = ParticipationDpEvent
     return classes
 
 
@@ -133,4 +175,4 @@ def event_from_dict(d: dict) -> dp_event.DpEvent:
     return EVENT_TYPES[d["type"]](**fields)
 
 
-__all__ = ["SkellamDpEvent", "DisjointUnionDpEvent", "skellam_l1_bound", "skellam_rdp", "EVENT_TYPES", "event_to_dict", "event_from_dict"]
+__all__ = ["SkellamDpEvent", "DisjointUnionDpEvent", "ParticipationDpEvent", "skellam_l1_bound", "skellam_rdp", "EVENT_TYPES", "event_to_dict", "event_from_dict"]

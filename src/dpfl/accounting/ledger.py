@@ -6,15 +6,19 @@ For every observer (third party, server, another silo) the ledger composes the e
 * composed BEFORE a round draws its noise, so a configured budget stops the run before the round that would exceed
   it (``BudgetExceededError``), never after;
 * a journal: one entry per composed round, saved with the run's checkpoint. A resumed run that replays a round with
-  the same randomness (same events and same fingerprint of the generator state: an identical release, so no new
-  privacy loss) finds it already recorded and does not count it twice; anything else is counted again. Spent budget
-  is never forgotten.
+  the same randomness (same events and same fingerprint: an identical release, so no new privacy loss) finds it
+  already recorded and does not count it twice; anything else is counted again. Spent budget is never forgotten.
 
-Sampling without replacement is bounded as in seed 000 App. B by default (``subsampling_bound="paper"``, which
-reproduces the paper's epsilons) or with the tighter valid cap (``"tight"``, see ``dpfl.accounting.rdp``).
+How epsilon is computed follows the run's analysis (``dpfl.accounting.observers``):
 
-Epsilon comes from RDP, which is linear in composition: the ledger keeps a count per distinct event and sums
-count * curve(event), so a per-round report costs one conversion, whatever the number of rounds.
+* ``analysis="sound"`` (default): each observer's composition goes to the tightest accountant that supports it
+  (PLD where it can, else RDP with the modern conversion, Canonne, Kamath, Steinke 2020), with the record-level
+  subsampling bound capped by the unsampled curve and Wang et al.'s Thm 27 (``dpfl.accounting.rdp``);
+* ``analysis="paper"``: RDP with Wang et al.'s general bound and the classic conversion, as Noble et al. 2022, App. B
+  computes it (reproduces the paper's numbers).
+
+The ledger keeps a count per distinct event; epsilon is ``account`` of the composition of count-fold events, which
+costs one cached curve (RDP) or one self-composition (PLD) per distinct event, whatever the number of rounds.
 """
 
 from __future__ import annotations
@@ -25,34 +29,53 @@ import os
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 from dp_accounting import dp_event
 
-from dpfl.accounting.conversion import rdp_to_epsilon
+from dpfl.accounting.accountant import NEIGHBORING, account, tightest
+from dpfl.accounting.conversion import CONVERSIONS
 from dpfl.accounting.events import event_from_dict, event_to_dict
-from dpfl.accounting.rdp import DEFAULT_ORDERS, SUBSAMPLING_BOUNDS, rdp_curve
+from dpfl.accounting.observers import ANALYSES
 from dpfl.errors import BudgetExceededError, ConfigError, check_range
 
 OBSERVER_NAMES = {"third_party": "a third party", "server": "the server", "other_silo": "another silo"}
 
+#: Per analysis: (subsampling bound for records sampled without replacement, default conversion, forced accountant).
+ANALYSIS_ACCOUNTING = {"sound": ("tight", "modern", None), "paper": ("paper", "classic", "rdp")}
+
 
 class PrivacyLedger:
-    """Composes each observer's events and answers epsilon(delta) for each."""
+    """Composes each observer's events and answers epsilon(delta) for each.
 
-    def __init__(self, observers, delta: float, budget: dict[str, float] | None = None, conversion: str = "classic",
-                 subsampling_bound: str = "paper"):
+    Args:
+      observers: observer names.
+      delta: the run's delta, in (0, 1).
+      budget: {observer: epsilon} limits, checked before each round.
+      conversion: RDP -> DP conversion; None picks the analysis's ("modern" for sound, "classic" for paper).
+      analysis: "sound" or "paper" (module docstring).
+      neighboring: the record-level relation of the run's events, "replace_one" (fixed-size record sampling) or
+        "add_remove" (Poisson record sampling).
+    """
+
+    def __init__(self, observers, delta: float, budget: dict[str, float] | None = None, conversion: str | None = None,
+                 analysis: str = "sound", neighboring: str = "replace_one"):
         self.observers = tuple(observers)
-        if subsampling_bound not in SUBSAMPLING_BOUNDS:
-            raise ConfigError("privacy.subsampling_bound", subsampling_bound, f"one of {list(SUBSAMPLING_BOUNDS)}")
-        self.subsampling_bound = subsampling_bound
+        if analysis not in ANALYSES:
+            raise ConfigError("privacy.analysis", analysis, f"one of {list(ANALYSES)}")
+        if neighboring not in NEIGHBORING:
+            raise ConfigError("neighboring", neighboring, f"one of {list(NEIGHBORING)}")
+        self.analysis, self.neighboring = analysis, neighboring
+        self.subsampling_bound, default_conversion, self._forced_accountant = ANALYSIS_ACCOUNTING[analysis]
+        self.conversion = default_conversion if conversion is None else conversion
+        if self.conversion not in CONVERSIONS:
+            raise ConfigError("privacy.conversion", self.conversion, f"one of {list(CONVERSIONS)}")
         self.delta = check_range("privacy.delta", delta, 0.0, 1.0, low_open=True, high_open=True)
-        self.conversion = conversion
         self.budget = dict(budget or {})
         for observer, eps in self.budget.items():
             if observer not in self.observers:
                 raise ConfigError("privacy.budget", {observer: eps}, f"a budget for one of {list(self.observers)}")
             check_range(f"privacy.budget.{observer}", eps, 0.0, low_open=True)
-        self._counts: dict[str, Counter] = {o: Counter() for o in self.observers}
+        self._counts: dict[str, Counter] = {o: Counter() for o in self.observers}  # repr(event) -> rounds
+        self._events: dict[str, dp_event.DpEvent] = {}  # repr(event) -> event (events may hold lists: unhashable)
         self._journal: list[tuple] = []  # (round index, events, fingerprint) of every composition, in order
         self._latest: dict[int, tuple] = {}  # round index -> (events, fingerprint) of its latest composition
 
@@ -82,7 +105,7 @@ class PrivacyLedger:
         self._journal.append((round_index, dict(events), fingerprint))
         self._latest[round_index] = (dict(events), fingerprint)
         for observer in self.observers:
-            self._counts[observer][events[observer]] += 1
+            self._counts[observer][self._key(events[observer])] += 1
 
     def epsilon(self) -> dict[str, float]:
         """Epsilon spent so far towards each observer, at ``self.delta`` (inf for a non-private run)."""
@@ -93,19 +116,36 @@ class PrivacyLedger:
         for observer in self.observers:
             counts = Counter(self._counts[observer])
             if extra is not None:
-                counts[extra[observer]] += 1
+                counts[self._key(extra[observer])] += 1
             result[observer] = self._epsilon_of(counts)
         return result
+
+    def _key(self, event: dp_event.DpEvent) -> str:
+        key = repr(event)
+        self._events.setdefault(key, event)
+        return key
+
+    def _composition(self, counts: Counter) -> dp_event.DpEvent:
+        parts = [dp_event.SelfComposedDpEvent(self._events[key], count) for key, count in counts.items()]
+        return parts[0] if len(parts) == 1 else dp_event.ComposedDpEvent(parts)
 
     def _epsilon_of(self, counts: Counter) -> float:
         if not counts:
             return 0.0
-        total = np.zeros(len(DEFAULT_ORDERS))
-        for event, count in counts.items():
-            if isinstance(event, dp_event.NonPrivateDpEvent):
-                return math.inf
-            total = total + count * rdp_curve(event, subsampling_bound=self.subsampling_bound)
-        return rdp_to_epsilon(DEFAULT_ORDERS, total, self.delta, self.conversion)[0]
+        if any(isinstance(self._events[key], dp_event.NonPrivateDpEvent) for key in counts):
+            return math.inf
+        composed = self._composition(counts)
+        return account(composed, self.delta, self.accountant_for(composed), self.conversion, self.neighboring,
+                       subsampling_bound=self.subsampling_bound).epsilon
+
+    def accountant_for(self, event: dp_event.DpEvent) -> str:
+        """The accountant this ledger uses for ``event``: the paper's RDP, or the tightest that supports it."""
+        return self._forced_accountant or tightest(event, self.neighboring)
+
+    def accountants(self) -> dict[str, str]:
+        """The accountant of each observer's composition so far (the tightest that supports its events)."""
+        return {o: self.accountant_for(self._composition(self._counts[o])) if self._counts[o] else
+                (self._forced_accountant or "none") for o in self.observers}
 
     @property
     def compositions(self) -> int:
@@ -115,21 +155,24 @@ class PrivacyLedger:
     # -- persistence --------------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         distinct: list[dp_event.DpEvent] = []
-        index: dict[dp_event.DpEvent, int] = {}
+        index: dict[str, int] = {}
         journal = []
         for round_index, events, fingerprint in self._journal:
             refs = {}
             for observer, event in events.items():
-                if event not in index:
-                    index[event] = len(distinct)
+                key = repr(event)
+                if key not in index:
+                    index[key] = len(distinct)
                     distinct.append(event)
-                refs[observer] = index[event]
+                refs[observer] = index[key]
             journal.append({"round": round_index, "events": refs, "fingerprint": fingerprint})
         return {
             "observers": list(self.observers),
             "delta": self.delta,
             "conversion": self.conversion,
-            "accountant": "rdp",
+            "analysis": self.analysis,
+            "neighboring": self.neighboring,
+            "accountant": self.accountants(),
             "subsampling_bound": self.subsampling_bound,
             "budget": self.budget,
             "events": [event_to_dict(e) for e in distinct],
@@ -139,8 +182,12 @@ class PrivacyLedger:
 
     @classmethod
     def from_dict(cls, data: dict) -> "PrivacyLedger":
-        ledger = cls(data["observers"], data["delta"], data.get("budget"), data["conversion"],
-                     data.get("subsampling_bound", "paper"))
+        if "analysis" not in data:
+            raise ConfigError("ledger", "a ledger written before dpfl's sound analysis",
+                              "a ledger that names its analysis; its rounds were accounted with client-level "
+                              "subsampling around record-level curves, which can under-state epsilon: start a new run")
+        ledger = cls(data["observers"], data["delta"], data.get("budget"), data["conversion"], data["analysis"],
+                     data["neighboring"])
         events = [event_from_dict(e) for e in data["events"]]
         for entry in data["journal"]:
             ledger._append(entry["round"], {o: events[i] for o, i in entry["events"].items()}, entry.get("fingerprint"))

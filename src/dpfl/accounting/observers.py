@@ -1,26 +1,55 @@
 """What each observer of a federated run sees, as privacy events (ARCHITECTURE principle 2).
 
-A record lives on one client. One local step of that client releases a noisy statistic described by a *step event*
-(record sampling around a noise mechanism, e.g. SampledWithoutReplacement(R, sR, Gaussian(sigma_g))). Who sees what:
+A record lives on one client, its *owner*. In a round the owner, if it is in the cohort, makes a sequence of noise
+draws (e.g. K local steps, each a record-sampled Gaussian); ``Release`` declares them, one event per draw, before any
+noise is drawn, and says which draws enter the aggregate *additively with nothing computed after them*, in this round
+or a later one. Observers:
 
-* ``server`` (honest but curious) sees every client message and knows the cohort: no amplification by user
-  sampling and no averaging with other clients' noise. With secure aggregation it only sees the cohort's sum.
-* ``third_party`` sees released global models only: the cohort's noise adds up (Gaussian shares of n clients sum to a
-  Gaussian with sqrt(n) times the noise multiplier, seed 002 Thm 4.7; seed 000 App. B uses sigma_g sqrt(lM)) and the
-  record's user is in the cohort with probability l = cohort/population (fixed-size sampling without replacement,
-  amplified with Wang et al. 2019, seed 000 App. B).
-* ``other_silo`` sees global models (broadcast to it), knows whether it was itself in the cohort, and knows its own
-  update, so it can subtract its own noise share from the aggregate (seed 002: shares must reach the target without
-  one client, sigma / sqrt(N - 1)): it is credited the noise of the cohort minus itself, and no user-sampling
-  amplification.
+* ``server`` (honest but curious): knows the cohort. Plain boundary: it sees each client's message, so the owner's
+  draws at their own noise. Secure aggregation: it sees only the cohort's sum (like the third party below).
+* ``third_party``: sees released global models only.
+* ``other_silo``: sees the global models and knows its own update, so it can subtract its own noise share.
+
+**The sound analysis** (``analysis="sound"``, the default), for a record of client i:
+
+1. *Client sampling.* Client i takes part with probability p, independently of the data; when it does not, the round
+   does not depend on the record. So every observer's round is ``ParticipationDpEvent(p, inner)``: RDP
+   log(1 + p (e^{(a-1) eps_in(a)} - 1)) / (a - 1), PLD (1 - p) identity + p PLD_in (joint convexity; exact when the
+   observer knows the cohort, as the server does). p = cohort / population for fixed-size cohorts, the rate for
+   Poisson. Another silo that knows it is in the cohort knows the owner's chance is (n - 1)/(M - 1), otherwise
+   n/(M - 1): it is charged p = min(1, n/(M - 1)).
+2. *Noise credit.* Another client's Gaussian share can be credited to a draw of the owner only if the share reaches
+   the released aggregate additively and nothing computed afterwards (in this round or a later one) depends on it:
+   otherwise that client's later computation can cancel it (a client whose per-example loss is
+   (theta - a)^2 / (2 eta) jumps back to a after every local step, erasing its earlier noise). ``Release.additive``
+   marks those draws: the last local step of FedAvg, every step of FedSGD (all gradients at the round's start
+   point), none of SCAFFOLD (its c_i carries the noisy steps into later rounds). For an additive draw of the owner,
+   the sum of n_c cohort members' shares has noise multiplier at least z sqrt(1 + (n_c - 1) r^2), r the min/max
+   client sensitivity (client j's std is z Delta_j); every other draw keeps the owner's own multiplier z. The
+   aggregate is post-processing of (the owner's non-additive draws, the additive sums) together with the other
+   clients' data and non-credited noise, which do not depend on the record.
+3. Poisson cohorts have a random size: a cohort may hold the owner alone, so no share is credited.
+
+The server (plain) gets 1 with the owner's own draws; the third party and the secure-aggregation server 1 and 2 with
+the cohort's n - 1 other members; another silo 1 and 2 with n - 2 others (it removes its own share). A coalition of
+silos that pools its updates is not modelled.
+
+**The paper analysis** (``analysis="paper"``) is Noble, Bellet, Dieuleveut (AISTATS 2022), App. B, kept to reproduce
+its numbers: Wang et al.'s subsampling bound with ratio l around the record-level K-step curve (valid only for a
+curve that bounds replacing a whole client), and the cohort's noise sigma_g sqrt(lM) credited to every local step
+(valid only when every step is additive). Neither holds for general losses; ``PAPER_UNPROVEN`` says so in results.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import attr
 from dp_accounting import dp_event
+
+from dpfl.accounting.events import ParticipationDpEvent
+from dpfl.errors import ConfigError
 
 THIRD_PARTY = "third_party"
 SERVER = "server"
@@ -28,25 +57,155 @@ OTHER_SILO = "other_silo"
 OBSERVERS = (THIRD_PARTY, SERVER, OTHER_SILO)
 
 BOUNDARIES = ("plain", "secagg")
+CLIENT_SAMPLINGS = ("fixed", "poisson")
+ANALYSES = ("sound", "paper")
+
+#: What the paper analysis assumes that does not hold for general losses (reported in results.json).
+PAPER_UNPROVEN = (
+    "client sampling: Wang et al. 2019 Thm 9 applied with ratio l around the record-level curve of a round; it needs "
+    "a curve for replacing a whole client, so it can under-state epsilon (sound: the participation mixture)",
+    "noise credit: the cohort's noise sigma sqrt(lM) credited to every local step; other clients' later local steps "
+    "can cancel their earlier noise, and SCAFFOLD's control variates carry it into later rounds (sound: only draws "
+    "that enter the aggregate additively with nothing computed after them)",
+)
+
+
+@dataclass(frozen=True)
+class Release:
+    """What one client's participation in a round releases about one of its records, declared before noise is drawn.
+
+    Attributes:
+      step_events: one record-level event per noise draw, in order (record sampling around the noise, in units of the
+        owner's sensitivity, e.g. ``SampledWithoutReplacementDpEvent(n, b, GaussianDpEvent(z))``).
+      additive: for each draw, whether it enters the released aggregate additively with nothing computed after it,
+        in this round or a later one: the only draws another client's noise share may be credited to.
+      sensitivity_ratio: min_j Delta_j / max_j Delta_j over the clients' sensitivities (1 when all are equal).
+    """
+
+    step_events: tuple
+    additive: tuple
+    sensitivity_ratio: float = 1.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "step_events", tuple(self.step_events))
+        object.__setattr__(self, "additive", tuple(bool(a) for a in self.additive))
+        if len(self.step_events) != len(self.additive):
+            raise ValueError(f"a release needs one additive flag per noise draw: {len(self.step_events)} draws, "
+                             f"{len(self.additive)} flags")
+        if not 0 <= self.sensitivity_ratio <= 1:
+            raise ValueError(f"sensitivity_ratio = {self.sensitivity_ratio} is not in [0, 1]")
+
+    def own(self) -> dp_event.DpEvent:
+        """Every draw at the owner's own noise (what the owner's message alone releases)."""
+        return _compose(self.step_events)
+
+    def credited(self, others: int) -> dp_event.DpEvent:
+        """The additive draws with ``others`` more clients' shares summed in, the rest at the owner's own noise."""
+        factor = math.sqrt(1 + others * self.sensitivity_ratio**2)
+        return _compose([_summed(e, factor) if additive and others > 0 else e
+                         for e, additive in zip(self.step_events, self.additive)])
+
+
+def local_steps_additive(local_steps: int, moves_locally: bool, carries_noise: bool) -> tuple[bool, ...]:
+    """Which of K local steps' noise draws enter a round's aggregate additively with nothing computed after them.
+
+    Steps that move the local model (FedAvg): only the last, since every later step is computed at an iterate that
+    depends on the earlier noise. Steps all at the round's start point (FedSGD): all. A client state that carries the
+    noisy steps into later rounds (SCAFFOLD's c_i): none.
+    """
+    if carries_noise:
+        return (False,) * local_steps
+    if not moves_locally:
+        return (True,) * local_steps
+    return (False,) * (local_steps - 1) + (True,)
+
+
+def observer_events(
+    release: Release,
+    num_clients: int,
+    cohort_size: int,
+    boundary: str = "plain",
+    client_sampling: str = "fixed",
+    analysis: str = "sound",
+    client_rate: float | None = None,
+) -> dict[str, dp_event.DpEvent]:
+    """Each observer's event of one round (see the module docstring).
+
+    Args:
+      release: what the record owner's participation releases.
+      num_clients: M, the population.
+      cohort_size: n, the cohort (fixed scheme) or its expected size (Poisson).
+      boundary: "plain" or "secagg".
+      client_sampling: "fixed" (exactly n of M without replacement) or "poisson" (each with ``client_rate``).
+      analysis: "sound" or "paper".
+      client_rate: Poisson only; defaults to n / M.
+    """
+    if boundary not in BOUNDARIES:
+        raise ConfigError("privacy.boundary", boundary, f"one of {list(BOUNDARIES)}")
+    if client_sampling not in CLIENT_SAMPLINGS:
+        raise ConfigError("algorithm.client_sampling", client_sampling, f"one of {list(CLIENT_SAMPLINGS)}")
+    if analysis not in ANALYSES:
+        raise ConfigError("privacy.analysis", analysis, f"one of {list(ANALYSES)}")
+    if not 0 <= cohort_size <= num_clients or num_clients < 1:
+        raise ValueError(f"cohort_size = {cohort_size} must lie in [0, num_clients = {num_clients}]")
+    if analysis == "paper":
+        return _paper_events(release, num_clients, cohort_size, boundary, client_sampling)
+    own = release.own()
+    if client_sampling == "poisson":
+        rate = cohort_size / num_clients if client_rate is None else client_rate
+        every = _participation(rate, own)
+        return {THIRD_PARTY: every, SERVER: every, OTHER_SILO: every}
+    p = cohort_size / num_clients
+    aggregate = _participation(p, release.credited(cohort_size - 1))
+    silo_p = 1.0 if num_clients <= 1 else min(1.0, cohort_size / (num_clients - 1))
+    return {
+        THIRD_PARTY: aggregate,
+        SERVER: _participation(p, own) if boundary == "plain" else aggregate,
+        OTHER_SILO: _participation(silo_p, release.credited(max(cohort_size - 2, 0))),
+    }
+
+
+def _paper_events(release: Release, num_clients: int, cohort_size: int, boundary: str, client_sampling: str):
+    """Noble et al. 2022, App. B, extended to every observer as dpfl did before the sound analysis (see the module
+    docstring): credit at every step, Wang et al.'s subsampling at the client level."""
+    if client_sampling == "poisson":
+        raise ConfigError("algorithm.client_sampling", "poisson",
+                          "'fixed' under privacy.analysis = 'paper' (the paper samples fixed-size cohorts); the sound "
+                          "analysis covers Poisson cohorts")
+    if any(not isinstance(e, (dp_event.SampledWithoutReplacementDpEvent, dp_event.GaussianDpEvent,
+                              dp_event.NonPrivateDpEvent)) for e in release.step_events):
+        raise ConfigError("algorithm.record_sampling", "poisson",
+                          "'fixed' under privacy.analysis = 'paper' (the paper samples fixed-size batches); the sound "
+                          "analysis covers Poisson record sampling")
+    every_step = Release(release.step_events, (True,) * len(release.step_events), release.sensitivity_ratio)
+    aggregate = every_step.credited(cohort_size - 1)
+    third_party = aggregate
+    if cohort_size < num_clients:
+        third_party = dp_event.SampledWithoutReplacementDpEvent(num_clients, cohort_size, aggregate)
+    return {
+        THIRD_PARTY: third_party,
+        SERVER: release.own() if boundary == "plain" else aggregate,
+        OTHER_SILO: every_step.credited(max(cohort_size - 2, 0)),
+    }
 
 
 def scale_noise(event: dp_event.DpEvent, factor: float) -> dp_event.DpEvent:
     """Returns ``event`` with every Gaussian noise multiplier multiplied by ``factor``.
 
-    Used to describe the sum of ``factor**2`` independent clients' noise shares: each client's share has the same
-    sensitivity (one record changes one client's clipped sum), so the sum's noise multiplier is sqrt(n) z.
+    Describes the sum of independent Gaussian noise shares (their variances add). Other noise (Laplace) does not sum
+    to a mechanism of its family: a ValueError, so that the caller charges the owner's own message instead.
     """
     if isinstance(event, dp_event.GaussianDpEvent):
         return dp_event.GaussianDpEvent(event.noise_multiplier * factor)
     if isinstance(event, (dp_event.NoOpDpEvent, dp_event.NonPrivateDpEvent)):
         return event
+    if isinstance(event, dp_event.ComposedDpEvent):
+        return dp_event.ComposedDpEvent([scale_noise(e, factor) for e in event.events])
     children = {
         field.name: getattr(event, field.name)
         for field in attr.fields(type(event))
         if isinstance(getattr(event, field.name), dp_event.DpEvent)
     }
-    if isinstance(event, dp_event.ComposedDpEvent):
-        return dp_event.ComposedDpEvent([scale_noise(e, factor) for e in event.events])
     if not children:
         raise ValueError(
             f"cannot aggregate noise of {type(event).__name__} across clients: only Gaussian noise shares sum to a "
@@ -55,60 +214,34 @@ def scale_noise(event: dp_event.DpEvent, factor: float) -> dp_event.DpEvent:
     return attr.evolve(event, **{name: scale_noise(child, factor) for name, child in children.items()})
 
 
-def round_events(
-    step_event: dp_event.DpEvent,
-    local_steps: int,
-    num_clients: int,
-    cohort_size: int,
-    boundary: str = "plain",
-    client_sampling: str = "fixed",
-    sensitivity_ratio: float = 1.0,
-) -> dict[str, dp_event.DpEvent]:
-    """Events of one round for every observer, given one local step's event of one client.
-
-    Args:
-      step_event: what one client releases per local step about its records (sampling around noise).
-      local_steps: K, the number of noisy local steps per round (all visible to the observer through the update).
-      num_clients: M, the population the cohort is drawn from (fixed size, without replacement).
-      cohort_size: floor(l M), the clients sampled this round.
-      boundary: "plain" (the server sees each client's message) or "secagg" (the server sees only their sum).
-      client_sampling: "fixed" (cohort of exactly cohort_size) or "poisson" (each client independently). With
-        Poisson the cohort's size is random, so the third party gets no credit for the other clients' noise (its view
-        is post-processing of the record owner's message alone, valid whatever the cohort) and, conservatively, no
-        amplification by user sampling either: Poisson sampling around a K-fold composition needs the general Poisson
-        bound of Zhu & Wang 2019, which is not implemented yet.
-      sensitivity_ratio: min_j Delta_j / max_j Delta_j over the clients' per-step sensitivities (1 when all clients
-        have the same batch size). Client j's noise has std z Delta_j, so for a record of the client with the largest
-        Delta the cohort's summed noise is z sqrt(Delta_max^2 + sum_{j != i} Delta_j^2) >= z Delta_max
-        sqrt(1 + (n - 1) ratio^2): the noise multiplier credited for the sum of n clients' shares (n - 2 others for
-        another silo, which removes its own share).
-    """
-    if boundary not in BOUNDARIES:
-        raise ValueError(f"boundary = {boundary!r} is not allowed: expected one of {BOUNDARIES}")
-    if client_sampling not in ("fixed", "poisson"):
-        raise ValueError(f"client_sampling = {client_sampling!r} is not allowed: expected 'fixed' or 'poisson'")
-    individual = dp_event.SelfComposedDpEvent(step_event, local_steps)
-    if client_sampling == "poisson":
-        aggregate = third_party = individual
-    else:
-        aggregate = _summed(step_event, local_steps, others=cohort_size - 1, ratio=sensitivity_ratio)
-        third_party = aggregate
-        if cohort_size < num_clients:
-            third_party = dp_event.SampledWithoutReplacementDpEvent(num_clients, cohort_size, aggregate)
-    # A silo in the cohort subtracts its own share: the owner's noise plus that of the cohort's other members.
-    other_silo = individual if client_sampling == "poisson" else _summed(
-        step_event, local_steps, others=max(cohort_size - 2, 0), ratio=sensitivity_ratio)
-    return {
-        THIRD_PARTY: third_party,
-        SERVER: individual if boundary == "plain" else aggregate,
-        OTHER_SILO: other_silo,
-    }
+def _summed(event: dp_event.DpEvent, factor: float) -> dp_event.DpEvent:
+    """The owner's draw with other clients' shares summed in; a draw whose noise does not sum (Laplace) keeps the
+    owner's own noise."""
+    try:
+        return scale_noise(event, factor)
+    except ValueError:
+        return event
 
 
-def _summed(step_event: dp_event.DpEvent, local_steps: int, others: int, ratio: float) -> dp_event.DpEvent:
-    """K steps of the record owner's noise summed with ``others`` clients' shares (sensitivities >= ratio times the
-    owner's): noise multiplier times sqrt(1 + others ratio^2)."""
-    return dp_event.SelfComposedDpEvent(scale_noise(step_event, math.sqrt(1 + others * ratio**2)), local_steps)
+def _compose(events) -> dp_event.DpEvent:
+    """Runs of equal events as ``SelfComposedDpEvent`` (cheap to account and to read), in order."""
+    runs: list[list] = []
+    for event in events:
+        if runs and runs[-1][0] == event:
+            runs[-1][1] += 1
+        else:
+            runs.append([event, 1])
+    parts = [dp_event.SelfComposedDpEvent(e, n) for e, n in runs]
+    if not parts:
+        return dp_event.NoOpDpEvent()
+    return parts[0] if len(parts) == 1 else dp_event.ComposedDpEvent(parts)
 
 
-__all__ = ["OBSERVERS", "THIRD_PARTY", "SERVER", "OTHER_SILO", "scale_noise", "round_events"]
+def _participation(probability: float, event: dp_event.DpEvent) -> dp_event.DpEvent:
+    if isinstance(event, dp_event.NonPrivateDpEvent) and probability > 0:
+        return event
+    return event if probability >= 1 else ParticipationDpEvent(probability, event)
+
+
+__all__ = ["OBSERVERS", "THIRD_PARTY", "SERVER", "OTHER_SILO", "BOUNDARIES", "CLIENT_SAMPLINGS", "ANALYSES",
+           "PAPER_UNPROVEN", "Release", "local_steps_additive", "observer_events", "scale_noise"]

@@ -5,7 +5,10 @@ of dpfl's events (``dpfl.accounting.events``):
 
 * composition (``ComposedDpEvent``, ``SelfComposedDpEvent``) adds curves (Mironov 2017, Prop. 1);
 * ``SampledWithoutReplacementDpEvent`` around ANY inner event uses the general bound of Wang, Balle, Kasiviswanathan
-  2019 (AISTATS, Thm 9), in the form of seed 000 App. B (replace-one neighbouring, q = sample / population):
+  2019 (AISTATS, Thm 9), in the form of Noble et al. 2022, App. B (replace-one neighbouring, q = sample / population).
+  Thm 9 needs the inner curve to bound the replacement of one ELEMENT of the sampled population: records sampled
+  from a client's records, yes; clients sampled from the population around a record-level curve, no (a client is
+  not a record: use ``ParticipationDpEvent``, see ``dpfl.accounting.observers``):
 
       eps_sub(a) = 1/(a-1) log(1 + q^2 C(a,2) min{4(e^{eps(2)} - 1), 2 e^{eps(2)}}
                                  + sum_{j=3..a} 2 q^j C(a,j) e^{(j-1) eps(j)})
@@ -19,12 +22,15 @@ of dpfl's events (``dpfl.accounting.events``):
   (9.64 instead of 12.91 for M=100, R=4000, l=s=0.2, sigma_g=60, K=50, T=400). Unlike Thm 27, the general bound
   does not vanish as the noise grows (its j >= 3 terms tend to 2 q^j C(a,j)): seed 000's "saturation".
   Nesting works (the DP-SCAFFOLD third-party round: WOR(M, lM, SelfComposed(WOR(R, sR, Gaussian(z)), K))).
+* ``ParticipationDpEvent`` (the owner takes part with probability p) is the mixture bound
+  log(1 + p (exp((a - 1) eps_in(a)) - 1)) / (a - 1) of its inner curve, under the inner event's own relation;
 * ``DisjointUnionDpEvent`` (parallel composition over disjoint data) takes the pointwise maximum of its parts;
 * ``SkellamDpEvent``: Agarwal et al. 2021 at integer orders, interpolated as above at non-integer ones;
 * anything else (Gaussian, Laplace, Poisson-subsampled Gaussian, ...) is delegated to dp_accounting's
   ``RdpAccountant``: the event is composed into a fresh accountant with these orders and its curve read back.
 
-Curves are cached on (event, orders, neighbouring relation, subsampling bound).
+A NaN anywhere reads as "no bound" (+inf), never as 0. Curves are cached on (event, orders, neighbouring relation,
+subsampling bound).
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from scipy.special import gammaln, logsumexp
 
 from dpfl.accounting.conversion import CONVERSIONS, rdp_to_epsilon
-from dpfl.accounting.events import DisjointUnionDpEvent, SkellamDpEvent, skellam_rdp
+from dpfl.accounting.events import DisjointUnionDpEvent, ParticipationDpEvent, SkellamDpEvent, skellam_rdp
 from dpfl.errors import ConfigError
 
 NeighborRel = privacy_accountant.NeighboringRelation
@@ -70,9 +76,10 @@ def rdp_curve(event: dp_event.DpEvent, orders=DEFAULT_ORDERS, neighboring_relati
         leaf event use the first relation dp_accounting supports it under (replace-one, add/remove, replace-special).
         Subsampling without replacement (and everything inside it) is always replace-one.
       subsampling_bound: for sampling without replacement, "paper" is Wang et al.'s general bound alone, exactly as
-        seed 000 App. B computes it (reproduces its published epsilons); "tight" (default) takes at every order the
-        smallest of that bound, the inner mechanism's own curve (subsampling never hurts) and, around a Gaussian,
-        Wang et al.'s Gaussian-specific Thm 27: all valid, and much smaller when the general bound saturates.
+        Noble et al. 2022, App. B computes it (reproduces its published epsilons); "tight" (default) takes at every
+        order the smallest of that bound, the inner mechanism's own curve (subsampling never hurts) and, around a
+        Gaussian, Wang et al.'s Gaussian-specific Thm 27: each valid for sampling records, and much smaller when the
+        general bound saturates.
 
     Raises:
       dp_accounting.UnsupportedEventError: some part of ``event`` has no RDP bound here.
@@ -87,7 +94,7 @@ def composition_error(event: dp_event.DpEvent, neighboring_relation=None) -> str
     """Why ``rdp_curve`` cannot account for ``event`` under ``neighboring_relation``, or None if it can."""
     if isinstance(event, (dp_event.NoOpDpEvent, SkellamDpEvent)):
         return None
-    if isinstance(event, dp_event.SelfComposedDpEvent):
+    if isinstance(event, (dp_event.SelfComposedDpEvent, ParticipationDpEvent)):
         return composition_error(event.event, neighboring_relation)
     if isinstance(event, (dp_event.ComposedDpEvent, DisjointUnionDpEvent)):
         return next(filter(None, (composition_error(e, neighboring_relation) for e in event.events)), None)
@@ -174,6 +181,7 @@ class _EventKey:
 @functools.lru_cache(maxsize=4096)
 def _cached_curve(key: _EventKey, orders: tuple, relation, bound: str) -> np.ndarray:
     curve = _compute_curve(key.event, np.array(orders), relation, bound)
+    curve = np.where(np.isnan(curve), np.inf, curve)  # NaN means "no bound", never 0
     curve.setflags(write=False)
     return curve
 
@@ -192,6 +200,8 @@ def _compute_curve(event, orders: np.ndarray, relation, bound: str) -> np.ndarra
         return event.count * _curve(event.event, orders, relation, bound)
     if isinstance(event, dp_event.ComposedDpEvent):
         return sum((_curve(e, orders, relation, bound) for e in event.events), np.zeros_like(orders))
+    if isinstance(event, ParticipationDpEvent):
+        return participation_rdp(event.probability, _curve(event.event, orders, relation, bound), orders)
     if isinstance(event, DisjointUnionDpEvent):
         return np.max([_curve(e, orders, relation, bound) for e in event.events], axis=0, initial=0.0)
     if isinstance(event, dp_event.SampledWithoutReplacementDpEvent):
@@ -244,6 +254,21 @@ def _sampled_without_replacement_curve(event: dp_event.SampledWithoutReplacement
     return np.minimum(curve, _curve(event.event, orders, NeighborRel.REPLACE_ONE, bound))  # at non-integer orders too
 
 
+def participation_rdp(probability: float, inner: np.ndarray, orders: np.ndarray) -> np.ndarray:
+    """RDP of ``ParticipationDpEvent(probability, inner mechanism)``: log(1 - p + p exp((a - 1) eps_in(a))) / (a - 1),
+    in log space (joint convexity of exp((a - 1) D_a); exact for an observer who knows whether the owner took part)."""
+    if not 0 <= probability <= 1:
+        raise ConfigError("probability", probability, "a participation probability in [0, 1]")
+    inner = np.asarray(inner, dtype=float)
+    if probability == 0:
+        return np.zeros_like(inner)
+    if probability == 1:
+        return inner.copy()
+    with np.errstate(invalid="ignore"):
+        log_moment = np.logaddexp(math.log1p(-probability), math.log(probability) + (orders - 1) * inner)
+    return log_moment / (orders - 1)
+
+
 def wang_subsampled_rdp(q: float, inner: np.ndarray) -> np.ndarray:
     """Wang, Balle, Kasiviswanathan 2019, Thm 9: RDP at orders 2..A of a mechanism with RDP ``inner`` at 2..A
     run on a uniformly sampled fraction ``q`` of the data without replacement (replace-one neighbouring).
@@ -279,4 +304,5 @@ def _interpolate_integer_orders(integer_curve, orders: np.ndarray) -> np.ndarray
     return interpolated / (orders - 1)
 
 
-__all__ = ["SUBSAMPLING_BOUNDS", "DEFAULT_ORDERS", "rdp_curve", "composition_error", "RdpAccountant", "wang_subsampled_rdp"]
+__all__ = ["SUBSAMPLING_BOUNDS", "DEFAULT_ORDERS", "rdp_curve", "composition_error", "RdpAccountant",
+           "participation_rdp", "wang_subsampled_rdp"]

@@ -25,8 +25,10 @@ The switches:
   analysis does not cover: the noise is still added (scaled to that C) but the run's events are NonPrivate, so every
   observer's epsilon is reported as infinite (null in JSON), and a warning says why. Never the default.
 
-Claim 4.1 of seed 000: control variates are post-processing of the noisy gradients, so every variant releases the
-same mechanism per local step and has the same privacy; ``step_noise_event`` is that mechanism.
+Control variates are post-processing of the noisy gradients (Noble et al. 2022, Claim 4.1), so every variant releases
+the same mechanism per local step, ``step_noise_event``, towards an observer of one client's messages. Towards an
+observer of the aggregate they differ: another client's noise share hides the owner's draw only if nothing computed
+afterwards depends on it (``additive_steps``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from dataclasses import dataclass
 import torch
 from dp_accounting import dp_event
 
+from dpfl.accounting.observers import local_steps_additive
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.noise import GaussianMechanism
 from dpfl.engine.sampling import RecordSampler
@@ -110,6 +113,13 @@ class LocalSGD:
         if self.clip_heuristic == "median-nonprivate":
             return dp_event.NonPrivateDpEvent()
         return self.mechanism.event
+
+    @property
+    def additive_steps(self) -> tuple[bool, ...]:
+        """Which local steps' noise enters the round's aggregate additively with nothing computed after it, in this
+        round or a later one (``dpfl.accounting.observers.local_steps_additive``): the last step of FedAvg, every step
+        of FedSGD, none of SCAFFOLD (c_i carries the noisy steps into later rounds)."""
+        return local_steps_additive(self.local_steps, self.move_locally, carries_noise=self.control_variates)
 
     def init_state(self, x0: torch.Tensor, num_clients: int) -> ServerState:
         client_c = torch.zeros(num_clients, x0.shape[0]) if self.control_variates else None

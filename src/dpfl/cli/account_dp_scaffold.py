@@ -1,14 +1,15 @@
-"""`dpfl account dp-scaffold`: epsilon of DP-SCAFFOLD / DP-FedAvg towards the third party and the server.
+"""`dpfl account dp-scaffold`: record-level epsilon of DP-SCAFFOLD / DP-FedAvg / DP-FedSGD towards each observer.
 
-The accountant of the DP-SCAFFOLD paper (seed 000, App. B), see ``dpfl.accounting.dp_scaffold``.
+See ``dpfl.accounting.dp_scaffold``: the sound analysis by default, Noble et al. (2022)'s own accountant with
+``--analysis paper``.
 """
 
 from __future__ import annotations
 
-from dpfl.accounting.dp_scaffold import dp_scaffold_epsilon
+from dpfl.accounting.dp_scaffold import ALGORITHMS, dp_scaffold_epsilon
 
 NAME = "dp-scaffold"
-HELP = "record-level epsilon of DP-SCAFFOLD / DP-FedAvg per observer (RDP, classic conversion; Noble et al. 2022)"
+HELP = "record-level epsilon of DP-SCAFFOLD / DP-FedAvg per observer (Noble et al. 2022), sound or the paper's"
 
 
 def configure(parser) -> None:
@@ -17,12 +18,17 @@ def configure(parser) -> None:
     parser.add_argument("--client-rate", type=float, required=True, help="l, fraction of clients sampled per round")
     parser.add_argument("--sample-rate", type=float, required=True, help="s, fraction of records per local step")
     parser.add_argument("--local-steps", type=int, required=True, help="K, local steps per round")
-    parser.add_argument("--rounds", type=int, required=True, help="T, communication rounds")
+    parser.add_argument("--rounds", type=int, required=True, help="T, communication rounds (>= 1)")
     parser.add_argument("--noise-multiplier", type=float, required=True, help="sigma_g, per-step noise multiplier")
     parser.add_argument("--delta", type=float, default=None, help="target delta (default 1/(M R))")
-    parser.add_argument("--subsampling-bound", choices=("paper", "tight"), default="paper",
-                        help="paper: Wang et al.'s general bound as in the paper (reproduces its numbers); tight: the "
-                             "same bound capped by the inner mechanism's curve (valid, smaller)")
+    parser.add_argument("--analysis", choices=("sound", "paper"), default="sound",
+                        help="sound (default): client sampling as a participation mixture, other clients' noise "
+                             "credited only where it reaches the aggregate intact, modern conversion; paper: the "
+                             "paper's App. B accountant, which reproduces its numbers but does not hold for general "
+                             "losses")
+    parser.add_argument("--algorithm", choices=tuple(ALGORITHMS), default="dp-scaffold",
+                        help="which local-step algorithm (matters for the sound analysis: SCAFFOLD's control "
+                             "variates carry noise into later rounds, so no other client's noise is credited)")
 
 
 def execute(args) -> dict:
@@ -35,5 +41,6 @@ def execute(args) -> dict:
         rounds=args.rounds,
         noise_multiplier=args.noise_multiplier,
         delta=args.delta,
-        subsampling_bound=args.subsampling_bound,
+        analysis=args.analysis,
+        algorithm=args.algorithm,
     )

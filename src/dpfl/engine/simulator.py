@@ -19,7 +19,7 @@ import torch
 from dp_accounting import dp_event
 
 from dpfl.accounting.ledger import PrivacyLedger
-from dpfl.accounting.observers import round_events
+from dpfl.accounting.observers import Release, observer_events
 from dpfl.algorithms.local_sgd import CohortData, LocalSGD
 from dpfl.engine.grads import CohortGradients, memory_per_example
 from dpfl.engine.sampling import ClientSampler
@@ -72,8 +72,9 @@ class Simulation:
         step = sampler.event(self.algorithm.step_noise_event, self.train.counts)
         divisors = sampler.divisor(self.train.counts)  # sensitivity_j is proportional to 1 / divisor_j
         ratio = float(divisors.min() / divisors.max())
-        return round_events(step, self.algorithm.local_steps, self.clients.num_clients, self.clients.cohort_size,
-                            self.boundary, self.clients.scheme, sensitivity_ratio=ratio)
+        release = Release((step,) * self.algorithm.local_steps, self.algorithm.additive_steps, ratio)
+        return observer_events(release, self.clients.num_clients, self.clients.cohort_size, self.boundary,
+                               self.clients.scheme, self.ledger.analysis, client_rate=self.clients.rate)
 
     # -- one round ----------------------------------------------------------------------------------------------
     def _chunk_size(self, cohort_size: int) -> int:
@@ -176,7 +177,7 @@ class Simulation:
         ledger_path = Path(directory) / "ledger.json"
         if ledger_path.exists():
             spent = PrivacyLedger.load(ledger_path)
-            for setting in ("delta", "conversion", "subsampling_bound", "observers"):
+            for setting in ("delta", "conversion", "analysis", "neighboring", "observers"):
                 if getattr(spent, setting) != getattr(self.ledger, setting):
                     raise DpflError(f"cannot resume: the run directory's ledger has {setting} = "
                                     f"{getattr(spent, setting)!r}, the config {getattr(self.ledger, setting)!r}")

@@ -60,8 +60,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
     "privacy": {
         "delta": (_OPTIONAL_NUMBER, None, None),  # None: 1 / (M R_train), seed 000
         "budget": ((dict, int, float, type(None)), None, None),  # eps for the third party, or {observer: eps}
-        "conversion": (str, "classic", ("classic", "modern")),
-        "subsampling_bound": (str, "paper", ("paper", "tight")),
+        "analysis": (str, "sound", ("sound", "paper")),
+        "conversion": ((str, type(None)), None, (None, "classic", "modern")),  # None: the analysis's own
         "boundary": (str, "plain", ("plain", "secagg")),
     },
     "run": {
@@ -70,6 +70,14 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "checkpoint_every": (int, 10, None),
         "memory_mb": (int, 512, None),
     },
+}
+
+
+#: Keys that were removed, and what replaces them.
+RETIRED = {
+    "privacy.subsampling_bound": "privacy.analysis: 'sound' (the default) or 'paper' (Noble et al. 2022's accountant, "
+                                 "to reproduce its numbers); the old 'tight' bound sampled clients with a record-level "
+                                 "curve, which is not a valid bound",
 }
 
 
@@ -121,6 +129,8 @@ def merge(config: dict, data: dict) -> None:
         if not isinstance(values, dict):
             raise ConfigError(section, values, "a table of keys")
         for key, value in values.items():
+            if f"{section}.{key}" in RETIRED:
+                raise ConfigError(f"{section}.{key}", value, f"no value: this key was retired; use {RETIRED[f'{section}.{key}']}")
             if key not in SCHEMA[section]:
                 raise ConfigError(f"{section}.{key}", value, f"one of the keys {list(SCHEMA[section])}")
             config[section][key] = value

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from dpfl.accounting.ledger import PrivacyLedger
-from dpfl.accounting.observers import OBSERVERS, THIRD_PARTY
+from dpfl.accounting.observers import OBSERVERS, PAPER_UNPROVEN, THIRD_PARTY
 from dpfl.algorithms.local_sgd import build_local_sgd
 from dpfl.data import build_dataset
 from dpfl.engine.grads import CohortGradients
@@ -57,8 +57,9 @@ def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
     delta = privacy_cfg["delta"]
     if delta is None:  # seed 000: delta = 1 / (M R_train)
         delta = 1.0 / float(dataset.train.counts.sum())
+    neighboring = "replace_one" if records.scheme == "fixed" else "add_remove"
     ledger = PrivacyLedger(OBSERVERS, delta, _budget(privacy_cfg["budget"]), privacy_cfg["conversion"],
-                           privacy_cfg["subsampling_bound"])
+                           privacy_cfg["analysis"], neighboring)
     return Simulation(
         dataset.train, dataset.test, CohortGradients(model), algorithm, clients, ledger, seed=run_cfg["seed"],
         boundary=privacy_cfg["boundary"], eval_every=check_range("run.eval_every", run_cfg["eval_every"], 1,
@@ -102,9 +103,12 @@ def results_of(sim: Simulation, config: dict) -> dict:
         "rounds": [m.to_dict() for m in sim.history],
         "final": final,
         "privacy": {
-            "accountant": "rdp",
+            "analysis": sim.ledger.analysis,
+            "accountant": sim.ledger.accountants(),
             "conversion": sim.ledger.conversion,
             "subsampling_bound": sim.ledger.subsampling_bound,
+            "neighboring": sim.ledger.neighboring,
+            "unproven": list(PAPER_UNPROVEN) if sim.ledger.analysis == "paper" else [],
             "delta": sim.ledger.delta,
             "observers": list(sim.ledger.observers),
             "unit": "one record (record-level DP)",
