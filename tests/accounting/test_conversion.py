@@ -71,3 +71,31 @@ def test_bad_orders_and_shapes():
         rdp_to_epsilon([1.0, 2.0], [0.1, 0.2], 1e-5)
     with pytest.raises(ConfigError, match="rdp"):
         rdp_to_epsilon([2.0, 3.0], [0.1], 1e-5)
+
+
+@pytest.mark.parametrize("conversion", ["classic", "modern"])
+def test_nan_reads_as_no_bound(conversion):
+    """Defect 8: a NaN in an RDP curve is 'no bound' (+inf), never 0. With NaN everywhere but one order, epsilon is
+    that order's; with NaN everywhere, infinite. (Read as 0, NaN at the high orders would give a tiny epsilon.)"""
+    orders = np.array([2.0, 8.0, 64.0, 1024.0])
+    delta = 1e-5
+    only_order_2 = np.array([0.5, np.nan, np.nan, np.nan])
+    eps, order = rdp_to_epsilon(orders, only_order_2, delta, conversion)
+    assert order == 2.0
+    assert eps == pytest.approx(rdp_to_epsilon(orders[:1], only_order_2[:1], delta, conversion)[0])
+    assert eps > 5  # log(1/delta)/(2-1) dominates; NaN read as 0 at order 1024 would give ~0.01
+    assert rdp_to_epsilon(orders, np.full(4, np.nan), delta, conversion)[0] == math.inf
+
+
+def test_rdp_curve_never_returns_nan():
+    from dp_accounting import dp_event
+
+    from dpfl.accounting.events import ParticipationDpEvent
+    from dpfl.accounting.rdp import rdp_curve
+
+    noiseless = dp_event.SampledWithoutReplacementDpEvent(10, 5, dp_event.GaussianDpEvent(0.0))
+    for bound in ("paper", "tight"):
+        assert np.isposinf(rdp_curve(noiseless, subsampling_bound=bound)).all()
+        assert np.isposinf(rdp_curve(ParticipationDpEvent(0.5, noiseless), subsampling_bound=bound)).all()
+    huge = rdp_curve(ParticipationDpEvent(0.5, dp_event.GaussianDpEvent(1e-6)))  # (a-1) eps_in would overflow exp
+    assert np.isfinite(huge).all() and huge[0] > 1e10

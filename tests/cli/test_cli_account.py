@@ -89,3 +89,21 @@ def test_bad_input_exits_2_with_message_on_stderr(capsys, argv, field, allowed):
     captured = capsys.readouterr()
     assert field in captured.err and allowed in captured.err
     assert "Traceback" not in captured.err and captured.out == ""
+
+
+def test_printed_values_err_on_the_safe_side(capsys):
+    """Defect 8: a user copies the printed noise; it must meet the target when accounted again (it was rounded
+    down before: 2.57583 re-accounts to 8.0000177 > 8)."""
+    from dpfl.accounting.accountant import account, gaussian_event
+    from dpfl.cli import safe_round
+
+    argv = ("calibrate gaussian --target-epsilon 8 --delta 1e-5 --sampling poisson --sampling-rate 0.08192 "
+            "--steps 2500").split()
+    assert main(argv) == 0
+    printed = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines())
+    noise = float(printed["noise_multiplier"])
+    assert account(gaussian_event(noise, 2500, "poisson", 0.08192), 1e-5).epsilon <= 8
+    assert float(printed["epsilon"]) >= account(gaussian_event(noise, 2500, "poisson", 0.08192), 1e-5).epsilon
+    assert safe_round(2.5758349) == "2.57584" and safe_round(2.5758349, down=True) == "2.57583"
+    assert safe_round(12.906331310546925) == "12.9064" and safe_round(1e-5) == "1e-05"
+    assert float(safe_round(1 / 3)) >= 1 / 3 and float(safe_round(1 / 3, down=True)) <= 1 / 3

@@ -99,3 +99,23 @@ def test_laplace_noise_is_always_finite():
     value = torch.zeros(1, 2**20)
     noisy, _ = LaplaceMechanism(1.0)(value, torch.ones(1), gen(12))
     assert torch.isfinite(noisy).all()
+
+
+def test_noise_is_drawn_only_from_an_event():
+    """Defect 9 of the soundness review: the noise's scale comes from the declared event in one place. No module of
+    dpfl other than engine/noise.py may draw Gaussian or Laplace noise (a second place could drift from its event)."""
+    import pathlib
+    import re
+
+    import dpfl
+
+    package = pathlib.Path(dpfl.__file__).parent
+    drawing = re.compile(r"\b(randn|randn_like|normal_|\.normal\(|exponential_|Laplace\(|laplace\()")
+    offenders = [str(path.relative_to(package)) for path in package.rglob("*.py")
+                 if path.name != "noise.py" and drawing.search(path.read_text())]
+    assert offenders == []
+    # and the noise's std is the event's multiplier times the sensitivity, whatever the mechanism object holds
+    from dpfl.engine.noise import gaussian_noise
+
+    noise = gaussian_noise(dp_event.GaussianDpEvent(3.0), torch.tensor([2.0]), torch.zeros(1, 200_000), gen(5))
+    assert float(noise.std()) == pytest.approx(6.0, rel=0.01)

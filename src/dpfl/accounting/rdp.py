@@ -242,7 +242,7 @@ def _sampled_without_replacement_curve(event: dp_event.SampledWithoutReplacement
         # grows: seed 000's "saturation"), so take the smaller of the two at every order. Around a Gaussian, Wang et
         # al.'s Gaussian-specific Thm 27 (dp_accounting) is a third valid bound.
         tight = np.minimum(general, inner)
-        if isinstance(event.event, dp_event.GaussianDpEvent):
+        if isinstance(event.event, dp_event.GaussianDpEvent) and event.event.noise_multiplier > 0:
             low = ints[ints <= THM27_MAX_ORDER]  # dp_accounting's Thm 27 costs O(a^3): the orders that matter
             specific = rdp_privacy_accountant._compute_rdp_sample_wor_gaussian(q, event.event.noise_multiplier, low)
             tight[: low.size] = np.minimum(tight[: low.size], specific)

@@ -14,8 +14,10 @@ so adding an accountant to the CLI touches no other file.
 from __future__ import annotations
 
 import argparse
+import decimal
 import importlib
 import json
+import math
 import pkgutil
 import sys
 
@@ -28,6 +30,11 @@ def _subcommand_modules(prefix: str):
             yield importlib.import_module(f"{__name__}.{info.name}")
 
 
+#: Printed results are rounded to 6 significant digits towards the safe side, since users copy them: noise, epsilon
+#: and delta up; these keys (a largest admissible value) down. JSON prints every value at full precision.
+ROUNDED_DOWN = ("epsilon0",)
+
+
 def _print_result(result: dict, as_json: bool) -> None:
     if as_json:
         print(json.dumps(result, indent=2, sort_keys=False))
@@ -35,12 +42,24 @@ def _print_result(result: dict, as_json: bool) -> None:
     width = max((len(k) for k in result), default=0)
     for key, value in result.items():
         if isinstance(value, dict):
-            value = ", ".join(f"{k}={_fmt(v)}" for k, v in value.items())
-        print(f"{key:<{width}}  {_fmt(value)}")
+            value = ", ".join(f"{k}={safe_round(v, down=key in ROUNDED_DOWN)}" for k, v in value.items())
+        print(f"{key:<{width}}  {safe_round(value, down=key in ROUNDED_DOWN)}")
 
 
-def _fmt(value):
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
+def safe_round(value, down: bool = False, digits: int = 6) -> str:
+    """``value`` as text; a finite float is rounded to ``digits`` significant digits UP (or down), exactly (decimal
+    arithmetic on the float's binary value), so that a printed noise or epsilon is never the unsafe side of the
+    computed one. A float whose shortest representation already has at most ``digits`` digits prints as it is (it
+    reads back as the same float)."""
+    if not isinstance(value, float) or not math.isfinite(value) or value == 0:
+        return str(value)
+    shortest = decimal.Decimal(repr(value))
+    if len(shortest.normalize().as_tuple().digits) <= digits:
+        return repr(value)
+    exact = decimal.Decimal(value)
+    quantum = decimal.Decimal(1).scaleb(exact.adjusted() - digits + 1)
+    rounded = exact.quantize(quantum, rounding=decimal.ROUND_FLOOR if down else decimal.ROUND_CEILING)
+    return f"{rounded.normalize():f}" if -5 <= rounded.adjusted() < digits else f"{rounded.normalize():E}"
 
 
 def build_parser() -> argparse.ArgumentParser:

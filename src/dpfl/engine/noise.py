@@ -1,9 +1,10 @@
 """Noise mechanisms that carry their privacy event (ARCHITECTURE principle 1).
 
 A mechanism object binds the noise it adds to the event that describes it: the simulator reads ``.event`` to account
-for a round *before* it runs (so a budget can stop it), and every call returns the event of the noise it actually
-drew, which the simulator checks against what was declared. Changing the noise without changing the event is
-impossible: both come from the same two numbers.
+for a round *before* it runs (so a budget can stop it), and every call returns the event its noise was drawn from,
+which the simulator checks against what was declared. The noise's scale is read from that event in one place,
+``gaussian_noise`` / ``laplace_noise`` (the only functions of dpfl that draw noise; a test scans the package for
+others), so the noise cannot change without its event changing.
 
 Noise is calibrated to a per-client sensitivity Delta_i (a [clients] tensor: clients may have different batch sizes)
 and a noise multiplier z: std_i = z * Delta_i, so every client's release is the same mechanism Gaussian(z) in
@@ -18,6 +19,24 @@ import torch
 from dp_accounting import dp_event
 
 from dpfl.errors import check_range
+
+
+def gaussian_noise(event: dp_event.GaussianDpEvent, sensitivity: torch.Tensor, like: torch.Tensor,
+                   generator: torch.Generator) -> torch.Tensor:
+    """Noise shaped like ``like`` [clients, ...] with row i ~ N(0, (z Delta_i)^2 I), z = ``event.noise_multiplier``."""
+    std = (event.noise_multiplier * sensitivity).to(like.dtype).reshape(-1, *([1] * (like.dim() - 1)))
+    return std * torch.randn(like.shape, generator=generator, dtype=like.dtype)
+
+
+def laplace_noise(event: dp_event.LaplaceDpEvent, sensitivity: torch.Tensor, like: torch.Tensor,
+                  generator: torch.Generator) -> torch.Tensor:
+    """Noise shaped like ``like`` with row i ~ Lap(0, b Delta_i) per coordinate, b = ``event.noise_multiplier``.
+
+    Lap(0, 1) = E1 - E2 for independent Exp(1) draws (always finite, unlike the log of a uniform that can be 0).
+    """
+    scale = (event.noise_multiplier * sensitivity).to(like.dtype).reshape(-1, *([1] * (like.dim() - 1)))
+    exponentials = torch.empty((2, *like.shape), dtype=like.dtype).exponential_(generator=generator)
+    return scale * (exponentials[0] - exponentials[1])
 
 
 @dataclass(frozen=True)
@@ -41,11 +60,10 @@ class GaussianMechanism:
 
     def __call__(self, value: torch.Tensor, sensitivity: torch.Tensor, generator: torch.Generator):
         """Adds noise row-wise: value [clients, P], sensitivity [clients] (l2). Returns (noisy value, event)."""
+        event = self.event
         if not self.is_private:
-            return value, self.event
-        std = (self.noise_multiplier * sensitivity).to(value.dtype).unsqueeze(-1)
-        noise = torch.randn(value.shape, generator=generator, dtype=value.dtype)
-        return value + std * noise, self.event
+            return value, event
+        return value + gaussian_noise(event, sensitivity, value, generator), event
 
 
 @dataclass(frozen=True)
@@ -64,8 +82,5 @@ class LaplaceMechanism:
         return dp_event.LaplaceDpEvent(self.scale_multiplier)
 
     def __call__(self, value: torch.Tensor, sensitivity: torch.Tensor, generator: torch.Generator):
-        scale = (self.scale_multiplier * sensitivity).to(value.dtype).unsqueeze(-1)
-        # Lap(0, 1) = E1 - E2 for independent Exp(1) draws (always finite, unlike log of a uniform that can be 0)
-        exponentials = torch.empty((2, *value.shape), dtype=value.dtype).exponential_(generator=generator)
-        noise = exponentials[0] - exponentials[1]
-        return value + scale * noise, self.event
+        event = self.event
+        return value + laplace_noise(event, sensitivity, value, generator), event
