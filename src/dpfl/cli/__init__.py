@@ -18,6 +18,7 @@ import decimal
 import importlib
 import json
 import math
+import os
 import pkgutil
 import sys
 
@@ -43,6 +44,8 @@ def _print_result(result: dict, as_json: bool) -> None:
     for key, value in result.items():
         if isinstance(value, dict):
             value = ", ".join(f"{k}={safe_round(v, down=key in ROUNDED_DOWN)}" for k, v in value.items())
+        elif isinstance(value, list):
+            value = "".join(f"\n  - {item}" for item in value)
         print(f"{key:<{width}}  {safe_round(value, down=key in ROUNDED_DOWN)}")
 
 
@@ -90,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     except DpflError as err:
         print(f"dpfl {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `dpfl ... | head`: the reader has gone; end quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return 0
 
 

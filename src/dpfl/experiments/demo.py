@@ -37,8 +37,12 @@ def table(results: dict[str, dict]) -> str:
         rows.append(f"{name:<18} {final['test_accuracy']:>8.3f} {final['train_loss']:>10.4f} "
                     f"{_e(eps['third_party']):>13} {_e(eps['server']):>10} {_e(eps['other_silo']):>14} "
                     f"{result['wall_seconds']:>8.1f}")
-    delta = next(iter(results.values()))["final"]["delta"]
-    rows.append(f"delta = {delta:.3g}; RDP accountant, classic conversion; record-level DP")
+    first = next(iter(results.values()))
+    privacy = first["privacy"]
+    accountants = "/".join(sorted(set(privacy["accountant"].values())))
+    conversion = f", {privacy['conversion']} conversion" if "rdp" in accountants else ""
+    rows.append(f"delta = {first['final']['delta']:.3g}; {privacy['analysis']} analysis, {accountants.upper()} "
+                f"accountant{conversion}; record-level DP")
     return "\n".join(rows)
 
 
