@@ -233,3 +233,16 @@ def test_client_sampler_bad_arguments():
     with pytest.raises(ConfigError) as err:
         ClientSampler(10, 0.5, "random")
     assert err.value.field == "algorithm.client_sampling"
+
+
+def test_one_counting_rule_for_samplers_and_accountants():
+    """floor(rate n) with a float tolerance: 0.29 * 100 = 28.999... samples 29 clients, and the accountant charges 29."""
+    from dpfl.accounting.dp_scaffold import dp_scaffold_round_events
+    from dpfl.counts import sampled_count
+
+    assert sampled_count(0.29, 100) == 29 and sampled_count(0.2, 7) == 1 and sampled_count(0.999, 1) == 0
+    assert ClientSampler(100, 0.29).cohort_size == 29
+    assert int(RecordSampler(0.29).batch_sizes(torch.tensor([100]))[0]) == 29
+    events = dp_scaffold_round_events(100, 100, 0.29, 0.29, 1, 5.0)
+    assert events["server"].probability == 0.29  # 29 of 100 clients
+    assert events["server"].event.event.sample_size == 29

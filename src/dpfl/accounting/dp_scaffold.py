@@ -26,6 +26,7 @@ from dpfl.accounting.accountant import account
 from dpfl.accounting.calibrate import max_steps
 from dpfl.accounting.observers import (OBSERVERS, PAPER_UNPROVEN, THIRD_PARTY, Release, local_steps_additive,
                                        observer_events)
+from dpfl.counts import sampled_count
 from dpfl.errors import ConfigError, check_range
 
 #: How each analysis accounts: (RDP bound for sampling records without replacement, RDP -> DP conversion).
@@ -36,9 +37,9 @@ ALGORITHMS = {"dp-scaffold": dict(moves_locally=True, carries_noise=True),
               "dp-fedsgd": dict(moves_locally=False, carries_noise=False)}
 
 
-def sampled_count(field: str, rate: float, population: int) -> int:
-    """floor(rate * population), tolerant of float rounding (0.29 * 100 is 28.999...); at least 1."""
-    count = math.floor(rate * population + 1e-9)
+def _at_least_one(field: str, rate: float, population: int) -> int:
+    """``sampled_count``, which must be at least 1."""
+    count = sampled_count(rate, population)
     if count < 1:
         raise ConfigError(field, rate, f"a rate with floor(rate * {population}) >= 1, i.e. >= {1 / population:.6g}")
     return count
@@ -65,8 +66,8 @@ def dp_scaffold_round_events(
         raise ConfigError("algorithm", algorithm, f"one of {list(ALGORITHMS)}")
     if analysis not in ANALYSIS_SETTINGS:
         raise ConfigError("analysis", analysis, f"one of {list(ANALYSIS_SETTINGS)}")
-    batch = sampled_count("sample_rate", sample_rate, records_per_client)
-    cohort = sampled_count("client_rate", client_rate, num_clients)
+    batch = _at_least_one("sample_rate", sample_rate, records_per_client)
+    cohort = _at_least_one("client_rate", client_rate, num_clients)
     step = dp_event.GaussianDpEvent(noise_multiplier)
     if batch < records_per_client:
         step = dp_event.SampledWithoutReplacementDpEvent(records_per_client, batch, step)
@@ -146,5 +147,4 @@ def max_rounds(
                      "replace_one", subsampling_bound=bound)
 
 
-__all__ = ["ALGORITHMS", "ANALYSIS_SETTINGS", "dp_scaffold_round_events", "dp_scaffold_epsilon", "max_rounds",
-           "sampled_count"]
+__all__ = ["ALGORITHMS", "ANALYSIS_SETTINGS", "dp_scaffold_round_events", "dp_scaffold_epsilon", "max_rounds"]

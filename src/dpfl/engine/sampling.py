@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from dp_accounting import dp_event
 
+from dpfl.counts import TOLERANCE, sampled_count
 from dpfl.errors import ConfigError, check_range
 
 SCHEMES = ("fixed", "poisson")
@@ -56,7 +57,7 @@ class RecordSampler:
     def batch_sizes(self, counts: torch.Tensor) -> torch.Tensor:
         """Fixed scheme: floor(s n_i), at least 1 (seed 000 Alg. 1). Poisson: the expected size q n_i."""
         if self.scheme == "fixed":
-            return torch.clamp(torch.floor(self.rate * counts.double() + 1e-9).long(), min=1)
+            return torch.clamp(torch.floor(self.rate * counts.double() + TOLERANCE).long(), min=1)
         return self.rate * counts.double()
 
     def sample(self, counts: torch.Tensor, generator: torch.Generator):
@@ -117,7 +118,9 @@ class ClientSampler:
     @property
     def cohort_size(self) -> int:
         """floor(l M) for the fixed scheme; the expected size l M for Poisson."""
-        return int(self.rate * self.num_clients + 1e-9) if self.scheme == "fixed" else round(self.rate * self.num_clients)
+        if self.scheme == "fixed":
+            return sampled_count(self.rate, self.num_clients)
+        return round(self.rate * self.num_clients)
 
     def sample(self, generator: torch.Generator) -> torch.Tensor:
         """The sorted ids of this round's cohort."""
