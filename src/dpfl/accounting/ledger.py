@@ -31,7 +31,7 @@ from dp_accounting import dp_event
 from dpfl.accounting.conversion import rdp_to_epsilon
 from dpfl.accounting.events import event_from_dict, event_to_dict
 from dpfl.accounting.rdp import DEFAULT_ORDERS, SUBSAMPLING_BOUNDS, rdp_curve
-from dpfl.errors import BudgetExceededError, ConfigError, check_range
+from dpfl.errors import BudgetExceededError, ConfigError, RunDirectoryError, check_range, json_problem
 
 OBSERVER_NAMES = {"third_party": "a third party", "server": "the server", "other_silo": "another silo"}
 
@@ -147,15 +147,43 @@ class PrivacyLedger:
         return ledger
 
     def save(self, path: str | os.PathLike) -> None:
-        """Writes the ledger atomically (write to a temporary file, then rename)."""
+        """Writes the ledger atomically and durably (a temporary file, flushed to disk, then renamed over ``path``):
+        a crash leaves either the old ledger or the new one, never a truncated file. RunDirectoryError if it cannot be
+        written (the caller then must not release anything the ledger would not record)."""
         path = Path(path)
         tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1))
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w") as file:
+                file.write(json.dumps(self.to_dict(), indent=1))
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(tmp, path)
+        except OSError as err:
+            raise RunDirectoryError(f"cannot write the privacy ledger {path}: {err.strerror or err}") from None
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "PrivacyLedger":
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """Reads a ledger written by ``save``. RunDirectoryError naming the file and what is wrong with it if it is
+        unreadable, not JSON or not a ledger: it records privacy already spent, so nothing may start over silently."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise _invalid_ledger(path, getattr(err, "strerror", None) or str(err)) from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise _invalid_ledger(path, json_problem(text, err)) from None
+        try:
+            return cls.from_dict(data)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+            what = f"no {err} entry" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
+            raise _invalid_ledger(path, what) from None
+
+
+def _invalid_ledger(path: Path, problem: str) -> RunDirectoryError:
+    return RunDirectoryError(f"{path} is not a valid privacy ledger ({problem}); it records privacy already spent, so "
+                             "dpfl will not start over: restore it, or move it away deliberately")
 
 
 def _json_number(value: float):
