@@ -67,11 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        args.handler(args)
+        code = args.handler(args)  # a handler returns None, or an exit status of its own (130: interrupted)
     except DpflError as err:
         print(f"dpfl {args.command}: error: {err}", file=sys.stderr)
         return 2
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":
