@@ -37,3 +37,28 @@ def check_range(field: str, value, low=None, high=None, *, low_open=False, high_
     if high is not None and (value > high or (high_open and value == high)):
         raise ConfigError(field, value, allowed)
     return int(value) if integer else value
+
+
+class RunDirectoryError(DpflError):
+    """A run directory's file (ledger.json, checkpoint.pt, run.json) is missing, unreadable, corrupt, or belongs to a
+    different run or config: dpfl refuses rather than start over, so privacy already spent is never forgotten."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped at a round boundary on Ctrl-C, after checkpointing and writing its results. A KeyboardInterrupt,
+    so a caller that does not handle it sees an ordinary interruption."""
+
+    def __init__(self, rounds_done: int):
+        self.rounds_done = rounds_done
+        super().__init__(f"interrupted after round {rounds_done}")
+
+
+def json_problem(text: str, err) -> str:
+    """What is wrong with ``text``, given the json.JSONDecodeError ``err`` it raised: "empty file", "truncated JSON at
+    line 3", or the parser's message and position."""
+    end = text.rstrip()
+    if not end:
+        return "empty file"
+    if err.pos >= len(end) or err.msg.startswith("Unterminated string"):  # the text stops before the document does
+        return f"truncated JSON at line {end.count(chr(10)) + 1}"
+    return f"invalid JSON at line {err.lineno} column {err.colno}: {err.msg}"

@@ -16,7 +16,7 @@ from dpfl.data import build_dataset
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.sampling import ClientSampler, RecordSampler
 from dpfl.engine.simulator import Simulation
-from dpfl.errors import DpflError
+from dpfl.errors import DpflError, RunDirectoryError
 from dpfl.models import build_model
 
 # 6 clients of 40 training records (50 generated, 20% test), 40 features, 10 classes
@@ -276,3 +276,91 @@ def test_unequal_clients_get_only_the_noise_credit_their_sensitivities_allow():
     last_step = sim.round_privacy()[THIRD_PARTY].event.events[-1].event
     credit = last_step.event.noise_multiplier / 3.0
     assert credit == pytest.approx(math.sqrt(1 + 1 * 0.25**2))  # cohort of 2, ratio 1/4
+
+
+# -- fingerprints, resume checks, Ctrl-C, divergence messages ------------------------------------------------------
+@pytest.mark.parametrize("change", ["model state", "release config"])
+def test_a_replay_from_another_state_or_config_is_charged_again(data, tmp_path, change):
+    """The fingerprint covers the round-start model state and the release config, not only the generator: a round
+    replayed from another model (or under another config) releases something else and is counted again."""
+    crashed = make_sim(data, checkpoint_dir=tmp_path, checkpoint_every=3, release="a" * 64)
+    crashed.run(3)
+    crashed.step()  # round index 3 is on the ledger, the checkpoint is at round 3
+    release = "a" * 64
+    if change == "model state":
+        state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+        state["x"][0] += 1.0
+        torch.save(state, tmp_path / "checkpoint.pt")
+    else:  # the same checkpoint, resumed under another release hash (the runner refuses that earlier, via run.json)
+        release = "b" * 64
+    resumed = make_sim(data, checkpoint_dir=tmp_path, checkpoint_every=3, release="a" * 64)
+    resumed.load_checkpoint(tmp_path)
+    resumed.release = release
+    resumed.run(4)
+    assert resumed.ledger.compositions == 5
+
+
+def test_an_identical_replay_is_free_whatever_the_eval_and_checkpoint_cadence(data, tmp_path):
+    crashed = make_sim(data, checkpoint_dir=tmp_path, checkpoint_every=2)
+    crashed.run(2)
+    crashed.step()
+    crashed.step()
+    resumed = make_sim(data, checkpoint_dir=tmp_path, checkpoint_every=5, eval_every=3)
+    resumed.load_checkpoint(tmp_path)
+    resumed.run(4)
+    assert resumed.ledger.compositions == 4
+
+
+@pytest.mark.parametrize("problem, message", [
+    ("other model", "x has shape"),
+    ("other run", "written by a run with another release config"),
+    ("older ledger", "records rounds only up to index 1"),
+])
+def test_resume_refuses_a_checkpoint_that_does_not_belong(data, tmp_path, problem, message):
+    sim = make_sim(data, checkpoint_dir=tmp_path, checkpoint_every=1)
+    sim.run(2)
+    old_ledger = (tmp_path / "ledger.json").read_bytes()
+    sim.run(4)
+    if problem == "older ledger":
+        (tmp_path / "ledger.json").write_bytes(old_ledger)
+    other = make_sim(data, checkpoint_dir=tmp_path, release="other" if problem == "other run" else "")
+    if problem == "other model":
+        other.state.x = torch.zeros(3)
+    x0 = other.state.x.clone()
+    with pytest.raises(RunDirectoryError, match=message):
+        other.load_checkpoint(tmp_path)
+    assert other.next_round == 0 and torch.equal(other.state.x, x0)  # nothing restored
+
+
+def test_ctrl_c_handling_only_in_the_main_thread():
+    import signal
+    import threading
+
+    ds = build_dataset("synthetic", num_clients=4, samples_per_client=20, seed=0)
+    sim = make_sim(ds, client_rate=1.0, sample_rate=0.5)
+    handler = signal.getsignal(signal.SIGINT)
+    errors = []
+    worker = threading.Thread(target=lambda: errors.append(sim.run(2) and None))
+    worker.start()
+    worker.join()
+    assert errors == [None] and sim.next_round == 2 and not sim.interrupted
+    assert signal.getsignal(signal.SIGINT) is handler
+
+
+# n_i = 40 training records, z = 0.5, C = 1: z 2C / 20 for fixed batches of 20, z C / (0.5 * 40) for Poisson
+@pytest.mark.parametrize("scheme, formula, worst, absent", [
+    ("fixed", "noise_multiplier * 2C / floor(s n_i), with fixed-size batches of floor(s n_i) records at s = 0.5",
+     0.05, "q n_i"),
+    ("poisson", "noise_multiplier * C / (q n_i), q n_i the expected batch size of Poisson record sampling at q = 0.5",
+     0.025, "2C"),
+])
+def test_the_divergence_message_describes_the_sampler_in_use(scheme, formula, worst, absent):
+    ds = build_dataset("synthetic", num_clients=4, samples_per_client=50, seed=0)
+    torch.manual_seed(0)
+    grads = CohortGradients(build_model("mlp", ds.num_features, ds.num_classes, hidden=(16,)))
+    wild = build_local_sgd("dp-fedavg", local_steps=3, lr=1e30, sampler=RecordSampler(0.5, scheme), client_rate=1.0,
+                           clip=1.0, noise_multiplier=0.5)
+    sim = Simulation(ds.train, ds.test, grads, wild, ClientSampler(4, 1.0), PrivacyLedger(OBSERVERS, 1e-3))
+    sim.run(5)
+    assert "diverged" in sim.stopped_reason and formula in sim.stopped_reason and absent not in sim.stopped_reason
+    assert f"up to {worst:g} here" in sim.stopped_reason

@@ -35,7 +35,7 @@ from dpfl.accounting.accountant import NEIGHBORING, account, tightest
 from dpfl.accounting.conversion import CONVERSIONS
 from dpfl.accounting.events import event_from_dict, event_to_dict
 from dpfl.accounting.observers import ANALYSES
-from dpfl.errors import BudgetExceededError, ConfigError, check_range
+from dpfl.errors import BudgetExceededError, ConfigError, RunDirectoryError, check_range, json_problem
 
 OBSERVER_NAMES = {"third_party": "a third party", "server": "the server", "other_silo": "another silo"}
 
@@ -182,6 +182,8 @@ class PrivacyLedger:
 
     @classmethod
     def from_dict(cls, data: dict) -> "PrivacyLedger":
+        if not isinstance(data, dict):
+            raise TypeError(f"a ledger is a JSON object, not a {type(data).__name__}")
         if "analysis" not in data:
             raise ConfigError("ledger", "a ledger written before dpfl's sound analysis",
                               "a ledger that names its analysis; its rounds were accounted with client-level "
@@ -194,15 +196,43 @@ class PrivacyLedger:
         return ledger
 
     def save(self, path: str | os.PathLike) -> None:
-        """Writes the ledger atomically (write to a temporary file, then rename)."""
+        """Writes the ledger atomically and durably (a temporary file, flushed to disk, then renamed over ``path``):
+        a crash leaves either the old ledger or the new one, never a truncated file. RunDirectoryError if it cannot be
+        written (the caller then must not release anything the ledger would not record)."""
         path = Path(path)
         tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1))
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w") as file:
+                file.write(json.dumps(self.to_dict(), indent=1))
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(tmp, path)
+        except OSError as err:
+            raise RunDirectoryError(f"cannot write the privacy ledger {path}: {err.strerror or err}") from None
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "PrivacyLedger":
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """Reads a ledger written by ``save``. RunDirectoryError naming the file and what is wrong with it if it is
+        unreadable, not JSON or not a ledger: it records privacy already spent, so nothing may start over silently."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise _invalid_ledger(path, getattr(err, "strerror", None) or str(err)) from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise _invalid_ledger(path, json_problem(text, err)) from None
+        try:
+            return cls.from_dict(data)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+            what = f"no {err} entry" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
+            raise _invalid_ledger(path, what) from None
+
+
+def _invalid_ledger(path: Path, problem: str) -> RunDirectoryError:
+    return RunDirectoryError(f"{path} is not a valid privacy ledger ({problem}); it records privacy already spent, so "
+                             "dpfl will not start over: restore it, or move it away deliberately")
 
 
 def _json_number(value: float):

@@ -89,14 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        args.handler(args)
+        code = args.handler(args)  # a handler returns None, or an exit status of its own (130: interrupted)
     except DpflError as err:
         print(f"dpfl {args.command}: error: {err}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `dpfl ... | head`: the reader has gone; end quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ def run_demo(out_dir: str | Path = "dpfl-demo", progress: bool = True, overrides
     results = {}
     for name in DEMO_ALGORITHMS:
         config = load_config(None, [*DEMO_SETTINGS, f"algorithm.name='{name}'", *overrides])
-        results[name] = run_experiment(config, out / name, progress=progress)
+        # a rerun of the demo archives the previous one (out/<algorithm>/archive/) rather than overwrite its ledger
+        results[name] = run_experiment(config, out / name, progress=progress, restart=True)
     plot_runs(results, out / "demo.png",
               title="DP-SCAFFOLD-warm vs DP-FedAvg, synthetic (5,5), M=40, K=50, l=s=0.2, sigma_g=20")
     return results

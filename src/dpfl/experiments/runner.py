@@ -2,14 +2,28 @@
 
 results.json holds "config", "rounds" (one entry per evaluated round: round, test_accuracy, train_loss, epsilon per
 observer), "final" (the same keys plus delta), "privacy" (accountant, conversion, observers, what each sees),
-"wall_seconds", "stopped_reason". A run directory also holds checkpoint.pt and ledger.json; `resume=True` continues
-from them and never forgets privacy already spent (see dpfl.accounting.ledger).
+"wall_seconds", "stopped_reason". A run directory also holds
+
+* run.json: the full resolved config and the sha256 of its release config, written (atomically) before the first round;
+* ledger.json: the privacy spent, written before each round draws noise (see dpfl.accounting.ledger);
+* checkpoint.pt: the model, the generator and the history, every run.checkpoint_every rounds.
+
+The release config is everything that decides what a round releases: the config minus the run-only keys
+(``RUN_ONLY_KEYS``: how many rounds, the budget, how often to evaluate and checkpoint). ``resume=True`` continues the
+run only with the same release config (so a replayed round can never draw the same noise onto a different
+computation) and never forgets privacy already spent; a new run never overwrites a directory that holds one
+(``restart=True`` archives it first).
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import math
+import os
+import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -21,8 +35,12 @@ from dpfl.data import build_dataset
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.sampling import ClientSampler, RecordSampler
 from dpfl.engine.simulator import Simulation
-from dpfl.errors import ConfigError, check_range
+from dpfl.errors import ConfigError, RunDirectoryError, RunInterrupted, check_range, json_problem
+from dpfl.experiments.config import SCHEMA
 from dpfl.models import build_model
+
+RUN_ONLY_KEYS = ("algorithm.rounds", "privacy.budget", "run.eval_every", "run.checkpoint_every")
+RUN_FILES = ("ledger.json", "checkpoint.pt", "results.json", "run.json")
 
 
 def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
@@ -67,6 +85,7 @@ def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
         memory_budget_bytes=check_range("run.memory_mb", run_cfg["memory_mb"], 1, integer=True) * 2**20,
         checkpoint_dir=out_dir, checkpoint_every=check_range("run.checkpoint_every", run_cfg["checkpoint_every"], 1,
                                                              integer=True),
+        release=release_hash(config),
     )
 
 
@@ -79,20 +98,174 @@ def _budget(budget) -> dict | None:
 
 
 def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bool = False,
-                   resume: bool = False) -> dict:
-    """Runs ``config`` and returns its results (also written to out_dir/results.json when out_dir is given)."""
+                   resume: bool = False, restart: bool = False) -> dict:
+    """Runs ``config`` and returns its results (also written to out_dir/results.json when out_dir is given).
+
+    ``resume`` continues the run in out_dir (refused unless its run.json has the same release config); otherwise a
+    directory that already holds a run is refused, unless ``restart`` archives that run first (``archive_run``). On
+    Ctrl-C the run stops after its current round, checkpoints, writes results.json and raises RunInterrupted."""
     out = Path(out_dir) if out_dir is not None else None
-    sim = build_simulation(config, out)
+    if resume and restart:
+        raise ConfigError("--restart", True, "either --resume (continue the run) or --restart (archive it and start "
+                                             "over), not both")
     if resume:
-        if out is None or not (out / "checkpoint.pt").exists():
-            raise ConfigError("--resume", str(out), "a run directory that holds checkpoint.pt")
+        if out is None:
+            raise ConfigError("--resume", None, "a run directory (--out DIR) to continue")
+        check_resumable(out, config)
+    elif out is not None and not restart:
+        check_free(out)
+    sim = build_simulation(config, out)  # builds data and model: only after the checks above
+    if resume:
         sim.load_checkpoint(out)
+    elif out is not None and restart:
+        archived = archive_run(out)
+        if archived is not None:
+            print(f"archived the previous run in {out} to {archived}", file=sys.stderr)
+    if out is not None:
+        _write_atomic(out / "run.json", json.dumps({"config": config, "release_sha256": sim.release}, indent=1))
     sim.run(config["algorithm"]["rounds"], progress=progress)
     results = results_of(sim, config)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(results, indent=1))
+        _write_atomic(out / "results.json", json.dumps(results, indent=1))
+    if sim.interrupted:
+        raise RunInterrupted(sim.next_round)
     return results
+
+
+# -- run directories ---------------------------------------------------------------------------------------------
+def release_config(config: dict) -> dict:
+    """The config minus the run-only keys: what decides the data, the model and every round's release."""
+    release = copy.deepcopy(config)
+    for key in RUN_ONLY_KEYS:
+        section, name = key.split(".")
+        release.get(section, {}).pop(name, None)
+    return release
+
+
+def release_hash(config: dict) -> str:
+    """sha256 of the release config in a canonical form (sorted keys; an integer given for a float key, e.g. clip = 1,
+    is the float 1.0, so equal configs hash equally however they were written)."""
+    canonical = {section: {key: _canonical(section, key, value) for key, value in values.items()}
+                 for section, values in release_config(config).items()}
+    return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
+
+
+def _canonical(section: str, key: str, value):
+    types = SCHEMA.get(section, {}).get(key, (None,))[0]
+    floats = float in (types if isinstance(types, tuple) else (types,))
+    if floats and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def check_free(out: Path) -> None:
+    """Refuses a new run into ``out`` if it holds a run's ledger (privacy already spent) or checkpoint."""
+    ledger_path = out / "ledger.json"
+    if ledger_path.exists():
+        spent = PrivacyLedger.load(ledger_path)  # a corrupt ledger is refused too, naming the file
+        raise RunDirectoryError(f"{out} already holds a run's privacy ledger ({spent.compositions} rounds spent); "
+                                "continue it with --resume, or pass --restart to archive it and start over")
+    if (out / "checkpoint.pt").exists():
+        raise RunDirectoryError(f"{out} already holds a run's checkpoint.pt (without its ledger.json, so the privacy "
+                                "that run spent is not on record); pass --restart to archive it and start over, or "
+                                "use another run directory")
+
+
+def check_resumable(out: Path, config: dict) -> None:
+    """Refuses to resume the run in ``out`` with ``config`` unless out/run.json is valid and has the same release
+    config; the error names every key that differs, with the old and the new value. Reads only run.json (and checks
+    that a ledger or checkpoint exists), so it runs before any data or model is built."""
+    if not (out / "ledger.json").exists() and not (out / "checkpoint.pt").exists():
+        raise RunDirectoryError(f"cannot resume: {out} holds no ledger.json or checkpoint.pt (no round of a run was "
+                                "started there); drop --resume to start a new run")
+    path = out / "run.json"
+    if not path.exists():
+        raise RunDirectoryError(f"cannot resume: {out} has no run.json, so dpfl cannot check that this config is the "
+                                "one the run was made with; pass --restart to archive the run and start over, or use "
+                                "another run directory")
+    stored = load_run_record(path)
+    differences = _differences(release_config(stored["config"]), release_config(config))
+    if differences:
+        (key, old, new), *others = differences
+        also = "; ".join(f"{k} = {o} -> {n}" for k, o, n in others)
+        raise RunDirectoryError(
+            f"cannot resume: the run in {out} was made with {key} = {old}, this config has {new}"
+            + (f" (and {also})" if also else "")
+            + f"; rerun with the original config, or start a new run directory (only {', '.join(RUN_ONLY_KEYS)} may "
+            "change on resume)")
+
+
+def load_run_record(path: Path) -> dict:
+    """Reads run.json; RunDirectoryError naming the file and the problem if it is unreadable, not JSON, lacks the
+    config or its hash, or its hash does not match its config (edited by hand, or damaged)."""
+
+    def invalid(problem: str) -> RunDirectoryError:
+        return RunDirectoryError(
+            f"{path} is not a valid run record ({problem}); it records the config the run's privacy was spent "
+            "under, so dpfl will not resume without it: restore it, or pass --restart to archive the run and start "
+            "over")
+
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise invalid(getattr(err, "strerror", None) or str(err)) from None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise invalid(json_problem(text, err)) from None
+    if not isinstance(record, dict) or not isinstance(record.get("config"), dict) or \
+            not all(isinstance(v, dict) for v in record["config"].values()):
+        raise invalid("no config table of sections")
+    if record.get("release_sha256") != release_hash(record["config"]):
+        raise invalid("its release_sha256 does not match its config")
+    return record
+
+
+def _differences(old: dict, new: dict) -> list[tuple[str, str, str]]:
+    """(section.key, old value, new value) for every key whose canonical value differs; "(not set)" where absent."""
+    unset = object()
+    found = []
+    for section in sorted(set(old) | set(new)):
+        a, b = old.get(section, {}), new.get(section, {})
+        for key in sorted(set(a) | set(b)):
+            va, vb = a.get(key, unset), b.get(key, unset)
+            if va is unset or vb is unset or _canonical(section, key, va) != _canonical(section, key, vb):
+                found.append((f"{section}.{key}", *("(not set)" if v is unset else repr(v) for v in (va, vb))))
+    return found
+
+
+def archive_run(out: Path) -> Path | None:
+    """Moves the run files in ``out`` (RUN_FILES) into out/archive/<UTC timestamp>/ and returns that folder (None if
+    there was nothing to archive). Nothing is deleted: the archived ledger still records the privacy it spent."""
+    present = [name for name in RUN_FILES if (out / name).exists()]
+    if not present:
+        return None
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    target, n = out / "archive" / stamp, 1
+    while target.exists():
+        n += 1
+        target = out / "archive" / f"{stamp}-{n}"
+    try:
+        target.mkdir(parents=True)
+        for name in present:
+            os.replace(out / name, target / name)
+    except OSError as err:
+        raise RunDirectoryError(f"cannot archive the run in {out} to {target}: {err.strerror or err}") from None
+    return target
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Writes ``text`` to ``path`` through a temporary file flushed to disk, then renamed: never a truncated file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        raise RunDirectoryError(f"cannot write {path}: {err.strerror or err}") from None
 
 
 def results_of(sim: Simulation, config: dict) -> dict:
