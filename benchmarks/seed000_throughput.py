@@ -12,14 +12,25 @@ gradients are computed and how many clients are processed per call:
 Prints seconds per round, the ratio to the baseline, and the peak resident memory after the vectorised run.
 
     python benchmarks/seed000_throughput.py [--rounds 20] [--baseline-rounds 3] [--json out.json]
+    python benchmarks/seed000_throughput.py --against REV [--repeats 3] [--rounds 10]
+
+``--against REV`` times the vectorised engine of this checkout and of git revision REV (checked out in a temporary
+worktree) in alternation, in one run, and reports each one's median seconds per round and their ratio: the check that
+a change made the engine no slower.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -50,12 +61,52 @@ def peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _timed_in(checkout: Path, rounds: int) -> float:
+    """seconds_per_round("ghost", False, rounds) of the code in ``checkout``, in a fresh interpreter."""
+    code = ("import sys; sys.path.insert(0, 'benchmarks'); import seed000_throughput as b; "
+            f"print(b.seconds_per_round('ghost', False, {rounds}))")
+    env = {**os.environ, "PYTHONPATH": str(checkout / "src")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=checkout, env=env, check=True, capture_output=True,
+                         text=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def compare(revision: str, repeats: int, rounds: int) -> dict:
+    """Median s/round of this checkout and of ``revision``, timed alternately in the same run."""
+    here = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        other = Path(tmp) / "rev"
+        subprocess.run(["git", "worktree", "add", "--detach", str(other), revision], cwd=here, check=True,
+                       capture_output=True)
+        try:
+            times = {"this checkout": [], revision: []}
+            for _ in range(repeats):
+                times["this checkout"].append(_timed_in(here, rounds))
+                times[revision].append(_timed_in(other, rounds))
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=here, check=True)
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    return {"seconds_per_round": medians, "all": times,
+            "ratio_this_over_revision": medians["this checkout"] / medians[revision]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--baseline-rounds", type=int, default=3)
     parser.add_argument("--json", default=None, help="also write the figures to this file")
+    parser.add_argument("--against", default=None, metavar="REV", help="compare with git revision REV (see above)")
+    parser.add_argument("--repeats", type=int, default=3, help="alternations for --against")
     args = parser.parse_args()
+    if args.against:
+        figures = compare(args.against, args.repeats, args.rounds)
+        for name, seconds in figures["seconds_per_round"].items():
+            print(f"{name:<16} {seconds:.4f} s/round (median of {args.repeats}: "
+                  f"{', '.join(f'{t:.4f}' for t in figures['all'][name])})")
+        print(f"ratio this / {args.against}: {figures['ratio_this_over_revision']:.3f}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=1))
+        return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     vectorised = seconds_per_round("ghost", False, args.rounds)
     peak = peak_memory_mb()

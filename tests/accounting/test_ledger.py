@@ -9,7 +9,7 @@ from dp_accounting import dp_event
 from dpfl.accounting.accountant import account
 from dpfl.accounting.conversion import rdp_to_epsilon
 from dpfl.accounting.ledger import PrivacyLedger
-from dpfl.accounting.observers import OBSERVERS, Release, local_steps_additive, observer_events
+from dpfl.accounting.observers import OBSERVERS, Cohort, Release, local_steps_additive, observer_events
 from dpfl.accounting.rdp import DEFAULT_ORDERS, rdp_curve
 from dpfl.errors import BudgetExceededError, ConfigError
 
@@ -22,7 +22,7 @@ def step(z=1.0, n=100, b=20):
 
 def events(z=1.0, k=3, m=20, cohort=5, analysis="sound", first=None):
     release = Release((first or step(z),) + (step(z),) * (k - 1), local_steps_additive(k, True, False))
-    return observer_events(release, m, cohort, analysis=analysis)
+    return observer_events(release, Cohort.fixed(m, cohort), analysis=analysis)
 
 
 def expected_epsilon(event_counts, delta=DELTA):
@@ -187,7 +187,7 @@ def test_budget_validation():
 
 def test_non_private_is_infinite():
     ledger = PrivacyLedger(OBSERVERS, DELTA)
-    ledger.record(0, observer_events(Release((dp_event.NonPrivateDpEvent(),) * 2, (False, True)), 10, 3))
+    ledger.record(0, observer_events(Release((dp_event.NonPrivateDpEvent(),) * 2, (False, True)), Cohort.fixed(10, 3)))
     assert all(math.isinf(e) for e in ledger.epsilon().values())
     assert ledger.to_dict()["epsilon"] == {o: None for o in OBSERVERS}
     loaded = PrivacyLedger.from_dict(json.loads(json.dumps(ledger.to_dict())))
@@ -235,3 +235,24 @@ def test_other_delta_gives_other_epsilon():
     for ledger in (a, b):
         ledger.record(0, events())
     assert a.epsilon()["server"] > b.epsilon()["server"]
+
+
+def test_accountants_are_interchangeable_per_observer():
+    """One accountant per observer behind dp_accounting's contract: the tightest (PLD here), RDP, or pure-DP basic
+    composition for Laplace releases."""
+    poisson = dp_event.PoissonSampledDpEvent(0.1, dp_event.GaussianDpEvent(1.0))
+    ev = events(first=poisson, k=1)
+    ledger = PrivacyLedger(OBSERVERS, DELTA, neighboring="add_remove", accountant={"server": "rdp"})
+    for t in range(3):
+        ledger.record(t, ev)
+    assert ledger.accountants() == {"third_party": "pld", "server": "rdp", "other_silo": "pld"}
+    assert ledger.epsilon()["server"] == pytest.approx(
+        account(dp_event.SelfComposedDpEvent(ev["server"], 3), DELTA, "rdp", "modern").epsilon, rel=1e-9)
+    assert PrivacyLedger.from_dict(ledger.to_dict()).accountant_names == ledger.accountant_names
+    laplace = {o: dp_event.LaplaceDpEvent(2.0) for o in OBSERVERS}  # epsilon 1/2 per round, pure DP
+    pure = PrivacyLedger(OBSERVERS, DELTA, neighboring="add_remove", accountant="pure")
+    for t in range(4):
+        pure.record(t, laplace)
+    assert pure.epsilon() == {o: pytest.approx(2.0) for o in OBSERVERS}
+    with pytest.raises(ConfigError, match="accountant.server"):
+        PrivacyLedger(OBSERVERS, DELTA, accountant={"server": "magic"})

@@ -8,8 +8,8 @@ from dp_accounting import dp_event
 from dpfl.accounting.accountant import account
 from dpfl.accounting.dp_scaffold import dp_scaffold_round_events
 from dpfl.accounting.events import ParticipationDpEvent
-from dpfl.accounting.observers import (OBSERVERS, OTHER_SILO, SERVER, THIRD_PARTY, Release, local_steps_additive,
-                                       observer_events, scale_noise)
+from dpfl.accounting.observers import (OBSERVERS, OTHER_SILO, SERVER, THIRD_PARTY, Cohort, Release,
+                                       local_steps_additive, observer_events, scale_noise)
 from dpfl.errors import ConfigError
 
 G = dp_event.GaussianDpEvent
@@ -59,14 +59,14 @@ def test_sound_fixed_cohort_fedavg():
     """Participation mixture with l = n/M; only the last step gets the cohort's noise; another silo removes its own
     share and knows it is in the cohort (p = n/(M-1))."""
     step = wor(4000, 800, G(60.0))
-    ev = observer_events(fedavg(step, 50), 100, 20)
+    ev = observer_events(fedavg(step, 50), Cohort.fixed(100, 20))
     credited = lambda others: dp_event.ComposedDpEvent(  # noqa: E731
         [SC(step, 49), SC(wor(4000, 800, G(60.0 * math.sqrt(1 + others))), 1)])
     assert ev[THIRD_PARTY] == ParticipationDpEvent(0.2, credited(19))
     assert ev[SERVER] == ParticipationDpEvent(0.2, SC(step, 50))
     assert ev[OTHER_SILO] == ParticipationDpEvent(20 / 99, credited(18))
     assert set(ev) == set(OBSERVERS)
-    secagg = observer_events(fedavg(step, 50), 100, 20, boundary="secagg")
+    secagg = observer_events(fedavg(step, 50), Cohort.fixed(100, 20), boundary="secagg")
     assert secagg[SERVER] == secagg[THIRD_PARTY] == ev[THIRD_PARTY]
 
 
@@ -75,7 +75,7 @@ def test_sound_scaffold_credits_nothing():
     observer (defect 3 of the soundness review)."""
     step = wor(100, 20, G(2.0))
     release = Release((step,) * 4, local_steps_additive(4, True, carries_noise=True))
-    ev = observer_events(release, 10, 5, boundary="secagg")
+    ev = observer_events(release, Cohort.fixed(10, 5), boundary="secagg")
     assert ev[THIRD_PARTY] == ev[SERVER] == ParticipationDpEvent(0.5, SC(step, 4))
     assert ev[OTHER_SILO] == ParticipationDpEvent(5 / 9, SC(step, 4))
 
@@ -83,7 +83,7 @@ def test_sound_scaffold_credits_nothing():
 def test_sound_fedsgd_credits_every_step():
     step = G(2.0)
     release = Release((step,) * 3, local_steps_additive(3, moves_locally=False, carries_noise=False))
-    ev = observer_events(release, 8, 8)
+    ev = observer_events(release, Cohort.fixed(8, 8))
     assert ev[THIRD_PARTY] == SC(G(2.0 * math.sqrt(8)), 3)  # whole population: no participation mixture
     assert ev[SERVER] == SC(step, 3)
     assert ev[OTHER_SILO] == SC(G(2.0 * math.sqrt(7)), 3)
@@ -91,7 +91,7 @@ def test_sound_fedsgd_credits_every_step():
 
 def test_sound_poisson_cohort_credits_nothing_but_mixes():
     step = wor(100, 10, G(1.2))
-    ev = observer_events(fedavg(step, 5), 40, 10, client_sampling="poisson", client_rate=0.25)
+    ev = observer_events(fedavg(step, 5), Cohort.poisson(40, 0.25))
     assert ev[THIRD_PARTY] == ev[SERVER] == ev[OTHER_SILO] == ParticipationDpEvent(0.25, SC(step, 5))
     assert 0 < epsilon(ev[THIRD_PARTY]) < epsilon(SC(step, 5))
 
@@ -99,7 +99,7 @@ def test_sound_poisson_cohort_credits_nothing_but_mixes():
 def test_poisson_records_with_a_fixed_cohort_are_accounted():
     """Defect 6: Poisson record sampling under a fixed cohort used to raise inside the accountant."""
     step = dp_event.PoissonSampledDpEvent(0.1, G(1.0))
-    ev = observer_events(fedavg(step, 3), 20, 5)
+    ev = observer_events(fedavg(step, 3), Cohort.fixed(20, 5))
     for observer in OBSERVERS:
         eps = account(SC(ev[observer], 10), 1e-5, "pld", neighboring="add_remove").epsilon
         assert 0 < eps < math.inf
@@ -107,7 +107,7 @@ def test_poisson_records_with_a_fixed_cohort_are_accounted():
 
 def test_laplace_draws_are_charged_at_the_owners_noise():
     step = dp_event.LaplaceDpEvent(2.0)
-    ev = observer_events(Release((step,), (True,)), 10, 10)
+    ev = observer_events(Release((step,), (True,)), Cohort.fixed(10, 10))
     assert ev[THIRD_PARTY] == ev[SERVER] == SC(step, 1)
 
 
@@ -115,15 +115,15 @@ def test_server_never_below_the_third_party():
     for release, m, n, boundary in [(fedavg(wor(100, 20, G(1.0)), 5), 20, 5, "plain"),
                                     (fedavg(wor(100, 20, G(3.0)), 1), 50, 2, "plain"),
                                     (fedavg(wor(10, 9, G(0.7)), 2), 10, 10, "secagg")]:
-        ev = observer_events(release, m, n, boundary)
+        ev = observer_events(release, Cohort.fixed(m, n), boundary)
         third, server, silo = (epsilon(ev[o]) for o in (THIRD_PARTY, SERVER, OTHER_SILO))
         assert server >= third - 1e-9 and silo >= third - 1e-9
 
 
 def test_unequal_client_sensitivities_shrink_the_noise_credit():
     """Client j's std is z Delta_j: the last step's sum has multiplier z sqrt(1 + (n-1) r^2), r = min/max."""
-    equal = observer_events(fedavg(G(2.0), 1, 1.0), 5, 5)
-    skewed = observer_events(fedavg(G(2.0), 1, 0.5), 5, 5)
+    equal = observer_events(fedavg(G(2.0), 1, 1.0), Cohort.fixed(5, 5))
+    skewed = observer_events(fedavg(G(2.0), 1, 0.5), Cohort.fixed(5, 5))
     assert equal[OTHER_SILO] == SC(G(2.0 * math.sqrt(4)), 1)
     assert skewed[OTHER_SILO] == SC(G(2.0 * math.sqrt(1 + 3 * 0.25)), 1)
     assert epsilon(skewed[THIRD_PARTY]) > epsilon(equal[THIRD_PARTY])
@@ -131,7 +131,7 @@ def test_unequal_client_sensitivities_shrink_the_noise_credit():
 
 def test_paper_analysis_is_the_papers_accountant():
     step = wor(4000, 800, G(60.0))
-    ev = observer_events(fedavg(step, 50), 100, 20, analysis="paper")
+    ev = observer_events(fedavg(step, 50), Cohort.fixed(100, 20), analysis="paper")
     aggregate = SC(wor(4000, 800, G(60.0 * math.sqrt(20))), 50)
     assert ev[THIRD_PARTY] == wor(100, 20, aggregate)
     assert ev[SERVER] == SC(step, 50)
@@ -141,17 +141,18 @@ def test_paper_analysis_is_the_papers_accountant():
 
 def test_paper_analysis_refuses_what_the_paper_does_not_cover():
     with pytest.raises(ConfigError, match="client_sampling"):
-        observer_events(fedavg(G(1.0), 2), 10, 2, client_sampling="poisson", analysis="paper")
+        observer_events(fedavg(G(1.0), 2), Cohort.poisson(10, 0.2), analysis="paper")
     with pytest.raises(ConfigError, match="record_sampling"):
-        observer_events(fedavg(dp_event.PoissonSampledDpEvent(0.1, G(1.0)), 2), 10, 2, analysis="paper")
+        observer_events(fedavg(dp_event.PoissonSampledDpEvent(0.1, G(1.0)), 2), Cohort.fixed(10, 2),
+                        analysis="paper")
 
 
 def test_client_sampling_counterexample_of_the_review():
     """Defect 1. K = 1, s = 1, M = 100, cohort 1, sigma_g = 1, T = 100: the paper's accountant claims 1.90 at
     delta 1e-5, but the instance (owner present with prob 0.01, far from the absent branch) has delta 5.5e-2 there
     (tests/privacy/ compute it exactly). The sound claim is the disjoint-participation PLD itself."""
-    paper = observer_events(Release((G(1.0),), (True,)), 100, 1, analysis="paper")[THIRD_PARTY]
-    sound = observer_events(Release((G(1.0),), (True,)), 100, 1)[THIRD_PARTY]
+    paper = observer_events(Release((G(1.0),), (True,)), Cohort.fixed(100, 1), analysis="paper")[THIRD_PARTY]
+    sound = observer_events(Release((G(1.0),), (True,)), Cohort.fixed(100, 1))[THIRD_PARTY]
     assert sound == ParticipationDpEvent(0.01, SC(G(1.0), 1))
     paper_eps = account(SC(paper, 100), 1e-5, "rdp", "classic", "replace_one", subsampling_bound="paper").epsilon
     assert paper_eps == pytest.approx(1.90, abs=0.01)
@@ -162,7 +163,7 @@ def test_credit_counterexample_of_the_review():
     """Defect 2. n = M = 20, s = 1, K = 50, sigma_g = 10: with a linear owner and clients that jump back to a fixed
     point after every step, the release is a Gaussian mechanism with mu = K / (sigma_g sqrt(K + n - 1)) = 0.602. The
     sound claim is mu^2 = 49/100 + 1/(100 * 20), above it; the paper's credit at every step claims mu = 0.158."""
-    ev = observer_events(fedavg(G(10.0), 50), 20, 20)
+    ev = observer_events(fedavg(G(10.0), 50), Cohort.fixed(20, 20))
     claimed_mu = math.sqrt(49 / 100 + 1 / 2000)
     assert ev[THIRD_PARTY] == dp_event.ComposedDpEvent([SC(G(10.0), 49), SC(G(10.0 * math.sqrt(20)), 1)])
     true_mu = 50 / (10 * math.sqrt(50 + 19))
@@ -170,17 +171,30 @@ def test_credit_counterexample_of_the_review():
     mu_eps = lambda mu: account(G(1 / mu), 1e-5, "pld").epsilon  # noqa: E731
     assert account(ev[THIRD_PARTY], 1e-5, "pld", neighboring="replace_one").epsilon == pytest.approx(
         mu_eps(claimed_mu), rel=1e-3)
-    paper = observer_events(fedavg(G(10.0), 50), 20, 20, analysis="paper")[THIRD_PARTY]
+    paper = observer_events(fedavg(G(10.0), 50), Cohort.fixed(20, 20), analysis="paper")[THIRD_PARTY]
     assert account(paper, 1e-5, "pld", neighboring="replace_one").epsilon < mu_eps(true_mu) / 2
 
 
 def test_bad_arguments():
     step = wor(10, 2, G(1.0))
     with pytest.raises(ConfigError, match="boundary"):
-        observer_events(fedavg(step, 1), 10, 2, boundary="tee")
-    with pytest.raises(ConfigError, match="client_sampling"):
-        observer_events(fedavg(step, 1), 10, 2, client_sampling="shuffle")
+        observer_events(fedavg(step, 1), Cohort.fixed(10, 2), boundary="tee")
     with pytest.raises(ConfigError, match="analysis"):
-        observer_events(fedavg(step, 1), 10, 2, analysis="tight")
+        observer_events(fedavg(step, 1), Cohort.fixed(10, 2), analysis="tight")
     with pytest.raises(ValueError, match="flag"):
         Release((step, step), (True,))
+
+
+def test_boundaries_and_schedules():
+    """A trusted aggregator's server is no observer; a shuffler is charged as plain; a deterministic schedule charges
+    the whole round when the owner takes part and nothing otherwise, with the noise credit of the smallest cohort."""
+    step = G(2.0)
+    release = fedavg(step, 2)
+    trusted = observer_events(release, Cohort.fixed(10, 5), "trusted")
+    assert set(trusted) == {THIRD_PARTY, OTHER_SILO}
+    assert observer_events(release, Cohort.fixed(10, 5), "shuffler") == observer_events(release, Cohort.fixed(10, 5))
+    on = observer_events(release, Cohort.scheduled(10, 5, 3, takes_part=True))
+    off = observer_events(release, Cohort.scheduled(10, 5, 3, takes_part=False))
+    assert on[THIRD_PARTY] == dp_event.ComposedDpEvent([SC(step, 1), SC(G(2.0 * math.sqrt(3)), 1)])
+    assert on[SERVER] == SC(step, 2)
+    assert all(e == dp_event.NoOpDpEvent() for e in off.values())

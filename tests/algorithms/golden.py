@@ -16,7 +16,8 @@ MODELS = ("logreg", "mlp")
 
 
 def settings(name: str, model: str) -> list[str]:
-    return [f"algorithm.name='{name}'", f"model.name='{model}'", "model.hidden=[8]", "data.num_clients=6",
+    hidden = ["model.hidden=[8]"] if model == "mlp" else []
+    return [f"algorithm.name='{name}'", f"model.name='{model}'", *hidden, "data.num_clients=6",
             "data.samples_per_client=30", "algorithm.rounds=6", "algorithm.local_steps=3",
             "algorithm.client_rate=1.0", "algorithm.sample_rate=1.0", "algorithm.lr=0.5", "run.seed=3"]
 
@@ -24,7 +25,7 @@ def settings(name: str, model: str) -> list[str]:
 def fingerprint(name: str, model: str) -> dict:
     sim = build_simulation(load_config(None, settings(name, model)))
     history = sim.run(6)
-    x = sim.state.x.detach().contiguous()
+    x = sim.model.detach().contiguous()
     return {"x_sha256": hashlib.sha256(x.numpy().tobytes()).hexdigest(), "x_head": x[:4].tolist(),
             "train_loss": [m.train_loss for m in history], "test_accuracy": [m.test_accuracy for m in history]}
 

@@ -24,8 +24,8 @@ from dp_accounting import dp_event
 
 from dpfl.accounting.accountant import account
 from dpfl.accounting.calibrate import max_steps
-from dpfl.accounting.observers import (OBSERVERS, PAPER_UNPROVEN, THIRD_PARTY, Release, local_steps_additive,
-                                       observer_events)
+from dpfl.accounting.observers import (OBSERVERS, PAPER_UNPROVEN, THIRD_PARTY, Cohort, Release,
+                                       local_steps_additive, observer_events)
 from dpfl.counts import sampled_count
 from dpfl.errors import ConfigError, check_range
 
@@ -72,7 +72,7 @@ def dp_scaffold_round_events(
     if batch < records_per_client:
         step = dp_event.SampledWithoutReplacementDpEvent(records_per_client, batch, step)
     release = Release((step,) * local_steps, local_steps_additive(local_steps, **ALGORITHMS[algorithm]))
-    return observer_events(release, num_clients, cohort, analysis=analysis)
+    return observer_events(release, Cohort.fixed(num_clients, cohort), analysis=analysis)
 
 
 def _delta(delta, num_clients: int, records_per_client: int) -> float:

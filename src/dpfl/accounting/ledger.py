@@ -13,7 +13,8 @@ How epsilon is computed follows the run's analysis (``dpfl.accounting.observers`
 
 * ``analysis="sound"`` (default): each observer's composition goes to the tightest accountant that supports it
   (PLD where it can, else RDP with the modern conversion, Canonne, Kamath, Steinke 2020), with the record-level
-  subsampling bound capped by the unsampled curve and Wang et al.'s Thm 27 (``dpfl.accounting.rdp``);
+  subsampling bound capped by the unsampled curve and Wang et al.'s Thm 27 (``dpfl.accounting.rdp``); any observer
+  may be given another accountant by name (``dpfl.accounting.accountants``: rdp, pld, pure-DP basic composition);
 * ``analysis="paper"``: RDP with Wang et al.'s general bound and the classic conversion, as Noble et al. 2022, App. B
   computes it (reproduces the paper's numbers).
 
@@ -31,7 +32,8 @@ from pathlib import Path
 
 from dp_accounting import dp_event
 
-from dpfl.accounting.accountant import NEIGHBORING, account, tightest
+from dpfl.accounting import accountants
+from dpfl.accounting.accountant import NEIGHBORING
 from dpfl.accounting.conversion import CONVERSIONS
 from dpfl.accounting.events import event_from_dict, event_to_dict
 from dpfl.accounting.observers import ANALYSES
@@ -40,7 +42,7 @@ from dpfl.errors import BudgetExceededError, ConfigError, RunDirectoryError, che
 OBSERVER_NAMES = {"third_party": "a third party", "server": "the server", "other_silo": "another silo"}
 
 #: Per analysis: (subsampling bound for records sampled without replacement, default conversion, forced accountant).
-ANALYSIS_ACCOUNTING = {"sound": ("tight", "modern", None), "paper": ("paper", "classic", "rdp")}
+ANALYSIS_ACCOUNTING = {"sound": ("tight", "modern", "tightest"), "paper": ("paper", "classic", "rdp")}
 
 
 class PrivacyLedger:
@@ -54,18 +56,26 @@ class PrivacyLedger:
       analysis: "sound" or "paper" (module docstring).
       neighboring: the record-level relation of the run's events, "replace_one" (fixed-size record sampling) or
         "add_remove" (Poisson record sampling).
+      accountant: the accountant of every observer, or {observer: name}, from ``accountants.ACCOUNTANT_NAMES``;
+        default the analysis's ("tightest" for sound, "rdp" for paper).
     """
 
     def __init__(self, observers, delta: float, budget: dict[str, float] | None = None, conversion: str | None = None,
-                 analysis: str = "sound", neighboring: str = "replace_one"):
+                 analysis: str = "sound", neighboring: str = "replace_one", accountant: str | dict | None = None):
         self.observers = tuple(observers)
         if analysis not in ANALYSES:
             raise ConfigError("privacy.analysis", analysis, f"one of {list(ANALYSES)}")
         if neighboring not in NEIGHBORING:
             raise ConfigError("neighboring", neighboring, f"one of {list(NEIGHBORING)}")
         self.analysis, self.neighboring = analysis, neighboring
-        self.subsampling_bound, default_conversion, self._forced_accountant = ANALYSIS_ACCOUNTING[analysis]
+        self.subsampling_bound, default_conversion, default_accountant = ANALYSIS_ACCOUNTING[analysis]
         self.conversion = default_conversion if conversion is None else conversion
+        chosen = accountant or default_accountant
+        self.accountant_names = {o: chosen.get(o, default_accountant) if isinstance(chosen, dict) else chosen
+                                 for o in self.observers}
+        for observer, name in self.accountant_names.items():
+            if name not in accountants.ACCOUNTANT_NAMES:
+                raise ConfigError(f"accountant.{observer}", name, f"one of {list(accountants.ACCOUNTANT_NAMES)}")
         if self.conversion not in CONVERSIONS:
             raise ConfigError("privacy.conversion", self.conversion, f"one of {list(CONVERSIONS)}")
         self.delta = check_range("privacy.delta", delta, 0.0, 1.0, low_open=True, high_open=True)
@@ -117,7 +127,7 @@ class PrivacyLedger:
             counts = Counter(self._counts[observer])
             if extra is not None:
                 counts[self._key(extra[observer])] += 1
-            result[observer] = self._epsilon_of(counts)
+            result[observer] = self._epsilon_of(observer, counts)
         return result
 
     def _key(self, event: dp_event.DpEvent) -> str:
@@ -129,23 +139,24 @@ class PrivacyLedger:
         parts = [dp_event.SelfComposedDpEvent(self._events[key], count) for key, count in counts.items()]
         return parts[0] if len(parts) == 1 else dp_event.ComposedDpEvent(parts)
 
-    def _epsilon_of(self, counts: Counter) -> float:
+    def _accountant(self, observer: str, counts: Counter):
+        """A fresh accountant of ``observer`` that has composed ``counts``."""
+        accountant = accountants.make(self.accountant_names[observer], NEIGHBORING[self.neighboring], self.conversion,
+                                      self.subsampling_bound)
+        for key, count in counts.items():
+            accountant.compose(self._events[key], count)
+        return accountant
+
+    def _epsilon_of(self, observer: str, counts: Counter) -> float:
         if not counts:
             return 0.0
         if any(isinstance(self._events[key], dp_event.NonPrivateDpEvent) for key in counts):
             return math.inf
-        composed = self._composition(counts)
-        return account(composed, self.delta, self.accountant_for(composed), self.conversion, self.neighboring,
-                       subsampling_bound=self.subsampling_bound).epsilon
-
-    def accountant_for(self, event: dp_event.DpEvent) -> str:
-        """The accountant this ledger uses for ``event``: the paper's RDP, or the tightest that supports it."""
-        return self._forced_accountant or tightest(event, self.neighboring)
+        return self._accountant(observer, counts).get_epsilon(self.delta)
 
     def accountants(self) -> dict[str, str]:
-        """The accountant of each observer's composition so far (the tightest that supports its events)."""
-        return {o: self.accountant_for(self._composition(self._counts[o])) if self._counts[o] else
-                (self._forced_accountant or "none") for o in self.observers}
+        """The accountant that answers for each observer's composition so far (for "tightest", the one it chose)."""
+        return {o: accountants.chosen_name(self._accountant(o, self._counts[o])) for o in self.observers}
 
     @property
     def compositions(self) -> int:
@@ -173,6 +184,7 @@ class PrivacyLedger:
             "analysis": self.analysis,
             "neighboring": self.neighboring,
             "accountant": self.accountants(),
+            "accountant_names": self.accountant_names,
             "subsampling_bound": self.subsampling_bound,
             "budget": self.budget,
             "events": [event_to_dict(e) for e in distinct],
@@ -189,7 +201,7 @@ class PrivacyLedger:
                               "a ledger that names its analysis; its rounds were accounted with client-level "
                               "subsampling around record-level curves, which can under-state epsilon: start a new run")
         ledger = cls(data["observers"], data["delta"], data.get("budget"), data["conversion"], data["analysis"],
-                     data["neighboring"])
+                     data["neighboring"], data["accountant_names"])
         events = [event_from_dict(e) for e in data["events"]]
         for entry in data["journal"]:
             ledger._append(entry["round"], {o: events[i] for o, i in entry["events"].items()}, entry.get("fingerprint"))

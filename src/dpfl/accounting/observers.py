@@ -56,8 +56,10 @@ SERVER = "server"
 OTHER_SILO = "other_silo"
 OBSERVERS = (THIRD_PARTY, SERVER, OTHER_SILO)
 
-BOUNDARIES = ("plain", "secagg")
-CLIENT_SAMPLINGS = ("fixed", "poisson")
+#: Trust boundaries: the server sees each message (plain), only their sum (secure aggregation), an unlabelled
+#: multiset (a shuffler; charged as plain, since one record-level message is no more private without its sender), or
+#: nothing, being trusted (a trusted aggregator: it is no observer).
+BOUNDARIES = ("plain", "secagg", "shuffler", "trusted")
 ANALYSES = ("sound", "paper")
 
 #: What the paper analysis assumes that does not hold for general losses (reported in results.json).
@@ -68,6 +70,43 @@ PAPER_UNPROVEN = (
     "can cancel their earlier noise, and SCAFFOLD's control variates carry it into later rounds (sound: only draws "
     "that enter the aggregate additively with nothing computed after them)",
 )
+
+
+@dataclass(frozen=True)
+class Cohort:
+    """How the record owner's client takes part in one round, as the accounting needs it.
+
+    Attributes:
+      population: M, the clients the cohort is drawn from.
+      size: n, the cohort (its expected size for Poisson).
+      probability: the owner's chance of taking part, drawn independently of the data.
+      silo_probability: the chance another silo can put on it, knowing whether itself takes part.
+      min_size: the fewest clients a cohort that holds the owner can have (others' noise is credited for
+        min_size - 1 of them); 1 for Poisson cohorts, whose size is random.
+    """
+
+    population: int
+    size: int
+    probability: float
+    silo_probability: float
+    min_size: int
+
+    @classmethod
+    def fixed(cls, population: int, size: int) -> "Cohort":
+        """Exactly n of M without replacement: p = n/M; a silo in the cohort puts (n-1)/(M-1) on the owner, one
+        outside it n/(M-1)."""
+        silo = 1.0 if population <= 1 else min(1.0, size / (population - 1))
+        return cls(population, size, size / population, silo, size)
+
+    @classmethod
+    def poisson(cls, population: int, rate: float) -> "Cohort":
+        return cls(population, round(rate * population), rate, rate, 1)
+
+    @classmethod
+    def scheduled(cls, population: int, size: int, min_size: int, takes_part: bool) -> "Cohort":
+        """A deterministic schedule (round robin, disjoint batches): the owner takes part or not."""
+        p = 1.0 if takes_part else 0.0
+        return cls(population, size, p, p, min_size)
 
 
 @dataclass(frozen=True)
@@ -122,56 +161,41 @@ def local_steps_additive(local_steps: int, moves_locally: bool, carries_noise: b
 
 def observer_events(
     release: Release,
-    num_clients: int,
-    cohort_size: int,
+    cohort: Cohort,
     boundary: str = "plain",
-    client_sampling: str = "fixed",
     analysis: str = "sound",
-    client_rate: float | None = None,
 ) -> dict[str, dp_event.DpEvent]:
-    """Each observer's event of one round (see the module docstring).
-
-    Args:
-      release: what the record owner's participation releases.
-      num_clients: M, the population.
-      cohort_size: n, the cohort (fixed scheme) or its expected size (Poisson).
-      boundary: "plain" or "secagg".
-      client_sampling: "fixed" (exactly n of M without replacement) or "poisson" (each with ``client_rate``).
-      analysis: "sound" or "paper".
-      client_rate: Poisson only; defaults to n / M.
-    """
+    """Each observer's event of one round (see the module docstring); a trusted aggregator's server is no observer."""
     if boundary not in BOUNDARIES:
         raise ConfigError("privacy.boundary", boundary, f"one of {list(BOUNDARIES)}")
-    if client_sampling not in CLIENT_SAMPLINGS:
-        raise ConfigError("algorithm.client_sampling", client_sampling, f"one of {list(CLIENT_SAMPLINGS)}")
     if analysis not in ANALYSES:
         raise ConfigError("privacy.analysis", analysis, f"one of {list(ANALYSES)}")
-    if not 0 <= cohort_size <= num_clients or num_clients < 1:
-        raise ValueError(f"cohort_size = {cohort_size} must lie in [0, num_clients = {num_clients}]")
     if analysis == "paper":
-        return _paper_events(release, num_clients, cohort_size, boundary, client_sampling)
-    own = release.own()
-    if client_sampling == "poisson":
-        rate = cohort_size / num_clients if client_rate is None else client_rate
-        every = _participation(rate, own)
-        return {THIRD_PARTY: every, SERVER: every, OTHER_SILO: every}
-    p = cohort_size / num_clients
-    aggregate = _participation(p, release.credited(cohort_size - 1))
-    silo_p = 1.0 if num_clients <= 1 else min(1.0, cohort_size / (num_clients - 1))
-    return {
-        THIRD_PARTY: aggregate,
-        SERVER: _participation(p, own) if boundary == "plain" else aggregate,
-        OTHER_SILO: _participation(silo_p, release.credited(max(cohort_size - 2, 0))),
-    }
+        events = _paper_events(release, cohort, boundary)
+    else:
+        own = release.own()
+        aggregate = _participation(cohort.probability, release.credited(cohort.min_size - 1))
+        events = {
+            THIRD_PARTY: aggregate,
+            SERVER: aggregate if boundary == "secagg" else _participation(cohort.probability, own),
+            OTHER_SILO: _participation(cohort.silo_probability, release.credited(max(cohort.min_size - 2, 0))),
+        }
+    return {o: e for o, e in events.items() if o in observers_of(boundary)}
 
 
-def _paper_events(release: Release, num_clients: int, cohort_size: int, boundary: str, client_sampling: str):
+def observers_of(boundary: str) -> tuple[str, ...]:
+    """Who observes a run with this boundary: everyone, except the server behind a trusted aggregator."""
+    return (THIRD_PARTY, OTHER_SILO) if boundary == "trusted" else OBSERVERS
+
+
+def _paper_events(release: Release, cohort: Cohort, boundary: str):
     """Noble et al. 2022, App. B, extended to every observer as dpfl did before the sound analysis (see the module
     docstring): credit at every step, Wang et al.'s subsampling at the client level."""
-    if client_sampling == "poisson":
-        raise ConfigError("algorithm.client_sampling", "poisson",
+    num_clients, cohort_size = cohort.population, cohort.size
+    if cohort != Cohort.fixed(num_clients, cohort_size):
+        raise ConfigError("algorithm.client_sampling", "not 'fixed'",
                           "'fixed' under privacy.analysis = 'paper' (the paper samples fixed-size cohorts); the sound "
-                          "analysis covers Poisson cohorts")
+                          "analysis covers the other schemes")
     if any(not isinstance(e, (dp_event.SampledWithoutReplacementDpEvent, dp_event.GaussianDpEvent,
                               dp_event.NonPrivateDpEvent)) for e in release.step_events):
         raise ConfigError("algorithm.record_sampling", "poisson",
@@ -184,7 +208,7 @@ def _paper_events(release: Release, num_clients: int, cohort_size: int, boundary
         third_party = dp_event.SampledWithoutReplacementDpEvent(num_clients, cohort_size, aggregate)
     return {
         THIRD_PARTY: third_party,
-        SERVER: release.own() if boundary == "plain" else aggregate,
+        SERVER: aggregate if boundary == "secagg" else release.own(),
         OTHER_SILO: every_step.credited(max(cohort_size - 2, 0)),
     }
 
@@ -238,10 +262,12 @@ def _compose(events) -> dp_event.DpEvent:
 
 
 def _participation(probability: float, event: dp_event.DpEvent) -> dp_event.DpEvent:
-    if isinstance(event, dp_event.NonPrivateDpEvent) and probability > 0:
+    if probability <= 0:
+        return dp_event.NoOpDpEvent()
+    if isinstance(event, dp_event.NonPrivateDpEvent):
         return event
     return event if probability >= 1 else ParticipationDpEvent(probability, event)
 
 
-__all__ = ["OBSERVERS", "THIRD_PARTY", "SERVER", "OTHER_SILO", "BOUNDARIES", "CLIENT_SAMPLINGS", "ANALYSES",
-           "PAPER_UNPROVEN", "Release", "local_steps_additive", "observer_events", "scale_noise"]
+__all__ = ["OBSERVERS", "THIRD_PARTY", "SERVER", "OTHER_SILO", "BOUNDARIES", "ANALYSES", "PAPER_UNPROVEN", "Cohort",
+           "Release", "local_steps_additive", "observer_events", "observers_of", "scale_noise"]

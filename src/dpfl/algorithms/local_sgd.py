@@ -1,26 +1,26 @@
 """FedAvg, FedSGD, SCAFFOLD, SCAFFOLD-warm and their record-level DP versions: one algorithm, four switches.
 
-Seed 000 (Noble, Bellet, Dieuleveut, AISTATS 2022), Algorithm 1 (DP-SCAFFOLD) and Algorithm 2 (DP-FedAvg). For a
+Noble, Bellet, Dieuleveut (AISTATS 2022), Algorithm 1 (DP-SCAFFOLD) and Algorithm 2 (DP-FedAvg). For a
 cohort C_t of clients, each i in C_t starts from y = x_{t-1} and runs K local steps
 
     H~  = (1/b_i) sum_{j in S} clip_C(grad f_i(y, d_j)) + (2C/b_i) N(0, sigma_g^2 I) + lambda y        (Alg. 1, l. 9)
     y  <- y - eta_l (H~ - c_i + c)                                                                     (Alg. 1, l. 10)
 
-with eta_l = eta0 / (s K) (seed 000 Sec. 5), fresh minibatches S of size b_i = floor(s n_i) at every step, and
+with eta_l = eta0 / (s K) (Noble et al. Sec. 5), fresh minibatches S of size b_i = floor(s n_i) at every step, and
 lambda y the L2 regulariser's gradient, added after the noise (it does not touch the data: post-processing). Then
 
     c_i+ = c_i - c + (x_{t-1} - y) / (K eta_l)  ( = the mean of the K noisy gradients H~ )            (Alg. 1, l. 12)
     x_t  = x_{t-1} + eta_g mean_{i in C_t} (y_i - x_{t-1})
-    c_t  = c_{t-1} + (1/M) sum_{i in C_t} (c_i+ - c_i)          (keeps c = mean_i c_i; notes 000 pitfall 2)
+    c_t  = c_{t-1} + (1/M) sum_{i in C_t} (c_i+ - c_i)          (keeps c = mean_i c_i; not c += l mean(dc))
 
 The switches:
 * control_variates=False drops the correction c - c_i: DP-FedAvg (Algorithm 2).
 * move_locally=False evaluates all K noisy gradients at x_{t-1} and sends -eta_l K (their mean): FedSGD, i.e. one
   large-batch gradient step per round (with K s = 1 one pass over the data in expectation, as the authors' code).
 * warm_rounds > 0 (SCAFFOLD-warm): the first round(4/l) rounds only fit c_i0 = mean_k H~_k(x0) for the sampled
-  clients and leave x unchanged; they sample users at rate l and are counted in T (seed 000 Sec. 4 "warm start").
+  clients and leave x unchanged; they sample users at rate l and are counted in T (Noble et al. Sec. 4, "warm start").
 * noise_multiplier = 0 and clip = None: the non-private algorithms.
-* clip_heuristic = "median-nonprivate": the experiments' heuristic (seed 000 Sec. 5: C = the median per-example
+* clip_heuristic = "median-nonprivate": the experiments' heuristic (Noble et al. Sec. 5: C = the median per-example
   gradient norm of the current batch, per client and step). The bound then depends on the data, which the privacy
   analysis does not cover: the noise is still added (scaled to that C) but the run's events are NonPrivate, so every
   observer's epsilon is reported as infinite (null in JSON), and a warning says why. Never the default.
@@ -29,45 +29,30 @@ Control variates are post-processing of the noisy gradients (Noble et al. 2022, 
 the same mechanism per local step, ``step_noise_event``, towards an observer of one client's messages. Towards an
 observer of the aggregate they differ: another client's noise share hides the owner's draw only if nothing computed
 afterwards depends on it (``additive_steps``).
+
+On the algorithm protocol (``dpfl.engine.protocol``): the server state is {x, c}, each client's state {c} (SCAFFOLD
+only), the messages {dy} and, with control variates, {dc}; the server step reads only their sums, so it runs behind
+secure aggregation too. A client draws its minibatch keys and its noise for the round's K steps from its own streams
+at the round's start.
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from dp_accounting import dp_event
 
-from dpfl.accounting.observers import local_steps_additive
-from dpfl.engine.grads import CohortGradients
+from dpfl.accounting.observers import Release, local_steps_additive
+from dpfl.algorithms.registry import AlgorithmSpec, register
+from dpfl.engine.boundary import Delivery
 from dpfl.engine.noise import GaussianMechanism
+from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
 from dpfl.engine.sampling import RecordSampler
 from dpfl.errors import ConfigError, check_range
 
-
-@dataclass
-class ServerState:
-    x: torch.Tensor  # [P] global model
-    c: torch.Tensor  # [P] server control variate (zeros when unused)
-    client_c: torch.Tensor | None  # [M, P] client control variates c_i (None when unused)
-
-
-@dataclass
-class CohortData:
-    """The train split of this round's cohort: x [clients, max_records, ...], y [clients, max_records], counts."""
-
-    x: torch.Tensor
-    y: torch.Tensor
-    counts: torch.Tensor
-
-    def batch(self, indices: torch.Tensor):
-        """Each client's records at ``indices`` [clients, b]: one index_select on the flattened arrays."""
-        clients, width = self.x.shape[0], self.x.shape[1]
-        flat = (indices + width * torch.arange(clients).unsqueeze(1)).reshape(-1)
-        xb = self.x.reshape(clients * width, *self.x.shape[2:]).index_select(0, flat)
-        yb = self.y.reshape(-1).index_select(0, flat)
-        return xb.reshape(*indices.shape, *self.x.shape[2:]), yb.reshape(indices.shape)
+CLIP_HEURISTICS = ("fixed", "median-nonprivate")
 
 
 @dataclass(frozen=True)
@@ -104,7 +89,7 @@ class LocalSGD:
 
     @property
     def local_lr(self) -> float:
-        """eta_l = eta0 / (s K) (seed 000 Sec. 5)."""
+        """eta_l = eta0 / (s K) (Noble et al. Sec. 5)."""
         return self.lr / (self.sampler.rate * self.local_steps)
 
     @property
@@ -121,13 +106,64 @@ class LocalSGD:
         of FedSGD, none of SCAFFOLD (c_i carries the noisy steps into later rounds)."""
         return local_steps_additive(self.local_steps, self.move_locally, carries_noise=self.control_variates)
 
-    def init_state(self, x0: torch.Tensor, num_clients: int) -> ServerState:
-        client_c = torch.zeros(num_clients, x0.shape[0]) if self.control_variates else None
-        return ServerState(x0.clone(), torch.zeros_like(x0), client_c)
+    @property
+    def neighboring(self) -> str:
+        """The record-level relation the release is accounted under: replace-one for fixed-size minibatches (their
+        sensitivity 2C/b), add/remove for Poisson ones (C/(q n_i))."""
+        return "replace_one" if self.sampler.scheme == "fixed" else "add_remove"
 
-    def noisy_gradient(self, grads: CohortGradients, point, data: CohortData, generator):
-        """H~ for every client of the chunk at ``point`` [clients, P]: one fresh minibatch, clip, mean, noise."""
-        indices, mask = self.sampler.sample(data.counts, generator)
+    # -- the protocol -------------------------------------------------------------------------------------------
+    def init_state(self, x0: torch.Tensor, num_clients: int) -> State:
+        clients = {"c": torch.zeros(num_clients, x0.shape[0])} if self.control_variates else {}
+        return State({"x": x0.clone(), "c": torch.zeros_like(x0)}, clients)
+
+    def release(self, round_index: int, state: State, train) -> Release:
+        """K draws of the record-level step event (record sampling around the Gaussian, for the client with the
+        largest sampling ratio), with ``additive_steps``; r = min/max client sensitivity."""
+        step = self.sampler.event(self.step_noise_event, train.counts)
+        divisors = self.sampler.divisor(train.counts)  # sensitivity_j is proportional to 1 / divisor_j
+        return Release((step,) * self.local_steps, self.additive_steps, float(divisors.min() / divisors.max()))
+
+    def examples_per_client(self, counts: torch.Tensor) -> int:
+        """The largest minibatch of a local step (what memory chunking must hold per client)."""
+        return int(self.sampler.batch_sizes(counts).max())
+
+    def client_round(self, round_index: int, server: dict, clients: dict, data: ClientData,
+                     ctx: ClientContext) -> ClientOutput:
+        """K local steps for a chunk of the cohort; messages {dy[, dc]}, client state {c} (SCAFFOLD)."""
+        x = server["x"]
+        n, P, K = data.counts.shape[0], x.shape[0], self.local_steps
+        keys = ctx.streams("records").uniform([(K, int(c)) for c in data.counts])  # [n, K, max count]
+        noise = ctx.streams("noise").normal((K, P)) if self.mechanism.is_private else None  # [n, K, P]
+        start = x.unsqueeze(0).expand(n, P)
+        y = start.clone()
+        h_sum = torch.zeros(n, P)
+        warm = round_index < self.warm_rounds
+        move = self.move_locally and not warm
+        correction = (server["c"].unsqueeze(0) - clients["c"]) if self.control_variates else None
+        events = []
+        for k in range(K):
+            h, event = self.noisy_gradient(ctx.grads, y if move else start, data, keys[:, k],
+                                           None if noise is None else noise[:, k])
+            events.append(event)
+            h_sum += h
+            if move:
+                y -= self.local_lr * (h if correction is None else h + correction)
+        h_mean = h_sum / K
+        if warm:
+            dy = torch.zeros_like(y)
+        elif move:
+            dy = y - start
+        else:
+            dy = -self.local_lr * K * h_mean
+        if not self.control_variates:
+            return ClientOutput({"dy": dy}, {}, events)
+        return ClientOutput({"dy": dy, "dc": h_mean - clients["c"]}, {"c": h_mean}, events)
+
+    def noisy_gradient(self, grads, point, data: ClientData, keys: torch.Tensor, standard_normal):
+        """H~ for every client of the chunk at ``point`` [clients, P]: one minibatch (the records of the smallest
+        ``keys``), clip, mean, noise (``standard_normal`` scaled by the mechanism's event)."""
+        indices, mask = self.sampler.sample(data.counts, keys)
         xb, yb = data.batch(indices)
         divisor = self.sampler.divisor(data.counts).to(point.dtype).unsqueeze(1)
         clip = self.clip
@@ -137,73 +173,89 @@ class LocalSGD:
         mean = grads.clipped_sum(point, xb, yb, mask, clip) / divisor
         event = self.mechanism.event  # the event of the noise actually drawn (checked against the declaration)
         if self.mechanism.is_private:
-            mean, event = self.mechanism(mean, self.sampler.mean_sensitivity(clip, data.counts), generator)
+            mean, event = self.mechanism(mean, self.sampler.mean_sensitivity(clip, data.counts), standard_normal)
         if self.weight_decay:
             mean = mean + self.weight_decay * point
         return mean, event
 
-    def client_round(self, state: ServerState, cohort: torch.Tensor, data: CohortData, grads, generator, warm: bool):
-        """K local steps for the clients ``cohort`` (one chunk). Returns (dy, dc, events)."""
-        n, P = cohort.shape[0], state.x.shape[0]
-        x = state.x.unsqueeze(0).expand(n, P)
-        y = x.clone()
-        h_sum = torch.zeros(n, P)
-        move = self.move_locally and not warm
-        correction = (state.c.unsqueeze(0) - state.client_c[cohort]) if self.control_variates else None
-        events = []
-        for _ in range(self.local_steps):
-            h, event = self.noisy_gradient(grads, y if move else x, data, generator)
-            events.append(event)
-            h_sum += h
-            if move:
-                y -= self.local_lr * (h if correction is None else h + correction)
-        h_mean = h_sum / self.local_steps
-        if warm:
-            dy = torch.zeros_like(y)
-        elif move:
-            dy = y - x
-        else:
-            dy = -self.local_lr * self.local_steps * h_mean
-        dc = h_mean - state.client_c[cohort] if self.control_variates else None
-        return dy, dc, events
-
-    def server_update(self, state: ServerState, cohort: torch.Tensor, dy: torch.Tensor, dc: torch.Tensor | None):
-        """x += eta_g mean(dy); c += (1/M) sum(dc); c_i += dc_i."""
-        if cohort.numel() == 0:
-            return
-        state.x += self.global_lr * dy.mean(0)
+    def server_update(self, round_index: int, server: dict, delivered: Delivery) -> dict:
+        """x += eta_g mean(dy); c += (1/M) sum(dc), from the sums alone."""
+        if delivered.count == 0:
+            return server
+        updated = {"x": server["x"] + self.global_lr * delivered.sum("dy") / delivered.count, "c": server["c"]}
         if self.control_variates:
-            state.client_c[cohort] += dc
-            state.c += dc.sum(0) / state.client_c.shape[0]
+            updated["c"] = server["c"] + delivered.sum("dc") / delivered.population
+        return updated
+
+    def divergence_hint(self, counts: torch.Tensor) -> str:
+        """What to change when the model diverges, with the noise of the record sampler actually in use."""
+        hint = "lower algorithm.lr or algorithm.global_lr"
+        if not self.mechanism.is_private:
+            return hint
+        if self.sampler.scheme == "fixed":
+            formula = "noise_multiplier * 2C / floor(s n_i), with fixed-size batches of floor(s n_i) records at s = "
+        else:
+            formula = "noise_multiplier * C / (q n_i), q n_i the expected batch size of Poisson record sampling at q = "
+        hint += (f", or raise algorithm.sample_rate (the noise on a client's mean gradient has std {formula}"
+                 f"{self.sampler.rate:g}")
+        if self.clip_heuristic == "fixed":
+            worst = self.mechanism.noise_multiplier * self.sampler.mean_sensitivity(self.clip, counts)
+            hint += f"; up to {float(worst.max()):.3g} here"
+        return hint + ")"
+
+    def regulariser(self, x: torch.Tensor) -> float:
+        """The L2 term of the train objective the runs report."""
+        return 0.5 * self.weight_decay * float(x.double().square().sum())
 
 
-CLIP_HEURISTICS = ("fixed", "median-nonprivate")
-ALGORITHMS = ("fedavg", "fedsgd", "scaffold", "scaffold-warm", "dp-fedavg", "dp-fedsgd", "dp-scaffold",
-              "dp-scaffold-warm")
+NAMES = ("fedavg", "fedsgd", "scaffold", "scaffold-warm", "dp-fedavg", "dp-fedsgd", "dp-scaffold", "dp-scaffold-warm")
 
 
-def build_local_sgd(name: str, *, local_steps: int, lr: float, sampler: RecordSampler, client_rate: float,
-                    clip: float | None, noise_multiplier: float, global_lr: float = 1.0,
-                    weight_decay: float = 0.0, clip_heuristic: str = "fixed") -> LocalSGD:
-    """Maps an algorithm name of the config to its switches. Non-DP names ignore clip and noise."""
-    if name not in ALGORITHMS:
-        raise ConfigError("algorithm.name", name, f"one of {list(ALGORITHMS)}")
+@dataclass(frozen=True)
+class LocalSGDConfig:
+    """The ``[algorithm]`` keys of the LocalSGD family (beyond name, rounds, client_rate, client_sampling)."""
+
+    local_steps: int = field(default=50, metadata={"help": "K, noisy local steps per round", "min": 1})
+    sample_rate: float = field(default=0.2, metadata={"help": "s, each step's minibatch is floor(s n_i) records "
+                                                               "(fixed) or each record with probability s (poisson)"})
+    record_sampling: str = field(default="fixed", metadata={"choices": ("fixed", "poisson"),
+                                                             "help": "fixed size without replacement (replace-one "
+                                                                     "DP) or Poisson (add/remove DP)"})
+    lr: float = field(default=1.0, metadata={"help": "eta0; the local step is eta0 / (s K)"})
+    global_lr: float = field(default=1.0, metadata={"help": "eta_g, the server's step on the mean update"})
+    weight_decay: float = field(default=5e-3, metadata={"help": "L2 regularisation lambda"})
+    clip: float = field(default=1.0, metadata={"help": "C, the per-example l2 clip norm", "private": True})
+    noise_multiplier: float = field(default=60.0, metadata={"help": "sigma_g: noise std is sigma_g times the "
+                                                                      "sensitivity", "private": True})
+    clip_heuristic: str = field(default="fixed", metadata={"choices": CLIP_HEURISTICS, "private": True,
+                                                            "help": "'median-nonprivate': the paper's data-dependent "
+                                                                    "clip (NOT private: epsilon = inf)"})
+
+
+def build_local_sgd(name: str, config: LocalSGDConfig, client_rate: float) -> LocalSGD:
+    """Maps an algorithm name to its switches (the non-private names take no clip or noise)."""
+    if name not in NAMES:
+        raise ConfigError("algorithm.name", name, f"one of {list(NAMES)}")
     private = name.startswith("dp-")
     base = name.removeprefix("dp-")
     if private:
-        check_range("algorithm.noise_multiplier", noise_multiplier, 0.0, low_open=True)
-        if clip is None:
-            raise ConfigError("algorithm.clip", None, f"a positive clip norm C for {name}")
+        check_range("algorithm.noise_multiplier", config.noise_multiplier, 0.0, low_open=True)
     return LocalSGD(
-        local_steps=local_steps,
-        lr=lr,
-        sampler=sampler,
-        mechanism=GaussianMechanism(noise_multiplier if private else 0.0),
-        clip=clip if private else None,
-        global_lr=global_lr,
-        weight_decay=weight_decay,
+        local_steps=config.local_steps,
+        lr=config.lr,
+        sampler=RecordSampler(config.sample_rate, config.record_sampling),
+        mechanism=GaussianMechanism(config.noise_multiplier if private else 0.0),
+        clip=config.clip if private else None,
+        global_lr=config.global_lr,
+        weight_decay=config.weight_decay,
         control_variates=base.startswith("scaffold"),
         move_locally=base != "fedsgd",
         warm_rounds=round(4 / client_rate) if base == "scaffold-warm" else 0,
-        clip_heuristic=clip_heuristic if private else "fixed",
+        clip_heuristic=config.clip_heuristic if private else "fixed",
     )
+
+
+register(AlgorithmSpec(
+    names=NAMES, config=LocalSGDConfig, build=build_local_sgd, private=lambda name: name.startswith("dp-"),
+    help="FedAvg / FedSGD / SCAFFOLD(-warm) and their record-level DP versions (Noble et al. 2022)",
+))

@@ -15,9 +15,29 @@ from dpfl.errors import DpflError, RunInterrupted
 INTERRUPTED = 130  # the shell's status for a command ended by SIGINT
 
 
+def _algorithms_help() -> str:
+    """The registered algorithms and their [algorithm] keys (read from the registry, so it lists what exists)."""
+    import dataclasses
+
+    from dpfl.algorithms import registry
+
+    lines = ["algorithms (algorithm.name) and their [algorithm] keys, besides "
+             f"{', '.join(registry.COMMON_KEYS)}:"]
+    for spec in registry.specs():
+        lines.append(f"  {', '.join(spec.names)}")
+        lines.append(f"      {spec.help}")
+        for f in dataclasses.fields(spec.config):
+            only = " (private names only)" if f.metadata.get("private") else ""
+            lines.append(f"      {f.name} = {f.default!r}: {f.metadata.get('help', '')}{only}")
+    return "\n".join(lines)
+
+
 def configure(commands) -> None:
+    import argparse
+
     run = commands.add_parser("run", help="run one experiment from a TOML config",
-                              description="Run one experiment; writes DIR/results.json, ledger.json, checkpoint.pt.")
+                              description="Run one experiment; writes DIR/results.json, ledger.json, checkpoint.pt.",
+                              epilog=_algorithms_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("config", help="path of the TOML config (see examples/)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key, e.g. --set algorithm.lr=0.5 (repeatable)")
@@ -25,7 +45,7 @@ def configure(commands) -> None:
     run.add_argument("--resume", action="store_true",
                      help="continue the run in DIR (from checkpoint.pt, or from round 0 without one, keeping "
                           "ledger.json); the config may differ only in algorithm.rounds, privacy.budget, "
-                          "run.eval_every and run.checkpoint_every")
+                          "run.eval_every, run.checkpoint_every and run.memory_mb")
     run.add_argument("--restart", action="store_true",
                      help="move the run already in DIR to DIR/archive/<UTC time>/ and start over (without it, a new "
                           "run into a directory that holds one is refused)")

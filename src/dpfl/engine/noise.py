@@ -22,10 +22,17 @@ from dpfl.errors import check_range
 
 
 def gaussian_noise(event: dp_event.GaussianDpEvent, sensitivity: torch.Tensor, like: torch.Tensor,
-                   generator: torch.Generator) -> torch.Tensor:
-    """Noise shaped like ``like`` [clients, ...] with row i ~ N(0, (z Delta_i)^2 I), z = ``event.noise_multiplier``."""
+                   randomness: torch.Generator | torch.Tensor) -> torch.Tensor:
+    """Noise shaped like ``like`` [clients, ...] with row i ~ N(0, (z Delta_i)^2 I), z = ``event.noise_multiplier``.
+
+    ``randomness``: a generator, or standard normal draws shaped like ``like`` (each client's own stream,
+    ``dpfl.engine.randomness``)."""
     std = (event.noise_multiplier * sensitivity).to(like.dtype).reshape(-1, *([1] * (like.dim() - 1)))
-    return std * torch.randn(like.shape, generator=generator, dtype=like.dtype)
+    if isinstance(randomness, torch.Generator):
+        return std * torch.randn(like.shape, generator=randomness, dtype=like.dtype)
+    if randomness.shape != like.shape:
+        raise ValueError(f"standard normal draws of shape {tuple(randomness.shape)} for a value of {tuple(like.shape)}")
+    return std * randomness.to(like.dtype)
 
 
 def laplace_noise(event: dp_event.LaplaceDpEvent, sensitivity: torch.Tensor, like: torch.Tensor,
@@ -58,12 +65,13 @@ class GaussianMechanism:
             return dp_event.NonPrivateDpEvent()
         return dp_event.GaussianDpEvent(self.noise_multiplier)
 
-    def __call__(self, value: torch.Tensor, sensitivity: torch.Tensor, generator: torch.Generator):
-        """Adds noise row-wise: value [clients, P], sensitivity [clients] (l2). Returns (noisy value, event)."""
+    def __call__(self, value: torch.Tensor, sensitivity: torch.Tensor, randomness: torch.Generator | torch.Tensor):
+        """Adds noise row-wise: value [clients, P], sensitivity [clients] (l2); ``randomness`` as for
+        ``gaussian_noise``. Returns (noisy value, event)."""
         event = self.event
         if not self.is_private:
             return value, event
-        return value + gaussian_noise(event, sensitivity, value, generator), event
+        return value + gaussian_noise(event, sensitivity, value, randomness), event
 
 
 @dataclass(frozen=True)

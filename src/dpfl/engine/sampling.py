@@ -6,9 +6,13 @@ of the sampling it really performs, and the simulator wraps the noise event with
 
 * fixed size without replacement (seed 000 Alg. 1: |C_t| = floor(lM), |S| = floor(sR)): replace-one neighbouring,
   amplified with Wang, Balle, Kasiviswanathan 2019;
-* Poisson (each one independently with probability q; seed 002): add/remove neighbouring. Drawn as a
-  Binomial(n, q) size followed by a uniform subset of that size, which is the same distribution and lets the batch be
-  gathered into a dense tensor.
+* Poisson (each one independently with probability q; Heikkila's joint-noise paper): add/remove neighbouring. A
+  record is in the batch when its uniform key is below q; the batch is gathered into a dense tensor.
+
+Clients are sampled per round, ``ClientSampler.sample(t, generator)``: fixed size, Poisson, round robin (cohort t is
+the next floor(l M) clients in id order), or disjoint batches (a fresh random partition of the clients each epoch of
+ceil(1 / l) rounds, drawn from the round's stream, so no cursor needs saving). ``ClientSampler.participation(t)`` says
+how likely the record owner is to take part in round t, for the accounting (``dpfl.accounting.observers``).
 """
 
 from __future__ import annotations
@@ -18,22 +22,25 @@ from dataclasses import dataclass
 import torch
 from dp_accounting import dp_event
 
+from dpfl.accounting.observers import Cohort
 from dpfl.counts import TOLERANCE, sampled_count
+from dpfl.engine import randomness
 from dpfl.errors import ConfigError, check_range
 
 SCHEMES = ("fixed", "poisson")
+CLIENT_SCHEMES = ("fixed", "poisson", "round_robin", "disjoint")
 
 
-def _uniform_subsets(counts: torch.Tensor, sizes: torch.Tensor, width: int, generator: torch.Generator):
-    """For each row i, sizes[i] distinct indices drawn uniformly from range(counts[i]); padded to `width`.
+def uniform_keys(counts: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """[rows, max count] U[0, 1) keys on each row's real records, +inf on padding, from one generator."""
+    keys = torch.rand(counts.shape[0], int(counts.max()), generator=generator)
+    return keys.masked_fill_(torch.arange(keys.shape[1]).unsqueeze(0) >= counts.unsqueeze(1), float("inf"))
 
-    Returns (indices [rows, width] long, mask [rows, width] float): random keys on real records, +inf on padding,
-    the `width` smallest keys per row; entries past sizes[i] are masked out.
-    """
-    rows, max_count = counts.shape[0], int(counts.max())
-    keys = torch.rand(rows, max_count, generator=generator)
-    keys.masked_fill_(torch.arange(max_count).unsqueeze(0) >= counts.unsqueeze(1), float("inf"))
-    width = max(width, 1)
+
+def _smallest_keys(keys: torch.Tensor, sizes: torch.Tensor):
+    """For each row i, the indices of its sizes[i] smallest keys (a uniform subset of its real records when the keys
+    are i.i.d. uniform), padded to the largest size. Returns (indices [rows, width] long, mask [rows, width] float)."""
+    width = max(int(sizes.max()) if sizes.numel() else 1, 1)
     # When some row keeps fewer than `width` indices, its first sizes[i] columns must be its sizes[i] smallest keys
     # (a uniform subset of real records): sort. When every row keeps all `width`, any order will do (faster).
     ragged = bool((sizes != width).any())
@@ -60,14 +67,20 @@ class RecordSampler:
             return torch.clamp(torch.floor(self.rate * counts.double() + TOLERANCE).long(), min=1)
         return self.rate * counts.double()
 
-    def sample(self, counts: torch.Tensor, generator: torch.Generator):
-        """Indices [clients, width] and mask [clients, width] of each client's minibatch."""
+    def sample(self, counts: torch.Tensor, randomness: torch.Generator | torch.Tensor):
+        """Indices [clients, width] and mask [clients, width] of each client's minibatch.
+
+        ``randomness`` is a generator, or the uniform keys themselves ([clients, >= max count], U[0, 1) on real
+        records, +inf on padding; ``dpfl.engine.randomness.ClientStreams.uniform`` draws them per client). Fixed size:
+        the floor(s n_i) smallest keys, a uniform subset. Poisson: the records whose key is below q, each included
+        independently with probability q.
+        """
+        keys = uniform_keys(counts, randomness) if isinstance(randomness, torch.Generator) else randomness
         if self.scheme == "fixed":
             sizes = self.batch_sizes(counts)
         else:
-            sizes = torch.binomial(counts.double(), torch.full(counts.shape, self.rate, dtype=torch.float64),
-                                   generator=generator).long()
-        return _uniform_subsets(counts, sizes, int(sizes.max()), generator)
+            sizes = (keys < self.rate).sum(1)
+        return _smallest_keys(keys, sizes)
 
     def divisor(self, counts: torch.Tensor) -> torch.Tensor:
         """What each client divides its clipped sum by: the batch size, or for Poisson the EXPECTED batch size (a
@@ -101,7 +114,7 @@ class RecordSampler:
 
 @dataclass(frozen=True)
 class ClientSampler:
-    """Samples the cohort of a round from ``num_clients`` clients at rate ``rate``."""
+    """Samples the cohort of round t from ``num_clients`` clients at rate ``rate`` (see the module docstring)."""
 
     num_clients: int
     rate: float
@@ -109,22 +122,62 @@ class ClientSampler:
 
     def __post_init__(self):
         check_range("algorithm.client_rate", self.rate, 0.0, 1.0, low_open=True)
-        if self.scheme not in SCHEMES:
-            raise ConfigError("algorithm.client_sampling", self.scheme, f"one of {SCHEMES}")
-        if self.scheme == "fixed" and self.cohort_size < 1:
+        if self.scheme not in CLIENT_SCHEMES:
+            raise ConfigError("algorithm.client_sampling", self.scheme, f"one of {list(CLIENT_SCHEMES)}")
+        if self.scheme != "poisson" and self.cohort_size < 1:
             raise ConfigError("algorithm.client_rate", self.rate,
                               f"a rate with floor(rate * {self.num_clients}) >= 1 client per round")
 
     @property
     def cohort_size(self) -> int:
-        """floor(l M) for the fixed scheme; the expected size l M for Poisson."""
-        if self.scheme == "fixed":
-            return sampled_count(self.rate, self.num_clients)
-        return round(self.rate * self.num_clients)
+        """floor(l M); for Poisson the expected size l M, rounded."""
+        if self.scheme == "poisson":
+            return round(self.rate * self.num_clients)
+        return sampled_count(self.rate, self.num_clients)
 
-    def sample(self, generator: torch.Generator) -> torch.Tensor:
-        """The sorted ids of this round's cohort."""
+    @property
+    def epoch(self) -> int:
+        """Rounds in which every client takes part once (round robin, disjoint): ceil(M / n)."""
+        return -(-self.num_clients // self.cohort_size)
+
+    def sample(self, round_index: int, seed: int) -> torch.Tensor:
+        """The sorted ids of round ``round_index``'s cohort, drawn from the server's cohort stream of the run
+        ``seed`` (``dpfl.engine.randomness``): the same cohort for the same (seed, round), however the run got there."""
+        n, m = self.cohort_size, self.num_clients
+        if self.scheme == "round_robin":
+            return ((round_index * n + torch.arange(n)) % m).unique()
+        if self.scheme == "disjoint":  # one partition per epoch, drawn from the stream of the epoch's first round
+            epoch_start, position = round_index - round_index % self.epoch, round_index % self.epoch
+            order = torch.randperm(m, generator=randomness.generator(seed, epoch_start, randomness.SERVER, "cohort"))
+            return order[position * n : (position + 1) * n].sort().values
+        generator = randomness.generator(seed, round_index, randomness.SERVER, "cohort")
         if self.scheme == "fixed":
-            return torch.randperm(self.num_clients, generator=generator)[: self.cohort_size].sort().values
-        picked = torch.rand(self.num_clients, generator=generator) < self.rate
-        return picked.nonzero().squeeze(1)
+            return torch.randperm(m, generator=generator)[:n].sort().values
+        return (torch.rand(m, generator=generator) < self.rate).nonzero().squeeze(1)
+
+    def cohort(self, round_index: int) -> Cohort:
+        """How the record owner takes part in round ``round_index``, for the accounting (``participation``)."""
+        if self.scheme == "fixed":
+            return Cohort.fixed(self.num_clients, self.cohort_size)
+        if self.scheme == "poisson":
+            return Cohort.poisson(self.num_clients, self.rate)
+        smallest = self.num_clients - (self.epoch - 1) * self.cohort_size if self.scheme == "disjoint" else \
+            self.cohort_size
+        return Cohort.scheduled(self.num_clients, self.cohort_size, min(smallest, self.cohort_size),
+                                self.participation(round_index) > 0)
+
+    def participation(self, round_index: int) -> float:
+        """The chance that the record owner takes part in round ``round_index``, for the worst-placed owner.
+
+        Fixed size: n / M; Poisson: l. Round robin: client 0 is in every cycle's first cohort and so takes part at
+        least as often as any client: 1 in the rounds it is in, else 0. Disjoint batches: every client takes part
+        once per epoch, in a round it cannot be sure of in advance; it is charged at the epoch's first round (1),
+        which is the same total, charged early.
+        """
+        if self.scheme == "fixed":
+            return self.cohort_size / self.num_clients
+        if self.scheme == "poisson":
+            return self.rate
+        if self.scheme == "round_robin":
+            return 1.0 if bool((self.sample(round_index, 0) == 0).any()) else 0.0
+        return 1.0 if round_index % self.epoch == 0 else 0.0

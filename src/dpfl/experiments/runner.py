@@ -30,22 +30,26 @@ import torch
 
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import OBSERVERS, PAPER_UNPROVEN, THIRD_PARTY
-from dpfl.algorithms.local_sgd import build_local_sgd
+from dpfl.algorithms import registry
 from dpfl.data import build_dataset
+from dpfl.engine.boundary import Boundary
 from dpfl.engine.grads import CohortGradients
-from dpfl.engine.sampling import ClientSampler, RecordSampler
+from dpfl.engine.sampling import ClientSampler
 from dpfl.engine.simulator import Simulation
 from dpfl.errors import ConfigError, RunDirectoryError, RunInterrupted, check_range, json_problem
-from dpfl.experiments.config import SCHEMA
 from dpfl.models import build_model
 
-RUN_ONLY_KEYS = ("algorithm.rounds", "privacy.budget", "run.eval_every", "run.checkpoint_every")
+RUN_ONLY_KEYS = ("algorithm.rounds", "privacy.budget", "run.eval_every", "run.checkpoint_every", "run.memory_mb")
 RUN_FILES = ("ledger.json", "checkpoint.pt", "results.json", "run.json")
 
 
 def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
     data_cfg, model_cfg, algo_cfg = config["data"], config["model"], config["algorithm"]
     privacy_cfg, run_cfg = config["privacy"], config["run"]
+    check_range("algorithm.rounds", algo_cfg["rounds"], 1, integer=True)
+    threads = run_cfg["threads"]
+    if threads is not None:
+        torch.set_num_threads(check_range("run.threads", threads, 1, integer=True))
     dataset = build_dataset(
         data_cfg["name"], num_clients=data_cfg["num_clients"], samples_per_client=data_cfg["samples_per_client"],
         alpha=data_cfg["alpha"], beta=data_cfg["beta"], partition=data_cfg["partition"],
@@ -57,31 +61,26 @@ def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
                           f"a fraction that leaves test records ({dataset.train.counts.min().item()} training records "
                           "per client and none for testing); raise data.samples_per_client or data.test_fraction")
     torch.manual_seed(run_cfg["seed"])  # model initialisation
-    model = build_model(model_cfg["name"], dataset.num_features, dataset.num_classes, model_cfg["hidden"],
-                        model_cfg["activation"])
-    records = RecordSampler(algo_cfg["sample_rate"], algo_cfg["record_sampling"])
+    model = build_model(model_cfg["name"], dataset.num_features, dataset.num_classes,
+                        **{k: v for k, v in model_cfg.items() if k != "name"})
     clients = ClientSampler(dataset.num_clients, algo_cfg["client_rate"], algo_cfg["client_sampling"])
-    algorithm = build_local_sgd(
-        algo_cfg["name"], local_steps=algo_cfg["local_steps"], lr=algo_cfg["lr"], sampler=records,
-        client_rate=algo_cfg["client_rate"], clip=algo_cfg["clip"], noise_multiplier=algo_cfg["noise_multiplier"],
-        global_lr=algo_cfg["global_lr"], weight_decay=algo_cfg["weight_decay"],
-        clip_heuristic=algo_cfg["clip_heuristic"],
-    )
-    check_range("algorithm.rounds", algo_cfg["rounds"], 1, integer=True)
-    if algorithm.warm_rounds >= algo_cfg["rounds"]:
+    spec = registry.spec_of(algo_cfg["name"])
+    section = spec.config(**{k: algo_cfg[k] for k in spec.keys(algo_cfg["name"])})
+    algorithm = spec.build(algo_cfg["name"], section, algo_cfg["client_rate"])
+    warm_rounds = getattr(algorithm, "warm_rounds", 0)
+    if warm_rounds >= algo_cfg["rounds"]:
         raise ConfigError("algorithm.rounds", algo_cfg["rounds"],
-                          f"more than the {algorithm.warm_rounds} warm-start rounds (round(4 / client_rate)) of "
+                          f"more than the {warm_rounds} warm-start rounds (round(4 / client_rate)) of "
                           f"{algo_cfg['name']}")
     delta = privacy_cfg["delta"]
-    if delta is None:  # seed 000: delta = 1 / (M R_train)
+    if delta is None:  # Noble et al. 2022: delta = 1 / (M R_train)
         delta = 1.0 / float(dataset.train.counts.sum())
-    neighboring = "replace_one" if records.scheme == "fixed" else "add_remove"
-    ledger = PrivacyLedger(OBSERVERS, delta, _budget(privacy_cfg["budget"]), privacy_cfg["conversion"],
-                           privacy_cfg["analysis"], neighboring)
+    boundary = Boundary(privacy_cfg["boundary"])
+    ledger = PrivacyLedger(boundary.observers, delta, _budget(privacy_cfg["budget"]), privacy_cfg["conversion"],
+                           privacy_cfg["analysis"], algorithm.neighboring)
     return Simulation(
         dataset.train, dataset.test, CohortGradients(model), algorithm, clients, ledger, seed=run_cfg["seed"],
-        boundary=privacy_cfg["boundary"], eval_every=check_range("run.eval_every", run_cfg["eval_every"], 1,
-                                                                 integer=True),
+        boundary=boundary, eval_every=check_range("run.eval_every", run_cfg["eval_every"], 1, integer=True),
         memory_budget_bytes=check_range("run.memory_mb", run_cfg["memory_mb"], 1, integer=True) * 2**20,
         checkpoint_dir=out_dir, checkpoint_every=check_range("run.checkpoint_every", run_cfg["checkpoint_every"], 1,
                                                              integer=True),
@@ -143,19 +142,9 @@ def release_config(config: dict) -> dict:
 
 
 def release_hash(config: dict) -> str:
-    """sha256 of the release config in a canonical form (sorted keys; an integer given for a float key, e.g. clip = 1,
-    is the float 1.0, so equal configs hash equally however they were written)."""
-    canonical = {section: {key: _canonical(section, key, value) for key, value in values.items()}
-                 for section, values in release_config(config).items()}
-    return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
-
-
-def _canonical(section: str, key: str, value):
-    types = SCHEMA.get(section, {}).get(key, (None,))[0]
-    floats = float in (types if isinstance(types, tuple) else (types,))
-    if floats and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    return value
+    """sha256 of the release config (sorted keys; config values are canonical after loading: an integer given for a
+    float key, e.g. clip = 1, is the float 1.0, so equal configs hash equally however they were written)."""
+    return hashlib.sha256(json.dumps(release_config(config), sort_keys=True).encode()).hexdigest()
 
 
 def check_free(out: Path) -> None:
@@ -229,7 +218,7 @@ def _differences(old: dict, new: dict) -> list[tuple[str, str, str]]:
         a, b = old.get(section, {}), new.get(section, {})
         for key in sorted(set(a) | set(b)):
             va, vb = a.get(key, unset), b.get(key, unset)
-            if va is unset or vb is unset or _canonical(section, key, va) != _canonical(section, key, vb):
+            if va is unset or vb is unset or va != vb:
                 found.append((f"{section}.{key}", *("(not set)" if v is unset else repr(v) for v in (va, vb))))
     return found
 
@@ -281,6 +270,8 @@ def results_of(sim: Simulation, config: dict) -> dict:
             "conversion": sim.ledger.conversion,
             "subsampling_bound": sim.ledger.subsampling_bound,
             "neighboring": sim.ledger.neighboring,
+            "boundary": sim.boundary.name,
+            "release": config["privacy"]["release"],
             "unproven": list(PAPER_UNPROVEN) if sim.ledger.analysis == "paper" else [],
             "delta": sim.ledger.delta,
             "observers": list(sim.ledger.observers),

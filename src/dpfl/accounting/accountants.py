@@ -1,0 +1,128 @@
+"""Accountants behind dp_accounting's contract (``compose(event)``, ``get_epsilon(delta)``), one per observer.
+
+The ledger gives each observer an accountant by name (``make``), so that RDP, PLD and pure-DP basic composition are
+interchangeable per observer (the last-iterate accountant joins them for runs that release only the final model):
+
+* ``rdp``: ``dpfl.accounting.rdp.RdpAccountant`` (any event dpfl emits; a conversion and a record-level subsampling
+  bound to choose);
+* ``pld``: ``PldAccountant``, dpfl's PLDs (``dpfl.accounting.pld``: participation mixtures, replace-one Gaussians in
+  dpfl's convention);
+* ``pure``: ``PureDpAccountant``, basic composition of pure-DP mechanisms (Laplace), delta-free (Dwork & Roth 2014,
+  Thm 3.16);
+* ``tightest``: ``TightestAccountant``, PLD while it supports every event composed, else RDP.
+"""
+
+from __future__ import annotations
+
+from dp_accounting import dp_event, privacy_accountant
+
+from dpfl.accounting import pld
+from dpfl.accounting.accountant import pure_epsilon
+from dpfl.accounting.rdp import RdpAccountant
+from dpfl.errors import ConfigError
+
+NeighborRel = privacy_accountant.NeighboringRelation
+ACCOUNTANT_NAMES = ("tightest", "pld", "rdp", "pure")
+
+
+class _Collecting(privacy_accountant.PrivacyAccountant):
+    """Keeps the composed events; subclasses answer epsilon for their composition."""
+
+    def __init__(self, neighboring_relation: NeighborRel):
+        super().__init__(neighboring_relation)
+        self._events: list[dp_event.DpEvent] = []
+
+    def supports_event(self, event: dp_event.DpEvent) -> bool:
+        raise NotImplementedError
+
+    def _maybe_compose(self, event, count, do_compose):
+        if not self.supports_event(event):
+            return self.CompositionErrorDetails(invalid_event=event,
+                                                error_message=f"{type(self).__name__} cannot compose {event}")
+        if do_compose and count:
+            self._events.append(event if count == 1 else dp_event.SelfComposedDpEvent(event, count))
+        return None
+
+    def composition(self) -> dp_event.DpEvent:
+        if not self._events:
+            return dp_event.NoOpDpEvent()
+        return self._events[0] if len(self._events) == 1 else dp_event.ComposedDpEvent(list(self._events))
+
+
+class PldAccountant(_Collecting):
+    """dpfl's PLD of everything composed (tight up to a pessimistic 1e-4 grid)."""
+
+    def __init__(self, neighboring_relation: NeighborRel = NeighborRel.ADD_OR_REMOVE_ONE,
+                 value_discretization_interval: float = pld.VALUE_DISCRETIZATION_INTERVAL):
+        super().__init__(neighboring_relation)
+        self._interval = value_discretization_interval
+
+    def supports_event(self, event) -> bool:
+        return pld.supports(event, self.neighboring_relation)
+
+    def get_epsilon(self, target_delta: float) -> float:
+        return pld.pld_epsilon(self.composition(), target_delta, self.neighboring_relation, self._interval)
+
+
+class PureDpAccountant(_Collecting):
+    """Basic composition of pure-DP events (Laplace): epsilon adds up, whatever delta."""
+
+    def supports_event(self, event) -> bool:
+        try:
+            pure_epsilon(event)
+        except ConfigError:
+            return isinstance(event, dp_event.NonPrivateDpEvent)
+        return True
+
+    def get_epsilon(self, target_delta: float) -> float:
+        if any(isinstance(e, dp_event.NonPrivateDpEvent) for e in self._events):
+            return float("inf")
+        return pure_epsilon(self.composition())
+
+
+class TightestAccountant(_Collecting):
+    """PLD while it supports every event composed, else RDP (with ``conversion`` and ``subsampling_bound``)."""
+
+    def __init__(self, neighboring_relation: NeighborRel, conversion: str = "modern", subsampling_bound: str = "tight"):
+        super().__init__(neighboring_relation)
+        self._rdp_options = dict(conversion=conversion, subsampling_bound=subsampling_bound)
+
+    def supports_event(self, event) -> bool:
+        return pld.supports(event, self.neighboring_relation) or RdpAccountant(
+            neighboring_relation=self.neighboring_relation).supports(event)
+
+    @property
+    def chosen(self) -> str:
+        """The accountant that answers for the composition so far."""
+        return "pld" if pld.supports(self.composition(), self.neighboring_relation) else "rdp"
+
+    def get_epsilon(self, target_delta: float) -> float:
+        if self.chosen == "pld":
+            return pld.pld_epsilon(self.composition(), target_delta, self.neighboring_relation)
+        accountant = RdpAccountant(neighboring_relation=self.neighboring_relation, **self._rdp_options)
+        return accountant.compose(self.composition()).get_epsilon(target_delta)
+
+
+def make(name: str, neighboring_relation: NeighborRel, conversion: str = "modern",
+         subsampling_bound: str = "tight") -> privacy_accountant.PrivacyAccountant:
+    """A fresh accountant by name (one of ``ACCOUNTANT_NAMES``)."""
+    if name == "tightest":
+        return TightestAccountant(neighboring_relation, conversion, subsampling_bound)
+    if name == "pld":
+        return PldAccountant(neighboring_relation)
+    if name == "rdp":
+        return RdpAccountant(neighboring_relation=neighboring_relation, conversion=conversion,
+                             subsampling_bound=subsampling_bound)
+    if name == "pure":
+        return PureDpAccountant(neighboring_relation)
+    raise ConfigError("accountant", name, f"one of {list(ACCOUNTANT_NAMES)}")
+
+
+def chosen_name(accountant: privacy_accountant.PrivacyAccountant) -> str:
+    """The name to report for an accountant (for ``tightest``, the one that answered)."""
+    if isinstance(accountant, TightestAccountant):
+        return accountant.chosen
+    return {PldAccountant: "pld", RdpAccountant: "rdp", PureDpAccountant: "pure"}[type(accountant)]
+
+
+__all__ = ["ACCOUNTANT_NAMES", "PldAccountant", "PureDpAccountant", "TightestAccountant", "make", "chosen_name"]

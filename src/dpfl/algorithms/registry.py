@@ -1,0 +1,83 @@
+"""The registry of algorithms: the only list of algorithm names, their config sections and their builders.
+
+An algorithm module registers an ``AlgorithmSpec``: the names it answers to in ``algorithm.name``, a frozen dataclass
+of its own ``[algorithm]`` keys (typed, with defaults that make a minimal config run; field metadata may give
+"choices", "min", "help", and "private": True for keys that only the private names take), and a builder
+(name, config section, client rate) -> an object of the ``dpfl.engine.protocol.Algorithm`` protocol. Config
+validation, ``dpfl run`` and ``dpfl run --help`` read the registry, so adding an algorithm touches its module, its
+tests and its docs only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from typing import Callable
+
+from dpfl.errors import ConfigError
+
+#: [algorithm] keys every algorithm has (the round loop's own): name, rounds, client sampling.
+COMMON_KEYS = {
+    "name": (str, "dp-scaffold-warm", None, "the algorithm (see `dpfl run --help`)"),
+    "rounds": (int, 100, None, "T, communication rounds"),
+    "client_rate": (float, 0.2, None, "l, fraction of clients per round"),
+    "client_sampling": (str, "fixed", ("fixed", "poisson", "round_robin", "disjoint"),
+                        "fixed size without replacement, Poisson, round robin, or disjoint batches per epoch"),
+}
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """One registered family: its names, its config section, its builder, which names are private."""
+
+    names: tuple[str, ...]
+    config: type
+    build: Callable
+    private: Callable[[str], bool]
+    help: str
+
+    def keys(self, name: str) -> dict[str, dataclasses.Field]:
+        """The section's keys that apply to ``name`` (a private-only key does not apply to a non-private name)."""
+        return {f.name: f for f in dataclasses.fields(self.config)
+                if self.private(name) or not f.metadata.get("private", False)}
+
+    def key_type(self, key: str) -> type:
+        return typing.get_type_hints(self.config)[key]
+
+
+_REGISTRY: dict[str, AlgorithmSpec] = {}
+
+
+def register(spec: AlgorithmSpec) -> AlgorithmSpec:
+    """Adds ``spec`` under each of its names (a name may be registered once)."""
+    for name in spec.names:
+        if name in _REGISTRY and _REGISTRY[name] is not spec:
+            raise ValueError(f"algorithm name {name!r} is registered twice")
+        _REGISTRY[name] = spec
+    return spec
+
+
+def spec_of(name: str) -> AlgorithmSpec:
+    _load_builtin()
+    if name not in _REGISTRY:
+        raise ConfigError("algorithm.name", name, f"one of {names()}")
+    return _REGISTRY[name]
+
+
+def names() -> list[str]:
+    _load_builtin()
+    return list(_REGISTRY)
+
+
+def specs() -> list[AlgorithmSpec]:
+    _load_builtin()
+    return list(dict.fromkeys(_REGISTRY.values()))
+
+
+def _load_builtin() -> None:
+    """Imports dpfl's own algorithm modules, which register themselves."""
+    import dpfl.algorithms.local_sgd  # noqa: F401
+
+
+__all__ = ["COMMON_KEYS", "AlgorithmSpec", "register", "spec_of", "names", "specs"]

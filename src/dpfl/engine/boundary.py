@@ -1,0 +1,79 @@
+"""Trust boundaries: what the server receives of the cohort's messages, and what each observer therefore sees.
+
+A boundary is a stage in the data path that owns both sides of one decision: what it does to the messages
+(``collect``) and which observer sees what (``views``, through ``dpfl.accounting.observers``, the one place where
+per-observer events are derived). The server's step reads only the ``Delivery`` the boundary hands it.
+
+* ``plain``: the server sees every client's message (and who sent it).
+* ``secagg``: secure aggregation; the server sees only the cohort's sum. Simulated here by summing; the real protocol
+  (pairwise masks, Shamir shares, dropouts) plugs into the same interface.
+* ``shuffler``: the server sees the messages as an unlabelled multiset (a uniform permutation, drawn from the
+  round's own stream). Charged as plain towards the server: one record-level message is no more private for lacking
+  its sender unless the messages are local randomisers (the shuffle accountant, ``dpfl.accounting.shuffle``).
+* ``trusted``: a trusted aggregator; the server sees every message but is no observer, only released models are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from dp_accounting import dp_event
+
+from dpfl.accounting.observers import BOUNDARIES, Cohort, Release, observer_events, observers_of
+from dpfl.engine import randomness
+from dpfl.engine.protocol import Messages
+from dpfl.errors import ConfigError
+
+
+@dataclass
+class Delivery:
+    """What reaches the server's step: the sums of the cohort's messages, their number, the population, and the
+    per-client rows where the boundary lets the server see them."""
+
+    sums: Messages
+    count: int
+    population: int
+    messages: Messages | None = None
+
+    def sum(self, name: str) -> torch.Tensor:
+        return self.sums[name]
+
+    def rows(self, name: str) -> torch.Tensor:
+        if self.messages is None:
+            raise ValueError(f"the server cannot see individual messages {name!r} behind this boundary")
+        return self.messages[name]
+
+
+class Boundary:
+    """One of ``BOUNDARIES`` (see the module docstring)."""
+
+    def __init__(self, name: str = "plain"):
+        if name not in BOUNDARIES:
+            raise ConfigError("privacy.boundary", name, f"one of {list(BOUNDARIES)}")
+        self.name = name
+
+    @property
+    def observers(self) -> tuple[str, ...]:
+        return observers_of(self.name)
+
+    def views(self, release: Release, cohort: Cohort, analysis: str) -> dict[str, dp_event.DpEvent]:
+        """Each observer's event of the round (``dpfl.accounting.observers.observer_events``)."""
+        return observer_events(release, cohort, self.name, analysis)
+
+    def collect(self, chunks: list[Messages], population: int, seed: int, round_index: int) -> Delivery:
+        """The cohort's messages (one dict per memory chunk, leading client axis) as the server receives them."""
+        names = list(chunks[0]) if chunks else []
+        count = sum(int(next(iter(c.values())).shape[0]) for c in chunks if c) if names else 0
+        sums = {name: sum(chunk[name].sum(0) for chunk in chunks) for name in names}
+        if self.name in ("secagg", "trusted"):
+            return Delivery(sums, count, population)
+        rows = {name: torch.cat([chunk[name] for chunk in chunks]) for name in names}
+        if self.name == "shuffler" and count:
+            order = torch.randperm(count, generator=randomness.generator(seed, round_index, randomness.SERVER,
+                                                                         "shuffle"))
+            rows = {name: value[order] for name, value in rows.items()}
+        return Delivery(sums, count, population, rows)
+
+
+__all__ = ["Boundary", "Delivery"]

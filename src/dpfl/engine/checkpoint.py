@@ -1,0 +1,93 @@
+"""checkpoint.pt: an algorithm's state (through its ``state_dict``), the round to run next and the metrics so far.
+
+Written atomically (temporary file, flush, fsync, rename). Read back only after every check passes: a readable zip
+(torch.save's format) whose entries pass their CRC, plain tensors and data (``weights_only``: no code from the file
+runs), written by a run with the same release config, with tensors of this run's shapes, and not ahead of the ledger
+beside it (a checkpoint ahead of its ledger would hide privacy spent). Anything else is a ``RunDirectoryError`` that
+names the file and the problem: nothing starts over silently.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import zipfile
+from pathlib import Path
+
+import torch
+
+from dpfl.engine.protocol import State
+from dpfl.errors import RunDirectoryError
+
+
+def save(path: Path, next_round: int, release: str, state: State, history: list[dict]) -> None:
+    """Writes the checkpoint atomically."""
+    payload = {"next_round": next_round, "release": release, "state": state.state_dict(), "history": history}
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as file:
+            torch.save(payload, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        raise RunDirectoryError(f"cannot write the checkpoint {path}: {err.strerror or err}") from None
+
+
+def load(path: Path, release: str, like: State, recorded: int) -> tuple[int, State, list[dict]]:
+    """(next round, state, history) of the checkpoint at ``path``, checked against the run's ``release`` hash, the
+    shapes of ``like`` (this config's fresh state) and the ledger's last recorded round index ``recorded``."""
+
+    def invalid(problem: str) -> RunDirectoryError:
+        return RunDirectoryError(
+            f"{path} is not a valid checkpoint of this run ({problem}); restore it, or move it away to resume from "
+            "round 0 with the ledger kept (rounds replayed identically are not charged again)")
+
+    try:  # torch.save writes a zip archive: a truncated one has no central directory, a damaged one bad CRCs
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    except (zipfile.BadZipFile, OSError):
+        raise invalid("empty file" if path.stat().st_size == 0 else "truncated, or not written by torch.save") from None
+    if damaged is not None:
+        raise invalid(f"damaged: its entry {damaged} fails its CRC check")
+    try:  # weights_only: tensors and plain data, no code from the file is run
+        payload = torch.load(path, weights_only=True)
+    except pickle.UnpicklingError:
+        raise invalid("it holds objects other than tensors and plain data") from None
+    except Exception as err:  # anything else torch fails on inside a well-formed zip: report its first line
+        raise invalid(f"unreadable by torch: {(str(err).strip().splitlines() or [type(err).__name__])[0]}") from None
+    if not isinstance(payload, dict):
+        raise invalid(f"a {type(payload).__name__}, not a dict")
+    missing = [k for k in ("next_round", "release", "state", "history") if k not in payload]
+    if missing:
+        raise invalid(f"no {', '.join(missing)}")
+    if payload["release"] != release:
+        raise invalid("it was written by a run with another release config (its run.json differs)")
+    try:
+        state = State.from_state_dict(payload["state"])
+    except (KeyError, TypeError) as err:
+        raise invalid(f"its state is not a state_dict ({type(err).__name__}: {err})") from None
+    for part in ("server", "clients"):
+        expected, stored = getattr(like, part), getattr(state, part)
+        if set(expected) != set(stored):
+            raise invalid(f"its {part} state holds {sorted(stored)}, this config's {sorted(expected)}")
+        for name, tensor in expected.items():
+            got = stored[name]
+            if not isinstance(got, torch.Tensor) or got.shape != tensor.shape:
+                raise invalid(f"{part} {name} has shape {tuple(getattr(got, 'shape', ()))}, this config's "
+                              f"{tuple(tensor.shape)}")
+    next_round = payload["next_round"]
+    if not isinstance(next_round, int) or next_round < 0:
+        raise invalid(f"next_round = {next_round!r}")
+    if next_round > recorded + 1:
+        raise RunDirectoryError(
+            f"cannot resume: {path} is at round {next_round} but the ledger beside it records rounds only up to index "
+            f"{recorded}, so privacy spent is missing from it (an older ledger.json?); restore the newer ledger")
+    history = payload["history"]
+    if not isinstance(history, list):
+        raise invalid("its history is not a list")
+    return next_round, state, history
+
+
+__all__ = ["save", "load"]

@@ -1,0 +1,56 @@
+"""Progress that fits where it goes: a live bar on a terminal, a plain line every few seconds in a log."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+#: Seconds between two plain progress lines when the output is not a terminal.
+LINE_EVERY_S = 5.0
+
+
+class Progress:
+    """Reports rounds done, test accuracy and epsilon per observer.
+
+    On a terminal (stderr is a tty) a tqdm bar; otherwise one line per ``LINE_EVERY_S`` seconds (and the last round),
+    so that a redirected run's log holds readable lines, not thousands of carriage-return frames.
+    """
+
+    def __init__(self, total: int, done: int, enabled: bool = True, stream=None):
+        self.total, self.done = total, done
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self._bar = None
+        self._last = -float("inf")
+        if enabled and getattr(self.stream, "isatty", lambda: False)():
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, initial=done, unit="round", dynamic_ncols=True, file=self.stream)
+
+    def update(self, round_done: int, accuracy: float | None = None, epsilon: dict | None = None) -> None:
+        self.done = round_done
+        if not self.enabled:
+            return
+        eps = ", ".join(f"{o}={_fmt(e)}" for o, e in (epsilon or {}).items())
+        if self._bar is not None:
+            self._bar.update(round_done - self._bar.n)
+            if accuracy is not None:
+                self._bar.set_postfix_str(f"acc={accuracy:.3f} eps {eps}")
+            return
+        now = time.monotonic()
+        if now - self._last >= LINE_EVERY_S or round_done == self.total:
+            self._last = now
+            acc = "" if accuracy is None else f", test accuracy {accuracy:.4f}"
+            print(f"round {round_done}/{self.total}{acc}{', epsilon ' + eps if eps else ''}", file=self.stream,
+                  flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _fmt(eps) -> str:
+    return "inf" if eps is None else f"{eps:.3g}"
+
+
+__all__ = ["Progress", "LINE_EVERY_S"]

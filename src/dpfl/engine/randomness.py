@@ -1,0 +1,78 @@
+"""Randomness per client: every draw comes from a stream named by (run seed, round, client id, purpose).
+
+A client's minibatches and noise in round t depend on nothing else: not on which other clients share its memory chunk
+(``run.memory_mb``), not on the order clients are processed in, not on the machine. So a simulation's results are the
+same for any chunking, and a client running on another machine (a Flower SuperNode) can reproduce exactly the draws the
+simulation makes. Streams are seeded through numpy's ``SeedSequence`` (spawn key = (round, client, purpose)), whose
+derived seeds are statistically independent for distinct keys (O'Neill 2015; numpy's documentation).
+
+Each client draws what a round needs at the round's start, in one call per purpose (``ClientStreams.uniform`` and
+``.normal`` with a per-client shape), so that the cost is a few generator seedings per client and round, not one per
+local step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+#: Purposes of the streams; each is a separate stream of every client (and of the server, client id SERVER).
+PURPOSES = {"cohort": 0, "records": 1, "noise": 2, "shuffle": 3}
+#: The client id of the server's own streams (the cohort draw).
+SERVER = -1
+
+
+def stream_seed(seed: int, round_index: int, client: int, purpose: str) -> int:
+    """The 63-bit seed of stream (seed, round, client, purpose): SeedSequence(seed, spawn_key=(round, client + 1,
+    purpose code)); the server is client -1."""
+    if purpose not in PURPOSES:
+        raise ValueError(f"purpose = {purpose!r} is not allowed: expected one of {sorted(PURPOSES)}")
+    sequence = np.random.SeedSequence(int(seed), spawn_key=(int(round_index), int(client) + 1, PURPOSES[purpose]))
+    return int(sequence.generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+def generator(seed: int, round_index: int, client: int, purpose: str) -> torch.Generator:
+    """A torch generator seeded with ``stream_seed``."""
+    return torch.Generator().manual_seed(stream_seed(seed, round_index, client, purpose))
+
+
+class ClientStreams:
+    """The streams of one purpose for a cohort's clients in one round."""
+
+    def __init__(self, seed: int, round_index: int, clients: Sequence[int] | torch.Tensor, purpose: str):
+        ids = clients.tolist() if isinstance(clients, torch.Tensor) else list(clients)
+        self.generators = [generator(seed, round_index, c, purpose) for c in ids]
+
+    def __len__(self) -> int:
+        return len(self.generators)
+
+    def uniform(self, shapes: Sequence[tuple[int, ...]], fill: float = float("inf")) -> torch.Tensor:
+        """U[0, 1) draws of shape ``shapes[i]`` from client i's stream, padded with ``fill`` to a common shape and
+        stacked: [clients, *max shape]. A client's draws depend only on its own shape."""
+        return self._stacked(shapes, fill, lambda shape, g: torch.rand(shape, generator=g))
+
+    def normal(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """N(0, 1) draws of ``shape`` from each client's stream: [clients, *shape]."""
+        return self._stacked([shape] * len(self), 0.0, lambda s, g: torch.randn(s, generator=g))
+
+    def exponential(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """Exp(1) draws of ``shape`` from each client's stream: [clients, *shape]."""
+        return self._stacked([shape] * len(self), 0.0,
+                             lambda s, g: torch.empty(s).exponential_(generator=g))
+
+    def _stacked(self, shapes, fill, draw) -> torch.Tensor:
+        if len(shapes) != len(self):
+            raise ValueError(f"{len(shapes)} shapes for {len(self)} clients")
+        if not shapes:
+            return torch.empty(0)
+        rank = len(shapes[0])
+        widest = tuple(max(s[d] for s in shapes) for d in range(rank))
+        out = torch.full((len(shapes), *widest), fill)
+        for i, (shape, g) in enumerate(zip(shapes, self.generators)):
+            out[(i, *(slice(0, n) for n in shape))] = draw(shape, g)
+        return out
+
+
+__all__ = ["PURPOSES", "SERVER", "stream_seed", "generator", "ClientStreams"]
