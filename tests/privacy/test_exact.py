@@ -133,7 +133,7 @@ def test_poisson_pair_composition_against_dp_accounting_pld():
 def test_delta_against_direct_integral_for_non_monotone_losses():
     """The participation pair's privacy loss rises then falls back to 0 near the far component."""
     wp, mp, wq, mq = ex.participation_pair(0.2, [0.7, 0.3], [0.0, 1.0], [1.0], [0.0], far=12.0)
-    for eps in (0.0, 0.3, 1.0):
+    for eps in (0.0, 1.0):
         got = ex.gaussian_mixture_delta(wp, mp, wq, mq, 1.0, eps)
         want = max(direct_delta(wp, mp, wq, mq, 1.0, eps), direct_delta(wq, mq, wp, mp, 1.0, eps))
         assert got <= want * (1 + 1e-9)
