@@ -1,16 +1,15 @@
 """Worst-case instance tests: an accountant's claim must never be below the exact privacy of an instance it covers.
 
 The truth side is dpfl.accounting.exact (1-D Gaussian-mixture instances whose RDP is computed by quadrature and whose
-delta(eps) is a certified lower bound) and dpfl.accounting.engine_instance (the review's instance run through the
+delta(eps) is a certified lower bound) and dpfl.algorithms.worst_case (the review's instance run through the
 real LocalSGD code). The claims come from the per-observer API:
 
 * ``dpfl.accounting.events.ParticipationDpEvent(probability, event)``;
 * ``dpfl.accounting.observers.Release(step_events, additive, sensitivity_ratio=1.0)`` and
-  ``observer_events(release, num_clients, cohort_size, boundary, client_sampling, analysis) -> dict``;
+  ``views(release, cohort, boundary, analysis) -> dict``;
 * ``dpfl.accounting.rdp.rdp_curve`` and ``dpfl.accounting.accountant.account``.
 
-Until that API exists this module is skipped (see the guard below); once it lands every test here must pass except
-the ones that document the bug of the "paper" analysis, which assert that it IS violated.
+Every test here must pass; the ones that document the bug of the "paper" analysis assert that it IS violated.
 
 Conventions: one release per round (K = 1) for the 1-D instances; an accountant that does not support an event
 (e.g. PLD with sampling without replacement) raises ConfigError and that combination is skipped, but RDP must support
@@ -23,17 +22,22 @@ import numpy as np
 import pytest
 from dp_accounting import NeighboringRelation, dp_event
 
-try:
-    from dpfl.accounting.events import ParticipationDpEvent
-    from dpfl.accounting.observers import Release, observer_events
-except ImportError as err:  # the per-observer API is being written on another branch
-    pytest.skip(f"per-observer API not on this branch yet: {err}", allow_module_level=True)
-
-from dpfl.accounting import engine_instance as ei
 from dpfl.accounting import exact as ex
+from dpfl.accounting.events import ParticipationDpEvent
+from dpfl.accounting.observers import Cohort, Release, observer_events
+from dpfl.algorithms import worst_case as ei
 from dpfl.accounting.accountant import account
 from dpfl.accounting.rdp import rdp_curve
 from dpfl.errors import ConfigError
+
+def views(release, num_clients, cohort, boundary="plain", client_sampling="fixed", analysis="sound"):
+    """Each observer's event of a round with a cohort of ``cohort`` of ``num_clients`` (fixed) or that rate (Poisson)."""
+    if client_sampling == "fixed":
+        sampled = Cohort.fixed(num_clients, cohort)
+    else:
+        sampled = Cohort.poisson(num_clients, cohort / num_clients)
+    return observer_events(release, sampled, boundary, analysis)
+
 
 DELTA = 1e-5
 ORDERS = np.array([1.1, 1.25, 1.5, 1.75, 2, 2.5, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128, 192, 256])
@@ -73,7 +77,7 @@ def test_review_counterexample_paper_analysis_is_violated():
     can tell whether the owner took part (the far component) meets delta = 5.5e-2 there: 5500 times the claim.
     This test documents the bug: it passes while the paper analysis is unsound."""
     release = Release((dp_event.GaussianDpEvent(1.0),), (True,))
-    event = observer_events(release, NUM_CLIENTS, COHORT, boundary="plain", client_sampling="fixed",
+    event = views(release, NUM_CLIENTS, COHORT, boundary="plain", client_sampling="fixed",
                             analysis="paper")["third_party"]
     epsilon = claimed_epsilon(event, "rdp", "classic", "replace_one", ROUNDS)
     assert epsilon == pytest.approx(1.90, abs=0.01)
@@ -88,7 +92,7 @@ def test_review_counterexample_paper_analysis_is_violated():
 def test_sound_claims_cover_the_instance(step_name, observer, boundary, sampling):
     step, neighboring, pair = STEPS[step_name]
     release = Release((step,), (True,))
-    event = observer_events(release, NUM_CLIENTS, COHORT, boundary=boundary, client_sampling=sampling,
+    event = views(release, NUM_CLIENTS, COHORT, boundary=boundary, client_sampling=sampling,
                             analysis="sound")[observer]
     instance = ex.observer_instance(observer, pair, NUM_CLIENTS, COHORT, boundary, sampling)
     truth = ROUNDS * instance.rdp(ORDERS)
@@ -124,7 +128,7 @@ ENGINE_CASES = [  # (instance, additive, observer, boundary, measured view, the 
 
 def engine_events(instance, additive, analysis):
     release = Release((dp_event.GaussianDpEvent(instance.noise_multiplier),) * instance.local_steps, additive)
-    return {boundary: observer_events(release, instance.num_clients, instance.num_clients, boundary=boundary,
+    return {boundary: views(release, instance.num_clients, instance.num_clients, boundary=boundary,
                                       client_sampling="fixed", analysis=analysis)
             for boundary in ("plain", "secagg")}
 
@@ -179,7 +183,7 @@ SLACK = 2e-4  # PLD grids round pessimistically, each on its own grid: allow one
 
 def sound_epsilon(step_events, additive, observer, boundary, accountant, conversion, neighboring, rounds=10,
                   num_clients=20, cohort=5, sampling="fixed"):
-    event = observer_events(Release(tuple(step_events), tuple(additive)), num_clients, cohort, boundary=boundary,
+    event = views(Release(tuple(step_events), tuple(additive)), num_clients, cohort, boundary=boundary,
                             client_sampling=sampling, analysis="sound")[observer]
     return claimed_epsilon(event, accountant, conversion, neighboring, rounds)
 

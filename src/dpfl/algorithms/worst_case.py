@@ -33,8 +33,8 @@ Measurement (``measure``): trials sit on the client axis (a cohort of n T client
 numbers: both datasets run with the same seed, so the same noise; the per-trial difference of each statistic is
 constant (its spread is float round-off, which also shows the two output laws are translates of each other) and
 equals the exact shift. The noise std is the sample std of one large run, with a chi-square confidence interval
-(the statistics are sums of Gaussians); mu's interval is shift / (that interval). torch is imported lazily so that
-``dpfl.accounting`` stays torch-free.
+(the statistics are sums of Gaussians); mu's interval is shift / (that interval). torch is imported lazily (the
+module's analytic part serves torch-free tests).
 """
 
 from __future__ import annotations
@@ -151,8 +151,9 @@ def run_round(instance: EngineInstance, trials: int, sign: float, seed: int):
     """
     import torch
 
-    from dpfl.algorithms.local_sgd import CohortData, LocalSGD
+    from dpfl.algorithms.local_sgd import LocalSGD
     from dpfl.engine.noise import GaussianMechanism
+    from dpfl.engine.protocol import ClientContext, ClientData
     from dpfl.engine.sampling import RecordSampler
 
     n, b, k = instance.num_clients, instance.records, instance.local_steps
@@ -166,13 +167,13 @@ def run_round(instance: EngineInstance, trials: int, sign: float, seed: int):
     y = torch.ones(clients, b, dtype=torch.long)
     y[::n] = 0  # client 0 of every trial is the owner, with linear losses
     x[::n, 0, 0] = sign * instance.clip
-    data = CohortData(x, y, torch.full((clients,), b))
+    data = ClientData(x, y, torch.full((clients,), b))
     oracle = LinearQuadraticOracle(1, instance.local_lr)
     state = algorithm.init_state(oracle.initial_params(), clients)
-    generator = torch.Generator().manual_seed(seed)
-    dy, _, events = algorithm.client_round(state, torch.arange(clients), data, oracle, generator, warm=False)
-    assert len(events) == k
-    return dy.reshape(trials, n, 1).double(), oracle
+    ids = torch.arange(clients)
+    out = algorithm.client_round(0, state.server, state.rows(ids), data, ClientContext(oracle, seed, 0, ids))
+    assert len(out.events) == k
+    return out.messages["dy"].reshape(trials, n, 1).double(), oracle
 
 
 def _statistics(dy):
