@@ -18,7 +18,7 @@ from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.cli import main
 from dpfl.engine.simulator import Simulation
 from dpfl.experiments.config import load_config
-from dpfl.experiments.runner import release_hash
+from dpfl.experiments.runner import release_hash, with_threads
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -87,15 +87,18 @@ def test_a_fresh_run_writes_run_json_before_its_first_round(config, tmp_path, mo
     assert run(config, out) == 0
     assert seen == [True] * 6
     record = json.loads((out / "run.json").read_text())
-    resolved = load_config(config)
+    resolved = with_threads(load_config(config))  # run.threads resolved to this machine's default
     assert record["config"] == resolved and record["release_sha256"] == release_hash(resolved)
     # run-only keys are not part of the release; a float key given as an integer is the same release
-    assert release_hash(load_config(config, ["algorithm.rounds=99", "run.eval_every=3", "privacy.budget=5.0",
-                                             "run.checkpoint_every=7"])) == release_hash(resolved)
-    assert release_hash(load_config(config, ["algorithm.clip=1"])) == release_hash(resolved)
-    # results do not depend on the memory chunking (per-client random streams): memory_mb is run-only too
-    assert release_hash(load_config(config, ["run.memory_mb=1"])) == release_hash(resolved)
-    assert release_hash(load_config(config, ["run.seed=1"])) != release_hash(resolved)
+    assert release_hash(with_threads(load_config(config, ["algorithm.rounds=99", "run.eval_every=3",
+                                                          "privacy.budget=5.0", "run.checkpoint_every=7"]))) \
+        == release_hash(resolved)
+    assert release_hash(with_threads(load_config(config, ["algorithm.clip=1"]))) == release_hash(resolved)
+    # the chunking (memory_mb) and the thread count change float rounding in batched matrix products: a replay under
+    # another one would put the same noise on a (slightly) different computation, so both belong to the release
+    assert release_hash(with_threads(load_config(config, ["run.memory_mb=1"]))) != release_hash(resolved)
+    assert release_hash(load_config(config, [f"run.threads={torch.get_num_threads() + 1}"])) != release_hash(resolved)
+    assert release_hash(with_threads(load_config(config, ["run.seed=1"]))) != release_hash(resolved)
 
 
 @pytest.mark.parametrize("override, key, old, new", [

@@ -1,4 +1,6 @@
-"""RecordSampler and ClientSampler: sizes, uniformity, sensitivities and the privacy events they declare."""
+"""RecordSampler and ClientSampler: sizes, uniformity, sensitivities and the privacy events they declare; record
+samples from uniform keys (a client's own stream); client cohorts per round (fixed, Poisson, round robin, disjoint)
+and the participation they are charged."""
 
 import math
 
@@ -6,7 +8,8 @@ import pytest
 import torch
 from dp_accounting import dp_event
 
-from dpfl.engine.sampling import ClientSampler, RecordSampler
+from dpfl.accounting.observers import Cohort
+from dpfl.engine.sampling import ClientSampler, RecordSampler, uniform_keys
 from dpfl.errors import ConfigError
 
 GAUSS = dp_event.GaussianDpEvent(1.3)
@@ -184,41 +187,179 @@ def test_record_sampler_bad_arguments():
     assert err.value.field == "algorithm.record_sampling"
 
 
-# -- clients -------------------------------------------------------------------------------------------------------
+# -- uniform keys: what a client's own record stream feeds the sampler ----------------------------------------------
+def test_uniform_keys_cover_real_records_only():
+    counts = torch.tensor([3, 5, 1])
+    keys = uniform_keys(counts, gen())
+    assert keys.shape == (3, 5)
+    for row, n in enumerate(counts.tolist()):
+        assert bool(((keys[row, :n] >= 0) & (keys[row, :n] < 1)).all()) and bool(keys[row, n:].isinf().all())
+
+
+def test_fixed_sample_from_keys_is_the_smallest_keys():
+    counts = torch.tensor([10, 7, 4])
+    keys = uniform_keys(counts, gen(3))
+    sampler = RecordSampler(0.5)  # 5, 3, 2 records
+    indices, mask = sampler.sample(counts, keys)
+    for row, b in enumerate([5, 3, 2]):
+        assert sorted(selected(indices, mask, row)) == sorted(keys[row].argsort()[:b].tolist())
+    # a generator draws the same keys itself
+    by_generator = sampler.sample(counts, gen(3))
+    assert torch.equal(by_generator[0], indices) and torch.equal(by_generator[1], mask)
+
+
+def test_poisson_sample_from_keys_is_the_keys_below_q():
+    counts = torch.tensor([30, 12, 25])
+    keys = uniform_keys(counts, gen(4))
+    indices, mask = RecordSampler(0.3, "poisson").sample(counts, keys)
+    for row in range(3):
+        assert sorted(selected(indices, mask, row)) == (keys[row] < 0.3).nonzero().squeeze(1).tolist()
+
+
+def test_a_clients_sample_depends_only_on_its_own_keys():
+    """Row i of the sample is a function of row i of the keys (and n_i): the same alone as among other rows."""
+    counts = torch.tensor([9, 14, 6, 14])
+    keys = uniform_keys(counts, gen(8))
+    for scheme in ("fixed", "poisson"):
+        sampler = RecordSampler(0.4, scheme)
+        indices, mask = sampler.sample(counts, keys)
+        for row in range(4):
+            alone = sampler.sample(counts[row : row + 1], keys[row : row + 1, : int(counts[row])])
+            assert sorted(selected(*alone, 0)) == sorted(selected(indices, mask, row)), (scheme, row)
+
+
+# -- clients: fixed size and Poisson ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("m, rate, size", [(10, 0.3, 3), (100, 0.29, 29), (10, 0.7, 7), (7, 0.5, 3), (5, 1.0, 5)])
 def test_cohort_size_is_floor(m, rate, size):
     sampler = ClientSampler(m, rate)
     assert sampler.cohort_size == size
-    cohort = sampler.sample(gen())
-    assert cohort.numel() == size
-    assert cohort.tolist() == sorted(set(cohort.tolist()))
-    assert all(0 <= i < m for i in cohort.tolist())
+    for t in range(3):
+        cohort = sampler.sample(t, 0)
+        assert cohort.numel() == size
+        assert cohort.tolist() == sorted(set(cohort.tolist()))
+        assert all(0 <= i < m for i in cohort.tolist())
 
 
 def test_client_inclusion_is_uniform():
-    m, rate, draws = 10, 0.3, 3000
-    sampler, g = ClientSampler(m, rate), gen(1)
+    m, rate, rounds = 10, 0.3, 3000
+    sampler = ClientSampler(m, rate)
     freq = torch.zeros(m)
-    for _ in range(draws):
-        freq[sampler.sample(g)] += 1
-    assert freq.sum() == 3 * draws
-    assert chi_square(freq, torch.full((m,), draws * 0.3)) < 27.9  # 99.9% quantile, 9 dof
+    for t in range(rounds):
+        freq[sampler.sample(t, 1)] += 1
+    assert freq.sum() == 3 * rounds
+    assert chi_square(freq, torch.full((m,), rounds * 0.3)) < 27.9  # 99.9% quantile, 9 dof
 
 
 def test_poisson_client_sampling():
-    m, rate, draws = 20, 0.25, 2000
-    sampler, g = ClientSampler(m, rate, "poisson"), gen(2)
+    m, rate, rounds = 20, 0.25, 2000
+    sampler = ClientSampler(m, rate, "poisson")
     sizes, freq = [], torch.zeros(m)
-    for _ in range(draws):
-        cohort = sampler.sample(g)
+    for t in range(rounds):
+        cohort = sampler.sample(t, 2)
         assert cohort.tolist() == sorted(set(cohort.tolist()))
         sizes.append(cohort.numel())
         freq[cohort] += 1
     sizes = torch.tensor(sizes, dtype=torch.float64)
     assert float(sizes.mean()) == pytest.approx(m * rate, abs=0.15)
     assert float(sizes.var()) == pytest.approx(m * rate * (1 - rate), rel=0.15)
-    z = (freq - draws * rate) / math.sqrt(draws * rate * (1 - rate))
+    z = (freq - rounds * rate) / math.sqrt(rounds * rate * (1 - rate))
     assert z.abs().max() < 4.0
+
+
+@pytest.mark.parametrize("scheme", ["fixed", "poisson"])
+def test_random_cohorts_are_reproducible_from_round_and_seed_and_differ_across_rounds(scheme):
+    """The cohort of round t is a function of (t, seed): the same from a fresh sampler, in any order of rounds (as a
+    resumed run asks for it), and another one in other rounds and under other seeds."""
+    sampler = ClientSampler(20, 0.3, scheme)
+    forward = [sampler.sample(t, 5).tolist() for t in range(12)]
+    backward = [ClientSampler(20, 0.3, scheme).sample(t, 5).tolist() for t in reversed(range(12))][::-1]
+    assert forward == backward
+    assert len({tuple(c) for c in forward}) >= 10  # rounds draw different cohorts
+    assert [sampler.sample(t, 6).tolist() for t in range(12)] != forward  # so do seeds
+    assert sampler.sample(3, 5).tolist() != sampler.sample(4, 5).tolist()
+
+
+def test_random_cohorts_are_charged_their_sampling_probability():
+    fixed, poisson = ClientSampler(10, 0.3), ClientSampler(10, 0.3, "poisson")
+    for t in (0, 1, 7):
+        assert fixed.participation(t) == pytest.approx(0.3) and poisson.participation(t) == 0.3
+        assert fixed.cohort(t) == Cohort.fixed(10, 3)
+        assert poisson.cohort(t) == Cohort.poisson(10, 0.3)
+
+
+# -- clients: round robin ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("m, rate", [(10, 0.3), (7, 0.5), (6, 0.5), (5, 1.0), (9, 0.4), (12, 0.25)])
+def test_round_robin_cohorts_cycle_in_id_order(m, rate):
+    sampler = ClientSampler(m, rate, "round_robin")
+    n = sampler.cohort_size
+    position = 0  # the next client in the cycle 0, 1, ..., m - 1, 0, 1, ...
+    for t in range(3 * m):
+        expected = sorted({(position + j) % m for j in range(n)})
+        assert sampler.sample(t, 0).tolist() == expected, t
+        assert sampler.sample(t, 123).tolist() == expected  # a schedule: no randomness
+        position = (position + n) % m
+
+
+@pytest.mark.parametrize("m, rate", [(10, 0.3), (7, 0.5), (6, 0.5), (5, 1.0), (9, 0.4), (11, 0.2)])
+def test_round_robin_client_0_takes_part_at_least_as_often_as_any_client(m, rate):
+    """The accounting charges client 0's rounds (participation 1 exactly when client 0 is in the cohort): sound only
+    if no client takes part more often than client 0 over any prefix of rounds."""
+    sampler = ClientSampler(m, rate, "round_robin")
+    taken = torch.zeros(m)
+    charged = 0
+    for t in range(4 * m + 3):
+        cohort = sampler.sample(t, 0)
+        taken[cohort] += 1
+        assert sampler.participation(t) == (1.0 if 0 in cohort.tolist() else 0.0)
+        charged += sampler.participation(t)
+        assert taken[0] == taken.max() == charged, (t, taken)
+        assert sampler.cohort(t) == Cohort.scheduled(m, sampler.cohort_size, sampler.cohort_size,
+                                                    sampler.participation(t) > 0)
+
+
+# -- clients: disjoint batches -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("m, rate", [(10, 0.3), (7, 0.5), (6, 0.5), (5, 1.0), (9, 0.4), (12, 0.25)])
+def test_disjoint_every_client_takes_part_exactly_once_per_epoch(m, rate):
+    sampler = ClientSampler(m, rate, "disjoint")
+    n = sampler.cohort_size
+    epoch = math.ceil(m / n)
+    assert sampler.epoch == epoch
+    partitions = []
+    for start in range(0, 4 * epoch, epoch):
+        cohorts = [sampler.sample(t, 3).tolist() for t in range(start, start + epoch)]
+        members = [i for cohort in cohorts for i in cohort]
+        assert sorted(members) == list(range(m)), cohorts  # every client exactly once
+        assert all(len(c) == n for c in cohorts[:-1]) and 1 <= len(cohorts[-1]) <= n
+        assert all(c == sorted(c) for c in cohorts)
+        assert cohorts == [ClientSampler(m, rate, "disjoint").sample(t, 3).tolist()
+                           for t in range(start, start + epoch)]  # reproducible from (round, seed)
+        partitions.append(cohorts)
+    if epoch > 1 and m > 3:
+        assert len({str(p) for p in partitions}) > 1  # a fresh random partition each epoch
+
+
+@pytest.mark.parametrize("m, rate", [(10, 0.3), (7, 0.5), (5, 1.0), (12, 0.25)])
+def test_disjoint_participation_is_one_exactly_at_epoch_starts(m, rate):
+    sampler = ClientSampler(m, rate, "disjoint")
+    epoch = sampler.epoch
+    for t in range(5 * epoch):
+        assert sampler.participation(t) == (1.0 if t % epoch == 0 else 0.0), t
+        cohort = sampler.cohort(t)
+        assert cohort.probability == sampler.participation(t)
+        assert cohort.min_size == min(m - (epoch - 1) * sampler.cohort_size, sampler.cohort_size)  # the last batch
+
+
+def test_disjoint_partitions_are_uniform():
+    """Over many epochs each client is equally likely to be in each round's batch."""
+    m, rate, epochs = 6, 0.34, 600  # batches of 2, epochs of 3 rounds
+    sampler = ClientSampler(m, rate, "disjoint")
+    freq = torch.zeros(sampler.epoch, m)
+    for e in range(epochs):
+        for position in range(sampler.epoch):
+            freq[position, sampler.sample(e * sampler.epoch + position, 0)] += 1
+    expected = epochs * sampler.cohort_size / m
+    for position in range(sampler.epoch):
+        assert chi_square(freq[position], torch.full((m,), expected)) < 20.5  # 99.9% quantile, 5 dof
 
 
 def test_client_sampler_bad_arguments():
@@ -230,6 +371,10 @@ def test_client_sampler_bad_arguments():
         ClientSampler(10, 0.05)  # floor(0.5) = 0 clients per round
     assert err.value.field == "algorithm.client_rate"
     ClientSampler(10, 0.05, "poisson")  # Poisson may draw an empty cohort: allowed
+    for scheme in ("round_robin", "disjoint"):
+        with pytest.raises(ConfigError) as err:
+            ClientSampler(10, 0.05, scheme)  # a schedule needs at least one client per round
+        assert err.value.field == "algorithm.client_rate"
     with pytest.raises(ConfigError) as err:
         ClientSampler(10, 0.5, "random")
     assert err.value.field == "algorithm.client_sampling"

@@ -45,7 +45,7 @@ def configure(commands) -> None:
     run.add_argument("--resume", action="store_true",
                      help="continue the run in DIR (from checkpoint.pt, or from round 0 without one, keeping "
                           "ledger.json); the config may differ only in algorithm.rounds, privacy.budget, "
-                          "run.eval_every, run.checkpoint_every and run.memory_mb")
+                          "run.eval_every and run.checkpoint_every")
     run.add_argument("--restart", action="store_true",
                      help="move the run already in DIR to DIR/archive/<UTC time>/ and start over (without it, a new "
                           "run into a directory that holds one is refused)")

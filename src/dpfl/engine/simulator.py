@@ -128,11 +128,11 @@ class Simulation:
                                         f"{self._divergence_hint()}")
 
     def _fingerprint(self, round_index: int) -> str:
-        """What round t releases is fixed by the run's release config (its seed names every random stream), the
-        round index and the state the round starts from: a replay with the same fingerprint releases the same thing
+        """What round t releases is fixed by the run's release config, its seed (which names every random stream),
+        the round index and the state the round starts from: a replay with the same fingerprint releases the same thing
         (no new privacy loss), any other is a new release."""
         digest = hashlib.sha256()
-        parts = [self.release.encode(), str(round_index).encode()]
+        parts = [self.release.encode(), str(self.seed).encode(), str(round_index).encode()]
         for part_state in (self.state.server, self.state.clients):
             parts += [name.encode() + value.detach().contiguous().numpy().tobytes()
                       for name, value in sorted(part_state.items())]
@@ -241,8 +241,8 @@ def _noise_of(event: dp_event.DpEvent) -> dp_event.DpEvent:
 
 def _check_drawn(round_index: int, drawn: list, declared: list) -> None:
     """The noise a client drew must be the noise declared, draw for draw ("not private" covers any noise)."""
-    if len(drawn) == len(declared) and all(isinstance(e, dp_event.NonPrivateDpEvent) or d == e
-                                           for e, d in zip(drawn, declared)):
+    if len(drawn) == len(declared) and all(isinstance(expected, dp_event.NonPrivateDpEvent) or got == expected
+                                           for got, expected in zip(drawn, declared)):
         return
     raise DpflError(f"round {round_index}: the noise drawn ({len(drawn)} draws, first {drawn[:1]}) differs from the "
                     f"noise declared ({len(declared)} draws, first {declared[:1]}); the ledger would be wrong")

@@ -52,8 +52,10 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "seed": (int, 0, None, "the seed of every random draw (model init, cohorts, minibatches, noise)"),
         "eval_every": (int, 1, None, "evaluate every this many rounds"),
         "checkpoint_every": (int, 10, None, "checkpoint every this many rounds"),
-        "memory_mb": (int, 512, None, "memory for one chunk of the cohort's work (results do not depend on it)"),
-        "threads": ((int, type(None)), None, None, "torch threads (default: the machine's cores)"),
+        "memory_mb": (int, 512, None, "memory for one chunk of the cohort's work (results depend on it only through "
+                                      "float rounding, and not at all with one thread)"),
+        "threads": ((int, type(None)), None, None, "torch threads (default: the machine's cores; a busy machine "
+                                                   "runs faster with fewer)"),
     },
 }
 

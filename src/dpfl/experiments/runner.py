@@ -39,7 +39,7 @@ from dpfl.engine.simulator import Simulation
 from dpfl.errors import ConfigError, RunDirectoryError, RunInterrupted, check_range, json_problem
 from dpfl.models import build_model
 
-RUN_ONLY_KEYS = ("algorithm.rounds", "privacy.budget", "run.eval_every", "run.checkpoint_every", "run.memory_mb")
+RUN_ONLY_KEYS = ("algorithm.rounds", "privacy.budget", "run.eval_every", "run.checkpoint_every")
 RUN_FILES = ("ledger.json", "checkpoint.pt", "results.json", "run.json")
 
 
@@ -88,6 +88,17 @@ def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
     )
 
 
+def with_threads(config: dict) -> dict:
+    """``config`` with ``run.threads`` resolved (None: torch's default on this machine, its cores). The thread count
+    changes float rounding in multi-threaded matrix products, so it is part of the release config: a resume on a
+    machine with another default is refused unless it sets the same count."""
+    if config["run"]["threads"] is not None:
+        return config
+    resolved = copy.deepcopy(config)
+    resolved["run"]["threads"] = torch.get_num_threads()
+    return resolved
+
+
 def _budget(budget) -> dict | None:
     if budget is None:
         return None
@@ -104,6 +115,7 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
     directory that already holds a run is refused, unless ``restart`` archives that run first (``archive_run``). On
     Ctrl-C the run stops after its current round, checkpoints, writes results.json and raises RunInterrupted."""
     out = Path(out_dir) if out_dir is not None else None
+    config = with_threads(config)
     if resume and restart:
         raise ConfigError("--restart", True, "either --resume (continue the run) or --restart (archive it and start "
                                              "over), not both")

@@ -1,0 +1,460 @@
+"""Every config key means what it says: a table of EVERY key (the [data], [privacy] and [run] SCHEMA, the models'
+MODEL_KEYS, the round loop's registry.COMMON_KEYS and each registered algorithm's own [algorithm] keys), each with a
+value that is neither its default nor the base config's and a probe that finds the value in the built simulation (or
+in the results of a run). A test fails when a key of ``config.key_schema(name, model)``, for any registered name and
+model, has no row: a new key cannot land without a probe. Also: keys that do not apply are rejected, the retired key
+names its replacement, and every file in examples/ loads and runs (shrunk) to a finite epsilon.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+import torch.nn as nn
+from dp_accounting import dp_event
+
+from dpfl.algorithms import registry
+from dpfl.errors import ConfigError
+from dpfl.experiments import config as config_module
+from dpfl.experiments.config import MODEL_KEYS, RETIRED, SCHEMA, key_schema, load_config
+from dpfl.experiments.runner import build_simulation, run_experiment
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+#: A tiny private run every probe starts from (each row adds its own key, and maybe a few others it needs).
+BASE = ("algorithm.name='dp-fedavg'", "data.num_clients=6", "data.samples_per_client=30", "algorithm.local_steps=2",
+        "algorithm.client_rate=0.5", "algorithm.rounds=4", "algorithm.noise_multiplier=1.0")
+DIGITS = ("data.name='digits'",)
+MLP = ("model.name='mlp'", "model.hidden=[8]")
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Every test runs with one torch thread, and the count is restored after (build_simulation sets it when
+    run.threads is given): on a small machine shared with other test runs, two OpenMP threads wait for each other's
+    time slices at every op, which made these tests 10-30x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+class Probe:
+    """What a row's probe may look at: the loaded config, the built simulation (built on first use), the base run
+    (BASE plus the row's extra keys, without its own key) and a temporary directory."""
+
+    def __init__(self, key: str, value: str, extra: tuple, tmp_path: Path):
+        self.key, self.extra, self.tmp_path = key, extra, tmp_path
+        self.overrides = [*BASE, *extra, f"{key}={value}"]
+        self.config = load_config(None, self.overrides)
+        self.base_config = load_config(None, [*BASE, *extra])
+        section, name = key.split(".")
+        self.value = self.config[section][name]
+
+    @functools.cached_property
+    def sim(self):
+        return build_simulation(self.config)
+
+    @functools.cached_property
+    def base(self):
+        return build_simulation(self.base_config)
+
+    def release(self, sim=None):
+        sim = sim or self.sim
+        return sim.algorithm.release(sim.next_round, sim.state, sim.train)
+
+
+def _linear_widths(sim) -> list[int]:
+    return [m.out_features for m in sim.grads.model.modules() if isinstance(m, nn.Linear)]
+
+
+def _labels_per_client(sim) -> list[int]:
+    train, test = sim.train, sim.test
+    return [len(set(train.y[i, : train.counts[i]].tolist()) | set(test.y[i, : test.counts[i]].tolist()))
+            for i in range(train.num_clients)]
+
+
+def _inner(event):
+    while isinstance(event, (dp_event.SampledWithoutReplacementDpEvent, dp_event.PoissonSampledDpEvent)):
+        event = event.event
+    return event
+
+
+# -- the probes ---------------------------------------------------------------------------------------------------
+def _data_name(p):
+    assert p.sim.train.feature_shape == (64,) and p.base.train.feature_shape != (64,)  # digits: 8x8 pixels
+    assert int(p.sim.train.y.max()) == 9
+
+
+def _alpha(p):  # model heterogeneity: the labels change
+    assert not torch.equal(p.sim.train.y, p.base.train.y)
+
+
+def _beta(p):  # feature heterogeneity: the features change
+    assert not torch.equal(p.sim.train.x, p.base.train.x)
+
+
+def _num_clients(p):
+    assert p.sim.train.num_clients == p.sim.test.num_clients == p.sim.clients.num_clients == p.value == 7
+
+
+def _samples_per_client(p):
+    assert ((p.sim.train.counts + p.sim.test.counts) == 40).all()
+    assert ((p.base.train.counts + p.base.test.counts) == 30).all()
+
+
+def _partition(p):  # one_class: every client holds one label
+    assert _labels_per_client(p.sim) == [1] * 6 and max(_labels_per_client(p.base)) > 1
+
+
+def _partition_param(p):  # k_labels with k = 3
+    assert _labels_per_client(p.sim) == [3] * 6 and _labels_per_client(p.base) == [2] * 6
+
+
+def _standardize(p):  # client: each client's training features are centred with its own mean
+    for sim, centred in ((p.sim, True), (p.base, False)):
+        x, counts = sim.train.x, sim.train.counts
+        worst = max(float(x[i, : counts[i]].mean(0).abs().max()) for i in range(len(counts)))
+        assert (worst < 1e-4) == centred, worst
+
+
+def _test_fraction(p):
+    assert (p.sim.test.counts == 15).all() and (p.sim.train.counts == 15).all()
+    assert (p.base.test.counts == 6).all()
+
+
+def _data_seed(p):
+    assert not torch.equal(p.sim.train.x, p.base.train.x)
+
+
+def _model_name(p):
+    assert len(_linear_widths(p.sim)) == 2 and len(_linear_widths(p.base)) == 1
+    assert any(isinstance(m, nn.ReLU) for m in p.sim.grads.model.modules())
+
+
+def _hidden(p):
+    assert _linear_widths(p.sim) == [7, 5, 10] and _linear_widths(p.base) == [200, 10]
+
+
+def _activation(p):
+    modules = list(p.sim.grads.model.modules())
+    assert any(isinstance(m, nn.Tanh) for m in modules) and not any(isinstance(m, nn.ReLU) for m in modules)
+
+
+def _algorithm_name(p):  # dp-scaffold: control variates, no warm-up, private
+    alg = p.sim.algorithm
+    assert alg.control_variates and alg.move_locally and alg.warm_rounds == 0 and alg.mechanism.is_private
+    assert "c" in p.sim.state.clients and not p.base.algorithm.control_variates
+
+
+def _rounds(p):
+    results = run_experiment(p.config)
+    assert [r["round"] for r in results["rounds"]] == [1, 2, 3] and results["final"]["round"] == 3
+
+
+def _client_rate(p):
+    assert p.sim.clients.rate == 1.0 and p.sim.clients.sample(0, p.sim.seed).tolist() == list(range(6))
+    assert p.base.clients.sample(0, p.base.seed).numel() == 3
+
+
+def _client_sampling(p):
+    assert p.sim.clients.scheme == "poisson" and p.base.clients.scheme == "fixed"
+    sizes = {p.sim.clients.sample(t, p.sim.seed).numel() for t in range(20)}
+    assert len(sizes) > 1  # Poisson cohorts vary in size
+
+
+def _local_steps(p):
+    assert p.sim.algorithm.local_steps == 3 and len(p.release().step_events) == 3
+
+
+def _sample_rate(p):
+    sampler = p.sim.algorithm.sampler
+    assert sampler.rate == 0.4 and sampler.batch_sizes(p.sim.train.counts).tolist() == [9] * 6  # floor(0.4 * 24)
+
+
+def _record_sampling(p):
+    assert p.sim.algorithm.sampler.scheme == "poisson"
+    assert p.sim.algorithm.neighboring == p.sim.ledger.neighboring == "add_remove"
+    assert isinstance(p.release().step_events[0], dp_event.PoissonSampledDpEvent)
+
+
+def _lr(p):
+    assert p.sim.algorithm.lr == 0.3 and p.sim.algorithm.local_lr == pytest.approx(0.3 / (0.2 * 2))
+
+
+def _global_lr(p):
+    assert p.sim.algorithm.global_lr == 0.7
+
+
+def _weight_decay(p):
+    assert p.sim.algorithm.weight_decay == 0.01
+    assert p.sim.algorithm.regulariser(torch.ones(4)) == pytest.approx(0.5 * 0.01 * 4)
+
+
+def _clip(p):
+    assert p.sim.algorithm.clip == 2.5
+
+
+def _noise_multiplier(p):
+    assert p.sim.algorithm.mechanism.noise_multiplier == 3.0
+    assert {_inner(e) for e in p.release().step_events} == {dp_event.GaussianDpEvent(3.0)}
+
+
+def _clip_heuristic(p):
+    with pytest.warns(UserWarning, match="NOT differentially private"):
+        sim = p.sim
+    assert sim.algorithm.clip_heuristic == "median-nonprivate"
+    assert sim.algorithm.step_noise_event == dp_event.NonPrivateDpEvent()
+    events = sim.round_privacy()
+    assert all("NonPrivateDpEvent" in repr(e) for e in events.values())
+    sim.ledger.record(0, events)  # what the round charges
+    assert all(math.isinf(e) for e in sim.ledger.epsilon().values())
+
+
+def _delta(p):
+    assert p.sim.ledger.delta == 1e-4 and p.base.ledger.delta == pytest.approx(1 / (6 * 24))
+
+
+def _budget_number(p):  # a number is the third party's budget; the run stops before the round that exceeds it
+    assert p.sim.ledger.budget == {"third_party": 1.7}
+    p.sim.run(4)  # epsilon towards a third party is 1.22, 1.56, 1.89, 2.20 after rounds 1-4
+    assert "privacy.budget.third_party" in p.sim.stopped_reason and p.sim.next_round == 2
+    assert 0 < p.sim.ledger.epsilon()["third_party"] <= 1.7
+
+
+def _budget_table(p):
+    assert p.sim.ledger.budget == {"server": 7.0}
+
+
+def _analysis(p):
+    ledger = p.sim.ledger
+    assert (ledger.analysis, ledger.conversion, ledger.subsampling_bound) == ("paper", "classic", "paper")
+    assert p.base.ledger.analysis == "sound"
+
+
+def _conversion(p):
+    assert p.sim.ledger.conversion == "classic" and p.sim.ledger.analysis == "sound"
+    assert p.base.ledger.conversion == "modern"
+
+
+def _boundary_trusted(p):
+    assert p.sim.boundary.name == "trusted"
+    assert p.sim.ledger.observers == tuple(p.sim.round_privacy()) == ("third_party", "other_silo")
+
+
+def _boundary_secagg(p):
+    events = p.sim.round_privacy()
+    assert p.sim.boundary.name == "secagg" and events["server"] == events["third_party"]
+    base = p.base.round_privacy()
+    assert base["server"] != base["third_party"]
+
+
+def _release(p):
+    config = load_config(None, [*p.overrides, "algorithm.rounds=1"])
+    run_experiment(config, p.tmp_path / "run")
+    results = json.loads((p.tmp_path / "run" / "results.json").read_text())
+    assert results["privacy"]["release"] == "final" and results["config"]["privacy"]["release"] == "final"
+
+
+def _run_seed(p):
+    assert p.sim.seed == 5
+    assert not torch.equal(p.sim.model, p.base.model)  # the model's initialisation
+    cohorts = [p.sim.clients.sample(t, p.sim.seed).tolist() for t in range(4)]
+    assert cohorts != [p.base.clients.sample(t, p.base.seed).tolist() for t in range(4)]
+
+
+def _eval_every(p):
+    assert p.sim.eval_every == 2
+    assert [m.round for m in p.sim.run(4)] == [2, 4]
+
+
+def _checkpoint_every(p):
+    sim = build_simulation(p.config, p.tmp_path / "run")
+    assert sim.checkpoint_every == 3
+    saved, save = [], sim.save_checkpoint
+    sim.save_checkpoint = lambda: (saved.append(sim.next_round), save())
+    sim.run(4)
+    assert saved == [3, 4]  # every 3 rounds, and the last
+
+
+def _memory_mb(p):
+    assert p.sim.memory_budget_bytes == 2 * 2**20 and p.base.memory_budget_bytes == 512 * 2**20
+
+
+def _threads(p):
+    p.sim  # noqa: B018 (building sets the thread count)
+    assert torch.get_num_threads() == p.value
+
+
+def _other_threads() -> str:
+    return "1" if torch.get_num_threads() != 1 else "2"
+
+
+@dataclass(frozen=True)
+class Row:
+    value: str | Callable[[], str]  # a TOML value, or a function giving one
+    probe: Callable[[Probe], None]
+    extra: tuple = field(default=())
+
+
+TABLE: dict[str, list[Row]] = {
+    "data.name": [Row("'digits'", _data_name)],
+    "data.alpha": [Row("1.0", _alpha)],
+    "data.beta": [Row("1.0", _beta)],
+    "data.num_clients": [Row("7", _num_clients)],
+    "data.samples_per_client": [Row("40", _samples_per_client)],
+    "data.partition": [Row("'one_class'", _partition, DIGITS)],
+    "data.partition_param": [Row("3", _partition_param, (*DIGITS, "data.partition='k_labels'",
+                                                         "data.partition_param=2"))],
+    "data.standardize": [Row("'client'", _standardize, DIGITS)],
+    "data.test_fraction": [Row("0.5", _test_fraction)],
+    "data.seed": [Row("1", _data_seed)],
+    "model.name": [Row("'mlp'", _model_name)],
+    "model.hidden": [Row("[7, 5]", _hidden, MLP[:1])],
+    "model.activation": [Row("'tanh'", _activation, MLP)],
+    "algorithm.name": [Row("'dp-scaffold'", _algorithm_name)],
+    "algorithm.rounds": [Row("3", _rounds)],
+    "algorithm.client_rate": [Row("1.0", _client_rate)],
+    "algorithm.client_sampling": [Row("'poisson'", _client_sampling)],
+    "algorithm.local_steps": [Row("3", _local_steps)],
+    "algorithm.sample_rate": [Row("0.4", _sample_rate)],
+    "algorithm.record_sampling": [Row("'poisson'", _record_sampling)],
+    "algorithm.lr": [Row("0.3", _lr)],
+    "algorithm.global_lr": [Row("0.7", _global_lr)],
+    "algorithm.weight_decay": [Row("0.01", _weight_decay)],
+    "algorithm.clip": [Row("2.5", _clip)],
+    "algorithm.noise_multiplier": [Row("3.0", _noise_multiplier)],
+    "algorithm.clip_heuristic": [Row("'median-nonprivate'", _clip_heuristic)],
+    "privacy.delta": [Row("1e-4", _delta)],
+    "privacy.budget": [Row("1.7", _budget_number), Row("{server = 7.0}", _budget_table)],
+    "privacy.analysis": [Row("'paper'", _analysis)],
+    "privacy.conversion": [Row("'classic'", _conversion)],
+    "privacy.boundary": [Row("'trusted'", _boundary_trusted), Row("'secagg'", _boundary_secagg)],
+    "privacy.release": [Row("'final'", _release)],
+    "run.seed": [Row("5", _run_seed)],
+    "run.eval_every": [Row("2", _eval_every)],
+    "run.checkpoint_every": [Row("3", _checkpoint_every)],
+    "run.memory_mb": [Row("2", _memory_mb)],
+    "run.threads": [Row(_other_threads, _threads)],
+}
+CASES = [pytest.param(key, i, id=f"{key}#{i}" if len(rows) > 1 else key)
+         for key, rows in TABLE.items() for i in range(len(rows))]
+MODELS = tuple(MODEL_KEYS)
+
+
+def _all_keys() -> set[str]:
+    return {f"{section}.{key}" for name in registry.names() for model in MODELS
+            for section, keys in key_schema(name, model).items() for key in keys}
+
+
+def test_the_table_covers_every_key_of_every_algorithm_and_model():
+    keys = _all_keys()
+    missing = sorted(keys - set(TABLE))
+    assert not missing, f"config keys without a probe in TABLE: {missing}"
+    assert not sorted(set(TABLE) - keys), "TABLE rows for keys that no longer exist"
+    # the sources the schema is made of are all in it
+    assert {f"data.{k}" for k in SCHEMA["data"]} | {f"privacy.{k}" for k in SCHEMA["privacy"]} | \
+        {f"run.{k}" for k in SCHEMA["run"]} <= keys
+    assert {f"model.{k}" for keys_ in MODEL_KEYS.values() for k in keys_} <= keys
+    assert {f"algorithm.{k}" for k in registry.COMMON_KEYS} <= keys
+
+
+@pytest.mark.parametrize("key, index", CASES)
+def test_every_key_reaches_the_run(key, index, tmp_path):
+    row = TABLE[key][index]
+    value = row.value() if callable(row.value) else row.value
+    probe = Probe(key, value, row.extra, tmp_path)
+    section, name = key.split(".")
+    schema = key_schema(probe.config["algorithm"]["name"], probe.config["model"]["name"])
+    default = config_module.MODEL_DEFAULT if key == "model.name" else schema[section][name][1]
+    assert probe.value != default, f"{key}: the probe's value is the default"
+    assert probe.value != probe.base_config[section][name], f"{key}: the probe's value is the base config's"
+    row.probe(probe)
+
+
+def test_the_median_heuristic_runs_and_reports_infinite_epsilon():
+    with pytest.warns(UserWarning, match="NOT differentially private"):
+        sim = build_simulation(load_config(None, [*BASE, "algorithm.clip_heuristic='median-nonprivate'"]))
+    history = sim.run(1)
+    assert all(eps is None for eps in history[-1].epsilon.values())
+
+
+# -- keys that do not apply, retired keys ---------------------------------------------------------------------------
+def test_a_model_key_of_another_model_is_rejected():
+    with pytest.raises(ConfigError, match=r"applies to model.name in \['mlp'\], not 'logreg'") as caught:
+        load_config(None, ["model.name='logreg'", "model.hidden=[8]"])
+    assert caught.value.field == "model.hidden"
+
+
+def test_a_private_key_is_rejected_for_a_non_private_name():
+    with pytest.raises(ConfigError, match="applies only to the private names") as caught:
+        load_config(None, ["algorithm.name='fedavg'", "algorithm.noise_multiplier=1.0"])
+    assert caught.value.field == "algorithm.noise_multiplier"
+
+
+def test_the_retired_subsampling_bound_is_rejected_naming_privacy_analysis():
+    assert "privacy.subsampling_bound" in RETIRED
+    with pytest.raises(ConfigError, match="retired") as caught:
+        load_config(None, ["privacy.subsampling_bound='tight'"])
+    assert caught.value.field == "privacy.subsampling_bound" and "privacy.analysis" in str(caught.value)
+
+
+def test_unknown_sections_and_keys_are_rejected():
+    with pytest.raises(ConfigError, match="one of the sections"):
+        load_config(None, ["nosuch.key=1"])
+    with pytest.raises(ConfigError, match="one of the keys") as caught:
+        load_config(None, ["run.no_such_key=1"])
+    assert all(repr(k) in str(caught.value) for k in SCHEMA["run"])
+    assert config_module.SECTIONS == ("data", "model", "algorithm", "privacy", "run")
+
+
+# -- examples/ --------------------------------------------------------------------------------------------------
+def _warm_rounds(config: dict) -> int:
+    algo = config["algorithm"]
+    spec = registry.spec_of(algo["name"])
+    section = spec.config(**{k: algo[k] for k in spec.keys(algo["name"])})
+    return getattr(spec.build(algo["name"], section, algo["client_rate"]), "warm_rounds", 0)
+
+
+def _shrunk(path: Path) -> dict:
+    """The example with few clients, records and local steps, run for one round past any warm-up (a warm-up is
+    shortened by taking every client: round(4 / 1) rounds)."""
+    config = load_config(path)
+    overrides = []
+    if "local_steps" in config["algorithm"]:
+        overrides.append("algorithm.local_steps=2")
+    if config["data"]["name"] == "synthetic":
+        overrides += ["data.num_clients=10", "data.samples_per_client=50"]
+    if _warm_rounds(config):
+        overrides.append("algorithm.client_rate=1.0")
+    warm = _warm_rounds(load_config(path, overrides))
+    rounds = warm + 1
+    return load_config(path, [*overrides, f"algorithm.rounds={rounds}", f"run.eval_every={rounds}"])
+
+
+EXAMPLE_FILES = sorted(EXAMPLES.glob("*.toml"))
+
+
+def test_there_are_examples():
+    assert len(EXAMPLE_FILES) >= 2
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
+def test_every_example_loads_and_runs_to_a_finite_epsilon(path, tmp_path):
+    config = _shrunk(path)
+    run_experiment(config, tmp_path / "run")
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["stopped_reason"] is None
+    assert results["final"]["round"] == config["algorithm"]["rounds"]
+    observers = results["privacy"]["observers"]
+    assert observers and set(results["final"]["epsilon"]) == set(observers)
+    for observer in observers:
+        eps = results["final"]["epsilon"][observer]
+        assert eps is not None and math.isfinite(eps) and eps > 0, (observer, eps)
