@@ -38,14 +38,7 @@ SRC = ENGINE.parent.parent
 TINY = {"local_steps": 2, "client_rate": 0.5, "rounds": 12, "noise_multiplier": 1.0, "lr": 0.5}
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Every test runs with one torch thread (restored after): on a small machine shared with other test runs, two
-    OpenMP threads wait for each other's time slices at every op, which made these tests 10-30x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def is_private(name: str) -> bool:

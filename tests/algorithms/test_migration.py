@@ -28,14 +28,7 @@ TOLERANCE = 1e-5
 WELCH_Z = 4.0
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Every test runs with one torch thread (restored after): on a small machine shared with other test runs, two
-    OpenMP threads wait for each other's time slices at every op, which made these tests 10-30x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _load_golden():

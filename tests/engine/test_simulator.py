@@ -27,14 +27,7 @@ from dpfl.models import build_model
 M, R, L, S, K, Z, CLIP = 6, 40, 0.5, 0.2, 2, 1.0, 1.0
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Every test runs with one torch thread (restored after): on a small machine shared with other test runs, two
-    OpenMP threads wait for each other's time slices at every op (tests 10-30x slower)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -158,7 +158,7 @@ def solve_noise(epsilon_of: Callable[[float], float], target_epsilon: float, *, 
 def last_iterate_sigma(target_epsilon: float, delta: float, n: int, batch_size: int, lipschitz: float, radius: float,
                        lr: float, *, nonconvex: bool = False, random_stop: bool = False,
                        smoothness: float | None = None, rtol: float = 1e-4) -> float:
-    """The smallest constant noise multiplier sigma for which releasing only the last iterate of seed 003's
+    """The smallest constant noise multiplier sigma for which releasing only the last iterate of Asoodeh et al.'s
     Algorithm 1 (T = n // batch_size disjoint batches, step size ``lr``) is (target_epsilon, delta)-DP (Thm 2)."""
     from dpfl.accounting import last_iterate
 

@@ -1,4 +1,4 @@
-"""Last-iterate (hidden iterates) accountant of Asoodeh, Chen, Calmon, Ozgur (seed 003).
+"""Last-iterate (hidden iterates) accountant of Asoodeh, Chen, Calmon, Ozgur (2021).
 
 Algorithm 1 splits the n records into disjoint batches of m, uses each record in exactly one step
 W_t = proj_rho(Psi_t(W_{t-1}) - s_t Z), s_t = eta_t sigma_t / sqrt(m), and releases only the last iterate W_T.

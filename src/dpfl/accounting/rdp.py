@@ -14,13 +14,13 @@ of dpfl's events (``dpfl.accounting.events``):
                                  + sum_{j=3..a} 2 q^j C(a,j) e^{(j-1) eps(j)})
 
   at integer a >= 2 (evaluated in log space), and at non-integer a the convexity of the cumulant (a-1) eps(a)
-  (Wang et al. 2019, Cor. 10; seed 000 App. B):
+  (Wang et al. 2019, Cor. 10; Noble et al. 2022 App. B):
       eps(a) <= [(1-t)(floor a - 1) eps(floor a) + t (ceil a - 1) eps(ceil a)] / (a - 1),  t = a - floor a.
   A Gaussian inner event goes through this general bound too, not through dp_accounting's Gaussian-specific
-  Thm 27 bound: the DP-SCAFFOLD reference numbers (seed 000: 12.91, 8.1937, its Table 1 rounds) are computed with
+  Thm 27 bound: the DP-SCAFFOLD reference numbers (Noble et al. 2022: 12.91, 8.1937, its Table 1 rounds) are computed with
   the general bound at both sampling levels; Thm 27 at the step level is much tighter and does not reproduce them
   (9.64 instead of 12.91 for M=100, R=4000, l=s=0.2, sigma_g=60, K=50, T=400). Unlike Thm 27, the general bound
-  does not vanish as the noise grows (its j >= 3 terms tend to 2 q^j C(a,j)): seed 000's "saturation".
+  does not vanish as the noise grows (its j >= 3 terms tend to 2 q^j C(a,j)): Noble et al.'s "saturation".
   Nesting works (the DP-SCAFFOLD third-party round: WOR(M, lM, SelfComposed(WOR(R, sR, Gaussian(z)), K))).
 * ``ParticipationDpEvent`` (the owner takes part with probability p) is the mixture bound
   log(1 + p (exp((a - 1) eps_in(a)) - 1)) / (a - 1) of its inner curve, under the inner event's own relation;
@@ -239,7 +239,7 @@ def _sampled_without_replacement_curve(event: dp_event.SampledWithoutReplacement
         # Subsampling never hurts: couple the samples of neighbouring datasets on the same index set; each coupled
         # pair differs in at most one record, and exp((a-1) D_a) is jointly convex, so the subsampled mechanism's RDP
         # is at most the inner one's. The general bound can exceed it (its j >= 3 terms do not vanish as the noise
-        # grows: seed 000's "saturation"), so take the smaller of the two at every order. Around a Gaussian, Wang et
+        # grows: Noble et al.'s "saturation"), so take the smaller of the two at every order. Around a Gaussian, Wang et
         # al.'s Gaussian-specific Thm 27 (dp_accounting) is a third valid bound.
         tight = np.minimum(general, inner)
         if isinstance(event.event, dp_event.GaussianDpEvent) and event.event.noise_multiplier > 0:

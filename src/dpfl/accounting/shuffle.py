@@ -22,7 +22,7 @@ delta0)-DP whenever the eps0-DP analysis gives (eps, delta). Statement as transc
 (``utilities/shuffling.rs``, "theorem 3.8"); the paper text itself was not readable from this workplace.
 
 Binomial vector summation (Cheu, Joseph, Mao, Peng, "Shuffle private stochastic convex optimization", ICLR 2022,
-arXiv 2106.09805): the protocol P_vec that seed 004 (Lowy et al., Thm D.2) uses for its SDP algorithms.
+arXiv 2106.09805): the protocol P_vec that Lowy et al. (Thm D.2) uses for its SDP algorithms.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def binomial_summation_parameters(
 ) -> BinomialSummationParameters:
     """Parameters of Cheu et al.'s (2021) shuffle vector-summation protocol P_vec for n vectors of l2 norm <= L.
 
-    Protocol (Cheu et al. Alg. "R_1D"/"A_1D" run per coordinate, messages labelled by coordinate; seed 004 Alg. 4-5):
+    Protocol (Cheu et al. Alg. "R_1D"/"A_1D" run per coordinate, messages labelled by coordinate; Lowy et al. Alg. 4-5):
     user i maps coordinate j to w = (x_ij + L)/(2L) in [0, 1], rounds w g to floor(w g) + Bern(w g - floor(w g)),
     adds eta ~ Bin(b, p) and sends that many 1-messages (padded with 0-messages to g + b) labelled j. The analyzer
     returns 2L/g (sum of the j-messages - n b p) - n L per coordinate: unbiased, with
@@ -218,7 +218,7 @@ def binomial_summation_parameters(
         g = max(2 sqrt(n), d, 4),   p = 1/4,   b = ceil(trials_constant * g^2 log^2(d/delta) / (eps^2 n)).
 
     UNRESOLVED CONSTANT: the numerical constant in b for which Cheu et al. prove (eps, delta)-shuffle DP could not be
-    recovered from the sources readable here (seed 004 Thm D.2 only states that suitable parameters exist; the
+    recovered from the sources readable here (Lowy et al. Thm D.2 only states that suitable parameters exist; the
     Chowdhury & Zhou code uses a hand-tuned "scale" of 1 or 10, which is not a privacy proof). The caller must pass
     ``trials_constant`` from the paper; the privacy guarantee holds only with the paper's constant.
     """

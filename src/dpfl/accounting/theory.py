@@ -133,16 +133,16 @@ def classical_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 
     return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
 
 
-# ---------------------------------------------------------------- seed 000: DP-SCAFFOLD (Noble et al. 2022)
+# ---------------------------------------------------------------- DP-SCAFFOLD (Noble, Bellet, Dieuleveut 2022)
 
 
 def dp_scaffold_sigma_order(
     epsilon: float, delta: float, rounds: int, local_steps: int, user_rate: float, data_rate: float, users: int
 ) -> float:
-    """Seed 000 Thm 4.1: sigma_g = Omega(s sqrt(l T K log(2Tl/delta) log(2/delta)) / (eps sqrt(M))).
+    """Noble et al. 2022 Thm 4.1: sigma_g = Omega(s sqrt(l T K log(2Tl/delta) log(2/delta)) / (eps sqrt(M))).
 
     ASYMPTOTIC: the theorem hides an unspecified constant and guarantees (O(eps), delta)-DP; this returns the
-    expression with constant 1. Do not calibrate with it (notes 000: it gives ~1.52 where the experiments need 60).
+    expression with constant 1. Do not calibrate with it (it gives ~1.52 where the experiments need 60).
     """
     _check_epsilon_delta(epsilon, delta)
     rounds = check_range("rounds", rounds, 1, integer=True)
@@ -155,7 +155,7 @@ def dp_scaffold_sigma_order(
 
 
 def dp_scaffold_server_guarantee(epsilon: float, delta: float, user_rate: float, users: int) -> tuple[float, float]:
-    """Seed 000 Thm 4.1 (2): towards the server (O(eps_s), delta_s) with eps_s = eps sqrt(M/l),
+    """Noble et al. 2022 Thm 4.1 (2): towards the server (O(eps_s), delta_s) with eps_s = eps sqrt(M/l),
     delta_s = (delta/2)(1/l + 1). ASYMPTOTIC like the third-party statement (same hidden constant)."""
     _check_epsilon_delta(epsilon, delta)
     check_range("user_rate", user_rate, 0.0, 1.0, low_open=True)
@@ -164,7 +164,7 @@ def dp_scaffold_server_guarantee(epsilon: float, delta: float, user_rate: float,
 
 
 def wang_subsampled_gaussian_rdp(order: int, sampling_rate: float, noise_multiplier: float) -> float:
-    """Seed 000 Lemma B.7 (WBK19): RDP at integer order a >= 2 of the Gaussian mechanism (noise multiplier sigma)
+    """Noble et al. 2022 Lemma B.7 (WBK19): RDP at integer order a >= 2 of the Gaussian mechanism (noise multiplier sigma)
     on a q-subsample drawn without replacement:
 
         1/(a-1) log(1 + 2 q^2 C(a,2) min{2(e^{1/sigma^2} - 1), e^{1/sigma^2}}
@@ -188,7 +188,7 @@ def dp_scaffold_strong_composition_epsilon(
     noise_multiplier: float, rounds: int, local_steps: int, user_rate: float, data_rate: float, users: int,
     delta: float, max_order: int = 256,
 ) -> float:
-    """Seed 000 App. B.4, non-asymptotic route ("without approximation") towards a third party:
+    """Noble et al. 2022 App. B.4, non-asymptotic route ("without approximation") towards a third party:
 
         eps_a(a, d') = K eps'(a; q = s, sigma = sigma_g sqrt(lM)) + log(1/d')/(a - 1)     (RDP over K steps -> DP)
         eps*        = log(1 + l (e^{eps_a} - 1))                                         (user sampling, delta l d')
@@ -217,11 +217,11 @@ def dp_scaffold_strong_composition_epsilon(
     return float(np.min(eps_total))
 
 
-# ---------------------------------------------------------------- seed 001: Zhou et al. (queries and replies)
+# ---------------------------------------------------------------- queries and replies (Zhou et al.)
 
 
 def zhou_replies_per_client(clients_per_round: int, rounds: int, clients: int) -> int:
-    """Seed 001: each client answers bT/N queries; ceil(bT/N) is the guaranteed count under round robin/uniform."""
+    """Zhou et al.: each client answers bT/N queries; ceil(bT/N) is the guaranteed count under round robin/uniform."""
     clients_per_round = check_range("clients_per_round", clients_per_round, 1, integer=True)
     rounds = check_range("rounds", rounds, 1, integer=True)
     clients = check_range("clients", clients, clients_per_round, integer=True)
@@ -231,7 +231,7 @@ def zhou_replies_per_client(clients_per_round: int, rounds: int, clients: int) -
 def zhou_laplace_scale(
     epsilon: float, clients_per_round: int, rounds: int, clients: int, l1_clip: float, client_samples: int
 ) -> float:
-    """Seed 001 (Zhou et al.), Laplace mechanism: s_i = 2 b T xi_1 / (N d_i eps_i) per coordinate.
+    """Zhou et al., Laplace mechanism: s_i = 2 b T xi_1 / (N d_i eps_i) per coordinate.
 
     Pure eps_i-DP for client i by basic composition over its bT/N replies, each a full-batch mean gradient of
     l1 sensitivity 2 xi_1 / d_i (per-sample gradients clipped to l1 norm xi_1; q = 1).
@@ -246,10 +246,10 @@ def zhou_laplace_scale(
 
 
 def zhou_gaussian_sigma(noise_multiplier: float, l2_clip: float, sampling_rate: float, client_samples: int) -> float:
-    """Seed 001 Gaussian rule: std of the noise on client i's batch-mean gradient, sigma_i = z xi_2 / (q d_i).
+    """Zhou et al. Gaussian rule: std of the noise on client i's batch-mean gradient, sigma_i = z xi_2 / (q d_i).
 
     The paper states sigma_i^2 >= c2^2 xi_2^2 (bT/N) log(1/delta_i)/(d_i^2 eps_i^2) with the moments accountant's
-    unspecified constant c2; notes 001 replace it by a numerical accountant: z is the noise multiplier that gives
+    unspecified constant c2; dpfl replaces it by a numerical accountant: z is the noise multiplier that gives
     (eps_i, delta_i) for ceil(bT/N) steps of q-subsampled Gaussian (dpfl's calibration), converted here to a std.
     """
     check_range("noise_multiplier", noise_multiplier, 0.0, low_open=True)
@@ -259,11 +259,11 @@ def zhou_gaussian_sigma(noise_multiplier: float, l2_clip: float, sampling_rate: 
     return noise_multiplier * l2_clip / (sampling_rate * client_samples)
 
 
-# ---------------------------------------------------------------- seed 004: ISRL-DP (Lowy, Ghafelebashi, Razaviyayn)
+# ---------------------------------------------------------------- ISRL-DP (Lowy, Ghafelebashi, Razaviyayn)
 
 
 def isrl_zcdp_budget(epsilon: float, delta: float) -> float:
-    """Seed 004: the transcript is made eps^2/(8 ln(1/delta))-zCDP, which implies (eps, delta)-DP (BS16 Prop. 1.3)
+    """Lowy et al.: the transcript is made eps^2/(8 ln(1/delta))-zCDP, which implies (eps, delta)-DP (BS16 Prop. 1.3)
     when eps <= 2 ln(1/delta) (then eps^2/(8 ln(1/delta)) + eps/sqrt(2) <= eps)."""
     _check_epsilon_delta(epsilon, delta)
     check_range("epsilon", epsilon, 0.0, 2.0 * math.log(1.0 / delta), low_open=True)
@@ -271,7 +271,7 @@ def isrl_zcdp_budget(epsilon: float, delta: float) -> float:
 
 
 def isrl_prox_sgd_sigma(epsilon: float, delta: float, lipschitz: float, batch: int) -> float:
-    """Seed 004 Noisy ISRL-DP Prox-SGD (notes 004 [D]): sigma^2 = 16 L^2 ln(1/delta)/(eps^2 K^2).
+    """Lowy et al. Noisy ISRL-DP Prox-SGD (derived): sigma^2 = 16 L^2 ln(1/delta)/(eps^2 K^2).
 
     Disjoint batches give parallel composition, so each round alone must be (eps, delta)-DP: Gaussian noise on a
     mean of K L-Lipschitz gradients (sensitivity 2L/K) made eps^2/(8 ln(1/delta))-zCDP. Valid for
@@ -287,7 +287,7 @@ def isrl_spider_sigmas(
     epsilon: float, delta: float, lipschitz: float, smoothness: float, rounds: int, period: int,
     checkpoint_batch: int, difference_batch: int,
 ) -> tuple[float, float]:
-    """Seed 004 ISRL-DP FedProx-SPIDER (Alg. 3, notes 004 [D]): (sigma_1, sigma_2hat) with
+    """Lowy et al. ISRL-DP FedProx-SPIDER (Alg. 3, derived): (sigma_1, sigma_2hat) with
 
         sigma_1^2    = 32 L^2 ceil(R/q) ln(1/delta) / (eps^2 K1^2)    (checkpoint gradients, sensitivity 2L/K1)
         sigma_2hat^2 = 32 beta^2 R ln(1/delta) / (eps^2 K2^2)         (sigma_2 = sigma_2hat ||w_r - w_{r-1}||,
@@ -318,7 +318,7 @@ def _isrl_code_sigma(factor: float, epsilon: float, delta: float, clip: float, r
 
 
 def isrl_mbsgd_code_sigma(epsilon: float, delta: float, clip: float, rounds: int, n: int) -> float:
-    """Seed 004 authors' code [C], ISRL-DP MB-SGD baseline: per-silo noise variance 8 C^2 R ln(2/delta)/(n^2 eps^2).
+    """Lowy et al. authors' code [C], ISRL-DP MB-SGD baseline: per-silo noise variance 8 C^2 R ln(2/delta)/(n^2 eps^2).
 
     The code's moments-accountant-style constant, smaller than the theory's; not a proven guarantee by itself.
     """
@@ -328,7 +328,7 @@ def isrl_mbsgd_code_sigma(epsilon: float, delta: float, clip: float, rounds: int
 def isrl_local_sgd_code_sigma(
     epsilon: float, delta: float, clip: float, rounds: int, n: int, local_steps: int
 ) -> float:
-    """Seed 004 [C], ISRL-DP Local SGD baseline: each of the K local steps noised with variance
+    """Lowy et al. [C], ISRL-DP Local SGD baseline: each of the K local steps noised with variance
     8 C^2 K R ln(2/delta)/(n^2 eps^2). Same caveat as ``isrl_mbsgd_code_sigma``."""
     local_steps = check_range("local_steps", local_steps, 1, integer=True)
     return _isrl_code_sigma(8.0 * local_steps, epsilon, delta, clip, rounds, n)
@@ -337,8 +337,8 @@ def isrl_local_sgd_code_sigma(
 def isrl_alternate_spider_code_sigmas(
     epsilon: float, delta: float, clip: float, rounds: int, n: int
 ) -> tuple[float, float]:
-    """Seed 004 [C], Alternate SPIDER (Alg. 11): (sigma_u1, sigma_u2) with variances 32 C^2 R ln(2/delta)/(n^2 eps^2)
+    """Lowy et al. [C], Alternate SPIDER (Alg. 11): (sigma_u1, sigma_u2) with variances 32 C^2 R ln(2/delta)/(n^2 eps^2)
     (difference stream) and 8 C^2 R ln(2/delta)/(n^2 eps^2) (gradient stream). The code calibrates EACH stream as if
-    it alone spent (eps, delta); the two streams still have to be composed (notes 004)."""
+    it alone spent (eps, delta); the two streams still have to be composed."""
     return (_isrl_code_sigma(32.0, epsilon, delta, clip, rounds, n),
             _isrl_code_sigma(8.0, epsilon, delta, clip, rounds, n))

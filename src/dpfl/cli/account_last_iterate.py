@@ -1,4 +1,4 @@
-"""`dpfl account last-iterate`: epsilon of Algorithm 1 of Asoodeh et al. (seed 003) releasing only the last iterate.
+"""`dpfl account last-iterate`: epsilon of Algorithm 1 of Asoodeh et al. (2021) releasing only the last iterate.
 
 Constant schedule eta_t = lr, sigma_t = sigma over T = n // batch_size disjoint batches (n - T m records are left
 out when batch_size does not divide n; reported as unused_records). epsilon_composition is the baseline that

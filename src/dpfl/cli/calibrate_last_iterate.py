@@ -1,4 +1,4 @@
-"""`dpfl calibrate last-iterate`: the noise multiplier sigma that makes releasing only the last iterate of seed 003's
+"""`dpfl calibrate last-iterate`: the noise multiplier sigma that makes releasing only the last iterate of Asoodeh et al.'s
 Algorithm 1 (constant schedule) (epsilon, delta)-DP."""
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ def num_test_records(n: int, test_fraction: float) -> int:
 def split_clients(
     xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], test_fraction: float, rng: np.random.Generator
 ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
-    """Splits each client's records at random into train and test (seed 000: 80/20 per user).
+    """Splits each client's records at random into train and test (Noble et al. 2022: 80/20 per user).
 
     A client of n records keeps ``num_test_records(n, test_fraction)`` of them for testing.
     Returns (train_xs, train_ys, test_xs, test_ys).

@@ -1,4 +1,4 @@
-"""Feature preprocessing of per-client arrays: standardisation and unit L2 norm (seed 000, Experiments).
+"""Feature preprocessing of per-client arrays: standardisation and unit L2 norm (Noble et al. 2022, Experiments).
 
 The default everywhere is ``scope="none"``: no statistic is shared between records, so the privacy analysis of a run
 covers everything (per-record operations such as the unit L2 norm are private by construction). Standardisation is

@@ -28,7 +28,7 @@ from dpfl.data.synthetic import synthetic_dataset
 from dpfl.errors import ConfigError, check_range
 
 DATASETS = ("synthetic", "digits", "breast_cancer")
-SYNTHETIC_SAMPLES_PER_CLIENT = 5000  # R of DP-SCAFFOLD's synthetic experiments (notes 000)
+SYNTHETIC_SAMPLES_PER_CLIENT = 5000  # R of DP-SCAFFOLD's synthetic experiments (Noble et al. 2022)
 _SKLEARN_LOADERS = {"digits": sklearn_datasets.load_digits, "breast_cancer": sklearn_datasets.load_breast_cancer}
 
 

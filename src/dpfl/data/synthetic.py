@@ -1,5 +1,5 @@
 """The synthetic (alpha, beta) federated classification data of Li et al. 2020 (FedProx, Sec. 5.1), in the variant
-used by DP-SCAFFOLD (Noble, Bellet, Dieuleveut 2022, Sec. 5 and its public code; notes 000).
+used by DP-SCAFFOLD (Noble, Bellet, Dieuleveut 2022, Sec. 5 and its public code).
 
 For each user i (10 classes, d' = 40 features):
   u_i ~ N(0, alpha I) (40 x 10),  W_i ~ N(u_i, I);   u'_i ~ N(0, alpha I_10),  b_i ~ N(u'_i, I)

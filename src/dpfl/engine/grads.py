@@ -5,7 +5,7 @@ Every client of the cohort has its own model (a row of ``theta``, shape [clients
 
     sum_j  mask_j * clip(grad l(theta_i; x_ij, y_ij))        clip(g) = g / max(1, ||g|| / C)
 
-(seed 000 Alg. 1 line "g~_j = g_j / max(1, ||g_j||_2 / C)"), with no Python loop over clients or examples.
+(Noble et al. 2022 Alg. 1 line "g~_j = g_j / max(1, ||g_j||_2 / C)"), with no Python loop over clients or examples.
 
 Two strategies give the same numbers:
 
@@ -15,7 +15,7 @@ Two strategies give the same numbers:
   backward pass to the pre-activations and a few einsums give exact per-example norms and the clipped sum without
   materialising a [clients, batch, P] tensor.
 * ``vmap`` (any model): torch.func per-example gradients, vmapped over examples and then over clients. Also used for
-  the l1 norm (seed 001's Laplace mechanism), which has no ghost identity.
+  the l1 norm (Zhou et al.'s Laplace mechanism), which has no ghost identity.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class CohortGradients:
           x: [clients, batch, ...] inputs; y: [clients, batch] labels; mask: [clients, batch] 1.0 on real examples.
           clip: C, the bound on each example's gradient norm: a number, a [clients] tensor (one bound per client),
             or None (no clipping: the plain gradient sum).
-          norm: "l2" (Gaussian mechanisms) or "l1" (Laplace mechanisms, seed 001).
+          norm: "l2" (Gaussian mechanisms) or "l1" (Laplace mechanisms, Zhou et al.).
         Returns:
           [clients, P]; every example contributes a vector of norm at most C.
         """

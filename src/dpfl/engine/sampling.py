@@ -4,12 +4,12 @@ Sampling is part of the mechanism: an accountant that assumes Poisson sampling w
 batches is a classic accounting bug (notes/anchors.md, pitfalls). So every sampler here states the dp_accounting event
 of the sampling it really performs, and the simulator wraps the noise event with exactly that.
 
-* fixed size without replacement (seed 000 Alg. 1: |C_t| = floor(lM), |S| = floor(sR)): replace-one neighbouring,
+* fixed size without replacement (Noble et al. 2022 Alg. 1: |C_t| = floor(lM), |S| = floor(sR)): replace-one neighbouring,
   amplified with Wang, Balle, Kasiviswanathan 2019;
 * Poisson (each one independently with probability q; Heikkila's joint-noise paper): add/remove neighbouring. A
   record is in the batch when its uniform key is below q; the batch is gathered into a dense tensor.
 
-Clients are sampled per round, ``ClientSampler.sample(t, generator)``: fixed size, Poisson, round robin (cohort t is
+Clients are sampled per round, ``ClientSampler.sample(t, seed)`` (from the server's stream of round t): fixed size, Poisson, round robin (cohort t is
 the next floor(l M) clients in id order), or disjoint batches (a fresh random partition of the clients each epoch of
 ceil(1 / l) rounds, drawn from the round's stream, so no cursor needs saving). ``ClientSampler.participation(t)`` says
 how likely the record owner is to take part in round t, for the accounting (``dpfl.accounting.observers``).
@@ -62,7 +62,7 @@ class RecordSampler:
             raise ConfigError("algorithm.record_sampling", self.scheme, f"one of {SCHEMES}")
 
     def batch_sizes(self, counts: torch.Tensor) -> torch.Tensor:
-        """Fixed scheme: floor(s n_i), at least 1 (seed 000 Alg. 1). Poisson: the expected size q n_i."""
+        """Fixed scheme: floor(s n_i), at least 1 (Noble et al. 2022 Alg. 1). Poisson: the expected size q n_i."""
         if self.scheme == "fixed":
             return torch.clamp(torch.floor(self.rate * counts.double() + TOLERANCE).long(), min=1)
         return self.rate * counts.double()
@@ -84,16 +84,16 @@ class RecordSampler:
 
     def divisor(self, counts: torch.Tensor) -> torch.Tensor:
         """What each client divides its clipped sum by: the batch size, or for Poisson the EXPECTED batch size (a
-        constant, so the sensitivity stays C/(q n_i); dividing by the realised size would be data dependent, seed 002)."""
+        constant, so the sensitivity stays C/(q n_i); dividing by the realised size would be data dependent, Heikkilä)."""
         return self.batch_sizes(counts).double()
 
     def mean_sensitivity(self, clip, counts: torch.Tensor) -> torch.Tensor:
         """l2 sensitivity of each client's mean of clipped per-example gradients, sum_j clip(g_j) / divisor_i.
 
         Fixed size (replace-one neighbours): swapping one record changes one term of norm <= C into another, so the
-        sum moves by at most 2C and the mean by 2C / floor(s n_i) (seed 000 Alg. 1: noise (2C/(sR)) N(0, sigma_g^2)).
+        sum moves by at most 2C and the mean by 2C / floor(s n_i) (Noble et al. 2022 Alg. 1: noise (2C/(sR)) N(0, sigma_g^2)).
         Poisson (add/remove neighbours): one record more or less moves the sum by at most C, and the divisor is the
-        constant expected size, so C / (q n_i) (seed 002 Sec. 4, with the expected batch size).
+        constant expected size, so C / (q n_i) (Heikkilä Sec. 4, with the expected batch size).
         """
         changed_terms = 2.0 if self.scheme == "fixed" else 1.0
         return changed_terms * clip / self.divisor(counts)

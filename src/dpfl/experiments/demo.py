@@ -1,4 +1,4 @@
-"""`dpfl demo`: DP-SCAFFOLD-warm against DP-FedAvg on heterogeneous synthetic data (seed 000's main experiment, scaled
+"""`dpfl demo`: DP-SCAFFOLD-warm against DP-FedAvg on heterogeneous synthetic data (Noble et al.'s main experiment, scaled
 down to run in well under a minute on 2 cores): same data, same noise, same privacy, different drift handling."""
 
 from __future__ import annotations

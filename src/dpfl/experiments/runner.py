@@ -6,7 +6,8 @@ observer), "final" (the same keys plus delta), "privacy" (accountant, conversion
 
 * run.json: the full resolved config and the sha256 of its release config, written (atomically) before the first round;
 * ledger.json: the privacy spent, written before each round draws noise (see dpfl.accounting.ledger);
-* checkpoint.pt: the model, the generator and the history, every run.checkpoint_every rounds.
+* checkpoint.pt: the algorithm's state (its state_dict), the next round and the history, every run.checkpoint_every
+  rounds (dpfl.engine.checkpoint).
 
 The release config is everything that decides what a round releases: the config minus the run-only keys
 (``RUN_ONLY_KEYS``: how many rounds, the budget, how often to evaluate and checkpoint). ``resume=True`` continues the
