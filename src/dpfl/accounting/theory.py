@@ -318,7 +318,7 @@ def _isrl_code_sigma(factor: float, epsilon: float, delta: float, clip: float, r
 
 
 def isrl_mbsgd_code_sigma(epsilon: float, delta: float, clip: float, rounds: int, n: int) -> float:
-    """Lowy et al. authors' code [C], ISRL-DP MB-SGD baseline: per-silo noise variance 8 C^2 R ln(2/delta)/(n^2 eps^2).
+    """Lowy et al.'s public code, ISRL-DP MB-SGD baseline: per-silo noise variance 8 C^2 R ln(2/delta)/(n^2 eps^2).
 
     The code's moments-accountant-style constant, smaller than the theory's; not a proven guarantee by itself.
     """
@@ -328,7 +328,7 @@ def isrl_mbsgd_code_sigma(epsilon: float, delta: float, clip: float, rounds: int
 def isrl_local_sgd_code_sigma(
     epsilon: float, delta: float, clip: float, rounds: int, n: int, local_steps: int
 ) -> float:
-    """Lowy et al. [C], ISRL-DP Local SGD baseline: each of the K local steps noised with variance
+    """Lowy et al.'s public code, ISRL-DP Local SGD baseline: each of the K local steps noised with variance
     8 C^2 K R ln(2/delta)/(n^2 eps^2). Same caveat as ``isrl_mbsgd_code_sigma``."""
     local_steps = check_range("local_steps", local_steps, 1, integer=True)
     return _isrl_code_sigma(8.0 * local_steps, epsilon, delta, clip, rounds, n)
@@ -337,7 +337,7 @@ def isrl_local_sgd_code_sigma(
 def isrl_alternate_spider_code_sigmas(
     epsilon: float, delta: float, clip: float, rounds: int, n: int
 ) -> tuple[float, float]:
-    """Lowy et al. [C], Alternate SPIDER (Alg. 11): (sigma_u1, sigma_u2) with variances 32 C^2 R ln(2/delta)/(n^2 eps^2)
+    """Lowy et al.'s public code, Alternate SPIDER (Alg. 11): (sigma_u1, sigma_u2) with variances 32 C^2 R ln(2/delta)/(n^2 eps^2)
     (difference stream) and 8 C^2 R ln(2/delta)/(n^2 eps^2) (gradient stream). The code calibrates EACH stream as if
     it alone spent (eps, delta); the two streams still have to be composed."""
     return (_isrl_code_sigma(32.0, epsilon, delta, clip, rounds, n),
