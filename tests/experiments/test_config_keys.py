@@ -181,7 +181,7 @@ def _sample_rate(p):
 
 def _record_sampling(p):
     assert p.sim.algorithm.sampler.scheme == "poisson"
-    assert p.sim.algorithm.neighboring == p.sim.ledger.neighboring == "add_remove"
+    assert p.sim.algorithm.neighboring == p.sim.ledger.neighboring == "zero_out"
     assert isinstance(p.release().step_events[0], dp_event.PoissonSampledDpEvent)
 
 

@@ -9,8 +9,9 @@
   (epsilon, delta) with ``conversion`` = ``classic`` (Mironov 2017, Prop. 3) or ``modern`` (Canonne, Kamath, Steinke 2020; Balle et al. 2020), see
   ``dpfl.accounting.conversion``. Supports every event dpfl emits.
 
-Neighbouring relation: ``add_remove`` (add or remove one record; dp_accounting's default) or ``replace_one`` (replace
-one record). Fixed-size sampling without replacement is only analysed under ``replace_one`` (Wang et al. 2019).
+Neighbouring relation: ``add_remove`` (add or remove one record; dp_accounting's default), ``replace_one`` (replace
+one record) or ``zero_out`` (replace one record by a null record that contributes nothing, so the dataset's size is
+unchanged; dp_accounting's REPLACE_SPECIAL; Kairouz et al. 2021). Fixed-size sampling without replacement is only analysed under ``replace_one`` (Wang et al. 2019).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ ACCOUNTANTS = ("pld", "rdp")
 NEIGHBORING = {
     "add_remove": privacy_accountant.NeighboringRelation.ADD_OR_REMOVE_ONE,
     "replace_one": privacy_accountant.NeighboringRelation.REPLACE_ONE,
+    "zero_out": privacy_accountant.NeighboringRelation.REPLACE_SPECIAL,
 }
 SAMPLINGS = ("poisson", "fixed", "none")
 

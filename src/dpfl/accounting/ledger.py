@@ -55,7 +55,7 @@ class PrivacyLedger:
       conversion: RDP -> DP conversion; None picks the analysis's ("modern" for sound, "classic" for paper).
       analysis: "sound" or "paper" (module docstring).
       neighboring: the record-level relation of the run's events, "replace_one" (fixed-size record sampling) or
-        "add_remove" (Poisson record sampling).
+        "zero_out" (Poisson record sampling), or "add_remove".
       accountant: the accountant of every observer, or {observer: name}, from ``accountants.ACCOUNTANT_NAMES``;
         default the analysis's ("tightest" for sound, "rdp" for paper).
     """

@@ -108,9 +108,8 @@ class LocalSGD:
 
     @property
     def neighboring(self) -> str:
-        """The record-level relation the release is accounted under: replace-one for fixed-size minibatches (their
-        sensitivity 2C/b), add/remove for Poisson ones (C/(q n_i))."""
-        return "replace_one" if self.sampler.scheme == "fixed" else "add_remove"
+        """The record-level relation the release is accounted under (``RecordSampler.neighboring``)."""
+        return self.sampler.neighboring
 
     # -- the protocol -------------------------------------------------------------------------------------------
     def init_state(self, x0: torch.Tensor, num_clients: int) -> State:

@@ -97,7 +97,7 @@ class ClientOutput:
 @runtime_checkable
 class Algorithm(Protocol):
     """A federated algorithm (see the module docstring). ``neighboring`` names the record-level relation its release
-    is accounted under ("replace_one" or "add_remove")."""
+    is accounted under ("replace_one", "zero_out" or "add_remove")."""
 
     neighboring: str
 
