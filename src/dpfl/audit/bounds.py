@@ -10,7 +10,8 @@ so eps >= log((1 - delta - FNR) / FPR) for any test (and with FPR, FNR swapped).
 absent or replaced) and n1 under D (present), ``many_run_lower_bound`` bounds FPR and FNR from above with one-sided
 Clopper-Pearson intervals (each at level alpha / 2, so both hold together with probability >= 1 - alpha by the union
 bound) and returns the eps they imply. The test (a threshold and a direction) is chosen on one half of the trials
-and evaluated on the other half, so the bound is not inflated by picking the luckiest of many thresholds.
+and evaluated on the other half, so the bound is not inflated by picking the luckiest of many thresholds (the
+choice may use any function of the selection half; by default normal laws fitted to it, see ``_choose_test``).
 
 **One run** (Steinke, Nasr, Jagielski, NeurIPS 2023, "Privacy auditing with one (1) training run", Theorem 5.2 and
 its p-value algorithm): m canaries, each included independently with probability 1/2; the auditor guesses r of them
@@ -66,21 +67,35 @@ def _error_counts(negatives: np.ndarray, positives: np.ndarray, thresholds: np.n
     return false_pos, false_neg
 
 
-def _all_tests(negatives, positives, delta, alpha):
-    """Every threshold (the pooled scores, and -inf) in both directions, and both orders of the inequality: the
-    Clopper-Pearson epsilon of each. Returns (eps [tests], thresholds, direction [+1/-1] per test)."""
-    thresholds = np.concatenate([[-np.inf], np.unique(np.concatenate([negatives, positives]))])
-    n0, n1 = negatives.size, positives.size
-    results = []
-    for direction in (1.0, -1.0):
-        # direction -1: "canary if score < t" is "canary if -score > -t"
-        fp, fn = _error_counts(direction * negatives, direction * positives, direction * thresholds)
-        fpr_ub = clopper_pearson_upper(fp, n0, alpha / 2)
-        fnr_ub = clopper_pearson_upper(fn, n1, alpha / 2)
-        eps = np.maximum(_epsilon(fpr_ub, fnr_ub, delta), _epsilon(fnr_ub, fpr_ub, delta))
-        results.append(eps)
-    eps = np.concatenate(results)
-    return eps, np.concatenate([thresholds, thresholds]), np.repeat([1.0, -1.0], thresholds.size)
+def _bound(false_pos, false_neg, n0: int, n1: int, delta: float, alpha: float) -> np.ndarray:
+    """The Clopper-Pearson epsilon of tests with these error counts (possibly fractional: predicted counts), both
+    orders of the inequality, each error rate bounded at level alpha / 2."""
+    fpr_ub = clopper_pearson_upper(false_pos, n0, alpha / 2)
+    fnr_ub = clopper_pearson_upper(false_neg, n1, alpha / 2)
+    return np.maximum(_epsilon(fpr_ub, fnr_ub, delta), _epsilon(fnr_ub, fpr_ub, delta))
+
+
+def _choose_test(negatives, positives, n0: int, n1: int, delta: float, alpha: float, selection: str):
+    """The threshold and direction, among the pooled selection scores in both directions, whose bound on an
+    evaluation set of n0 / n1 scores is predicted largest: from the selection scores' empirical error rates
+    (``"empirical"``), or from normal laws fitted to them (``"gaussian"``: smoother in the tails, where a few lucky
+    selection scores otherwise pick a threshold that does badly on the evaluation half). Either choice is a function
+    of the selection half alone, so the evaluation half's bound stays honest whatever the scores' law."""
+    best = (-1.0, 0.0, 1.0)
+    for direction in (1.0, -1.0):  # direction -1: "canary if score < t" is "canary if -score > -t"
+        neg, pos = direction * negatives, direction * positives
+        thresholds = np.unique(np.concatenate([neg, pos]))
+        if selection == "gaussian":
+            fp = n0 * stats.norm.sf(thresholds, neg.mean(), max(neg.std(), 1e-300))
+            fn = n1 * stats.norm.cdf(thresholds, pos.mean(), max(pos.std(), 1e-300))
+        else:
+            fp, fn = _error_counts(neg, pos, thresholds)
+            fp, fn = fp * n0 / neg.size, fn * n1 / pos.size
+        eps = _bound(fp, fn, n0, n1, delta, alpha)
+        i = int(np.argmax(eps))
+        if eps[i] > best[0]:
+            best = (float(eps[i]), direction * float(thresholds[i]), direction)
+    return best[1], best[2]
 
 
 @dataclass(frozen=True)
@@ -102,30 +117,35 @@ class LowerBound:
                 "false_negatives": self.false_negatives, "evaluation_trials": [self.negatives, self.positives]}
 
 
+SELECTIONS = ("gaussian", "empirical")
+
+
 def many_run_lower_bound(negatives, positives, delta: float, confidence: float = 0.95,
-                         rng: np.random.Generator | None = None) -> LowerBound:
+                         rng: np.random.Generator | None = None, selection: str = "gaussian",
+                         selection_fraction: float = 0.5) -> LowerBound:
     """A (``confidence``) lower bound on epsilon from scores of independent runs without (``negatives``) and with
-    (``positives``) the canary (module docstring): the best test on a random half of each, evaluated on the other."""
+    (``positives``) the canary (module docstring): the test chosen on a random ``selection_fraction`` of each
+    (``_choose_test``), its errors counted on the rest."""
     negatives, positives = np.asarray(negatives, float).ravel(), np.asarray(positives, float).ravel()
     if not 0 < confidence < 1:
         raise ValueError(f"confidence = {confidence} is not in (0, 1)")
-    if min(negatives.size, positives.size) < 2:
-        raise ValueError("a lower bound needs at least 2 runs with and 2 without the canary (one for choosing the "
-                         "test, one for counting its errors)")
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection = {selection!r}: expected one of {SELECTIONS}")
+    if not 0 < selection_fraction < 1:
+        raise ValueError(f"selection_fraction = {selection_fraction} is not in (0, 1)")
     if not (np.isfinite(negatives).all() and np.isfinite(positives).all()):
         raise ValueError("non-finite scores")
     alpha = 1 - confidence
     rng = np.random.default_rng(0) if rng is None else rng
     neg, pos = rng.permutation(negatives), rng.permutation(positives)
-    neg_select, neg_eval = neg[: neg.size // 2], neg[neg.size // 2:]
-    pos_select, pos_eval = pos[: pos.size // 2], pos[pos.size // 2:]
-    eps, thresholds, directions = _all_tests(neg_select, pos_select, delta, alpha)
-    best = int(np.argmax(eps))
-    threshold, direction = float(thresholds[best]), float(directions[best])
+    k0, k1 = int(neg.size * selection_fraction), int(pos.size * selection_fraction)
+    if min(k0, k1, neg.size - k0, pos.size - k1) < 2:
+        raise ValueError("a lower bound needs at least 2 runs with and 2 without the canary on each side of the split "
+                         "(one part chooses the test, the other counts its errors)")
+    neg_eval, pos_eval = neg[k0:], pos[k1:]
+    threshold, direction = _choose_test(neg[:k0], pos[:k1], neg_eval.size, pos_eval.size, delta, alpha, selection)
     fp, fn = _error_counts(direction * neg_eval, direction * pos_eval, np.array([direction * threshold]))
-    fpr_ub = clopper_pearson_upper(fp, neg_eval.size, alpha / 2)
-    fnr_ub = clopper_pearson_upper(fn, pos_eval.size, alpha / 2)
-    value = float(np.maximum(_epsilon(fpr_ub, fnr_ub, delta), _epsilon(fnr_ub, fpr_ub, delta))[0])
+    value = float(_bound(fp, fn, neg_eval.size, pos_eval.size, delta, alpha)[0])
     return LowerBound(value, confidence, threshold, direction, int(fp[0]), int(fn[0]), neg_eval.size, pos_eval.size)
 
 
@@ -174,5 +194,5 @@ def one_run_lower_bound(m: int, r: int, v: int, delta: float = 0.0, confidence: 
     return low
 
 
-__all__ = ["clopper_pearson", "clopper_pearson_upper", "LowerBound", "many_run_lower_bound", "roc_curve",
+__all__ = ["SELECTIONS", "clopper_pearson", "clopper_pearson_upper", "LowerBound", "many_run_lower_bound", "roc_curve",
            "one_run_p_value", "one_run_lower_bound"]
