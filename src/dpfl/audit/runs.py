@@ -122,6 +122,7 @@ def audit(sim, observer: str, trials: int, *, confidence: float = 0.95, scale: f
     if trials < MIN_TRIALS:
         raise ConfigError("--trials", trials, f"at least {MIN_TRIALS} runs per world (half of them choose the "
                           "test, half count its errors; a useful bound needs thousands)")
+    distinguisher.check_view(observer, sim.boundary.name, sim.train.num_clients)
     started = time.perf_counter()
     claim = claimed_epsilon(sim, observer, claim_events)
     negatives, positives = run_trials(sim, observer, trials, scale=scale)
