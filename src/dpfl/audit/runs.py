@@ -75,6 +75,13 @@ def _cohorts(sim, world: int, trials: int) -> list[torch.Tensor]:
 def run_trials(sim, observer: str, trials: int, *, scale: float = 1.0, canary_client: int = 0,
                canary_record: int = 0, silo: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Scores of ``observer`` in ``trials`` runs of round 0 without (world 0) and with (world 1) the canary."""
+    return run_trials_all(sim, (observer,), trials, scale=scale, canary_client=canary_client,
+                          canary_record=canary_record, silo=silo)[observer]
+
+
+def run_trials_all(sim, observers, trials: int, *, scale: float = 1.0, canary_client: int = 0,
+                   canary_record: int = 0, silo: int | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{observer: (scores without, scores with the canary)} from the same ``trials`` runs per world."""
     algorithm, train = sim.algorithm, sim.train
     if not hasattr(algorithm, "noisy_gradient"):
         raise ConfigError("algorithm.name", type(algorithm).__name__,
@@ -82,14 +89,16 @@ def run_trials(sim, observer: str, trials: int, *, scale: float = 1.0, canary_cl
     if getattr(algorithm, "clip_heuristic", "fixed") != "fixed":
         raise ConfigError("algorithm.clip_heuristic", algorithm.clip_heuristic, "'fixed' to be audited")
     population = train.num_clients
-    distinguisher.check_view(observer, sim.boundary.name, population)
+    for observer in observers:
+        distinguisher.check_view(observer, sim.boundary.name, population)
     silo = (1 if canary_client == 0 else 0) if silo is None else silo
     grads = canary.DiracCanaryGradients(sim.grads, scale)
     x0 = grads.initial_params()
     server = algorithm.init_state(x0, 1).server
     declared = [_noise_of(e) for e in algorithm.release(0, sim.state, train).step_events]
     marks = (canary.neighbour_mark(algorithm.neighboring), canary.CANARY)
-    out = []
+    fixed = sim.clients.scheme != "poisson"
+    out: dict[str, list] = {observer: [] for observer in observers}
     for world, label in enumerate(marks):
         cohorts = _cohorts(sim, world, trials)
         clients = torch.cat(cohorts)
@@ -109,27 +118,39 @@ def run_trials(sim, observer: str, trials: int, *, scale: float = 1.0, canary_cl
             for name, value in result.messages.items():
                 messages.setdefault(name, []).append(value)
         joined = {name: torch.cat(parts) for name, parts in messages.items()}
-        fixed = sim.clients.scheme != "poisson"
-        out.append(distinguisher.scores(observer, sim.boundary.name, algorithm, server, trial_of_row, clients,
-                                        joined, trials, population, canary_client, silo, fixed,
-                                        grads.coordinate).numpy())
-    return out[0], out[1]
+        for observer in observers:
+            out[observer].append(distinguisher.scores(observer, sim.boundary.name, algorithm, server, trial_of_row,
+                                                      clients, joined, trials, population, canary_client, silo,
+                                                      fixed, grads.coordinate).numpy())
+    return {observer: (scores[0], scores[1]) for observer, scores in out.items()}
 
 
 def audit(sim, observer: str, trials: int, *, confidence: float = 0.95, scale: float = 1.0,
           claim_events: dict | None = None, seed: int = 0) -> AuditResult:
     """The many-run audit of one round of ``sim``'s configuration towards ``observer`` (module docstring)."""
+    return audit_all(sim, (observer,), trials, confidence=confidence, scale=scale, claim_events=claim_events,
+                     seed=seed)[observer]
+
+
+def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, scale: float = 1.0,
+              claim_events: dict | None = None, seed: int = 0) -> dict[str, AuditResult]:
+    """``audit`` of several observers from the same runs (each bound holds with ``confidence`` on its own)."""
     if trials < MIN_TRIALS:
         raise ConfigError("--trials", trials, f"at least {MIN_TRIALS} runs per world (half of them choose the "
                           "test, half count its errors; a useful bound needs thousands)")
-    distinguisher.check_view(observer, sim.boundary.name, sim.train.num_clients)
+    for observer in observers:
+        distinguisher.check_view(observer, sim.boundary.name, sim.train.num_clients)
     started = time.perf_counter()
-    claim = claimed_epsilon(sim, observer, claim_events)
-    negatives, positives = run_trials(sim, observer, trials, scale=scale)
-    bound = bounds.many_run_lower_bound(negatives, positives, sim.ledger.delta, confidence,
-                                        np.random.default_rng(seed))
-    return AuditResult(observer, claim, sim.ledger.delta, bound, trials, "runs", time.perf_counter() - started,
-                       negatives, positives)
+    scores = run_trials_all(sim, observers, trials, scale=scale)
+    seconds = time.perf_counter() - started
+    results = {}
+    for observer in observers:
+        negatives, positives = scores[observer]
+        bound = bounds.many_run_lower_bound(negatives, positives, sim.ledger.delta, confidence,
+                                            np.random.default_rng(seed))
+        results[observer] = AuditResult(observer, claimed_epsilon(sim, observer, claim_events), sim.ledger.delta,
+                                        bound, trials, "runs", seconds, negatives, positives)
+    return results
 
 
-__all__ = ["MIN_TRIALS", "AuditResult", "claimed_epsilon", "run_trials", "audit"]
+__all__ = ["MIN_TRIALS", "AuditResult", "claimed_epsilon", "run_trials", "run_trials_all", "audit", "audit_all"]
