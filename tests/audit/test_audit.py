@@ -119,3 +119,14 @@ def test_cli_audit_json_and_roc(tmp_path, capsys):
 def test_cli_audit_errors(tmp_path, capsys, argv, message):
     assert main(["audit", _config(tmp_path), *argv, "--out", str(tmp_path / "x")]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_example_audit_config_catches_nothing_on_the_correct_algorithm(capsys, tmp_path):
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "audit_fedsgd.toml"
+    assert main(["audit", str(example), "--observer", "server", "--trials", "300", "--json",
+                 "--out", str(tmp_path)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["claimed_epsilon"] == pytest.approx(2.3178, abs=1e-3)
+    assert printed["lower_bound"] <= printed["claimed_epsilon"]
