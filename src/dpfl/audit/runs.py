@@ -126,14 +126,16 @@ def run_trials_all(sim, observers, trials: int, *, scale: float = 1.0, canary_cl
 
 
 def audit(sim, observer: str, trials: int, *, confidence: float = 0.95, scale: float = 1.0,
-          claim_events: dict | None = None, seed: int = 0) -> AuditResult:
-    """The many-run audit of one round of ``sim``'s configuration towards ``observer`` (module docstring)."""
+          claim_events: dict | None = None, seed: int = 0, selection_fraction: float = 0.5) -> AuditResult:
+    """The many-run audit of one round of ``sim``'s configuration towards ``observer`` (module docstring).
+    ``seed`` draws the split into selection and evaluation runs (``bounds.many_run_lower_bound``)."""
     return audit_all(sim, (observer,), trials, confidence=confidence, scale=scale, claim_events=claim_events,
-                     seed=seed)[observer]
+                     seed=seed, selection_fraction=selection_fraction)[observer]
 
 
 def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, scale: float = 1.0,
-              claim_events: dict | None = None, seed: int = 0) -> dict[str, AuditResult]:
+              claim_events: dict | None = None, seed: int = 0,
+              selection_fraction: float = 0.5) -> dict[str, AuditResult]:
     """``audit`` of several observers from the same runs (each bound holds with ``confidence`` on its own)."""
     if trials < MIN_TRIALS:
         raise ConfigError("--trials", trials, f"at least {MIN_TRIALS} runs per world (half of them choose the "
@@ -147,7 +149,7 @@ def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, scale: f
     for observer in observers:
         negatives, positives = scores[observer]
         bound = bounds.many_run_lower_bound(negatives, positives, sim.ledger.delta, confidence,
-                                            np.random.default_rng(seed))
+                                            np.random.default_rng(seed), selection_fraction=selection_fraction)
         results[observer] = AuditResult(observer, claimed_epsilon(sim, observer, claim_events), sim.ledger.delta,
                                         bound, trials, "runs", seconds, negatives, positives)
     return results
