@@ -15,7 +15,8 @@ The views follow the run's boundary (``dpfl.accounting.observers``, ``dpfl.engin
 
 For a Gaussian mechanism on a Dirac canary the inner product with e is the likelihood-ratio statistic of each view
 (the coordinate along e is a sufficient statistic: no other record moves it), so thresholding it is the optimal test
-(Neyman-Pearson), up to the data-independent randomness of client sampling.
+(Neyman-Pearson), up to the data-independent randomness of client sampling. Scores read dy only: SCAFFOLD's dc
+messages carry the canary too, so for SCAFFOLD this distinguisher is weaker than the best (its bound stays honest).
 """
 
 from __future__ import annotations
