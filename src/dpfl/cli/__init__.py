@@ -1,4 +1,4 @@
-"""The `dpfl` command line: run | demo | account | calibrate.
+"""The `dpfl` command line: run | demo | audit | account | calibrate.
 
 `account` and `calibrate` have one subcommand per accountant. Each lives in its own module of this package named
 `account_<name>.py` or `calibrate_<name>.py` and defines
@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     from dpfl.cli import run as run_cmd  # local import: keeps `dpfl account` free of torch start-up cost
 
     run_cmd.configure(commands)
+    from dpfl.cli import audit as audit_cmd
+
+    audit_cmd.configure(commands)
     for group, prefix, help_text in (
         ("account", "account_", "epsilon of a mechanism or algorithm, without training"),
         ("calibrate", "calibrate_", "noise (or rounds) for a target epsilon"),

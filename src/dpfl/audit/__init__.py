@@ -1,0 +1,1 @@
+"""Empirical privacy auditing: canaries run through the real algorithm, lower bounds on epsilon."""

@@ -1,0 +1,90 @@
+"""A white-box "Dirac" canary for the LocalSGD family, run through the real ``client_round``.
+
+Nasr, Hayes, Steinke, Balle, Tramer, Jagielski, Carlini, Terzis (USENIX Security 2023), "Tight auditing of
+differentially private machine learning", Sec. 4: the strongest record for auditing DP-SGD is one whose clipped
+gradient is a fixed direction e that no other record's gradient touches ("Dirac canary"); the attacker then reads
+the update's coordinate along e, where the other records contribute nothing and only the noise hides the canary.
+
+``DiracCanaryGradients`` wraps the run's ``CohortGradients`` (any gradient oracle with ``initial_params`` and
+``clipped_sum``) and appends **one extra parameter coordinate** (index P, initialised to 0) to the model: the model's
+loss does not depend on it, so no real record's gradient touches it, and weight decay and the noise treat it like
+any other coordinate. A record is marked through its label (the data's labels are >= 0):
+
+* ``CANARY`` (-1): the canary, gradient exactly C e (norm C = the clip bound, so clipping does not change it);
+* ``OPPOSITE`` (-2): its replace-one neighbour, gradient -C e. Replacing a record changes one clipped term of the
+  batch sum by at most 2C in norm; -C e attains that along e (and changes nothing else), so it is the worst-case
+  replacement: the sum moves by exactly the sensitivity 2C the accounting assumes (``RecordSampler.mean_sensitivity``);
+* ``ABSENT`` (-3): the add/remove neighbour, gradient 0. The record is kept in the client's count so the divisor
+  q n_i (Poisson: the expected batch size) stays the same; the sum then moves by exactly C, the add/remove
+  sensitivity. (Really deleting it would also change n_i: the accounting treats the counts as public.)
+
+A marked record's own features are ignored (its model gradient is replaced, not added to). ``scale`` multiplies the
+canary's gradient (``scale = 10``: a planted bug, clipping skipped for a record of norm 10 C).
+"""
+
+from __future__ import annotations
+
+import torch
+
+CANARY, OPPOSITE, ABSENT = -1, -2, -3
+#: The canary's gradient along e per mark (in units of the clip bound C).
+SIGNS = {CANARY: 1.0, OPPOSITE: -1.0, ABSENT: 0.0}
+
+
+class DiracCanaryGradients:
+    """The run's gradient oracle with one extra coordinate e (index ``base.num_params``) for the canary (module
+    docstring). Duck-typed like ``CohortGradients`` for ``LocalSGD``: ``initial_params``, ``clipped_sum``."""
+
+    def __init__(self, base, scale: float = 1.0):
+        self.base, self.scale = base, float(scale)
+        self.num_params = int(base.initial_params().shape[0]) + 1
+
+    @property
+    def coordinate(self) -> int:
+        """The index of e in the (extended) parameter vector."""
+        return self.num_params - 1
+
+    def initial_params(self) -> torch.Tensor:
+        x0 = self.base.initial_params()
+        return torch.cat([x0, torch.zeros(1, dtype=x0.dtype)])
+
+    def _split(self, y, mask):
+        marked = y < 0
+        signs = torch.zeros(y.shape, dtype=torch.float64)
+        for label, sign in SIGNS.items():
+            signs = torch.where(y == label, torch.tensor(sign, dtype=torch.float64), signs)
+        return y.masked_fill(marked, 0), mask * (~marked).to(mask.dtype), signs * mask.double()
+
+    def clipped_sum(self, theta, x, y, mask, clip, **kwargs):
+        """[clients, P + 1]: the base model's clipped sum over the unmarked records, and along e the marked records'
+        ``scale`` x sign x C."""
+        y_base, mask_base, signs = self._split(y, mask)
+        base = self.base.clipped_sum(theta[:, :-1], x, y_base, mask_base, clip, **kwargs)
+        bound = torch.ones(theta.shape[0], dtype=torch.float64) if clip is None else \
+            torch.as_tensor(clip, dtype=torch.float64).expand(theta.shape[0])
+        along_e = self.scale * signs.sum(1) * bound
+        return torch.cat([base, along_e.to(base.dtype).unsqueeze(1)], dim=1)
+
+    def example_norms(self, theta, x, y, mask, **kwargs):
+        raise NotImplementedError("the Dirac canary audits a fixed clip bound (algorithm.clip_heuristic = 'fixed')")
+
+
+def mark(y: torch.Tensor, client: int, record: int, label: int) -> torch.Tensor:
+    """A copy of the labels ``y`` [clients, records] with record ``record`` of client ``client`` marked ``label``."""
+    if label not in SIGNS:
+        raise ValueError(f"label = {label} is not a canary mark: expected one of {sorted(SIGNS)}")
+    marked = y.clone()
+    marked[client, record] = label
+    return marked
+
+
+def neighbour_mark(neighboring: str) -> int:
+    """The mark of the canary's neighbour under the run's relation (module docstring)."""
+    if neighboring == "replace_one":
+        return OPPOSITE
+    if neighboring == "add_remove":
+        return ABSENT
+    raise ValueError(f"neighboring = {neighboring!r}: expected 'replace_one' or 'add_remove'")
+
+
+__all__ = ["CANARY", "OPPOSITE", "ABSENT", "SIGNS", "DiracCanaryGradients", "mark", "neighbour_mark"]

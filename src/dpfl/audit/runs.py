@@ -1,0 +1,158 @@
+"""The many-run audit: the real algorithm run N times with the Dirac canary and N times with its neighbour, one
+round each, every trial a fresh draw of the run's randomness; each observer's score per trial; a lower bound on
+epsilon (``dpfl.audit.bounds``) to compare with the epsilon the run's sound analysis claims for that round.
+
+Trials on the client axis (the pattern of ``dpfl.algorithms.worst_case``): every (world, trial) draws its own cohort
+with the run's client sampler (from its own seed, so client sampling is audited too), and every cohort member of
+every trial becomes one row of ONE batched ``client_round`` call (chunked to ``run.memory_mb``), with its own client
+id, (world * N + trial) * M + client, so that its record and noise streams (named by (seed, round, client id,
+purpose), ``dpfl.engine.randomness``) are independent of every other row's. World 1 holds the canary (record
+``canary_record`` of client ``canary_client`` marked ``CANARY``), world 0 its neighbour under the run's relation
+(``dpfl.audit.canary.neighbour_mark``). The noise actually drawn is checked against the declared release, as the
+simulator does.
+
+The claimed epsilon is that of one round of the same configuration: the observer's event from the algorithm's
+release, the boundary and the client sampler (``Simulation.round_privacy``), accounted by a fresh ledger with the
+run's delta, analysis, neighbouring relation and accountants. A sound claim must satisfy lower_bound <= claim with
+probability >= the confidence; a lower bound above the claim is a bug (in the mechanism, the accounting, or both).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from dpfl.accounting.ledger import PrivacyLedger
+from dpfl.audit import bounds, canary, distinguisher
+from dpfl.engine.protocol import ClientContext, ClientData
+from dpfl.engine.simulator import _check_drawn, _noise_of
+from dpfl.errors import ConfigError
+
+#: The fewest trials per world the many-run bound accepts (half choose the test, half count its errors).
+MIN_TRIALS = 20
+#: Spawn-key tag of the trials' cohort seeds (distinct from the run's own streams).
+_COHORT_KEY = 0xA0D17
+
+
+@dataclass
+class AuditResult:
+    observer: str
+    claimed_epsilon: float
+    delta: float
+    bound: bounds.LowerBound
+    trials: int
+    method: str
+    seconds: float
+    negatives: np.ndarray = field(repr=False)
+    positives: np.ndarray = field(repr=False)
+
+    def to_dict(self) -> dict:
+        return {"observer": self.observer, "claimed_epsilon": self.claimed_epsilon, "delta": self.delta,
+                "lower_bound": self.bound.epsilon, "confidence": self.bound.confidence, "trials": self.trials,
+                "method": self.method, "canary": "dirac", "violated": self.bound.epsilon > self.claimed_epsilon,
+                "test": {k: v for k, v in self.bound.to_dict().items() if k not in ("lower_bound", "confidence")},
+                "seconds": self.seconds}
+
+
+def claimed_epsilon(sim, observer: str, events: dict | None = None) -> float:
+    """Epsilon of one round (round 0) towards ``observer`` under the run's accounting; ``events`` overrides the
+    per-observer events (default: ``sim.round_privacy(0)``)."""
+    events = sim.round_privacy(0) if events is None else events
+    ledger = PrivacyLedger(sim.ledger.observers, sim.ledger.delta, None, sim.ledger.conversion, sim.ledger.analysis,
+                           sim.ledger.neighboring, accountant=dict(sim.ledger.accountant_names))
+    ledger.record(0, events)
+    return ledger.epsilon()[observer]
+
+
+def _cohorts(sim, world: int, trials: int) -> list[torch.Tensor]:
+    seeds = np.random.SeedSequence(sim.seed, spawn_key=(_COHORT_KEY, world)).generate_state(trials, np.uint64) >> 1
+    return [sim.clients.sample(0, int(s)) for s in seeds]
+
+
+def run_trials(sim, observer: str, trials: int, *, scale: float = 1.0, canary_client: int = 0,
+               canary_record: int = 0, silo: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Scores of ``observer`` in ``trials`` runs of round 0 without (world 0) and with (world 1) the canary."""
+    return run_trials_all(sim, (observer,), trials, scale=scale, canary_client=canary_client,
+                          canary_record=canary_record, silo=silo)[observer]
+
+
+def run_trials_all(sim, observers, trials: int, *, scale: float = 1.0, canary_client: int = 0,
+                   canary_record: int = 0, silo: int | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{observer: (scores without, scores with the canary)} from the same ``trials`` runs per world."""
+    algorithm, train = sim.algorithm, sim.train
+    if not hasattr(algorithm, "noisy_gradient"):
+        raise ConfigError("algorithm.name", type(algorithm).__name__,
+                          "an algorithm of the LocalSGD family (the Dirac canary is a gradient-oracle canary)")
+    if getattr(algorithm, "clip_heuristic", "fixed") != "fixed":
+        raise ConfigError("algorithm.clip_heuristic", algorithm.clip_heuristic, "'fixed' to be audited")
+    population = train.num_clients
+    for observer in observers:
+        distinguisher.check_view(observer, sim.boundary.name, population)
+    silo = (1 if canary_client == 0 else 0) if silo is None else silo
+    grads = canary.DiracCanaryGradients(sim.grads, scale)
+    x0 = grads.initial_params()
+    server = algorithm.init_state(x0, 1).server
+    declared = [_noise_of(e) for e in algorithm.release(0, sim.state, train).step_events]
+    marks = (canary.neighbour_mark(algorithm.neighboring), canary.CANARY)
+    fixed = sim.clients.scheme != "poisson"
+    out: dict[str, list] = {observer: [] for observer in observers}
+    for world, label in enumerate(marks):
+        cohorts = _cohorts(sim, world, trials)
+        clients = torch.cat(cohorts)
+        trial_of_row = torch.repeat_interleave(torch.arange(trials), torch.tensor([c.numel() for c in cohorts]))
+        ids = (world * trials + trial_of_row) * population + clients
+        chunk = sim._chunk_size(max(int(clients.numel()), 1))
+        messages: dict[str, list] = {}
+        for start in range(0, clients.numel(), chunk):
+            rows = clients[start:start + chunk]
+            y = train.y[rows].clone()
+            y[(rows == canary_client), canary_record] = label
+            data = ClientData(train.x[rows], y, train.counts[rows])
+            state = algorithm.init_state(x0, rows.numel())
+            result = algorithm.client_round(0, server, state.rows(torch.arange(rows.numel())), data,
+                                            ClientContext(grads, sim.seed, 0, ids[start:start + chunk]))
+            _check_drawn(0, result.events, declared)
+            for name, value in result.messages.items():
+                messages.setdefault(name, []).append(value)
+        joined = {name: torch.cat(parts) for name, parts in messages.items()}
+        for observer in observers:
+            out[observer].append(distinguisher.scores(observer, sim.boundary.name, algorithm, server, trial_of_row,
+                                                      clients, joined, trials, population, canary_client, silo,
+                                                      fixed, grads.coordinate).numpy())
+    return {observer: (scores[0], scores[1]) for observer, scores in out.items()}
+
+
+def audit(sim, observer: str, trials: int, *, confidence: float = 0.95, scale: float = 1.0,
+          claim_events: dict | None = None, seed: int = 0, selection_fraction: float = 0.5) -> AuditResult:
+    """The many-run audit of one round of ``sim``'s configuration towards ``observer`` (module docstring).
+    ``seed`` draws the split into selection and evaluation runs (``bounds.many_run_lower_bound``)."""
+    return audit_all(sim, (observer,), trials, confidence=confidence, scale=scale, claim_events=claim_events,
+                     seed=seed, selection_fraction=selection_fraction)[observer]
+
+
+def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, scale: float = 1.0,
+              claim_events: dict | None = None, seed: int = 0,
+              selection_fraction: float = 0.5) -> dict[str, AuditResult]:
+    """``audit`` of several observers from the same runs (each bound holds with ``confidence`` on its own)."""
+    if trials < MIN_TRIALS:
+        raise ConfigError("--trials", trials, f"at least {MIN_TRIALS} runs per world (half of them choose the "
+                          "test, half count its errors; a useful bound needs thousands)")
+    for observer in observers:
+        distinguisher.check_view(observer, sim.boundary.name, sim.train.num_clients)
+    started = time.perf_counter()
+    scores = run_trials_all(sim, observers, trials, scale=scale)
+    seconds = time.perf_counter() - started
+    results = {}
+    for observer in observers:
+        negatives, positives = scores[observer]
+        bound = bounds.many_run_lower_bound(negatives, positives, sim.ledger.delta, confidence,
+                                            np.random.default_rng(seed), selection_fraction=selection_fraction)
+        results[observer] = AuditResult(observer, claimed_epsilon(sim, observer, claim_events), sim.ledger.delta,
+                                        bound, trials, "runs", seconds, negatives, positives)
+    return results
+
+
+__all__ = ["MIN_TRIALS", "AuditResult", "claimed_epsilon", "run_trials", "run_trials_all", "audit", "audit_all"]

@@ -1,0 +1,93 @@
+"""`dpfl audit CONFIG --observer NAME --method runs --canary dirac --trials N [--json] [--out DIR]`.
+
+Runs round 0 of the config's algorithm N times with a Dirac canary and N times with its neighbour (``dpfl.audit``),
+and prints the observer's claimed epsilon for that round beside a lower bound on epsilon that holds with the given
+confidence. A lower bound above the claim means the claim is wrong. Writes DIR/audit.json and DIR/roc.png.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+METHODS = ("runs",)
+CANARIES = ("dirac",)
+
+
+def configure(commands) -> None:
+    from dpfl.audit.distinguisher import OBSERVERS
+
+    audit = commands.add_parser(
+        "audit", help="empirical lower bound on epsilon towards one observer (many runs of one round)",
+        description="Run round 0 of CONFIG's algorithm TRIALS times with a Dirac canary and TRIALS times with its "
+                    "neighbour; print the claimed epsilon of that round and a lower bound that holds with the given "
+                    "confidence (a lower bound above the claim is a bug).")
+    audit.add_argument("config", help="path of the TOML config (a LocalSGD-family algorithm with a fixed clip)")
+    audit.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key (repeatable)")
+    audit.add_argument("--observer", required=True, choices=OBSERVERS, help="whose view is audited")
+    audit.add_argument("--method", default="runs", choices=METHODS, help="runs: many independent runs")
+    audit.add_argument("--canary", default="dirac", choices=CANARIES,
+                       help="dirac: a gradient C e along a coordinate no other record touches")
+    audit.add_argument("--trials", type=int, default=1000, help="runs with, and as many without, the canary")
+    audit.add_argument("--confidence", type=float, default=0.95, help="of the lower bound (default 0.95)")
+    audit.add_argument("--out", default=None, help="where to write audit.json and roc.png (default: "
+                                                   "runs/<config name>-audit-<observer>)")
+    audit.add_argument("--json", action="store_true", help="print the result as JSON")
+    audit.set_defaults(handler=_audit)
+
+
+def _audit(args) -> None:
+    from dpfl.audit import runs
+    from dpfl.cli import _print_result
+    from dpfl.errors import ConfigError
+    from dpfl.experiments.config import load_config
+    from dpfl.experiments.runner import build_simulation
+
+    if not 0 < args.confidence < 1:
+        raise ConfigError("--confidence", args.confidence, "a number in (0, 1)")
+    config = load_config(args.config, args.overrides)
+    sim = build_simulation(config)
+    result = runs.audit(sim, args.observer, args.trials, confidence=args.confidence)
+    out = Path(args.out) if args.out else Path("runs") / f"{Path(args.config).stem}-audit-{args.observer}"
+    out.mkdir(parents=True, exist_ok=True)
+    summary = result.to_dict()
+    summary["roc"] = str(out / "roc.png")
+    (out / "audit.json").write_text(json.dumps(summary, indent=2) + "\n")
+    plot_roc(result, out / "roc.png")
+    _print_result(summary, args.json)
+
+
+def plot_roc(result, path: Path) -> None:
+    """The observer's ROC curve (both directions of the score) on log axes, with the curve an (eps, delta)-DP
+    mechanism at the claimed epsilon cannot go above (TPR <= e^eps FPR + delta)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from dpfl.audit.bounds import roc_curve
+
+    fpr, tpr = roc_curve(result.negatives, result.positives)
+    fpr_b, tpr_b = roc_curve(-result.negatives, -result.positives)
+    fig, ax = plt.subplots(figsize=(5, 5))
+    floor = 1.0 / (2 * result.trials)
+    ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), label="score above t")
+    ax.plot(np.maximum(fpr_b, floor), np.maximum(tpr_b, floor), label="score below t")
+    grid = np.logspace(np.log10(floor), 0, 200)
+    claim = result.claimed_epsilon
+    if np.isfinite(claim):
+        ax.plot(grid, np.minimum(1, np.exp(claim) * grid + result.delta), "k--",
+                label=f"claimed eps = {claim:.3g} (delta = {result.delta:.2g})")
+    ax.plot(grid, grid, ":", color="grey")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("false positive rate")
+    ax.set_ylabel("true positive rate")
+    ax.set_title(f"{result.observer}: lower bound {result.bound.epsilon:.3g} ({result.bound.confidence:.0%}), "
+                 f"{result.trials} trials")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

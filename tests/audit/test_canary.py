@@ -1,0 +1,38 @@
+"""The Dirac canary's gradient oracle (dpfl.audit.canary)."""
+
+import pytest
+import torch
+
+from dpfl.audit import canary
+
+
+def test_dirac_canary_adds_exactly_plus_minus_or_zero_c_along_an_untouched_coordinate(make_sim):
+    sim = make_sim(1.0, 1e-5, 3)
+    base, grads = sim.grads, canary.DiracCanaryGradients(sim.grads)
+    x0 = grads.initial_params()
+    assert x0.shape[0] == base.initial_params().shape[0] + 1 and grads.coordinate == x0.shape[0] - 1
+    assert x0[-1] == 0
+    theta = torch.randn(3, x0.shape[0])
+    x, y, counts = sim.train.x[:3], sim.train.y[:3], sim.train.counts[:3]
+    mask = torch.ones(y.shape)
+    clip = torch.tensor([0.5, 1.0, 2.0])
+    plain = grads.clipped_sum(theta, x, y, mask, clip)
+    assert torch.equal(plain[:, -1], torch.zeros(3))  # no real record touches e
+    assert torch.allclose(plain[:, :-1], base.clipped_sum(theta[:, :-1], x, y, mask, clip))
+    for label, sign in canary.SIGNS.items():
+        marked = canary.mark(y, 1, 0, label)
+        out = grads.clipped_sum(theta, x, marked, mask, clip)
+        assert out[:, -1].tolist() == pytest.approx([0.0, sign * 1.0, 0.0])
+        # the marked record's own model gradient is replaced, not added to
+        unmarked = mask.clone()
+        unmarked[1, 0] = 0
+        assert torch.allclose(out[:, :-1], base.clipped_sum(theta[:, :-1], x, y, unmarked, clip), atol=1e-6)
+    loud = canary.DiracCanaryGradients(base, scale=10.0)
+    assert loud.clipped_sum(theta, x, canary.mark(y, 1, 0, canary.CANARY), mask, clip)[1, -1] == pytest.approx(10.0)
+
+
+def test_neighbour_follows_the_relation():
+    assert canary.neighbour_mark("replace_one") == canary.OPPOSITE
+    assert canary.neighbour_mark("add_remove") == canary.ABSENT
+    with pytest.raises(ValueError):
+        canary.neighbour_mark("replace_all")
