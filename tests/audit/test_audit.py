@@ -85,10 +85,10 @@ def test_correct_algorithm_stays_at_or_below_its_claim(make_sim, boundary):
 
 
 def test_correct_poisson_sampling_stays_below_its_claim(make_sim):
-    """Poisson records (add/remove: the canary's neighbour has a zero gradient) and Poisson cohorts."""
+    """Poisson records (zero-out: the canary's neighbour is a null record with a zero gradient) and Poisson cohorts."""
     sim = make_sim(BUG_NOISE, BUG_DELTA, 4, "algorithm.record_sampling='poisson'", "algorithm.sample_rate=0.5",
                    "algorithm.client_sampling='poisson'", "algorithm.client_rate=0.5")
-    assert sim.algorithm.neighboring == "add_remove"
+    assert sim.algorithm.neighboring == "zero_out"
     for result in runs.audit_all(sim, ("server", "third_party", "other_silo"), 500).values():
         assert result.bound.epsilon <= result.claimed_epsilon
 

@@ -14,9 +14,10 @@ any other coordinate. A record is marked through its label (the data's labels ar
 * ``OPPOSITE`` (-2): its replace-one neighbour, gradient -C e. Replacing a record changes one clipped term of the
   batch sum by at most 2C in norm; -C e attains that along e (and changes nothing else), so it is the worst-case
   replacement: the sum moves by exactly the sensitivity 2C the accounting assumes (``RecordSampler.mean_sensitivity``);
-* ``ABSENT`` (-3): the add/remove neighbour, gradient 0. The record is kept in the client's count so the divisor
-  q n_i (Poisson: the expected batch size) stays the same; the sum then moves by exactly C, the add/remove
-  sensitivity. (Really deleting it would also change n_i: the accounting treats the counts as public.)
+* ``ABSENT`` (-3): the zero-out neighbour (Poisson record sampling's relation), a null record of gradient 0. The
+  client's count, hence the divisor q n_i (the expected batch size), stays the same; the sum moves by exactly C, the
+  zero-out sensitivity. (Really deleting it would change n_i, the divisor and the noise scale: an add/remove claim
+  does not hold for Poisson record sampling, tests/audit/test_findings.py.)
 
 A marked record's own features are ignored (its model gradient is replaced, not added to). ``scale`` multiplies the
 canary's gradient (``scale = 10``: a planted bug, clipping skipped for a record of norm 10 C).
@@ -82,9 +83,9 @@ def neighbour_mark(neighboring: str) -> int:
     """The mark of the canary's neighbour under the run's relation (module docstring)."""
     if neighboring == "replace_one":
         return OPPOSITE
-    if neighboring == "add_remove":
+    if neighboring in ("zero_out", "add_remove"):
         return ABSENT
-    raise ValueError(f"neighboring = {neighboring!r}: expected 'replace_one' or 'add_remove'")
+    raise ValueError(f"neighboring = {neighboring!r}: expected 'replace_one', 'zero_out' or 'add_remove'")
 
 
 __all__ = ["CANARY", "OPPOSITE", "ABSENT", "SIGNS", "DiracCanaryGradients", "mark", "neighbour_mark"]
