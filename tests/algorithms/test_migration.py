@@ -21,7 +21,6 @@ import statistics
 from pathlib import Path
 
 import pytest
-import torch
 
 HERE = Path(__file__).resolve().parent
 TOLERANCE = 1e-5

@@ -10,7 +10,7 @@ from dpfl.audit import runs
 from dpfl.cli import main
 from dpfl.errors import ConfigError
 
-from .conftest import noise_for, overrides
+from .conftest import noise_for
 
 STRENGTH_DELTA = 1e-5
 #: The planted bugs are audited at delta = 1e-2, where epsilon describes the bulk of the privacy-loss law that a few

@@ -13,7 +13,7 @@ def test_dirac_canary_adds_exactly_plus_minus_or_zero_c_along_an_untouched_coord
     assert x0.shape[0] == base.initial_params().shape[0] + 1 and grads.coordinate == x0.shape[0] - 1
     assert x0[-1] == 0
     theta = torch.randn(3, x0.shape[0])
-    x, y, counts = sim.train.x[:3], sim.train.y[:3], sim.train.counts[:3]
+    x, y = sim.train.x[:3], sim.train.y[:3]
     mask = torch.ones(y.shape)
     clip = torch.tensor([0.5, 1.0, 2.0])
     plain = grads.clipped_sum(theta, x, y, mask, clip)

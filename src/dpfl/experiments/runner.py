@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from dpfl.accounting.ledger import PrivacyLedger
-from dpfl.accounting.observers import OBSERVERS, PAPER_UNPROVEN, THIRD_PARTY
+from dpfl.accounting.observers import PAPER_UNPROVEN, THIRD_PARTY
 from dpfl.algorithms import registry
 from dpfl.data import build_dataset
 from dpfl.engine.boundary import Boundary
