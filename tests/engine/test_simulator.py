@@ -125,7 +125,7 @@ def test_a_private_run_does_not_depend_on_the_memory_chunking(data, name, case, 
         kwargs["train"] = unequal(ds.train)
     chunked = make_sim(ds, memory_budget_bytes=1, **kwargs)
     whole = make_sim(ds, memory_budget_bytes=2**30, **kwargs)
-    assert chunked._chunk_size(3) == 1 and whole._chunk_size(3) == 3
+    assert chunked.chunk_size(3) == 1 and whole.chunk_size(3) == 3
     assert chunked.clients.cohort_size == 3 < M
     history_chunked, history_whole = chunked.run(3), whole.run(3)
     assert not torch.equal(chunked.model, make_sim(ds, **kwargs).model)  # the model moved
@@ -203,7 +203,7 @@ def test_a_replay_with_other_chunking_is_identical_and_free(data, tmp_path):
 
     resumed = make_sim(data, checkpoint_dir=tmp_path, checkpoint_every=3, sample_rate=0.5,
                        memory_budget_bytes=1)  # 1-client chunks
-    assert resumed._chunk_size(3) == 1
+    assert resumed.chunk_size(3) == 1
     resumed.load_checkpoint(tmp_path)
     resumed.run(4)
     assert torch.equal(resumed.model, released)  # round 3 released the same thing again...

@@ -28,7 +28,7 @@ import torch
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.audit import bounds, canary, distinguisher
 from dpfl.engine.protocol import ClientContext, ClientData
-from dpfl.engine.simulator import _check_drawn, _noise_of
+from dpfl.engine.simulator import check_drawn, noise_of
 from dpfl.errors import ConfigError
 
 #: The fewest trials per world the many-run bound accepts (half choose the test, half count its errors).
@@ -95,7 +95,7 @@ def run_trials_all(sim, observers, trials: int, *, scale: float = 1.0, canary_cl
     grads = canary.DiracCanaryGradients(sim.grads, scale)
     x0 = grads.initial_params()
     server = algorithm.init_state(x0, 1).server
-    declared = [_noise_of(e) for e in algorithm.release(0, sim.state, train).step_events]
+    declared = [noise_of(e) for e in algorithm.release(0, sim.state, train).step_events]
     marks = (canary.neighbour_mark(algorithm.neighboring), canary.CANARY)
     fixed = sim.clients.scheme != "poisson"
     out: dict[str, list] = {observer: [] for observer in observers}
@@ -104,7 +104,7 @@ def run_trials_all(sim, observers, trials: int, *, scale: float = 1.0, canary_cl
         clients = torch.cat(cohorts)
         trial_of_row = torch.repeat_interleave(torch.arange(trials), torch.tensor([c.numel() for c in cohorts]))
         ids = (world * trials + trial_of_row) * population + clients
-        chunk = sim._chunk_size(max(int(clients.numel()), 1))
+        chunk = sim.chunk_size(max(int(clients.numel()), 1))
         messages: dict[str, list] = {}
         for start in range(0, clients.numel(), chunk):
             rows = clients[start:start + chunk]
@@ -114,7 +114,7 @@ def run_trials_all(sim, observers, trials: int, *, scale: float = 1.0, canary_cl
             state = algorithm.init_state(x0, rows.numel())
             result = algorithm.client_round(0, server, state.rows(torch.arange(rows.numel())), data,
                                             ClientContext(grads, sim.seed, 0, ids[start:start + chunk]))
-            _check_drawn(0, result.events, declared)
+            check_drawn(0, result.events, declared)
             for name, value in result.messages.items():
                 messages.setdefault(name, []).append(value)
         joined = {name: torch.cat(parts) for name, parts in messages.items()}

@@ -94,7 +94,8 @@ class Simulation:
         return self.boundary.views(release, self.clients.cohort(t), self.ledger.analysis)
 
     # -- one round ----------------------------------------------------------------------------------------------
-    def _chunk_size(self, cohort_size: int) -> int:
+    def chunk_size(self, cohort_size: int) -> int:
+        """How many clients of the cohort one call of ``client_round`` takes within ``memory_budget_bytes``."""
         batch = self.algorithm.examples_per_client(self.train.counts)
         per_client = batch * memory_per_example(self.grads, self.train.x[0, 0].numel()) + 4 * self.train.x[0].numel()
         return max(1, min(cohort_size, self.memory_budget_bytes // max(per_client, 1)))
@@ -108,15 +109,15 @@ class Simulation:
         if self.checkpoint_dir is not None:  # spent before any noise is drawn: persist it first
             Path(self.checkpoint_dir).mkdir(parents=True, exist_ok=True)
             self.ledger.save(Path(self.checkpoint_dir) / "ledger.json")
-        declared = [_noise_of(e) for e in release.step_events]
+        declared = [noise_of(e) for e in release.step_events]
         messages = []
-        chunk = self._chunk_size(max(cohort.numel(), 1))
+        chunk = self.chunk_size(max(cohort.numel(), 1))
         for start in range(0, cohort.numel(), chunk):
             ids = cohort[start : start + chunk]
             data = ClientData(self.train.x[ids], self.train.y[ids], self.train.counts[ids])
             out = self.algorithm.client_round(t, self.state.server, self.state.rows(ids), data,
                                               ClientContext(self.grads, self.seed, t, ids))
-            _check_drawn(t, out.events, declared)
+            check_drawn(t, out.events, declared)
             messages.append(out.messages)
             for name, rows in out.state.items():
                 self.state.clients[name][ids] = rows
@@ -232,14 +233,14 @@ class Simulation:
         self.ledger = spent
 
 
-def _noise_of(event: dp_event.DpEvent) -> dp_event.DpEvent:
+def noise_of(event: dp_event.DpEvent) -> dp_event.DpEvent:
     """The noise inside a record-level step event (the sampling around it is the sampler's, not drawn noise)."""
     while isinstance(event, (dp_event.SampledWithoutReplacementDpEvent, dp_event.PoissonSampledDpEvent)):
         event = event.event
     return event
 
 
-def _check_drawn(round_index: int, drawn: list, declared: list) -> None:
+def check_drawn(round_index: int, drawn: list, declared: list) -> None:
     """The noise a client drew must be the noise declared, draw for draw ("not private" covers any noise)."""
     if len(drawn) == len(declared) and all(isinstance(expected, dp_event.NonPrivateDpEvent) or got == expected
                                            for got, expected in zip(drawn, declared)):
@@ -279,4 +280,4 @@ class _StopOnCtrlC:
 
 
 
-__all__ = ["Simulation", "RoundMetrics"]
+__all__ = ["Simulation", "RoundMetrics", "noise_of", "check_drawn"]
