@@ -4,6 +4,7 @@ release, planted bugs caught, correct configurations at or below their claims, a
 import json
 
 import pytest
+import torch
 
 import dpfl.engine.noise as noise
 from dpfl.audit import runs
@@ -144,3 +145,30 @@ def test_example_audit_config_catches_nothing_on_the_correct_algorithm(capsys, t
     printed = json.loads(capsys.readouterr().out)
     assert printed["claimed_epsilon"] == pytest.approx(2.3178, abs=1e-3)
     assert printed["lower_bound"] <= printed["claimed_epsilon"]
+
+
+def test_planted_bug_one_noise_draw_reused_by_every_client_is_caught(make_sim, monkeypatch):
+    """Every client of a cohort draws the SAME standard-normal noise (the noise stream named without the client id,
+    here: each audited trial's clients read the stream of the trial's first client). The other silo's claim credits
+    the other clients' independent noise shares; a silo that knows its own draw knows everyone's, subtracts M copies
+    (``silo_weight`` = M) and sees the canary noise-free. The correct code stays at or below the same claim.
+    Measured (500 runs per world, claim 0.534): correct 0.00; bug 4.20 (the largest a 250-run evaluation half
+    allows); the default weight 1 does NOT see the bug (0.00: reused noise makes sum - own noisier, not cleaner)."""
+    import dpfl.engine.randomness as randomness
+
+    clients = 10
+    sim = make_sim(BUG_NOISE, BUG_DELTA, clients)
+    honest = runs.audit(sim, "other_silo", 500, silo_weight=clients)
+    original = randomness.ClientStreams.__init__
+
+    def shared(self, seed, round_index, ids, purpose):
+        ids = torch.as_tensor(ids)
+        if purpose == "noise":  # audit ids are (world * N + trial) * M + client: map every client to the trial's first
+            ids = ids - ids % clients
+        original(self, seed, round_index, ids, purpose)
+
+    monkeypatch.setattr(randomness.ClientStreams, "__init__", shared)
+    buggy = runs.audit(sim, "other_silo", 500, silo_weight=clients)
+    assert honest.claimed_epsilon == buggy.claimed_epsilon < 1.0
+    assert honest.bound.epsilon <= honest.claimed_epsilon
+    assert buggy.bound.epsilon > 3 * buggy.claimed_epsilon

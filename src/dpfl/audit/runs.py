@@ -73,15 +73,18 @@ def _cohorts(sim, world: int, trials: int) -> list[torch.Tensor]:
 
 
 def run_trials(sim, observer: str, trials: int, *, scale: float = 1.0, canary_client: int = 0,
-               canary_record: int = 0, silo: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+               canary_record: int = 0, silo: int | None = None,
+               silo_weight: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Scores of ``observer`` in ``trials`` runs of round 0 without (world 0) and with (world 1) the canary."""
     return run_trials_all(sim, (observer,), trials, scale=scale, canary_client=canary_client,
-                          canary_record=canary_record, silo=silo)[observer]
+                          canary_record=canary_record, silo=silo, silo_weight=silo_weight)[observer]
 
 
 def run_trials_all(sim, observers, trials: int, *, scale: float = 1.0, canary_client: int = 0,
-                   canary_record: int = 0, silo: int | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{observer: (scores without, scores with the canary)} from the same ``trials`` runs per world."""
+                   canary_record: int = 0, silo: int | None = None,
+                   silo_weight: float = 1.0) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{observer: (scores without, scores with the canary)} from the same ``trials`` runs per world;
+    ``silo_weight``: the other silo's weight on its own message (``distinguisher.scores``)."""
     algorithm, train = sim.algorithm, sim.train
     if not hasattr(algorithm, "noisy_gradient"):
         raise ConfigError("algorithm.name", type(algorithm).__name__,
@@ -121,21 +124,22 @@ def run_trials_all(sim, observers, trials: int, *, scale: float = 1.0, canary_cl
         for observer in observers:
             out[observer].append(distinguisher.scores(observer, sim.boundary.name, algorithm, server, trial_of_row,
                                                       clients, joined, trials, population, canary_client, silo,
-                                                      fixed, grads.coordinate).numpy())
+                                                      fixed, grads.coordinate, silo_weight).numpy())
     return {observer: (scores[0], scores[1]) for observer, scores in out.items()}
 
 
 def audit(sim, observer: str, trials: int, *, confidence: float = 0.95, scale: float = 1.0,
-          claim_events: dict | None = None, seed: int = 0, selection_fraction: float = 0.5) -> AuditResult:
+          claim_events: dict | None = None, seed: int = 0, selection_fraction: float = 0.5,
+          silo_weight: float = 1.0) -> AuditResult:
     """The many-run audit of one round of ``sim``'s configuration towards ``observer`` (module docstring).
     ``seed`` draws the split into selection and evaluation runs (``bounds.many_run_lower_bound``)."""
     return audit_all(sim, (observer,), trials, confidence=confidence, scale=scale, claim_events=claim_events,
-                     seed=seed, selection_fraction=selection_fraction)[observer]
+                     seed=seed, selection_fraction=selection_fraction, silo_weight=silo_weight)[observer]
 
 
 def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, scale: float = 1.0,
               claim_events: dict | None = None, seed: int = 0,
-              selection_fraction: float = 0.5) -> dict[str, AuditResult]:
+              selection_fraction: float = 0.5, silo_weight: float = 1.0) -> dict[str, AuditResult]:
     """``audit`` of several observers from the same runs (each bound holds with ``confidence`` on its own)."""
     if trials < MIN_TRIALS:
         raise ConfigError("--trials", trials, f"at least {MIN_TRIALS} runs per world (half of them choose the "
@@ -143,7 +147,7 @@ def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, scale: f
     for observer in observers:
         distinguisher.check_view(observer, sim.boundary.name, sim.train.num_clients)
     started = time.perf_counter()
-    scores = run_trials_all(sim, observers, trials, scale=scale)
+    scores = run_trials_all(sim, observers, trials, scale=scale, silo_weight=silo_weight)
     seconds = time.perf_counter() - started
     results = {}
     for observer in observers:
