@@ -222,3 +222,19 @@ def test_cli_audit_one_run(tmp_path, capsys):
     assert main(["audit", _config(tmp_path), "--observer", "third_party", "--method", "one-run", "--canaries",
                  "5000", "--out", str(out)]) == 2
     assert "records the canaries can replace" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_audit_table_script_runs(capsys):
+    """benchmarks/audit_table.py (the table of docs/audit.md) on two names at 20 trials: it stays runnable."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "audit_table.py"
+    spec = importlib.util.spec_from_file_location("audit_table", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(["--trials", "20", "dp-fedsgd", "dp-scaffold-warm"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 + 2 * 3 and all(line.count("|") == 9 for line in lines)
+    assert "**above**" not in "\n".join(lines)
