@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import math
 import time
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from dpfl.algorithms import registry
 from dpfl.audit import runs

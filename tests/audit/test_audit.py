@@ -154,7 +154,7 @@ def test_planted_bug_one_noise_draw_reused_by_every_client_is_caught(make_sim, m
     (``silo_weight`` = M) and sees the canary noise-free. The correct code stays at or below the same claim.
     Measured (500 runs per world, claim 0.534): correct 0.00; bug 4.20 (the largest a 250-run evaluation half
     allows); the default weight 1 does NOT see the bug (0.00: reused noise makes sum - own noisier, not cleaner)."""
-    import dpfl.engine.randomness as randomness
+    from dpfl.engine import randomness
 
     clients = 10
     sim = make_sim(BUG_NOISE, BUG_DELTA, clients)
