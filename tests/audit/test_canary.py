@@ -36,3 +36,24 @@ def test_neighbour_follows_the_relation():
     assert canary.neighbour_mark("add_remove") == canary.ABSENT
     with pytest.raises(ValueError):
         canary.neighbour_mark("replace_all")
+
+
+def test_many_dirac_canaries_each_move_their_own_coordinate(make_sim):
+    sim = make_sim(1.0, 1e-5, 2)
+    base = sim.grads
+    grads = canary.ManyDiracCanaryGradients(base, torch.tensor([1.0, -1.0, 0.0]))
+    P = base.initial_params().shape[0]
+    x0 = grads.initial_params()
+    assert x0.shape[0] == P + 3 and torch.equal(x0[P:], torch.zeros(3))
+    theta = torch.randn(2, P + 3)
+    x, y = sim.train.x[:2], sim.train.y[:2].clone()
+    mask = torch.ones(y.shape)
+    plain = grads.clipped_sum(theta, x, y, mask, 2.0)
+    assert torch.equal(plain[:, P:], torch.zeros(2, 3))
+    y[0, 0], y[0, 1], y[1, 0] = canary.FIRST_OF_MANY, canary.FIRST_OF_MANY - 2, canary.FIRST_OF_MANY - 1
+    out = grads.clipped_sum(theta, x, y, mask, 2.0)
+    assert out[:, P:].tolist() == [[2.0, 0.0, 0.0], [0.0, -2.0, 0.0]]
+    unmarked = mask.clone()
+    unmarked[0, :2] = 0
+    unmarked[1, 0] = 0
+    assert torch.allclose(out[:, :P], base.clipped_sum(theta[:, :P], x, sim.train.y[:2], unmarked, 2.0), atol=1e-6)

@@ -70,6 +70,43 @@ class DiracCanaryGradients:
         raise NotImplementedError("the Dirac canary audits a fixed clip bound (algorithm.clip_heuristic = 'fixed')")
 
 
+#: One-run canaries are marked ``FIRST_OF_MANY - i`` (canary i, i = 0..m-1): below every single-canary mark.
+FIRST_OF_MANY = -4
+
+
+class ManyDiracCanaryGradients:
+    """The one-run audit's oracle: m canaries, canary i a Dirac gradient ``signs[i]`` x C along its own extra
+    coordinate e_i (index ``base.num_params + i``, initialised to 0); a record marked ``FIRST_OF_MANY - i`` is canary
+    i (its features ignored, as for ``DiracCanaryGradients``). ``signs[i]`` is +1 for an included canary and the
+    neighbour's sign (-1 replace-one, 0 zero-out) for an excluded one, times ``scale``."""
+
+    def __init__(self, base, signs: torch.Tensor):
+        self.base, self.signs = base, torch.as_tensor(signs, dtype=torch.float64)
+        self.base_params = int(base.initial_params().shape[0])
+        self.num_params = self.base_params + self.signs.numel()
+
+    def initial_params(self) -> torch.Tensor:
+        x0 = self.base.initial_params()
+        return torch.cat([x0, torch.zeros(self.signs.numel(), dtype=x0.dtype)])
+
+    def clipped_sum(self, theta, x, y, mask, clip, **kwargs):
+        m = self.signs.numel()
+        index = FIRST_OF_MANY - y  # canary i at index i; real records (y >= 0) and single marks negative
+        marked = (index >= 0) & (index < m)
+        base = self.base.clipped_sum(theta[:, :self.base_params], x, y.masked_fill(marked, 0),
+                                     mask * (~marked).to(mask.dtype), clip, **kwargs)
+        bound = torch.ones(theta.shape[0], dtype=torch.float64) if clip is None else \
+            torch.as_tensor(clip, dtype=torch.float64).expand(theta.shape[0])
+        weight = torch.where(marked, self.signs[index.clamp(0, m - 1)], 0.0) * mask.double()
+        rows, cols = marked.nonzero(as_tuple=True)
+        along = torch.zeros(theta.shape[0], m, dtype=torch.float64)
+        along.index_put_((rows, index[rows, cols]), weight[rows, cols], accumulate=True)
+        return torch.cat([base, (along * bound.unsqueeze(1)).to(base.dtype)], dim=1)
+
+    def example_norms(self, theta, x, y, mask, **kwargs):
+        raise NotImplementedError("the Dirac canary audits a fixed clip bound (algorithm.clip_heuristic = 'fixed')")
+
+
 def mark(y: torch.Tensor, client: int, record: int, label: int) -> torch.Tensor:
     """A copy of the labels ``y`` [clients, records] with record ``record`` of client ``client`` marked ``label``."""
     if label not in SIGNS:
@@ -88,4 +125,5 @@ def neighbour_mark(neighboring: str) -> int:
     raise ValueError(f"neighboring = {neighboring!r}: expected 'replace_one', 'zero_out' or 'add_remove'")
 
 
-__all__ = ["CANARY", "OPPOSITE", "ABSENT", "SIGNS", "DiracCanaryGradients", "mark", "neighbour_mark"]
+__all__ = ["CANARY", "OPPOSITE", "ABSENT", "SIGNS", "FIRST_OF_MANY", "DiracCanaryGradients", "ManyDiracCanaryGradients",
+           "mark", "neighbour_mark"]

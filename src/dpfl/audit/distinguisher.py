@@ -12,6 +12,9 @@ The views follow the run's boundary (``dpfl.accounting.observers``, ``dpfl.engin
 * ``other_silo``: a silo that is not the canary's owner: the released model plus its own update. With a fixed-size
   cohort it knows the cohort's size, so it recovers the sum of the messages and subtracts its own message (score =
   the sum minus its own dy, along e); with a Poisson cohort it does not know the size and scores the model's move.
+  ``silo_weight`` w makes the fixed-cohort score sum - w x own: w = 1 is the likelihood-ratio test when the clients'
+  noise draws are independent; w = the cohort size exposes a noise draw that every client reuses (the silo knows its
+  own draw, hence everyone's, and subtracts all of them). Any w is post-processing of the silo's view: honest.
 
 For a Gaussian mechanism on a Dirac canary the inner product with e is the likelihood-ratio statistic of each view
 (the coordinate along e is a sufficient statistic: no other record moves it), so thresholding it is the optimal test
@@ -46,7 +49,7 @@ def check_view(observer: str, boundary: str, num_clients: int) -> None:
 
 def scores(observer: str, boundary: str, algorithm, server: dict, trial_of_row: torch.Tensor,
            client_of_row: torch.Tensor, messages: dict, trials: int, population: int, canary_client: int,
-           silo: int, fixed_cohort: bool, coordinate: int) -> torch.Tensor:
+           silo: int, fixed_cohort: bool, coordinate: int, silo_weight: float = 1.0) -> torch.Tensor:
     """Each trial's score [trials] for ``observer`` from the rows' messages (rows = (trial, client) pairs)."""
     sums = {name: torch.zeros(trials, value.shape[1], dtype=value.dtype).index_add_(0, trial_of_row, value)
             for name, value in messages.items()}
@@ -60,7 +63,7 @@ def scores(observer: str, boundary: str, algorithm, server: dict, trial_of_row: 
     if observer == SERVER:
         return sums["dy"][:, coordinate].double() if boundary == "secagg" else own(canary_client)
     if observer == OTHER_SILO and fixed_cohort:
-        return sums["dy"][:, coordinate].double() - own(silo)
+        return sums["dy"][:, coordinate].double() - silo_weight * own(silo)
     # the released model's move along e, from the algorithm's server step on the trial's delivery
     start = server["x"][coordinate].double()
     moves = torch.empty(trials, dtype=torch.float64)

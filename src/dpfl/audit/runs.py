@@ -27,6 +27,7 @@ import torch
 
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.audit import bounds, canary, distinguisher
+from dpfl.engine.boundary import Delivery
 from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.engine.simulator import check_drawn, noise_of
 from dpfl.errors import ConfigError
@@ -73,15 +74,18 @@ def _cohorts(sim, world: int, trials: int) -> list[torch.Tensor]:
 
 
 def run_trials(sim, observer: str, trials: int, *, scale: float = 1.0, canary_client: int = 0,
-               canary_record: int = 0, silo: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+               canary_record: int = 0, silo: int | None = None,
+               silo_weight: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Scores of ``observer`` in ``trials`` runs of round 0 without (world 0) and with (world 1) the canary."""
     return run_trials_all(sim, (observer,), trials, scale=scale, canary_client=canary_client,
-                          canary_record=canary_record, silo=silo)[observer]
+                          canary_record=canary_record, silo=silo, silo_weight=silo_weight)[observer]
 
 
 def run_trials_all(sim, observers, trials: int, *, scale: float = 1.0, canary_client: int = 0,
-                   canary_record: int = 0, silo: int | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{observer: (scores without, scores with the canary)} from the same ``trials`` runs per world."""
+                   canary_record: int = 0, silo: int | None = None,
+                   silo_weight: float = 1.0) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{observer: (scores without, scores with the canary)} from the same ``trials`` runs per world;
+    ``silo_weight``: the other silo's weight on its own message (``distinguisher.scores``)."""
     algorithm, train = sim.algorithm, sim.train
     if not hasattr(algorithm, "noisy_gradient"):
         raise ConfigError("algorithm.name", type(algorithm).__name__,
@@ -121,21 +125,22 @@ def run_trials_all(sim, observers, trials: int, *, scale: float = 1.0, canary_cl
         for observer in observers:
             out[observer].append(distinguisher.scores(observer, sim.boundary.name, algorithm, server, trial_of_row,
                                                       clients, joined, trials, population, canary_client, silo,
-                                                      fixed, grads.coordinate).numpy())
+                                                      fixed, grads.coordinate, silo_weight).numpy())
     return {observer: (scores[0], scores[1]) for observer, scores in out.items()}
 
 
 def audit(sim, observer: str, trials: int, *, confidence: float = 0.95, scale: float = 1.0,
-          claim_events: dict | None = None, seed: int = 0, selection_fraction: float = 0.5) -> AuditResult:
+          claim_events: dict | None = None, seed: int = 0, selection_fraction: float = 0.5,
+          silo_weight: float = 1.0) -> AuditResult:
     """The many-run audit of one round of ``sim``'s configuration towards ``observer`` (module docstring).
     ``seed`` draws the split into selection and evaluation runs (``bounds.many_run_lower_bound``)."""
     return audit_all(sim, (observer,), trials, confidence=confidence, scale=scale, claim_events=claim_events,
-                     seed=seed, selection_fraction=selection_fraction)[observer]
+                     seed=seed, selection_fraction=selection_fraction, silo_weight=silo_weight)[observer]
 
 
 def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, scale: float = 1.0,
               claim_events: dict | None = None, seed: int = 0,
-              selection_fraction: float = 0.5) -> dict[str, AuditResult]:
+              selection_fraction: float = 0.5, silo_weight: float = 1.0) -> dict[str, AuditResult]:
     """``audit`` of several observers from the same runs (each bound holds with ``confidence`` on its own)."""
     if trials < MIN_TRIALS:
         raise ConfigError("--trials", trials, f"at least {MIN_TRIALS} runs per world (half of them choose the "
@@ -143,7 +148,7 @@ def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, scale: f
     for observer in observers:
         distinguisher.check_view(observer, sim.boundary.name, sim.train.num_clients)
     started = time.perf_counter()
-    scores = run_trials_all(sim, observers, trials, scale=scale)
+    scores = run_trials_all(sim, observers, trials, scale=scale, silo_weight=silo_weight)
     seconds = time.perf_counter() - started
     results = {}
     for observer in observers:
@@ -155,4 +160,114 @@ def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, scale: f
     return results
 
 
-__all__ = ["MIN_TRIALS", "AuditResult", "claimed_epsilon", "run_trials", "run_trials_all", "audit", "audit_all"]
+# -- one run (Steinke, Nasr, Jagielski 2023) ---------------------------------------------------------------------
+#: Spawn-key tag of the one-run audit's inclusion and cohort draws.
+_ONE_RUN_KEY = 0x0E1
+
+
+@dataclass
+class OneRunResult:
+    observer: str
+    claimed_epsilon: float
+    delta: float
+    lower_bound: float
+    confidence: float
+    canaries: int
+    guesses: int
+    correct: int
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return {"observer": self.observer, "claimed_epsilon": self.claimed_epsilon, "delta": self.delta,
+                "lower_bound": self.lower_bound, "confidence": self.confidence, "trials": 1, "method": "one-run",
+                "canary": "dirac", "violated": self.lower_bound > self.claimed_epsilon, "canaries": self.canaries,
+                "guesses": self.guesses, "correct": self.correct, "seconds": self.seconds}
+
+
+def one_run_scores(sim, observer: str, canaries: int, *, scale: float = 1.0, seed: int = 0, silo: int = 0,
+                   silo_weight: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(included [m] bools, scores [m]) of ONE run of round 0 with ``canaries`` Dirac canaries, each included with
+    probability 1/2 (else its neighbour under the run's relation), on coordinates of their own
+    (``canary.ManyDiracCanaryGradients``). Canary i replaces one record, spread round-robin over the clients (the
+    other silo's own clients excluded when it is the observer). The score of canary i is minus the observer's view
+    along e_i (a gradient step moves the model against the canary's gradient): the views of
+    ``dpfl.audit.distinguisher``, read per canary (the plain server reads canary i's owner's message)."""
+    algorithm, train = sim.algorithm, sim.train
+    if not hasattr(algorithm, "noisy_gradient"):
+        raise ConfigError("algorithm.name", type(algorithm).__name__,
+                          "an algorithm of the LocalSGD family (the Dirac canary is a gradient-oracle canary)")
+    if getattr(algorithm, "clip_heuristic", "fixed") != "fixed":
+        raise ConfigError("algorithm.clip_heuristic", algorithm.clip_heuristic, "'fixed' to be audited")
+    population = train.num_clients
+    distinguisher.check_view(observer, sim.boundary.name, population)
+    hosts = [c for c in range(population) if not (observer == distinguisher.OTHER_SILO and c == silo)]
+    slots = [(c, r) for r in range(int(train.counts.max())) for c in hosts if r < int(train.counts[c])]
+    if canaries < 2 or canaries > len(slots):
+        raise ConfigError("--canaries", canaries, f"between 2 and the {len(slots)} records the canaries can replace")
+    rng = np.random.default_rng(np.random.SeedSequence(sim.seed, spawn_key=(_ONE_RUN_KEY, seed)))
+    included = rng.integers(0, 2, canaries).astype(bool)
+    out_sign = canary.SIGNS[canary.neighbour_mark(algorithm.neighboring)]
+    signs = torch.tensor(np.where(included, 1.0, out_sign) * scale)
+    grads = canary.ManyDiracCanaryGradients(sim.grads, signs)
+    owner = torch.tensor([c for c, _ in slots[:canaries]])
+    y_all = train.y.clone()
+    for i, (c, r) in enumerate(slots[:canaries]):
+        y_all[c, r] = canary.FIRST_OF_MANY - i
+    x0 = grads.initial_params()
+    server = algorithm.init_state(x0, 1).server
+    declared = [noise_of(e) for e in algorithm.release(0, sim.state, train).step_events]
+    cohort = sim.clients.sample(0, int(rng.integers(0, 2**62)))
+    chunk = sim.chunk_size(max(int(cohort.numel()), 1))
+    parts: dict[str, list] = {}
+    for start in range(0, cohort.numel(), chunk):
+        rows = cohort[start:start + chunk]
+        state = algorithm.init_state(x0, rows.numel())
+        result = algorithm.client_round(0, server, state.rows(torch.arange(rows.numel())),
+                                        ClientData(train.x[rows], y_all[rows], train.counts[rows]),
+                                        ClientContext(grads, sim.seed, 0, rows))
+        check_drawn(0, result.events, declared)
+        for name, value in result.messages.items():
+            parts.setdefault(name, []).append(value)
+    messages = {name: torch.cat(value) for name, value in parts.items()}
+    coords = grads.base_params + torch.arange(canaries)
+    dy = messages["dy"].double()
+    total = dy.sum(0)
+    row_of = {int(c): i for i, c in enumerate(cohort)}
+
+    def own(client: int) -> torch.Tensor:
+        return dy[row_of[client]] if client in row_of else torch.zeros_like(total)
+
+    if observer == distinguisher.SERVER and sim.boundary.name == "secagg":
+        view = total[coords]
+    elif observer == distinguisher.SERVER:
+        view = torch.stack([own(int(c))[int(k)] for c, k in zip(owner, coords)])
+    elif observer == distinguisher.OTHER_SILO and sim.clients.scheme != "poisson":
+        view = (total - silo_weight * own(silo))[coords]
+    else:
+        delivery = Delivery({name: value.sum(0) for name, value in messages.items()}, int(cohort.numel()), population)
+        view = (algorithm.server_update(0, server, delivery)["x"] - server["x"])[coords].double()
+    return included, -view.numpy()
+
+
+def one_run_audit(sim, observer: str, canaries: int = 1000, guesses: int | None = None, *,
+                  confidence: float = 0.95, scale: float = 1.0, seed: int = 0, silo_weight: float = 1.0,
+                  claim_events: dict | None = None) -> OneRunResult:
+    """The one-run audit (``bounds.one_run_lower_bound``): ``guesses`` r (default m / 10) fixed in advance, half
+    "included" on the highest scores and half "excluded" on the lowest; v of them right."""
+    guesses = max(2, canaries // 10) if guesses is None else guesses
+    if not 2 <= guesses <= canaries:
+        raise ConfigError("--guesses", guesses, f"between 2 and --canaries = {canaries}")
+    if not 0 < confidence < 1:
+        raise ConfigError("--confidence", confidence, "a number in (0, 1)")
+    started = time.perf_counter()
+    included, score = one_run_scores(sim, observer, canaries, scale=scale, seed=seed, silo_weight=silo_weight)
+    order = np.argsort(score, kind="stable")
+    high = guesses // 2
+    correct = int(included[order[canaries - high:]].sum() + (~included[order[:guesses - high]]).sum())
+    bound = bounds.one_run_lower_bound(canaries, guesses, correct, sim.ledger.delta, confidence)
+    return OneRunResult(observer, claimed_epsilon(sim, observer, claim_events), sim.ledger.delta, bound, confidence,
+                        canaries, guesses, correct, time.perf_counter() - started)
+
+
+__all__ = ["MIN_TRIALS", "AuditResult", "OneRunResult", "claimed_epsilon", "run_trials", "run_trials_all", "audit",
+           "audit_all", "one_run_scores", "one_run_audit"]

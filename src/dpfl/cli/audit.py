@@ -1,8 +1,11 @@
-"""`dpfl audit CONFIG --observer NAME --method runs --canary dirac --trials N [--json] [--out DIR]`.
+"""`dpfl audit CONFIG --observer NAME --method runs|one-run --canary dirac [--trials N | --canaries M [--guesses R]]
+[--json] [--out DIR]`.
 
-Runs round 0 of the config's algorithm N times with a Dirac canary and N times with its neighbour (``dpfl.audit``),
-and prints the observer's claimed epsilon for that round beside a lower bound on epsilon that holds with the given
-confidence. A lower bound above the claim means the claim is wrong. Writes DIR/audit.json and DIR/roc.png.
+``--method runs``: runs round 0 of the config's algorithm N times with a Dirac canary and N times with its neighbour
+(``dpfl.audit``), and prints the observer's claimed epsilon for that round beside a lower bound on epsilon that holds
+with the given confidence. A lower bound above the claim means the claim is wrong. Writes DIR/audit.json and
+DIR/roc.png. ``--method one-run``: ONE run of round 0 with M canaries, each included with probability 1/2; R guesses
+(half on the highest scores, half on the lowest) and the Steinke-Nasr-Jagielski bound; writes DIR/audit.json.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-METHODS = ("runs",)
+METHODS = ("runs", "one-run")
 CANARIES = ("dirac",)
 
 
@@ -26,10 +29,14 @@ def configure(commands) -> None:
     audit.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key (repeatable)")
     audit.add_argument("--observer", required=True, choices=OBSERVERS, help="whose view is audited")
-    audit.add_argument("--method", default="runs", choices=METHODS, help="runs: many independent runs")
+    audit.add_argument("--method", default="runs", choices=METHODS, help="runs: many independent runs; one-run: one run with --canaries canaries")
     audit.add_argument("--canary", default="dirac", choices=CANARIES,
                        help="dirac: a gradient C e along a coordinate no other record touches")
     audit.add_argument("--trials", type=int, default=1000, help="runs with, and as many without, the canary")
+    audit.add_argument("--canaries", type=int, default=1000,
+                       help="one-run: canaries, each included with probability 1/2 (each replaces one record)")
+    audit.add_argument("--guesses", type=int, default=None,
+                       help="one-run: guesses, half on the highest scores, half on the lowest (default canaries / 10)")
     audit.add_argument("--confidence", type=float, default=0.95, help="of the lower bound (default 0.95)")
     audit.add_argument("--out", default=None, help="where to write audit.json and roc.png (default: "
                                                    "runs/<config name>-audit-<observer>)")
@@ -48,13 +55,18 @@ def _audit(args) -> None:
         raise ConfigError("--confidence", args.confidence, "a number in (0, 1)")
     config = load_config(args.config, args.overrides)
     sim = build_simulation(config)
-    result = runs.audit(sim, args.observer, args.trials, confidence=args.confidence)
     out = Path(args.out) if args.out else Path("runs") / f"{Path(args.config).stem}-audit-{args.observer}"
-    out.mkdir(parents=True, exist_ok=True)
-    summary = result.to_dict()
-    summary["roc"] = str(out / "roc.png")
+    if args.method == "one-run":
+        summary = runs.one_run_audit(sim, args.observer, args.canaries, args.guesses,
+                                     confidence=args.confidence).to_dict()
+        out.mkdir(parents=True, exist_ok=True)
+    else:
+        result = runs.audit(sim, args.observer, args.trials, confidence=args.confidence)
+        out.mkdir(parents=True, exist_ok=True)
+        summary = result.to_dict()
+        summary["roc"] = str(out / "roc.png")
+        plot_roc(result, out / "roc.png")
     (out / "audit.json").write_text(json.dumps(summary, indent=2) + "\n")
-    plot_roc(result, out / "roc.png")
     _print_result(summary, args.json)
 
 
