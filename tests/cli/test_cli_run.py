@@ -87,11 +87,11 @@ def test_bad_config_names_the_key_and_exits_2(config, tmp_path, capsys, override
 
 def test_budget_stops_the_run_before_the_round_that_would_exceed_it(config, tmp_path, capsys):
     out = tmp_path / "budget"
-    assert main(["run", str(config), "--out", str(out), "--no-progress", "--set", "privacy.budget=1.0"]) == 0
+    assert main(["run", str(config), "--out", str(out), "--no-progress", "--set", "privacy.budget=1.0"]) == 3
     results = json.loads((out / "results.json").read_text())
     assert "privacy.budget.third_party" in results["stopped_reason"]
     assert results["final"]["epsilon"]["third_party"] <= 1.0
-    assert "stopped early" in capsys.readouterr().err
+    assert "stopped by the privacy budget" in capsys.readouterr().err
 
 
 def test_demo_small_writes_a_table_and_a_plot(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""The `dpfl` command line: run | demo | audit | account | calibrate.
+"""The `dpfl` command line: run | demo | plot | audit | account | calibrate (and `dpfl --version`).
 
 `account` and `calibrate` have one subcommand per accountant. Each lives in its own module of this package named
 `account_<name>.py` or `calibrate_<name>.py` and defines
@@ -65,12 +65,28 @@ def safe_round(value, down: bool = False, digits: int = 6) -> str:
     return f"{rounded.normalize():f}" if -5 <= rounded.adjusted() < digits else f"{rounded.normalize():E}"
 
 
+def version() -> str:
+    """The installed distribution's version (importlib.metadata), else the package's ``__version__``."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("dpfl")
+    except metadata.PackageNotFoundError:
+        import dpfl
+
+        return getattr(dpfl, "__version__", "unknown")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dpfl", description="Differentially private federated learning.")
+    parser.add_argument("--version", action="version", version=f"dpfl {version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     from dpfl.cli import run as run_cmd  # local import: keeps `dpfl account` free of torch start-up cost
 
     run_cmd.configure(commands)
+    from dpfl.cli import plot as plot_cmd
+
+    plot_cmd.configure(commands)
     from dpfl.cli import audit as audit_cmd
 
     audit_cmd.configure(commands)
@@ -90,7 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, --version (0) or a usage error (2, already printed): a status, not a raise
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else 2)
     try:
         code = args.handler(args)  # a handler returns None, or an exit status of its own (130: interrupted)
     except DpflError as err:

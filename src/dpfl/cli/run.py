@@ -1,11 +1,16 @@
-"""`dpfl run CONFIG.toml [--set key=value ...] [--out DIR] [--resume | --restart]` and `dpfl demo [--out DIR]`.
+"""`dpfl run CONFIG.toml [--set key=value ...] [--out DIR] [--resume | --restart] [--json]` and
+`dpfl demo [--out DIR] [--json]`.
 
-Ctrl-C during a run stops it after the current round (a second Ctrl-C at once); either way the command exits with
-status 130 and says how to resume, without a traceback.
+Exit statuses (``EXIT_STATUSES``): 0 the run finished its rounds; 2 an error (bad config, run directory, ...);
+3 a privacy budget stopped it (BUDGET_STOPPED); 4 it diverged (DIVERGED); 130 Ctrl-C: it stops after the current round
+(a second Ctrl-C at once) and says how to resume, without a traceback. With --json the summary is one JSON object on
+stdout and nothing else goes there (progress and notes go to stderr).
 """
 
 from __future__ import annotations
 
+import json
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -13,6 +18,15 @@ from pathlib import Path
 from dpfl.errors import DpflError, RunInterrupted
 
 INTERRUPTED = 130  # the shell's status for a command ended by SIGINT
+BUDGET_STOPPED = 3  # a privacy budget (privacy.budget) stopped the run before its last round
+DIVERGED = 4  # the model or the train loss stopped being finite; the run stopped there
+EXIT_STATUSES = f"""exit status:
+  0    the run finished all its rounds
+  2    error (bad config or option, unusable run directory); nothing was run
+  {BUDGET_STOPPED}    the privacy budget (privacy.budget) stopped the run early; results.json holds the rounds done
+  {DIVERGED}    the run diverged (non-finite model or train loss) and stopped; lower algorithm.lr
+  {INTERRUPTED}  interrupted (Ctrl-C); the command to resume is printed"""
+_STATUS_OF = {"budget": BUDGET_STOPPED, "diverged": DIVERGED, "interrupted": INTERRUPTED}
 
 
 def _algorithms_help() -> str:
@@ -37,7 +51,7 @@ def configure(commands) -> None:
 
     run = commands.add_parser("run", help="run one experiment from a TOML config",
                               description="Run one experiment; writes DIR/results.json, ledger.json, checkpoint.pt.",
-                              epilog=_algorithms_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+                              epilog=EXIT_STATUSES + "\n\n" + _algorithms_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("config", help="path of the TOML config (see examples/)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key, e.g. --set algorithm.lr=0.5 (repeatable)")
@@ -50,13 +64,20 @@ def configure(commands) -> None:
                      help="move the run already in DIR to DIR/archive/<UTC time>/ and start over (without it, a new "
                           "run into a directory that holds one is refused)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument("--json", action="store_true",
+                     help="print the summary (round, test_accuracy, train_loss, epsilon per observer, delta, results, "
+                          "stopped_reason) as one JSON object on stdout, and nothing else there")
     run.set_defaults(handler=_run)
 
-    demo = commands.add_parser("demo", help="DP-SCAFFOLD-warm vs DP-FedAvg on heterogeneous synthetic data (<1 min)")
+    demo = commands.add_parser("demo", help="DP-SCAFFOLD-warm vs DP-FedAvg on heterogeneous synthetic data (<1 min)",
+                               epilog=EXIT_STATUSES.replace("the run", "a run"),
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     demo.add_argument("--out", default="dpfl-demo", help="where to write results and demo.png (default: dpfl-demo)")
     demo.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                       help="override a demo setting, e.g. --set algorithm.rounds=50")
     demo.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    demo.add_argument("--json", action="store_true",
+                      help="print {algorithm: the summary `dpfl run --json` prints} as one JSON object on stdout")
     demo.set_defaults(handler=_demo)
 
 
@@ -84,13 +105,38 @@ def _run(args) -> int | None:
         else:
             print("aborted before the first round", file=sys.stderr)
         return INTERRUPTED
+    summary = summary_of(results, out / "results.json")
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        final = results["final"]
+        eps = ", ".join(f"{o}={'inf' if e is None else f'{e:.3f}'}" for o, e in final["epsilon"].items())
+        print(f"round {final['round']}: test accuracy {final['test_accuracy']:.4f}, train loss "
+              f"{final['train_loss']:.4f}, epsilon ({eps}) at delta {final['delta']:.3g}")
+        print(f"results: {summary['results']}")
+    return _report_stop(results)
+
+
+def summary_of(results: dict, path: Path) -> dict:
+    """What `dpfl run --json` prints: the final round's metrics, where the results are and why the run stopped."""
     final = results["final"]
-    eps = ", ".join(f"{o}={'inf' if e is None else f'{e:.3f}'}" for o, e in final["epsilon"].items())
-    print(f"round {final['round']}: test accuracy {final['test_accuracy']:.4f}, train loss {final['train_loss']:.4f}, "
-          f"epsilon ({eps}) at delta {final['delta']:.3g}")
-    if results["stopped_reason"]:
-        print(f"stopped early: {results['stopped_reason']}", file=sys.stderr)
-    print(f"results: {out / 'results.json'}")
+    def finite(value):  # strict JSON has no NaN: a diverged loss is null
+        return value if value is None or math.isfinite(value) else None
+
+    return {"round": final["round"], "test_accuracy": finite(final["test_accuracy"]),
+            "train_loss": finite(final["train_loss"]),
+            "epsilon": dict(final["epsilon"]), "delta": final["delta"], "results": str(path),
+            "stopped_reason": results["stopped_reason"]}
+
+
+def _report_stop(results: dict, label: str = "") -> int | None:
+    """Says on stderr why a run stopped early; its exit status (None: it ran all its rounds)."""
+    if not results["stopped_reason"]:
+        return None
+    why = {"budget": "stopped by the privacy budget", "diverged": "the run diverged and stopped"}.get(
+        results.get("stopped_by"), "stopped early")
+    print(f"{label}{why}: {results['stopped_reason']}", file=sys.stderr)
+    return _STATUS_OF.get(results.get("stopped_by"))
 
 
 def _demo(args) -> int | None:
@@ -101,5 +147,11 @@ def _demo(args) -> int | None:
     except KeyboardInterrupt:
         print("demo interrupted", file=sys.stderr)
         return INTERRUPTED
-    print(table(results))
-    print(f"curves: {Path(args.out) / 'demo.png'}; results: {Path(args.out)}/<algorithm>/results.json")
+    out = Path(args.out)
+    if args.json:
+        print(json.dumps({name: summary_of(r, out / name / "results.json") for name, r in results.items()}, indent=1))
+    else:
+        print(table(results))
+        print(f"curves: {out / 'demo.png'}; results: {out}/<algorithm>/results.json")
+    codes = [_report_stop(r, f"{name}: ") for name, r in results.items()]
+    return max((c for c in codes if c), default=None)

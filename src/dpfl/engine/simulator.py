@@ -78,6 +78,7 @@ class Simulation:
         self._train_flat = self.train.flat()
         self._test_flat = self.test.flat()
         self.stopped_reason = None
+        self.stopped_by = None  # what stopped the run early: "budget", "diverged", "interrupted" (None: it did not)
         self.interrupted = False
 
     @property
@@ -171,6 +172,7 @@ class Simulation:
                         self.step()
                     except (BudgetExceededError, TrainingDivergedError) as err:
                         self.stopped_reason = str(err)
+                        self.stopped_by = "budget" if isinstance(err, BudgetExceededError) else "diverged"
                         break
                     metrics = None
                     if self.next_round % self.eval_every == 0 or self.next_round == rounds:
@@ -178,6 +180,7 @@ class Simulation:
                         if not math.isfinite(metrics.train_loss):
                             self.stopped_reason = (f"round {self.next_round - 1}: the train loss is not finite "
                                                    f"(diverged); {self._divergence_hint()}")
+                            self.stopped_by = "diverged"
                             break
                         self.history.append(metrics)
                     bar.update(self.next_round, metrics and metrics.test_accuracy, metrics and metrics.epsilon)
@@ -188,6 +191,7 @@ class Simulation:
                     if stop:
                         self.interrupted = True
                         self.stopped_reason = f"interrupted (Ctrl-C) after round {self.next_round} of {rounds}"
+                        self.stopped_by = "interrupted"
                         break
         finally:
             bar.close()

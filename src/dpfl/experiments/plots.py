@@ -1,8 +1,46 @@
-"""Figures regenerated from results (never edited): accuracy, loss and epsilon per round for one or more runs."""
+"""Figures regenerated from results (never edited): accuracy, loss and epsilon per round for one or more runs.
+
+``plot_runs`` is what `dpfl plot` and `dpfl demo` draw. Runs differ by colour and marker (earlier runs drawn wider, underneath later ones); in the epsilon panel every observer in
+the results (third party, server, other silo, ...) has its own line style, width and hollow marker, so curves that
+coincide (e.g. the server's and the third party's epsilon of DP-SCAFFOLD) both stay visible."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+
+#: Observer -> (line style, line width, marker, marker size); wide solid lines under narrower dashed and dotted ones.
+OBSERVER_STYLES = {
+    "third_party": ("-", 3.2, "o", 9),
+    "server": ("--", 2.0, "s", 6.5),
+    "other_silo": (":", 1.6, "^", 4.5),
+}
+_MORE_STYLES = [("-.", 1.4, "D", 4.0), ((0, (1, 3)), 1.2, "v", 4.0), ((0, (5, 1)), 1.2, "x", 4.0)]
+_RUN_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+
+
+def observers_of(results: dict[str, dict]) -> list[str]:
+    """Every observer that any run reports an epsilon for, in the order third party, server, other silo, others."""
+    seen: list[str] = []
+    for result in results.values():
+        names = list(result.get("privacy", {}).get("observers", []))
+        for entry in [*result["rounds"], result["final"]]:
+            names += list(entry.get("epsilon", {}))
+        seen += [n for n in names if n not in seen]
+    known = [o for o in OBSERVER_STYLES if o in seen]
+    return known + [o for o in seen if o not in OBSERVER_STYLES]
+
+
+def _style(observer: str, others: list[str]):
+    if observer in OBSERVER_STYLES:
+        return OBSERVER_STYLES[observer]
+    return _MORE_STYLES[others.index(observer) % len(_MORE_STYLES)]
+
+
+def _markevery(n: int, k: int, count: int):
+    """About 10 markers per line, shifted per curve so the markers of coinciding curves do not sit on each other."""
+    step = max(1, n // 10)
+    return (min(k * max(1, step // max(count, 1)), max(n - 1, 0)), step)
 
 
 def plot_runs(results: dict[str, dict], path: str | Path, title: str = "") -> Path:
@@ -11,23 +49,56 @@ def plot_runs(results: dict[str, dict], path: str | Path, title: str = "") -> Pa
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for label, result in results.items():
+    observers = observers_of(results)
+    others = [o for o in observers if o not in OBSERVER_STYLES]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    losses, never = [], []
+    for i, (label, result) in enumerate(results.items()):
+        color, marker = colors[i % len(colors)], _RUN_MARKERS[i % len(_RUN_MARKERS)]
         rounds = [r["round"] for r in result["rounds"]]
-        line = axes[0].plot(rounds, [r["test_accuracy"] for r in result["rounds"]], label=label)[0]
-        axes[1].plot(rounds, [r["train_loss"] for r in result["rounds"]], label=label, color=line.get_color())
-        for observer, style in (("third_party", "-"), ("server", "--")):
+        wider = 1 + 1.0 * (len(results) - 1 - i) / max(len(results) - 1, 1)  # earlier runs wider, underneath
+        common = {"color": color, "marker": marker, "markersize": 5, "markerfacecolor": "none",
+                  "linewidth": 1.5 * wider, "markevery": _markevery(len(rounds), i, len(results)), "label": label}
+        axes[0].plot(rounds, [r["test_accuracy"] for r in result["rounds"]], **common)
+        loss = [r["train_loss"] for r in result["rounds"]]
+        losses += loss
+        axes[1].plot(rounds, loss, **common)
+        for k, observer in enumerate(observers):
             eps = [r["epsilon"].get(observer) for r in result["rounds"]]
-            if any(e is not None for e in eps):
-                axes[2].plot(rounds, eps, style, color=line.get_color(), label=f"{label}: {observer.replace('_', ' ')}")
-    axes[0].set(xlabel="round", ylabel="test accuracy", title="Test accuracy")
-    axes[1].set(xlabel="round", ylabel="train objective", title="Train loss", yscale="log")
-    delta = next(iter(results.values()))["final"]["delta"]
-    axes[2].set(xlabel="round", ylabel="epsilon", title=f"Epsilon per observer (delta = {delta:.2g})")
+            name = f"{label}: {observer.replace('_', ' ')}"
+            if not any(e is not None for e in eps):
+                if observer in result["final"].get("epsilon", {}):
+                    never.append(name)  # epsilon is infinite for this observer (no privacy towards it)
+                continue
+            style, width, obs_marker, size = _style(observer, others)
+            wider = 1 + 0.7 * (len(results) - 1 - i) / max(len(results) - 1, 1)  # earlier runs wider, underneath
+            axes[2].plot(rounds, [math.nan if e is None else e for e in eps], linestyle=style, linewidth=width * wider,
+                         color=color, marker=obs_marker, markersize=size * wider, markerfacecolor="none",
+                         markeredgewidth=1.3, label=name, alpha=0.9,
+                         markevery=_markevery(len(rounds), k + i * len(observers), len(observers) * len(results)))
+    axes[0].set_ylabel("test accuracy")
+    axes[0].set_title("Test accuracy")
+    axes[1].set_ylabel("train objective" + (" (log scale)" if losses and min(losses) > 0 else ""))
+    axes[1].set_title("Train loss")
+    if losses and all(math.isfinite(v) and v > 0 for v in losses):
+        axes[1].set_yscale("log")
+    deltas = sorted({r["final"].get("delta") for r in results.values() if r["final"].get("delta") is not None})
+    delta = f"delta = {deltas[0]:.2g}" if len(deltas) == 1 else "delta: " + ", ".join(f"{d:.2g}" for d in deltas)
+    axes[2].set_ylabel("epsilon")
+    axes[2].set_title(f"Epsilon per observer ({delta})" if deltas else "Epsilon per observer")
+    if never:
+        axes[2].text(0.02, 0.98, "infinite epsilon (not plotted):\n" + "\n".join(never), transform=axes[2].transAxes,
+                     va="top", fontsize=8)
     for ax in axes:
+        ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.tick_params(labelsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, handlelength=3.5)
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -2,7 +2,8 @@
 
 results.json holds "config", "rounds" (one entry per evaluated round: round, test_accuracy, train_loss, epsilon per
 observer), "final" (the same keys plus delta), "privacy" (accountant, conversion, observers, what each sees),
-"wall_seconds", "stopped_reason". A run directory also holds
+"wall_seconds", "stopped_reason" and "stopped_by" (what stopped the run early: "budget", "diverged",
+"interrupted"; null when it ran all its rounds). A run directory also holds
 
 * run.json: the full resolved config and the sha256 of its release config, written (atomically) before the first round;
 * ledger.json: the privacy spent, written before each round draws noise (see dpfl.accounting.ledger);
@@ -295,4 +296,5 @@ def results_of(sim: Simulation, config: dict) -> dict:
         },
         "wall_seconds": getattr(sim, "wall_seconds", math.nan),
         "stopped_reason": sim.stopped_reason,
+        "stopped_by": sim.stopped_by,
     }

@@ -1,0 +1,146 @@
+"""`dpfl --version`, `--json` summaries, exit statuses of stopped runs and `dpfl plot`, through `dpfl.cli.main`."""
+
+import json
+
+import pytest
+
+from dpfl.cli import main
+from dpfl.cli.run import BUDGET_STOPPED, DIVERGED
+
+TINY = """
+[data]
+num_clients = 6
+samples_per_client = 30
+
+[algorithm]
+name = "dp-fedavg"
+rounds = 2
+local_steps = 2
+noise_multiplier = 2.0
+"""
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory):
+    path = tmp_path_factory.mktemp("config") / "tiny.toml"
+    path.write_text(TINY)
+    return path
+
+
+@pytest.fixture(scope="module")
+def two_runs(config, tmp_path_factory):
+    """Two finished 2-round runs (the second with another seed), read-only."""
+    root = tmp_path_factory.mktemp("runs")
+    for name, seed in (("first", 0), ("second", 1)):
+        assert main(["run", str(config), "--out", str(root / name), "--no-progress", "--set", f"run.seed={seed}"]) == 0
+    return root / "first", root / "second"
+
+
+def test_version(capsys):
+    import dpfl
+
+    assert main(["--version"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("dpfl ") and out.split()[1] == dpfl.__version__
+
+
+def test_run_json_prints_one_object_and_nothing_else(config, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", str(config), "--out", str(out), "--json"]) == 0  # progress on: it must go to stderr
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert set(summary) == {"round", "test_accuracy", "train_loss", "epsilon", "delta", "results", "stopped_reason"}
+    assert summary["round"] == 2 and summary["stopped_reason"] is None
+    assert set(summary["epsilon"]) == {"third_party", "server", "other_silo"}
+    assert summary["results"] == str(out / "results.json")
+    assert summary["epsilon"] == json.loads((out / "results.json").read_text())["final"]["epsilon"]
+
+
+def test_budget_stop_exits_3_and_says_so(config, tmp_path, capsys):
+    code = main(["run", str(config), "--out", str(tmp_path / "b"), "--no-progress", "--json",
+                 "--set", "privacy.budget=0.3"])
+    captured = capsys.readouterr()
+    assert code == BUDGET_STOPPED == 3
+    assert "stopped by the privacy budget: " in captured.err and "privacy.budget" in captured.err
+    summary = json.loads(captured.out)
+    assert "privacy.budget" in summary["stopped_reason"] and summary["epsilon"]["third_party"] <= 0.3
+
+
+def test_divergence_exits_4_with_strict_json(config, tmp_path, capsys):
+    code = main(["run", str(config), "--out", str(tmp_path / "d"), "--no-progress", "--json",
+                 "--set", "algorithm.lr=1e200"])
+    captured = capsys.readouterr()
+    assert code == DIVERGED == 4
+    assert "diverged" in captured.err and "Traceback" not in captured.err
+    summary = json.loads(captured.out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert "diverged" in summary["stopped_reason"]
+    assert json.loads((tmp_path / "d" / "results.json").read_text())["stopped_by"] == "diverged"
+
+
+def test_exit_statuses_are_documented(capsys):
+    assert main(["run", "--help"]) == 0
+    text = capsys.readouterr().out
+    for line in ("3    the privacy budget", "4    the run diverged", "130  interrupted", "2    error"):
+        assert line in text
+
+
+def test_plot_two_runs_with_every_observer(two_runs, tmp_path, capsys):
+    png = tmp_path / "figs" / "runs.png"
+    assert main(["plot", *map(str, two_runs), "--out", str(png)]) == 0
+    assert str(png) in capsys.readouterr().out
+    assert png.stat().st_size > 10_000
+
+
+def test_plot_draws_all_observers_distinguishably(two_runs):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dpfl.cli.plot import load_results
+    from dpfl.experiments import plots
+
+    results = {p.name: load_results(p) for p in two_runs}
+    drawn = {}
+    original = plt.close
+    plt.close = lambda fig: drawn.setdefault("fig", fig)
+    try:
+        plots.plot_runs(results, two_runs[0].parent / "check.png")
+    finally:
+        plt.close = original
+    eps_axis = drawn["fig"].axes[2]
+    lines = {line.get_label(): line for line in eps_axis.get_lines()}
+    for run in ("first", "second"):
+        styles = {(lines[f"{run}: {o}"].get_linestyle(), lines[f"{run}: {o}"].get_marker())
+                  for o in ("third party", "server", "other silo")}
+        assert len(styles) == 3
+    plt.close(drawn["fig"])
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing", "is not a directory"),
+    ("empty", "results.json does not exist"),
+    ("truncated", "results.json is not valid JSON"),
+])
+def test_plot_errors_name_the_path_and_exit_2(two_runs, tmp_path, capsys, case, message):
+    bad = tmp_path / case
+    if case != "missing":
+        bad.mkdir()
+    if case == "truncated":
+        text = (two_runs[0] / "results.json").read_text()
+        (bad / "results.json").write_text(text[: len(text) // 2])
+    code = main(["plot", str(two_runs[0]), str(bad), "--out", str(tmp_path / "x.png")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("dpfl plot: error: ") and str(bad) in err and message in err
+    assert "Traceback" not in err and not (tmp_path / "x.png").exists()
+
+
+def test_demo_json_and_shared_plot(tmp_path, capsys):
+    small = ["data.num_clients=5", "data.samples_per_client=40", "algorithm.rounds=6", "algorithm.client_rate=1.0",
+             "algorithm.local_steps=2"]
+    assert main(["demo", "--out", str(tmp_path), "--no-progress", "--json",
+                 *[a for s in small for a in ("--set", s)]]) == 0
+    summaries = json.loads(capsys.readouterr().out)
+    assert set(summaries) == {"dp-scaffold-warm", "dp-fedavg"}
+    assert all(s["round"] == 6 and s["stopped_reason"] is None for s in summaries.values())
+    assert (tmp_path / "demo.png").stat().st_size > 10_000
