@@ -81,17 +81,24 @@ def run_trials(sim, observer: str, trials: int, *, scale: float = 1.0, canary_cl
                           canary_record=canary_record, silo=silo, silo_weight=silo_weight)[observer]
 
 
-def run_trials_all(sim, observers, trials: int, *, scale: float = 1.0, canary_client: int = 0,
-                   canary_record: int = 0, silo: int | None = None,
-                   silo_weight: float = 1.0) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{observer: (scores without, scores with the canary)} from the same ``trials`` runs per world;
-    ``silo_weight``: the other silo's weight on its own message (``distinguisher.scores``)."""
-    algorithm, train = sim.algorithm, sim.train
+def _auditable(sim):
+    """(algorithm, train) of ``sim``, if its algorithm can carry a Dirac canary (a gradient-oracle canary: the
+    LocalSGD family with a fixed clip)."""
+    algorithm = sim.algorithm
     if not hasattr(algorithm, "noisy_gradient"):
         raise ConfigError("algorithm.name", type(algorithm).__name__,
                           "an algorithm of the LocalSGD family (the Dirac canary is a gradient-oracle canary)")
     if getattr(algorithm, "clip_heuristic", "fixed") != "fixed":
         raise ConfigError("algorithm.clip_heuristic", algorithm.clip_heuristic, "'fixed' to be audited")
+    return algorithm, sim.train
+
+
+def run_trials_all(sim, observers, trials: int, *, scale: float = 1.0, canary_client: int = 0,
+                   canary_record: int = 0, silo: int | None = None,
+                   silo_weight: float = 1.0) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{observer: (scores without, scores with the canary)} from the same ``trials`` runs per world;
+    ``silo_weight``: the other silo's weight on its own message (``distinguisher.scores``)."""
+    algorithm, train = _auditable(sim)
     population = train.num_clients
     for observer in observers:
         distinguisher.check_view(observer, sim.boundary.name, population)
@@ -192,12 +199,7 @@ def one_run_scores(sim, observer: str, canaries: int, *, scale: float = 1.0, see
     other silo's own clients excluded when it is the observer). The score of canary i is minus the observer's view
     along e_i (a gradient step moves the model against the canary's gradient): the views of
     ``dpfl.audit.distinguisher``, read per canary (the plain server reads canary i's owner's message)."""
-    algorithm, train = sim.algorithm, sim.train
-    if not hasattr(algorithm, "noisy_gradient"):
-        raise ConfigError("algorithm.name", type(algorithm).__name__,
-                          "an algorithm of the LocalSGD family (the Dirac canary is a gradient-oracle canary)")
-    if getattr(algorithm, "clip_heuristic", "fixed") != "fixed":
-        raise ConfigError("algorithm.clip_heuristic", algorithm.clip_heuristic, "'fixed' to be audited")
+    algorithm, train = _auditable(sim)
     population = train.num_clients
     distinguisher.check_view(observer, sim.boundary.name, population)
     hosts = [c for c in range(population) if not (observer == distinguisher.OTHER_SILO and c == silo)]
