@@ -3,8 +3,8 @@
 * ``pld`` (default): the privacy loss distribution accountant (``dpfl.accounting.pld``, over dp_accounting's), tight
   up to a pessimistic discretisation. Supports dp_accounting's mechanisms, Poisson sampling and dpfl's
   ``ParticipationDpEvent``; not sampling without replacement nor Skellam. An unsupported event is an error that
-  suggests ``accountant="rdp"``; ``account`` never switches accountant behind the caller's back (``tightest``
-  names the tightest one that supports an event, for callers that want that choice made).
+  suggests ``accountant="rdp"``; ``account`` never switches accountant behind the caller's back
+  (``dpfl.accounting.accountants.TightestAccountant`` makes that choice for callers that want it made).
 * ``rdp``: the Renyi-DP curve of ``dpfl.accounting.rdp`` (Mironov 2017) over its ``DEFAULT_ORDERS``, converted to
   (epsilon, delta) with ``conversion`` = ``classic`` (Mironov 2017, Prop. 3) or ``modern`` (Canonne, Kamath, Steinke 2020; Balle et al. 2020), see
   ``dpfl.accounting.conversion``. Supports every event dpfl emits.
@@ -91,10 +91,6 @@ def account(
     epsilon, order = rdp_to_epsilon(orders, _rdp(event, relation, orders, subsampling_bound), delta, conversion)
     return AccountingResult(epsilon, delta, "rdp", conversion, order)
 
-
-def tightest(event: dp_event.DpEvent, neighboring: str = "add_remove") -> str:
-    """The tightest accountant that supports ``event`` under ``neighboring``: "pld" where it can, else "rdp"."""
-    return "pld" if pld.supports(event, NEIGHBORING[neighboring]) else "rdp"
 
 
 def delta_for_epsilon(
@@ -220,7 +216,6 @@ __all__ = [
     "AccountingResult",
     "account",
     "check_options",
-    "tightest",
     "delta_for_epsilon",
     "pure_epsilon",
     "gaussian_event",
