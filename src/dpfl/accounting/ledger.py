@@ -18,8 +18,10 @@ How epsilon is computed follows the run's analysis (``dpfl.accounting.observers`
 * ``analysis="paper"``: RDP with Wang et al.'s general bound and the classic conversion, as Noble et al. 2022, App. B
   computes it (reproduces the paper's numbers).
 
-The ledger keeps a count per distinct event; epsilon is ``account`` of the composition of count-fold events, which
-costs one cached curve (RDP) or one self-composition (PLD) per distinct event, whatever the number of rounds.
+The ledger keeps a count per distinct event; epsilon is each observer's accountant (``dpfl.accounting.accountants``)
+over the count-fold events, which costs one cached curve (RDP) or one self-composition (PLD) per distinct event,
+whatever the number of rounds. The epsilon after a recorded round is the one ``record`` computed for its budget
+check, kept until the next composition.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class PrivacyLedger:
         self._events: dict[str, dp_event.DpEvent] = {}  # repr(event) -> event (events may hold lists: unhashable)
         self._journal: list[tuple] = []  # (round index, events, fingerprint) of every composition, in order
         self._latest: dict[int, tuple] = {}  # round index -> (events, fingerprint) of its latest composition
+        self._spent: dict[str, float] | None = None  # epsilon of the compositions so far (None: not computed yet)
 
     # -- composition --------------------------------------------------------------------------------------------
     def record(self, round_index: int, events: dict[str, dp_event.DpEvent], fingerprint: str | None = None):
@@ -109,9 +112,11 @@ class PrivacyLedger:
                     f"the run stops before that round draws any noise, having spent {self.epsilon()[observer]:.4g}"
                 )
         self._append(round_index, events, fingerprint)
-        return after
+        self._spent = after  # the same compositions: no need to account them again
+        return dict(after)
 
     def _append(self, round_index: int, events: dict[str, dp_event.DpEvent], fingerprint: str | None) -> None:
+        self._spent = None
         self._journal.append((round_index, dict(events), fingerprint))
         self._latest[round_index] = (dict(events), fingerprint)
         for observer in self.observers:
@@ -119,7 +124,9 @@ class PrivacyLedger:
 
     def epsilon(self) -> dict[str, float]:
         """Epsilon spent so far towards each observer, at ``self.delta`` (inf for a non-private run)."""
-        return self._epsilon()
+        if self._spent is None:
+            self._spent = self._epsilon()
+        return dict(self._spent)
 
     def _epsilon(self, extra: dict[str, dp_event.DpEvent] | None = None) -> dict[str, float]:
         result = {}
@@ -134,10 +141,6 @@ class PrivacyLedger:
         key = repr(event)
         self._events.setdefault(key, event)
         return key
-
-    def _composition(self, counts: Counter) -> dp_event.DpEvent:
-        parts = [dp_event.SelfComposedDpEvent(self._events[key], count) for key, count in counts.items()]
-        return parts[0] if len(parts) == 1 else dp_event.ComposedDpEvent(parts)
 
     def _accountant(self, observer: str, counts: Counter):
         """A fresh accountant of ``observer`` that has composed ``counts``."""

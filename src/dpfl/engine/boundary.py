@@ -64,11 +64,11 @@ class Boundary:
     def collect(self, chunks: list[Messages], population: int, seed: int, round_index: int) -> Delivery:
         """The cohort's messages (one dict per memory chunk, leading client axis) as the server receives them."""
         names = list(chunks[0]) if chunks else []
-        count = sum(int(next(iter(c.values())).shape[0]) for c in chunks if c) if names else 0
-        sums = {name: sum(chunk[name].sum(0) for chunk in chunks) for name in names}
+        rows = {name: torch.cat([chunk[name] for chunk in chunks]) for name in names}
+        count = int(next(iter(rows.values())).shape[0]) if rows else 0
+        sums = {name: value.sum(0) for name, value in rows.items()}  # one sum over the cohort: chunking cannot change it
         if self.name in ("secagg", "trusted"):
             return Delivery(sums, count, population)
-        rows = {name: torch.cat([chunk[name] for chunk in chunks]) for name in names}
         if self.name == "shuffler" and count:
             order = torch.randperm(count, generator=randomness.generator(seed, round_index, randomness.SERVER,
                                                                          "shuffle"))
