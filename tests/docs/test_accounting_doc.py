@@ -228,8 +228,10 @@ def _run_in_scratch(commands: list[Command], tmp_path: Path) -> None:
         done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         shown = [ln.replace(SCRATCH, scratch) for ln in command.output]
         error = any(": error: " in ln for ln in shown)
+        budget = any(ln.startswith("stopped by the privacy budget:") for ln in shown)
+        expected = 2 if error else 3 if budget else 0  # dpfl run's exit statuses (cli/run.py)
         where = f"line {command.line}: {command.text}"
-        assert (done.returncode != 0) == error, f"{where}: exit status {done.returncode}\n{done.stdout}{done.stderr}"
+        assert done.returncode == expected, f"{where}: exit status {done.returncode}\n{done.stdout}{done.stderr}"
         check_shown(shown, None, done.stdout + done.stderr, where)
 
 
@@ -237,7 +239,7 @@ def _run_in_scratch(commands: list[Command], tmp_path: Path) -> None:
 def test_run_commands(tmp_path):
     """The page's `dpfl run scaffold.toml ...` commands, in page order (sections 1 and 6: three 30-round runs, two
     budget stops, then the refused resume and the refused new run into run1): their `round N: ...`, `stopped
-    early: ...`, `results: ...` and error lines."""
+    by the privacy budget: ...`, `results: ...` and error lines."""
     assert len(RUNS) >= 7 and sum(ln.startswith("round 30: ") for c in RUNS for ln in c.output) >= 3
     _run_in_scratch(RUNS, tmp_path)
 
