@@ -136,6 +136,22 @@ def test_resume_may_change_run_only_keys(config, finished, tmp_path):
     assert json.loads((out / "run.json").read_text())["config"]["algorithm"]["rounds"] == 8
 
 
+def test_a_run_only_key_that_decides_the_release_is_part_of_the_release_hash(monkeypatch):
+    """An algorithm that calibrates its noise to the number of rounds names algorithm.rounds in its spec's
+    release_keys: then changing the rounds changes the release hash, so a resume with other rounds is refused."""
+    import dataclasses
+
+    from dpfl.algorithms import registry
+
+    config = load_config(None, ["algorithm.name='dp-fedavg'"])
+    longer = load_config(None, ["algorithm.name='dp-fedavg'", "algorithm.rounds=7"])
+    assert release_hash(config) == release_hash(longer)
+    spec = registry.spec_of("dp-fedavg")
+    calibrated = dataclasses.replace(spec, release_keys=("algorithm.rounds",))
+    monkeypatch.setattr(registry, "spec_of", lambda name: calibrated)
+    assert release_hash(config) != release_hash(longer)
+
+
 # -- 2. a new run never overwrites one -----------------------------------------------------------------------------
 def test_a_new_run_into_a_run_directory_is_refused(config, finished, capsys):
     before = files(finished)

@@ -233,6 +233,12 @@ def _budget_table(p):
     assert p.sim.ledger.budget == {"server": 7.0}
 
 
+def _epsilon(p):  # LocalSGD takes its noise from algorithm.noise_multiplier and says where a budget's noise comes from
+    with pytest.raises(ConfigError, match=r"privacy\.epsilon.*calibrate run"):
+        p.sim  # noqa: B018
+    assert p.base.algorithm.mechanism.noise_multiplier == 1.0
+
+
 def _analysis(p):
     ledger = p.sim.ledger
     assert (ledger.analysis, ledger.conversion, ledger.subsampling_bound) == ("paper", "classic", "paper")
@@ -334,6 +340,7 @@ TABLE: dict[str, list[Row]] = {
     "algorithm.clip_heuristic": [Row("'median-nonprivate'", _clip_heuristic)],
     "privacy.delta": [Row("1e-4", _delta)],
     "privacy.budget": [Row("1.7", _budget_number), Row("{server = 7.0}", _budget_table)],
+    "privacy.epsilon": [Row("2.0", _epsilon)],
     "privacy.analysis": [Row("'paper'", _analysis)],
     "privacy.conversion": [Row("'classic'", _conversion)],
     "privacy.boundary": [Row("'trusted'", _boundary_trusted), Row("'secagg'", _boundary_secagg)],
@@ -420,7 +427,7 @@ def _warm_rounds(config: dict) -> int:
     algo = config["algorithm"]
     spec = registry.spec_of(algo["name"])
     section = spec.config(**{k: algo[k] for k in spec.keys(algo["name"])})
-    return getattr(spec.build(algo["name"], section, algo["client_rate"]), "warm_rounds", 0)
+    return getattr(spec.build(algo["name"], section, registry.Setting(algo["client_rate"])), "warm_rounds", 0)
 
 
 def _shrunk(path: Path) -> dict:

@@ -45,7 +45,7 @@ import torch
 from dp_accounting import dp_event
 
 from dpfl.accounting.observers import Release, local_steps_additive
-from dpfl.algorithms.registry import AlgorithmSpec, register
+from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
 from dpfl.engine.boundary import Delivery
 from dpfl.engine.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
@@ -254,7 +254,15 @@ def build_local_sgd(name: str, config: LocalSGDConfig, client_rate: float) -> Lo
     )
 
 
+def _build(name: str, config: LocalSGDConfig, setting: Setting) -> LocalSGD:
+    if setting.epsilon is not None:
+        raise ConfigError("privacy.epsilon", setting.epsilon,
+                          f"None for {name!r}: its noise is algorithm.noise_multiplier (find the one for a budget with "
+                          "`dpfl calibrate run CONFIG --target-epsilon E`)")
+    return build_local_sgd(name, config, setting.client_rate)
+
+
 register(AlgorithmSpec(
-    names=NAMES, config=LocalSGDConfig, build=build_local_sgd, private=lambda name: name.startswith("dp-"),
+    names=NAMES, config=LocalSGDConfig, build=_build, private=lambda name: name.startswith("dp-"),
     help="FedAvg / FedSGD / SCAFFOLD(-warm) and their record-level DP versions (Noble et al. 2022)",
 ))

@@ -3,7 +3,10 @@
 An algorithm module registers an ``AlgorithmSpec``: the names it answers to in ``algorithm.name``, a frozen dataclass
 of its own ``[algorithm]`` keys (typed, with defaults that make a minimal config run; field metadata may give
 "choices", "min", "help", and "private": True for keys that only the private names take), and a builder
-(name, config section, client rate) -> an object of the ``dpfl.engine.protocol.Algorithm`` protocol. Config
+(name, config section, ``Setting``) -> an object of the ``dpfl.engine.protocol.Algorithm`` protocol. The setting
+carries what a builder may need beyond its own section: the cohort's sampling, the data's shape, the rounds and the
+privacy target an algorithm calibrates its noise to. An algorithm whose release depends on a run-only key (rounds,
+when the noise is calibrated to a total budget) names it in ``release_keys``, so a resume cannot change it. Config
 validation, ``dpfl run`` and ``dpfl run --help`` read the registry, so adding an algorithm touches its module, its
 tests and its docs only.
 """
@@ -28,6 +31,21 @@ COMMON_KEYS = {
 
 
 @dataclass(frozen=True)
+class Setting:
+    """What a builder knows besides its own [algorithm] keys (validated by the caller)."""
+
+    client_rate: float
+    client_sampling: str = "fixed"
+    num_clients: int | None = None
+    #: n_i, each client's number of training records
+    train_counts: tuple[int, ...] = ()
+    rounds: int | None = None
+    delta: float | None = None
+    #: privacy.epsilon, the target a calibrating algorithm sets its noise for (None: the section's own noise)
+    epsilon: float | None = None
+
+
+@dataclass(frozen=True)
 class AlgorithmSpec:
     """One registered family: its names, its config section, its builder, which names are private."""
 
@@ -36,6 +54,8 @@ class AlgorithmSpec:
     build: Callable
     private: Callable[[str], bool]
     help: str
+    #: run-only keys (runner.RUN_ONLY_KEYS) that decide this family's release, e.g. "algorithm.rounds"
+    release_keys: tuple[str, ...] = ()
 
     def keys(self, name: str) -> dict[str, dataclasses.Field]:
         """The section's keys that apply to ``name`` (a private-only key does not apply to a non-private name)."""
@@ -80,4 +100,4 @@ def _load_builtin() -> None:
     import dpfl.algorithms.local_sgd  # noqa: F401
 
 
-__all__ = ["COMMON_KEYS", "AlgorithmSpec", "register", "spec_of", "names", "specs"]
+__all__ = ["COMMON_KEYS", "Setting", "AlgorithmSpec", "register", "spec_of", "names", "specs"]

@@ -43,6 +43,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
     "privacy": {
         "delta": (_OPTIONAL_NUMBER, None, None, "delta (default 1 / (M R_train))"),
         "budget": ((dict, int, float, type(None)), None, None, "epsilon for the third party, or {observer: eps}"),
+        "epsilon": (_OPTIONAL_NUMBER, None, None, "the target epsilon of algorithms that calibrate their noise to it "
+                                                  "(None: the algorithm's own noise keys)"),
         "analysis": (str, "sound", ("sound", "paper"), "'paper': Noble et al. 2022's accountant (unproven)"),
         "conversion": ((str, type(None)), None, (None, "classic", "modern"), "RDP -> DP; default: the analysis's"),
         "boundary": (str, "plain", ("plain", "secagg", "shuffler", "trusted"), "what the server receives"),

@@ -66,17 +66,21 @@ def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
     model = build_model(model_cfg["name"], dataset.num_features, dataset.num_classes,
                         **{k: v for k, v in model_cfg.items() if k != "name"})
     clients = ClientSampler(dataset.num_clients, algo_cfg["client_rate"], algo_cfg["client_sampling"])
+    delta = privacy_cfg["delta"]
+    if delta is None:  # Noble et al. 2022: delta = 1 / (M R_train)
+        delta = 1.0 / float(dataset.train.counts.sum())
     spec = registry.spec_of(algo_cfg["name"])
     section = spec.config(**{k: algo_cfg[k] for k in spec.keys(algo_cfg["name"])})
-    algorithm = spec.build(algo_cfg["name"], section, algo_cfg["client_rate"])
+    setting = registry.Setting(
+        client_rate=algo_cfg["client_rate"], client_sampling=algo_cfg["client_sampling"],
+        num_clients=dataset.num_clients, train_counts=tuple(int(c) for c in dataset.train.counts),
+        rounds=algo_cfg["rounds"], delta=delta, epsilon=privacy_cfg["epsilon"])
+    algorithm = spec.build(algo_cfg["name"], section, setting)
     warm_rounds = getattr(algorithm, "warm_rounds", 0)
     if warm_rounds >= algo_cfg["rounds"]:
         raise ConfigError("algorithm.rounds", algo_cfg["rounds"],
                           f"more than the {warm_rounds} warm-start rounds (round(4 / client_rate)) of "
                           f"{algo_cfg['name']}")
-    delta = privacy_cfg["delta"]
-    if delta is None:  # Noble et al. 2022: delta = 1 / (M R_train)
-        delta = 1.0 / float(dataset.train.counts.sum())
     boundary = Boundary(privacy_cfg["boundary"])
     ledger = PrivacyLedger(boundary.observers, delta, _budget(privacy_cfg["budget"]), privacy_cfg["conversion"],
                            privacy_cfg["analysis"], algorithm.neighboring)
@@ -147,9 +151,12 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
 
 # -- run directories ---------------------------------------------------------------------------------------------
 def release_config(config: dict) -> dict:
-    """The config minus the run-only keys: what decides the data, the model and every round's release."""
+    """The config minus the run-only keys (except those the algorithm's release depends on, its spec's
+    ``release_keys``): what decides the data, the model and every round's release."""
     release = copy.deepcopy(config)
-    for key in RUN_ONLY_KEYS:
+    name = config.get("algorithm", {}).get("name")
+    keep = registry.spec_of(name).release_keys if name in registry.names() else ()
+    for key in (k for k in RUN_ONLY_KEYS if k not in keep):
         section, name = key.split(".")
         release.get(section, {}).pop(name, None)
     return release
