@@ -36,14 +36,23 @@ def gaussian_noise(event: dp_event.GaussianDpEvent, sensitivity: torch.Tensor, l
 
 
 def laplace_noise(event: dp_event.LaplaceDpEvent, sensitivity: torch.Tensor, like: torch.Tensor,
-                  generator: torch.Generator) -> torch.Tensor:
-    """Noise shaped like ``like`` with row i ~ Lap(0, b Delta_i) per coordinate, b = ``event.noise_multiplier``.
+                  randomness: torch.Generator | torch.Tensor) -> torch.Tensor:
+    """Noise shaped like ``like`` [clients, ...] with row i ~ Lap(0, b Delta_i) per coordinate, b =
+    ``event.noise_multiplier``.
 
     Lap(0, 1) = E1 - E2 for independent Exp(1) draws (always finite, unlike the log of a uniform that can be 0).
+    ``randomness``: a generator, or the Exp(1) draws themselves, [clients, 2, ...] (each client's own stream,
+    ``dpfl.engine.randomness.ClientStreams.exponential``).
     """
     scale = (event.noise_multiplier * sensitivity).to(like.dtype).reshape(-1, *([1] * (like.dim() - 1)))
-    exponentials = torch.empty((2, *like.shape), dtype=like.dtype).exponential_(generator=generator)
-    return scale * (exponentials[0] - exponentials[1])
+    if isinstance(randomness, torch.Generator):
+        exponentials = torch.empty((2, *like.shape), dtype=like.dtype).exponential_(generator=randomness)
+        return scale * (exponentials[0] - exponentials[1])
+    expected = (like.shape[0], 2, *like.shape[1:])
+    if tuple(randomness.shape) != expected:
+        raise ValueError(f"Exp(1) draws of shape {tuple(randomness.shape)} for a value of {tuple(like.shape)}: "
+                         f"expected {expected}")
+    return scale * (randomness[:, 0] - randomness[:, 1]).to(like.dtype)
 
 
 @dataclass(frozen=True)
@@ -89,6 +98,8 @@ class LaplaceMechanism:
     def event(self) -> dp_event.DpEvent:
         return dp_event.LaplaceDpEvent(self.scale_multiplier)
 
-    def __call__(self, value: torch.Tensor, sensitivity: torch.Tensor, generator: torch.Generator):
+    def __call__(self, value: torch.Tensor, sensitivity: torch.Tensor, randomness: torch.Generator | torch.Tensor):
+        """Adds noise row-wise: value [clients, P], sensitivity [clients] (l1); ``randomness`` as for
+        ``laplace_noise``. Returns (noisy value, event)."""
         event = self.event
-        return value + laplace_noise(event, sensitivity, value, generator), event
+        return value + laplace_noise(event, sensitivity, value, randomness), event
