@@ -33,7 +33,8 @@ def main(argv: list[str]) -> None:
     clients, parameters, repeats = (int(a) for a in (argv + ["50", "10000", "3"][len(argv):]))
     values = np.random.default_rng(0).integers(0, 2**32, (clients, parameters), dtype=np.int64)
     inputs = torch.from_numpy(values)
-    cases = {"no dropouts": {}, f"{clients // 5} drop after ShareKeys": {c: "masked_input" for c in range(0, clients, 5)}}
+    dropped = {c: "masked_input" for c in range(0, clients, 5)}
+    cases = {"no dropouts": {}, f"{len(dropped)} drop after ShareKeys": dropped}
     print(f"{clients} clients x {parameters} parameters, 32 bits, threshold {clients // 2 + 1}, torch threads "
           f"{torch.get_num_threads()}")
     for name, dropouts in cases.items():

@@ -371,6 +371,7 @@ def test_unmasking_shares_of_the_wrong_kind_are_refused():
     ({"dimension": 0}, "dimension"),
     ({"clients": (1, 1, 2, 3, 4)}, "clients"),
     ({"clients": (0, 1, 2, 3, 2**32 - 1)}, "clients"),
+    ({"clients": (0, 1, 2, 3, 4.0)}, "clients"),
     ({"round_id": -1}, "round_id"),
 ])
 def test_bad_configurations_are_refused(kwargs, field):

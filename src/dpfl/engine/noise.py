@@ -47,7 +47,8 @@ def laplace_noise(event: dp_event.LaplaceDpEvent, sensitivity: torch.Tensor, lik
     return scale * (exponentials[0] - exponentials[1])
 
 
-def skellam_noise(event: SkellamDpEvent, like: torch.Tensor, generator: torch.Generator, shares: int = 1) -> torch.Tensor:
+def skellam_noise(event: SkellamDpEvent, like: torch.Tensor, generator: torch.Generator,
+                  shares: int = 1) -> torch.Tensor:
     """One client's share of the event's integer noise, shaped like ``like``: int64 entries Pois(lam) - Pois(lam),
     lam = s^2 mu / (2 shares), with s = ``event.scale`` and mu = ``event.variance``.
 

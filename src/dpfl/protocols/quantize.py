@@ -108,8 +108,9 @@ class Discretisation:
         """round(s x) mod 2^bits as int64 in [0, 2^bits). ``randomness``: a generator, or U[0, 1) draws shaped like
         ``x`` (a client's stream, ``dpfl.engine.randomness``)."""
         scaled = x.to(torch.float64) * self.scale
-        if scaled.numel() and float(scaled.abs().max()) >= EXACT_FLOAT:
-            raise ConfigError("scale", self.scale, f"a scale with |scale x value| < 2^52 (got {float(scaled.abs().max()):.3g})")
+        largest = float(scaled.abs().max()) if scaled.numel() else 0.0
+        if largest >= EXACT_FLOAT:
+            raise ConfigError("scale", self.scale, f"a scale with |scale x value| < 2^52 (got {largest:.3g})")
         if isinstance(randomness, torch.Generator):
             uniform = torch.rand(scaled.shape, generator=randomness, dtype=torch.float64)
         elif randomness.shape != scaled.shape:
@@ -120,7 +121,8 @@ class Discretisation:
         rounded = floor.to(torch.int64) + (uniform < scaled - floor).to(torch.int64)
         return self.wrap(rounded)
 
-    def encode_noisy(self, x: torch.Tensor, event: SkellamDpEvent, shares: int, rounding: torch.Generator | torch.Tensor,
+    def encode_noisy(self, x: torch.Tensor, event: SkellamDpEvent, shares: int,
+                     rounding: torch.Generator | torch.Tensor,
                      noise: torch.Generator) -> tuple[torch.Tensor, dp_event.DpEvent]:
         """``encode`` plus this client's share (one of ``shares``) of the event's Skellam noise, wrapped; returns the
         encoding and the event its noise was drawn from. The event's scale must be this discretisation's."""
