@@ -49,6 +49,7 @@ class SecAggClient:
         self._stage = Stage.ADVERTISE_KEYS
         self._keys: dict[int, PublicKeys] = {}  # U1
         self._held: dict[int, tuple[int, int]] = {}  # owner v in U2 -> (share of b_v, share of s_v^SK) at x = id + 1
+        self._encryption_keys: dict[int, bytes] = {}  # v -> c_uv, agreed in ShareKeys, used again to decrypt
 
     @property
     def stage(self) -> Stage:
@@ -91,7 +92,7 @@ class SecAggClient:
             if v == self.id:
                 continue
             plaintext = element_bytes(seed_shares[v + 1]) + element_bytes(key_shares[v + 1])
-            ciphertext = encrypt(self._pair_key(v, b"encrypt"), share_nonce(self.id), plaintext,
+            ciphertext = encrypt(self._encryption_pair_key(v), share_nonce(self.id), plaintext,
                                  share_context(self.config.round_id, self.id, v))
             payload.append(v.to_bytes(4, "big") + ciphertext)
         return self._send(MessageType.ENCRYPTED_SHARES, b"".join(payload), Stage.MASKED_INPUT)
@@ -108,7 +109,7 @@ class SecAggClient:
                 self._fail(f"routed shares claim to come from client {u}, "
                            f"{'this client' if u == self.id else 'who is not in the key list'}")
             try:
-                plaintext = decrypt(self._pair_key(u, b"encrypt"), share_nonce(u), ciphertext,
+                plaintext = decrypt(self._encryption_pair_key(u), share_nonce(u), ciphertext,
                                     share_context(self.config.round_id, u, self.id))
             except InvalidTag:
                 self._fail(f"the shares from client {u} fail authentication (altered, or encrypted for another "
@@ -123,7 +124,7 @@ class SecAggClient:
         masked = values + prg(self._self_mask_seed, self.config.dimension, self.config.bits)
         for v in self._held:
             if v != self.id:
-                pair_mask = prg(self._pair_key(v, b"mask"), self.config.dimension, self.config.bits)
+                pair_mask = prg(self._mask_seed(v), self.config.dimension, self.config.bits)
                 masked = masked + pair_mask if v > self.id else masked - pair_mask
         return self._send(MessageType.MASKED_INPUT, pack_vector(masked & self.config.modulus_mask), Stage.UNMASKING)
 
@@ -143,10 +144,16 @@ class SecAggClient:
             payload.append(v.to_bytes(4, "big") + bytes([kind]) + element_bytes(self._held[v][kind]))
         return self._send(MessageType.UNMASK_SHARES, b"".join(payload), Stage.DONE)
 
-    def _pair_key(self, v: int, purpose: bytes) -> bytes:
-        own, theirs = ((self._encryption_key, self._keys[v].encryption) if purpose == b"encrypt"
-                       else (self._mask_key, self._keys[v].mask))
-        return agree(own, theirs, purpose, self.config.round_id)
+    def _encryption_pair_key(self, v: int) -> bytes:
+        """c_uv (computed once: ShareKeys encrypts and MaskedInputCollection decrypts with it)."""
+        if v not in self._encryption_keys:
+            self._encryption_keys[v] = agree(self._encryption_key, self._keys[v].encryption, b"encrypt",
+                                             self.config.round_id)
+        return self._encryption_keys[v]
+
+    def _mask_seed(self, v: int) -> bytes:
+        """s_uv, the seed of the pair mask of u and v."""
+        return agree(self._mask_key, self._keys[v].mask, b"mask", self.config.round_id)
 
     def _input_vector(self, x) -> np.ndarray:
         allowed = f"integers in [0, 2^{self.config.bits}) of shape ({self.config.dimension},)"
