@@ -137,6 +137,13 @@ def _data_seed(p):
     assert not torch.equal(p.sim.train.x, p.base.train.x)
 
 
+def _bias(p):  # logistic regression without an intercept: one Linear layer without bias
+    (layer,) = [m for m in p.sim.grads.model.modules() if isinstance(m, nn.Linear)]
+    features = p.sim.train.feature_shape[0]
+    assert layer.bias is None and p.sim.grads.num_params == features * 10
+    assert p.base.grads.num_params == features * 10 + 10
+
+
 def _model_name(p):
     assert len(_linear_widths(p.sim)) == 2 and len(_linear_widths(p.base)) == 1
     assert any(isinstance(m, nn.ReLU) for m in p.sim.grads.model.modules())
@@ -373,6 +380,7 @@ TABLE: dict[str, list[Row]] = {
     "data.seed": [Row("1", _data_seed)],
     "model.name": [Row("'mlp'", _model_name)],
     "model.hidden": [Row("[7, 5]", _hidden, MLP[:1])],
+    "model.bias": [Row("false", _bias)],
     "model.activation": [Row("'tanh'", _activation, MLP)],
     "algorithm.name": [Row("'dp-scaffold'", _algorithm_name)],
     "algorithm.rounds": [Row("3", _rounds)],

@@ -63,7 +63,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
 
 #: [model] keys per model (besides name).
 MODEL_KEYS: dict[str, dict[str, tuple]] = {
-    "logreg": {},
+    "logreg": {"bias": (bool, True, None, "the intercept b (Zhou et al. 2021 use none)")},
+    "femnist-cnn": {},
     "mlp": {
         "hidden": (list, [200], None, "hidden layer widths"),
         "activation": (str, "relu", ("relu", "tanh", "sigmoid", "elu"), "hidden activation"),
@@ -195,7 +196,7 @@ def _check(name: str, value, types, choices):
     allowed = types if isinstance(types, tuple) else (types,)
     if float in allowed and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
-    if isinstance(value, bool) or not isinstance(value, allowed):
+    if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
         raise ConfigError(name, value, f"a value of type {_type_names(allowed)}")
     if choices is not None and value not in choices:
         raise ConfigError(name, value, f"one of {list(choices)}")
