@@ -149,6 +149,9 @@ def execute(args) -> dict:
     if estimated:
         out["warning"] = ("the constants in nonprivate_estimates were estimated from the training data WITHOUT "
                           "privacy; that leak is in no privacy accounting")
+    if result.rounds == 0:
+        out["note"] = ("T = 0: the bound is least without training (Zhou et al.'s Solution 3): the noise outweighs the "
+                       "progress the bound credits, which is small when gamma = 2 lambda / mu is large")
     if data_norms:
         out["data_gradient_norms"] = {**data_norms, "note": "largest per-sample gradient norms of the data (non-"
                                       "private), for comparison only: xi is the algorithm's clip"}
