@@ -115,11 +115,12 @@ def execute(args) -> dict:
         missing = "--N" if N is None else "--d" if d is None else "--p"
         raise ConfigError(missing, None, "a value, or a CONFIG to read it from")
     d = _spread("--d", d, N)
-    epsilon = args.epsilon or _as_tuple(_config(config, "privacy", "epsilon"))
+    epsilon = args.epsilon if args.epsilon is not None else _as_tuple(_config(config, "privacy", "epsilon"))
     if epsilon is None:
         raise ConfigError("--epsilon", None, "each client's budget eps_i (or privacy.epsilon in CONFIG)")
     xi_flag = "--xi1" if mechanism == "laplace" else "--xi2"
-    xi = getattr(args, xi_flag[2:]) or _config(config, "algorithm", "clip")
+    xi = getattr(args, xi_flag[2:])
+    xi = xi if xi is not None else _config(config, "algorithm", "clip")
     if xi is None:
         norm = f"; the data's largest per-sample gradient norm is {data_norms[xi_flag[2:]]:.6g} (non-private)" \
             if data_norms else ""
