@@ -1,14 +1,14 @@
-"""The `dpfl` command line: run | demo | plot | audit | account | calibrate (and `dpfl --version`).
+"""The `dpfl` command line: run | demo | plot | audit | account | calibrate | plan (and `dpfl --version`).
 
-`account` and `calibrate` have one subcommand per accountant. Each lives in its own module of this package named
-`account_<name>.py` or `calibrate_<name>.py` and defines
+`account` and `calibrate` have one subcommand per accountant, `plan` one per planner. Each lives in its own module
+of this package named `account_<name>.py`, `calibrate_<name>.py` or `plan_<name>.py` and defines
 
     NAME: str                          # the subcommand, e.g. "gaussian" or "dp-scaffold"
     HELP: str                          # one line for `--help`
     configure(parser) -> None          # adds its arguments
     execute(args) -> dict              # computes the answer; the CLI prints it (as JSON with --json)
 
-so adding an accountant to the CLI touches no other file.
+so adding an accountant or a planner to the CLI touches no other file.
 """
 
 from __future__ import annotations
@@ -90,12 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
     from dpfl.cli import audit as audit_cmd
 
     audit_cmd.configure(commands)
-    for group, prefix, help_text in (
-        ("account", "account_", "epsilon of a mechanism or algorithm, without training"),
-        ("calibrate", "calibrate_", "noise (or rounds) for a target epsilon"),
+    for group, prefix, metavar, help_text in (
+        ("account", "account_", "ACCOUNTANT", "epsilon of a mechanism or algorithm, without training"),
+        ("calibrate", "calibrate_", "ACCOUNTANT", "noise (or rounds) for a target epsilon"),
+        ("plan", "plan_", "PLANNER", "hyperparameters that minimise a paper's convergence bound, before training"),
     ):
         group_parser = commands.add_parser(group, help=help_text, description=help_text)
-        subs = group_parser.add_subparsers(dest="accountant", required=True, metavar="ACCOUNTANT")
+        subs = group_parser.add_subparsers(dest="accountant", required=True, metavar=metavar)
         for module in _subcommand_modules(prefix):
             sub = subs.add_parser(module.NAME, help=module.HELP, description=module.HELP)
             module.configure(sub)

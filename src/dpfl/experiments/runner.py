@@ -33,7 +33,7 @@ import torch
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import PAPER_UNPROVEN, THIRD_PARTY
 from dpfl.algorithms import registry
-from dpfl.data import build_dataset
+from dpfl.data import FederatedDataset, build_dataset
 from dpfl.engine.boundary import Boundary
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.sampling import ClientSampler
@@ -45,13 +45,9 @@ RUN_ONLY_KEYS = ("algorithm.rounds", "privacy.budget", "run.eval_every", "run.ch
 RUN_FILES = ("ledger.json", "checkpoint.pt", "results.json", "run.json")
 
 
-def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
-    data_cfg, model_cfg, algo_cfg = config["data"], config["model"], config["algorithm"]
-    privacy_cfg, run_cfg = config["privacy"], config["run"]
-    check_range("algorithm.rounds", algo_cfg["rounds"], 1, integer=True)
-    threads = run_cfg["threads"]
-    if threads is not None:
-        torch.set_num_threads(check_range("run.threads", threads, 1, integer=True))
+def build_data(config: dict) -> FederatedDataset:
+    """The federated dataset of a config's ``data`` section."""
+    data_cfg = config["data"]
     dataset = build_dataset(
         data_cfg["name"], num_clients=data_cfg["num_clients"], samples_per_client=data_cfg["samples_per_client"],
         alpha=data_cfg["alpha"], beta=data_cfg["beta"], partition=data_cfg["partition"],
@@ -62,9 +58,25 @@ def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
         raise ConfigError("data.test_fraction", data_cfg["test_fraction"],
                           f"a fraction that leaves test records ({dataset.train.counts.min().item()} training records "
                           "per client and none for testing); raise data.samples_per_client or data.test_fraction")
-    torch.manual_seed(run_cfg["seed"])  # model initialisation
-    model = build_model(model_cfg["name"], dataset.num_features, dataset.num_classes,
-                        **{k: v for k, v in model_cfg.items() if k != "name"})
+    return dataset
+
+
+def build_initial_model(config: dict, dataset: FederatedDataset) -> torch.nn.Module:
+    """The config's model for ``dataset``, initialised from ``run.seed`` (the model a run starts from)."""
+    model_cfg = config["model"]
+    torch.manual_seed(config["run"]["seed"])  # model initialisation
+    return build_model(model_cfg["name"], dataset.num_features, dataset.num_classes,
+                       **{k: v for k, v in model_cfg.items() if k != "name"})
+
+
+def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
+    algo_cfg, privacy_cfg, run_cfg = config["algorithm"], config["privacy"], config["run"]
+    check_range("algorithm.rounds", algo_cfg["rounds"], 1, integer=True)
+    threads = run_cfg["threads"]
+    if threads is not None:
+        torch.set_num_threads(check_range("run.threads", threads, 1, integer=True))
+    dataset = build_data(config)
+    model = build_initial_model(config, dataset)
     delta = privacy_cfg["delta"]
     if delta is None:  # Noble et al. 2022: delta = 1 / (M R_train)
         delta = 1.0 / float(dataset.train.counts.sum())

@@ -1,0 +1,84 @@
+"""`dpfl plan queries-replies` through the real entry point: flags only (Table I's MNIST constants), a config whose
+data and model give non-private estimates, the Gaussian rule, the plot, --help and errors."""
+
+import json
+import math
+
+import pytest
+
+from dpfl.cli import main
+
+# Table I, MNIST (the fit of tests/planning/test_queries_replies.py): gamma = 2.70, U = 412, V = 197, with mu = 1,
+# lambda = gamma / 2, Gamma = 0: G = sqrt(4 p xi^2 U) / d and Y0 = 32 p xi^2 V / (gamma d^2).
+P, XI, D, GAMMA = 7840, 300.0, 60000, 2.70
+MNIST = ["plan", "queries-replies", "--N", "10", "--d", "6000", "--p", str(P), "--xi1", str(XI), "--mu", "1",
+         "--lambda", str(GAMMA / 2), "--G", str(math.sqrt(4 * P * XI**2 * 412) / D), "--Gamma", "0",
+         "--Y0", str(32 * P * XI**2 * 197 / (GAMMA * D**2))]
+
+
+def run_json(capsys, argv):
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_flags_reproduce_table_one(capsys):
+    joint = run_json(capsys, [*MNIST, "--epsilon", "5"])
+    assert (joint["rounds"], joint["clients_per_round"]) == (121, 1)  # Table I: T* = 121 at b* = 1
+    assert joint["constants"]["gamma"] == pytest.approx(GAMMA)
+    assert joint["nonprivate_estimates"] == [] and "warning" not in joint
+    assert run_json(capsys, [*MNIST, "--epsilon", "5", "--solve", "rounds", "--b", "5"])["rounds"] == 32
+    fixed_T = run_json(capsys, [*MNIST, "--epsilon", "10", "--solve", "clients", "--T", "50", "--rounding", "up"])
+    assert fixed_T["clients_per_round"] == 5 and fixed_T["rounding"] == "up"
+
+
+def test_per_client_budgets_are_a_list(capsys):
+    out = run_json(capsys, [*MNIST, "--epsilon", ",".join(["5"] * 10)])
+    assert out["rounds"] == 121 and out["constants"]["epsilon"] == [5.0] * 10
+
+
+def test_config_estimates_constants_without_privacy_and_flags_override(capsys, tmp_path, one_torch_thread):
+    config = tmp_path / "plan.toml"
+    config.write_text('[data]\nname = "breast_cancer"\nnum_clients = 3\nstandardize = "pooled"\n'
+                      '[algorithm]\nname = "fedsgd"\nrounds = 50\nclient_rate = 0.4\n[privacy]\nepsilon = 5.0\n')
+    plot = tmp_path / "u.png"
+    out = run_json(capsys, ["plan", "queries-replies", str(config), "--xi1", "10", "--Gamma", "0.5", "--steps", "2",
+                            "--plot", str(plot)])
+    assert {"rounds", "clients_per_round", "bound", "constants"} <= set(out)
+    assert out["nonprivate_estimates"] == ["G", "Y0", "lambda", "mu"]  # Gamma was given
+    assert "WITHOUT privacy" in out["warning"]
+    constants = out["constants"]
+    assert constants["Gamma"] == 0.5 and constants["xi1"] == 10.0 and constants["epsilon"] == [5.0] * 3
+    assert constants["mu"] == pytest.approx(0.005, abs=1e-9)  # logistic regression: mu = the weight decay
+    assert constants["p"] == 62 and constants["N"] == 3 and sum(constants["d"]) == 455  # 569 records, 20% test
+    assert out["data_gradient_norms"]["xi1"] > 0
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out["plot"] == str(plot)
+
+
+def test_gaussian_rule_trains_as_long_as_practical(capsys):
+    argv = [*MNIST, "--mechanism", "gaussian", "--epsilon", "1", "--delta", "1e-5", "--xi2", "10", "--Lambda", "1",
+            "--q", "0.01", "--T", "100"]
+    out = run_json(capsys, argv)
+    assert (out["rounds"], out["clients_per_round"]) == (100, 10)  # Solution 1: T = max, b = N
+    assert out["constants"]["c2"] > 0 and "accountant" in out["c2_source"]
+
+
+def test_help_documents_every_input(capsys):
+    assert main(["plan", "queries-replies", "--help"]) == 0
+    text = capsys.readouterr().out
+    for flag in ("CONFIG", "--N", "--b", "--T", "--epsilon", "--d", "--mu", "--lambda", "--xi1", "--xi2", "--G",
+                 "--Gamma", "--Y0", "--p", "--mechanism", "--solve", "--json", "--plot", "--delta", "--Lambda",
+                 "--q", "--c2", "--max-rounds", "--rounding"):
+        assert flag in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["plan", "queries-replies", "--N", "10", "--epsilon", "1"], "--mu = None is not allowed"),
+    ([*MNIST, "--epsilon", "1,2"], "epsilon = [1.0, 2.0] is not allowed: expected one value, or one per client (10 clients)"),
+    ([*MNIST, "--epsilon", "0"], "epsilon = 0.0 is not allowed"),
+    ([*MNIST, "--epsilon", "1", "--solve", "rounds"], "clients_per_round = None is not allowed"),
+    ([*MNIST[:8], *MNIST[10:], "--epsilon", "1"], "--xi1 = None is not allowed: expected the algorithm's clip"),
+])
+def test_bad_input_names_the_field(capsys, argv, message):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
