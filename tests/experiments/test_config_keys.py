@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -33,6 +34,27 @@ BASE = ("algorithm.name='dp-fedavg'", "data.num_clients=6", "data.samples_per_cl
         "algorithm.client_rate=0.5", "algorithm.rounds=4", "algorithm.noise_multiplier=1.0")
 DIGITS = ("data.name='digits'",)
 MLP = ("model.name='mlp'", "model.hidden=[8]")
+OWN = "$OWN"  # in a row's value or extra keys: the folder the probe writes the user's own files to (write_own_files)
+CSV = ("data.name='csv'", f"data.path='{OWN}/own.csv'")
+SITE_SIZES = (180, 120, 60)  # own.csv's records per site (its client column)
+
+
+def write_own_files(folder: Path) -> None:
+    """own.csv: 360 records; x0 (the record's index), x1, label (2 classes), outcome (3 classes), site (0, 1, 2 with
+    SITE_SIZES records, in order), part ('test' for every 4th record). wide.csv: the same with three more features.
+    own.npz: 360 records of 4 features, 2 classes, 6 clients, no split; six.npz: the same with 6 features. (BASE
+    trims every client to 30 records.)"""
+    n = sum(SITE_SIZES)
+    rng = np.random.default_rng(0)
+    x1 = rng.standard_normal(n).round(3)
+    site = np.repeat([0, 1, 2], SITE_SIZES)
+    part = np.where(np.arange(n) % 4 == 0, "test", "train")
+    for name, extra in (("own.csv", 0), ("wide.csv", 3)):
+        header = ["x0", "x1", *[f"w{j}" for j in range(extra)], "label", "outcome", "site", "part"]
+        rows = [[i, x1[i], *range(extra), i % 2, i % 3, site[i], part[i]] for i in range(n)]
+        (folder / name).write_text("\n".join(",".join(map(str, r)) for r in [header, *rows]) + "\n")
+    for name, features in (("own.npz", 4), ("six.npz", 6)):
+        np.savez(folder / name, x=rng.standard_normal((n, features)), y=np.arange(n) % 2, client=np.arange(n) % 6)
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +74,10 @@ class Probe:
 
     def __init__(self, key: str, value: str, extra: tuple, tmp_path: Path):
         self.key, self.extra, self.tmp_path = key, extra, tmp_path
-        self.overrides = [*BASE, *extra, f"{key}={value}"]
+        self.overrides = [o.replace(OWN, str(tmp_path)) for o in (*BASE, *extra, f"{key}={value}")]
+        if any(OWN in o for o in (*extra, value)):
+            write_own_files(tmp_path)
+        extra = tuple(o.replace(OWN, str(tmp_path)) for o in extra)
         self.config = load_config(None, self.overrides)
         self.base_config = load_config(None, [*BASE, *extra])
         section, name = key.split(".")
@@ -91,6 +116,42 @@ def _inner(event):
 def _data_name(p):
     assert p.sim.train.feature_shape == (64,) and p.base.train.feature_shape != (64,)  # digits: 8x8 pixels
     assert int(p.sim.train.y.max()) == 9
+
+
+def _path_csv(p):  # wide.csv has three more feature columns than own.csv
+    assert p.sim.train.feature_shape == (7,) and p.base.train.feature_shape == (4,)
+    assert p.sim.data["source"]["path"] == str(p.tmp_path / "wide.csv")
+
+
+def _path_npz(p):
+    assert p.sim.train.feature_shape == (6,) and p.base.train.feature_shape == (4,)
+    assert p.sim.data["source"] == {**p.sim.data["source"], "format": "npz", "path": str(p.tmp_path / "six.npz")}
+
+
+def _label_column(p):  # outcome has 3 classes, label 2 (and label is now a feature)
+    assert p.sim.grads.model(torch.zeros(1, 4)).shape == (1, 3) and int(p.sim.train.y.max()) == 2
+    assert p.base.grads.model(torch.zeros(1, 4)).shape == (1, 2) and int(p.base.train.y.max()) == 1
+
+
+def _sites_of(arrays) -> list[set[int]]:
+    """The sites (by own.csv's record index x0) of each client's records."""
+    bounds = np.cumsum(SITE_SIZES)
+    return [set(np.searchsorted(bounds, arrays.x[i, : arrays.counts[i], 0].round().numpy(), side="right").tolist())
+            for i in range(arrays.num_clients)]
+
+
+def _client_column(p):  # each site is a client (sorted ids), the site is no longer a feature
+    assert _sites_of(p.sim.train) == [{0}, {1}, {2}] and _sites_of(p.sim.test) == [{0}, {1}, {2}]
+    assert p.sim.data["partition"] == {"scheme": "natural", "param": None, "client_ids": [0, 1, 2]}
+    assert p.sim.train.feature_shape == (3,) and p.base.train.feature_shape == (4,)
+    assert any(len(sites) > 1 for sites in _sites_of(p.base.train))  # iid clients mix the sites
+
+
+def _split_column(p):  # the records marked 'test' (x0, the record's index, a multiple of 4) are tested, no other
+    tested, trained = (p.sim.test.flat()[0][:, 0].round().long(), p.sim.train.flat()[0][:, 0].round().long())
+    assert (tested % 4 == 0).all() and (trained % 4 != 0).all() and p.sim.data["split"]["given"]
+    assert ((p.sim.train.counts + p.sim.test.counts) == 30).all() and (p.sim.test.counts > 0).all()  # BASE trims
+    assert p.config["data"]["test_fraction"] is None and p.base_config["data"]["test_fraction"] == 0.2
 
 
 def _alpha(p):  # model heterogeneity: the labels change
@@ -312,6 +373,11 @@ class Row:
 
 TABLE: dict[str, list[Row]] = {
     "data.name": [Row("'digits'", _data_name)],
+    "data.path": [Row(f"'{OWN}/wide.csv'", _path_csv, (*CSV, "data.split_column='part'")),
+                  Row(f"'{OWN}/six.npz'", _path_npz, ("data.name='npz'", f"data.path='{OWN}/own.npz'"))],
+    "data.label_column": [Row("'outcome'", _label_column, (*CSV, "data.split_column='part'", "data.num_clients=3"))],
+    "data.client_column": [Row("'site'", _client_column, (*CSV, "data.split_column='part'", "data.num_clients=3"))],
+    "data.split_column": [Row("'part'", _split_column, (*CSV, "data.client_column='site'", "data.num_clients=3"))],
     "data.alpha": [Row("1.0", _alpha)],
     "data.beta": [Row("1.0", _beta)],
     "data.num_clients": [Row("7", _num_clients)],

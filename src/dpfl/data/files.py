@@ -53,6 +53,8 @@ def _sha256(path: Path) -> str:
 
 # -- npz -----------------------------------------------------------------------------------------------------------
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    if not zipfile.is_zipfile(path):
+        raise _refuse(path, "a readable .npz file (numpy.savez)", "not a zip archive")
     try:
         with np.load(path, allow_pickle=False) as arrays:
             names = list(arrays.files)
@@ -157,7 +159,7 @@ def load_csv(path, label_column: str = "label", client_column: str | None = None
     y = _as_numbers(np.array([record[index["data.label_column"]] for record in records]))
     client_ids = None
     if client_column is not None:
-        client_ids = np.array([record[index["data.client_column"]] for record in records])
+        client_ids = _as_numbers(np.array([record[index["data.client_column"]] for record in records]))
     test_mask = None
     if split_column is not None:
         marks = np.char.strip(np.array([record[index["data.split_column"]] for record in records]))
@@ -174,7 +176,7 @@ def load_csv(path, label_column: str = "label", client_column: str | None = None
 
 
 def _as_numbers(values: np.ndarray) -> np.ndarray:
-    """CSV labels as integers when they all are (so "10" sorts after "9"), else kept as strings."""
+    """CSV labels or client ids as integers when they all are (so "10" sorts after "9"), else kept as strings."""
     try:
         return values.astype(np.int64)
     except ValueError:
