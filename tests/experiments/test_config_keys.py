@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -531,3 +532,41 @@ def test_every_example_loads_and_runs_to_a_finite_epsilon(path, tmp_path):
     for observer in observers:
         eps = results["final"]["epsilon"][observer]
         assert eps is not None and math.isfinite(eps) and eps > 0, (observer, eps)
+
+
+# -- the user's own data: keys that apply to some data.name only, data.path ----------------------------------------
+@pytest.mark.parametrize("overrides, field, users", [
+    (["data.path='x.csv'"], "data.path", "['npz', 'csv']"),
+    (["data.name='npz'", "data.path='x.npz'", "data.label_column='y'"], "data.label_column", "['csv']"),
+    (["data.name='digits'", "data.split_column='part'"], "data.split_column", "['csv']"),
+    (["data.name='csv'", "data.path='x.csv'", "data.alpha=1.0"], "data.alpha", "['synthetic']"),
+    (["data.partition='iid'"], "data.partition", "['digits', 'breast_cancer', 'npz', 'csv']"),
+])
+def test_a_data_key_of_another_source_is_rejected(overrides, field, users):
+    with pytest.raises(ConfigError, match=rf"no value: {field} applies to data.name in {re.escape(users)}") as caught:
+        load_config(None, overrides)
+    assert caught.value.field == field
+
+
+def test_a_file_source_needs_its_path_and_a_split_column_takes_no_test_fraction():
+    with pytest.raises(ConfigError, match=r"data.path = None .*the path of the csv file") as caught:
+        load_config(None, ["data.name='csv'"])
+    assert caught.value.field == "data.path"
+    with pytest.raises(ConfigError, match=r"data.test_fraction = 0.3 .*data.split_column = 'part' marks each record"):
+        load_config(None, ["data.name='csv'", "data.path='x.csv'", "data.split_column='part'", "data.test_fraction=0.3"])
+    csv = load_config(None, ["data.name='csv'", "data.path='x.csv'"])["data"]
+    assert (csv["test_fraction"], csv["num_clients"]) == (0.2, 100)  # no split, no client column: the defaults
+    npz = load_config(None, ["data.name='npz'", "data.path='x.npz'"])["data"]
+    assert (npz["test_fraction"], npz["num_clients"]) == (None, None)  # the file may bring its clients and split
+    assert load_config(None, [])["data"]["test_fraction"] == 0.2  # unchanged for the generated and packaged data
+
+
+def test_a_relative_path_is_the_config_files_folder_and_the_current_directory_for_set(tmp_path, monkeypatch):
+    folder = tmp_path / "study"
+    folder.mkdir()
+    (folder / "run.toml").write_text("[data]\nname = 'csv'\npath = 'data/own.csv'\n")
+    monkeypatch.chdir(tmp_path)
+    assert load_config(folder / "run.toml")["data"]["path"] == str(folder / "data" / "own.csv")
+    given = load_config(folder / "run.toml", ["data.path='elsewhere/own.csv'"])["data"]["path"]
+    assert given == str(tmp_path / "elsewhere" / "own.csv")
+    assert load_config(None, ["data.name='npz'", f"data.path='{folder}/x.npz'"])["data"]["path"] == str(folder / "x.npz")
