@@ -52,7 +52,8 @@ def _sha256(path: Path) -> str:
 
 
 # -- npz -----------------------------------------------------------------------------------------------------------
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
+def _read_npz(path: Path, keys: tuple[str, ...] = NPZ_ARRAYS) -> dict[str, np.ndarray]:
+    """The arrays ``keys`` of the file that it has (it must have x and y)."""
     if not zipfile.is_zipfile(path):
         raise _refuse(path, "a readable .npz file (numpy.savez)", "not a zip archive")
     try:
@@ -62,7 +63,7 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
             if missing:
                 raise _refuse(path, "arrays named 'x' and 'y' (optionally 'client' and 'split')",
                               f"the arrays {sorted(names)}")
-            return {key: arrays[key] for key in NPZ_ARRAYS if key in names}
+            return {key: arrays[key] for key in keys if key in names}
     except ConfigError:
         raise
     except ValueError as err:  # an object array: needs pickle
@@ -218,7 +219,7 @@ def shape_of(path, kind: str) -> dict:
         shape, dtype = headers["x"]
         sizes = None
         if "client" in headers:
-            sizes = np.unique(_read_npz(path)["client"], return_counts=True)[1]
+            sizes = np.unique(_read_npz(path, ("client",))["client"], return_counts=True)[1]
         return {"records": shape[0] if shape else 0, "features": int(np.prod(shape[1:])),
                 "value_bytes": dtype.itemsize, "client_sizes": sizes, "fields": 0}
     try:
