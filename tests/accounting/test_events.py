@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from dp_accounting import dp_event
 
-from dpfl.accounting.events import EVENT_TYPES, SkellamDpEvent, event_from_dict, event_to_dict, skellam_l1_bound, skellam_rdp
+from dpfl.accounting.events import EVENT_TYPES, SkellamDpEvent, event_from_dict, event_to_dict, skellam_l1_bound
+from dpfl.accounting.skellam import skellam_rdp
 from dpfl.accounting.rdp import rdp_curve
 from dpfl.errors import ConfigError
 

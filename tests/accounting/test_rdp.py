@@ -145,11 +145,19 @@ def test_tight_bound_never_exceeds_the_paper_bound_nor_the_inner_curve():
 
 
 def test_unsupported_events():
-    with pytest.raises(UnsupportedEventError):
-        rdp_curve(dp_event.PoissonSampledDpEvent(0.1, dp_event.LaplaceDpEvent(1.0)))
+    with pytest.raises(UnsupportedEventError):  # Poisson sampling (add/remove) around a replace-one event
+        rdp_curve(dp_event.PoissonSampledDpEvent(0.1, wor(10, 2, dp_event.GaussianDpEvent(1.0))))
     with pytest.raises(UnsupportedEventError):
         rdp_curve(wor(10, 2, dp_event.PoissonSampledDpEvent(0.1, dp_event.GaussianDpEvent(1.0))))
     assert "REPLACE_ONE" in composition_error(wor(10, 2, dp_event.GaussianDpEvent(1.0)), NeighboringRelation.ADD_OR_REMOVE_ONE)
+
+
+def test_poisson_sampling_around_events_dp_accounting_cannot_sample():
+    """Poisson(Laplace) goes through Zhu & Wang 2019 Thm 6 (dpfl.accounting.skellam): finite, and below the Laplace
+    mechanism's own curve."""
+    laplace = dp_event.LaplaceDpEvent(1.0)
+    sampled = rdp_curve(dp_event.PoissonSampledDpEvent(0.1, laplace))
+    assert np.all(np.isfinite(sampled)) and np.all(sampled < rdp_curve(laplace))
 
 
 @pytest.mark.parametrize("orders", [[1.0, 2.0], [], [2.0, np.inf], [[2.0, 3.0]]])

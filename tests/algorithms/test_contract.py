@@ -49,8 +49,10 @@ def settings(name: str, *extra: str, **algorithm) -> list[str]:
     """Overrides of a tiny run of ``name``: TINY's keys that ``name`` has, updated by ``algorithm``."""
     keys = key_schema(name, "logreg")["algorithm"]
     values = {**TINY, **algorithm}
+    calibrated = is_private(name) and "noise_multiplier" not in keys  # its noise comes from privacy.epsilon
     return [f"algorithm.name='{name}'", "data.num_clients=6", "data.samples_per_client=30", "run.seed=1",
-            *(f"algorithm.{k}={v!r}" for k, v in values.items() if k in keys), *extra]
+            *(f"algorithm.{k}={v!r}" for k, v in values.items() if k in keys),
+            *(["privacy.epsilon=2.0"] if calibrated else []), *extra]
 
 
 def simulation(name: str, *extra: str, out=None, **algorithm):
@@ -159,7 +161,10 @@ def test_a_mechanism_swapped_after_the_declaration_is_caught(name):
     if not (dataclasses.is_dataclass(algorithm) and hasattr(algorithm, "mechanism")):
         pytest.skip(f"{name} has no mechanism field to swap")
     mechanism = algorithm.mechanism
-    other = dataclasses.replace(algorithm, mechanism=type(mechanism)(2 * mechanism.noise_multiplier))
+    if isinstance(getattr(algorithm, "noise", None), torch.Tensor):  # per-client noise, calibrated by the builder
+        other = dataclasses.replace(algorithm, noise=2 * algorithm.noise)
+    else:
+        other = dataclasses.replace(algorithm, mechanism=type(mechanism)(2 * mechanism.noise_multiplier))
     sim.algorithm = Wrapped(algorithm, lambda inner, *args: other.client_round(*args))
     with pytest.raises(DpflError, match="declared"):
         sim.step()
@@ -266,7 +271,8 @@ def test_state_round_trips_through_torch_save_and_checkpoint_files(name, tmp_pat
 #: An out-of-range value of each numeric [algorithm] key with a documented range. A numeric key of a new algorithm
 #: must be added here (or to UNBOUNDED) unless its field metadata gives "min" (then min - 1 is used).
 OUT_OF_RANGE = {"rounds": 0, "client_rate": 0.0, "local_steps": 0, "lr": -1.0, "global_lr": 0.0, "weight_decay": -1.0,
-                "sample_rate": 1.5, "clip": 0.0, "noise_multiplier": 0.0}
+                "sample_rate": 1.5, "clip": 0.0, "noise_multiplier": 0.0, "clients_per_round": 7, "mu": 0.0,
+                "smoothness": 0.0}
 UNBOUNDED: set[str] = set()
 
 
@@ -289,7 +295,7 @@ def _out_of_range(name: str, key: str):
 @pytest.mark.parametrize("name", NAMES)
 def test_an_out_of_range_value_names_its_key(name):
     keys = [k for k in _numeric_keys(name) if k not in UNBOUNDED]
-    assert {"rounds", "client_rate"} <= set(keys)
+    assert "rounds" in keys and ("client_rate" in keys) == (registry.spec_of(name).cohort is None)
     for key in keys:
         bad = _out_of_range(name, key)
         with pytest.raises(ConfigError) as caught:
@@ -412,7 +418,7 @@ def threads(request):
 def test_results_do_not_depend_on_the_memory_chunking(name, threads):
     runs = {}
     for budget in ("one client per chunk", "whole cohort"):
-        sim = simulation(name, client_rate=0.5, sample_rate=0.5)
+        sim = simulation(name, client_rate=0.5, sample_rate=0.5, clients_per_round=3)
         if budget == "one client per chunk":
             sim.memory_budget_bytes = 1
         chunks = []

@@ -34,6 +34,9 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BASE = ("algorithm.name='dp-fedavg'", "data.num_clients=6", "data.samples_per_client=30", "algorithm.local_steps=2",
         "algorithm.client_rate=0.5", "algorithm.rounds=4", "algorithm.noise_multiplier=1.0")
 DIGITS = ("data.name='digits'",)
+#: A tiny FedSGD-DPC run (it names its cohort and calibrates its noise with keys of its own).
+DPC = ("algorithm.name='fedsgd-dpc'", "data.num_clients=6", "data.samples_per_client=30", "algorithm.rounds=4")
+DPC_EPS = (*DPC, "privacy.epsilon=2.0")
 MLP = ("model.name='mlp'", "model.hidden=[8]")
 OWN = "$OWN"  # in a row's value or extra keys: the folder the probe writes the user's own files to (write_own_files)
 CSV = ("data.name='csv'", f"data.path='{OWN}/own.csv'")
@@ -73,14 +76,14 @@ class Probe:
     """What a row's probe may look at: the loaded config, the built simulation (built on first use), the base run
     (BASE plus the row's extra keys, without its own key) and a temporary directory."""
 
-    def __init__(self, key: str, value: str, extra: tuple, tmp_path: Path):
+    def __init__(self, key: str, value: str, extra: tuple, tmp_path: Path, base: tuple = BASE):
         self.key, self.extra, self.tmp_path = key, extra, tmp_path
-        self.overrides = [o.replace(OWN, str(tmp_path)) for o in (*BASE, *extra, f"{key}={value}")]
         if any(OWN in o for o in (*extra, value)):
             write_own_files(tmp_path)
         extra = tuple(o.replace(OWN, str(tmp_path)) for o in extra)
+        self.overrides = [*base, *extra, f"{key}={value}".replace(OWN, str(tmp_path))]
         self.config = load_config(None, self.overrides)
-        self.base_config = load_config(None, [*BASE, *extra])
+        self.base_config = load_config(None, [*base, *extra])
         section, name = key.split(".")
         self.value = self.config[section][name]
 
@@ -295,6 +298,51 @@ def _budget_table(p):
     assert p.sim.ledger.budget == {"server": 7.0}
 
 
+def _mechanism(p):  # Gaussian: the tightest accountant over sampled Gaussians; Laplace: basic composition
+    assert p.sim.ledger.accountant_names["server"] == "tightest" and p.base.ledger.accountant_names["server"] == "pure"
+    assert "Gaussian" in str(p.sim.round_privacy(0)["server"]) and "Laplace" in str(p.base.round_privacy(0)["server"])
+
+
+def _clients_per_round(p):
+    assert p.sim.clients.cohort_size == 2 and p.sim.clients.sample(0, 0).numel() == 2
+    assert p.base.clients.cohort_size == 6
+
+
+def _selection(p):  # round robin: clients 0-1, 2-3, 4-5, 0-1, ...
+    assert p.sim.clients.scheme == "round_robin" and p.base.clients.scheme == "fixed"
+    assert [p.sim.clients.sample(t, 0).tolist() for t in range(4)] == [[0, 1], [2, 3], [4, 5], [0, 1]]
+
+
+def _lr_schedule(p):  # eta_t = 2 / (mu (t + 2 lambda / mu)) with mu = 1, lambda = 2
+    assert [p.sim.algorithm.step_size(t) for t in (0, 1)] == [0.5, 0.4]
+    assert p.base.algorithm.step_size(1) == p.base.algorithm.lr
+
+
+def _mu(p):  # mu = 2, lambda = 1: 2 / (2 (1 + 1)) = 0.5 at t = 1 (base mu = 1: 2 / 3)
+    assert p.sim.algorithm.step_size(1) == 0.5 and p.base.algorithm.step_size(1) == pytest.approx(2 / 3)
+
+
+def _smoothness(p):  # eta_0 = 1 / lambda
+    assert p.sim.algorithm.step_size(0) == pytest.approx(1 / 3) and p.base.algorithm.step_size(0) == 1.0
+
+
+def _aggregation(p):  # paper: (N / b) sum_i (d_i / d) dx_i, whatever the cohort's weights sum to
+    from dpfl.engine.boundary import Delivery
+
+    delivered = Delivery({"dx": torch.tensor([12.0]), "weight": torch.tensor([24.0])}, 2, 6)
+    server = {"x": torch.zeros(1)}
+    paper = p.sim.algorithm.server_update(0, server, delivered)["x"]
+    normalized = p.base.algorithm.server_update(0, server, delivered)["x"]
+    assert float(normalized) == 0.5 and float(paper) == pytest.approx(3 * 12.0 / p.sim.algorithm.total_records)
+
+
+def _client_epsilons(p):  # Laplace: client i's scale multiplier is m / eps_i
+    noise = p.sim.algorithm.noise
+    assert noise.tolist() == pytest.approx([p.sim.algorithm.schedule.most / e for e in (1, 2, 3, 4, 5, 6)])
+    history = p.sim.run(4)  # all 6 clients reply in every round: the ledger charges the least private client
+    assert history[-1].epsilon["server"] == pytest.approx(6.0)
+
+
 def _epsilon(p):  # LocalSGD takes its noise from algorithm.noise_multiplier and says where a budget's noise comes from
     with pytest.raises(ConfigError, match=r"privacy\.epsilon.*calibrate run"):
         p.sim  # noqa: B018
@@ -370,6 +418,7 @@ class Row:
     value: str | Callable[[], str]  # a TOML value, or a function giving one
     probe: Callable[[Probe], None]
     extra: tuple = field(default=())
+    base: tuple = field(default=BASE)
 
 
 TABLE: dict[str, list[Row]] = {
@@ -408,6 +457,17 @@ TABLE: dict[str, list[Row]] = {
     "privacy.delta": [Row("1e-4", _delta)],
     "privacy.budget": [Row("1.7", _budget_number), Row("{server = 7.0}", _budget_table)],
     "privacy.epsilon": [Row("2.0", _epsilon)],
+    "algorithm.mechanism": [Row("'gaussian'", _mechanism, base=DPC_EPS)],
+    "algorithm.clients_per_round": [Row("2", _clients_per_round, base=DPC_EPS)],
+    "algorithm.selection": [Row("'round-robin'", _selection, ("algorithm.clients_per_round=2",), base=DPC_EPS)],
+    "algorithm.lr_schedule": [Row("'inverse'", _lr_schedule, ("algorithm.mu=1.0", "algorithm.smoothness=2.0"),
+                                  base=DPC_EPS)],
+    "algorithm.mu": [Row("2.0", _mu, ("algorithm.lr_schedule='inverse'", "algorithm.mu=1.0",
+                                      "algorithm.smoothness=1.0"), base=DPC_EPS)],
+    "algorithm.smoothness": [Row("3.0", _smoothness, ("algorithm.lr_schedule='inverse'", "algorithm.mu=1.0",
+                                                      "algorithm.smoothness=1.0"), base=DPC_EPS)],
+    "algorithm.aggregation": [Row("'paper'", _aggregation, ("algorithm.clients_per_round=2",), base=DPC_EPS)],
+    "algorithm.client_epsilons": [Row("[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]", _client_epsilons, base=DPC)],
     "privacy.analysis": [Row("'paper'", _analysis)],
     "privacy.conversion": [Row("'classic'", _conversion)],
     "privacy.boundary": [Row("'trusted'", _boundary_trusted), Row("'secagg'", _boundary_secagg)],
@@ -444,7 +504,7 @@ def test_the_table_covers_every_key_of_every_algorithm_and_model():
 def test_every_key_reaches_the_run(key, index, tmp_path):
     row = TABLE[key][index]
     value = row.value() if callable(row.value) else row.value
-    probe = Probe(key, value, row.extra, tmp_path)
+    probe = Probe(key, value, row.extra, tmp_path, row.base)
     section, name = key.split(".")
     schema = key_schema(probe.config["algorithm"]["name"], probe.config["model"]["name"])
     default = config_module.MODEL_DEFAULT if key == "model.name" else schema[section][name][1]

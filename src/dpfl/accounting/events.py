@@ -1,13 +1,8 @@
 """Privacy events dp_accounting lacks, and JSON-safe (de)serialisation of every event.
 
 ``SkellamDpEvent`` is the Skellam mechanism of Agarwal, Kairouz, Liu (NeurIPS 2021), the infinitely divisible
-integer noise used with secure aggregation in the joint-noise paper (Heikkilä, "Accounting formulas"). Its RDP
-at integer orders a > 1, in the data's own units (sensitivities and variance before scaling by ``scale``):
-
-    eps(a) = a D2^2 / (2 mu) + min( (2a - 1) D2^2 / (4 s^2 mu^2) + 3 D1 / (2 s^3 mu^2),  3 D1 / (2 s mu) )
-
-with D2, D1 the l2 and l1 sensitivities, mu the per-coordinate noise variance and s the scale applied before
-rounding to integers. As s -> inf it tends to the Gaussian curve a D2^2 / (2 mu).
+integer noise used with secure aggregation in the joint-noise paper (Heikkilä). Its RDP is
+``dpfl.accounting.skellam.skellam_rdp``.
 
 ``ParticipationDpEvent`` is one round of a client-sampled federated algorithm seen from one record: the record's owner
 takes part with some probability, independently of the data, and then releases the inner event; otherwise the round
@@ -31,7 +26,6 @@ import inspect
 import math
 
 import attr
-import numpy as np
 from dp_accounting import dp_event
 
 from dpfl.errors import ConfigError, check_range
@@ -111,22 +105,6 @@ class ParticipationDpEvent(dp_event.DpEvent):
     event: dp_event.DpEvent
 
 
-def skellam_rdp(event: SkellamDpEvent, orders) -> np.ndarray:
-    """RDP of ``event`` at integer ``orders`` (> 1), Agarwal et al. 2021, as in the module docstring."""
-    check_range("l2_sensitivity", event.l2_sensitivity, 0)
-    check_range("l1_sensitivity", event.l1_sensitivity, 0)
-    check_range("variance", event.variance, 0, low_open=True)
-    check_range("scale", event.scale, 0, low_open=True)
-    a = np.asarray(orders, dtype=float)
-    d2, d1, mu, s = event.l2_sensitivity, event.l1_sensitivity, event.variance, event.scale
-    gaussian = a * d2**2 / (2 * mu)
-    discretisation = np.minimum(
-        (2 * a - 1) * d2**2 / (4 * s**2 * mu**2) + 3 * d1 / (2 * s**3 * mu**2),
-        3 * d1 / (2 * s * mu),
-    )
-    return gaussian + discretisation
-
-
 def _registry() -> dict[str, type]:
     classes = {
         name: cls
@@ -175,4 +153,4 @@ def event_from_dict(d: dict) -> dp_event.DpEvent:
     return EVENT_TYPES[d["type"]](**fields)
 
 
-__all__ = ["SkellamDpEvent", "DisjointUnionDpEvent", "ParticipationDpEvent", "skellam_l1_bound", "skellam_rdp", "EVENT_TYPES", "event_to_dict", "event_from_dict"]
+__all__ = ["SkellamDpEvent", "DisjointUnionDpEvent", "ParticipationDpEvent", "skellam_l1_bound", "EVENT_TYPES", "event_to_dict", "event_from_dict"]

@@ -119,11 +119,16 @@ class Release:
       additive: for each draw, whether it enters the released aggregate additively with nothing computed after it,
         in this round or a later one: the only draws another client's noise share may be credited to.
       sensitivity_ratio: min_j Delta_j / max_j Delta_j over the clients' sensitivities (1 when all are equal).
+      cohort: how the owner takes part in this round, when the algorithm fixes it: an algorithm that calibrates its
+        noise to each client's number of replies under a data-independent schedule (drawn from the run's seed before
+        the first round) accounts conditionally on that schedule, which is sound towards every observer (knowing the
+        schedule only helps one); None: the client sampler's participation.
     """
 
     step_events: tuple
     additive: tuple
     sensitivity_ratio: float = 1.0
+    cohort: Cohort | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "step_events", tuple(self.step_events))

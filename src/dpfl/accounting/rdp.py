@@ -26,6 +26,10 @@ of dpfl's events (``dpfl.accounting.events``):
   log(1 + p (exp((a - 1) eps_in(a)) - 1)) / (a - 1) of its inner curve, under the inner event's own relation;
 * ``DisjointUnionDpEvent`` (parallel composition over disjoint data) takes the pointwise maximum of its parts;
 * ``SkellamDpEvent``: Agarwal et al. 2021 at integer orders, interpolated as above at non-integer ones;
+* ``PoissonSampledDpEvent`` around an event dp_accounting has no Poisson bound for (Skellam, Laplace, compositions,
+  ...): Zhu, Wang 2019, Thm 6 (``dpfl.accounting.skellam``) on the inner curve under add/remove, interpolated as
+  above; with bound "tight" (default) the smaller of it and the mixture bound of ``participation_rdp`` (joint
+  convexity, valid for Poisson sampling too) at every order;
 * anything else (Gaussian, Laplace, Poisson-subsampled Gaussian, ...) is delegated to dp_accounting's
   ``RdpAccountant``: the event is composed into a fresh accountant with these orders and its curve read back.
 
@@ -45,7 +49,8 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from scipy.special import gammaln, logsumexp
 
 from dpfl.accounting.conversion import CONVERSIONS, rdp_to_epsilon
-from dpfl.accounting.events import DisjointUnionDpEvent, ParticipationDpEvent, SkellamDpEvent, skellam_rdp
+from dpfl.accounting.events import DisjointUnionDpEvent, ParticipationDpEvent, SkellamDpEvent
+from dpfl.accounting.skellam import poisson_subsampled_rdp, skellam_rdp
 from dpfl.errors import ConfigError
 
 NeighborRel = privacy_accountant.NeighboringRelation
@@ -102,6 +107,10 @@ def composition_error(event: dp_event.DpEvent, neighboring_relation=None) -> str
         if neighboring_relation not in (None, NeighborRel.REPLACE_ONE):
             return f"{event}: sampling without replacement is accounted under REPLACE_ONE, not {neighboring_relation}"
         return composition_error(event.event, NeighborRel.REPLACE_ONE)
+    if _general_poisson(event, neighboring_relation):
+        if neighboring_relation not in (None, NeighborRel.ADD_OR_REMOVE_ONE):
+            return f"{event}: Poisson sampling is accounted under ADD_OR_REMOVE_ONE, not {neighboring_relation}"
+        return composition_error(event.event, NeighborRel.ADD_OR_REMOVE_ONE)
     if _leaf_relation(event, neighboring_relation) is None:
         return f"{event}: no RDP bound under {neighboring_relation or 'any neighbouring relation'}"
     return None
@@ -208,6 +217,8 @@ def _compute_curve(event, orders: np.ndarray, relation, bound: str) -> np.ndarra
         return _sampled_without_replacement_curve(event, orders, bound)
     if isinstance(event, SkellamDpEvent):
         return _interpolate_integer_orders(lambda ints: skellam_rdp(event, ints), orders)
+    if _general_poisson(event, relation):
+        return _poisson_sampled_curve(event, orders, bound)
     accountant = rdp_privacy_accountant.RdpAccountant(orders, _leaf_relation(event, relation))
     return accountant.compose(event).rdp
 
@@ -219,6 +230,20 @@ def _leaf_relation(event, relation):
         if rdp_privacy_accountant.RdpAccountant([2.0], candidate).supports(event):
             return candidate
     return None
+
+
+def _general_poisson(event, relation) -> bool:
+    """Poisson sampling around an event whose Poisson-sampled curve dp_accounting does not compute."""
+    return isinstance(event, dp_event.PoissonSampledDpEvent) and _leaf_relation(event, relation) is None
+
+
+def _poisson_sampled_curve(event: dp_event.PoissonSampledDpEvent, orders, bound: str):
+    q = event.sampling_probability
+    inner = functools.partial(_curve, event.event, relation=NeighborRel.ADD_OR_REMOVE_ONE, bound=bound)
+    curve = _interpolate_integer_orders(lambda ints: poisson_subsampled_rdp(q, inner(orders=ints)), orders)
+    if bound == "paper":
+        return curve
+    return np.minimum(curve, participation_rdp(q, inner(orders=orders), orders))
 
 
 def _sampled_without_replacement_curve(event: dp_event.SampledWithoutReplacementDpEvent, orders, bound: str):

@@ -43,6 +43,10 @@ class Setting:
     delta: float | None = None
     #: privacy.epsilon, the target a calibrating algorithm sets its noise for (None: the section's own noise)
     epsilon: float | None = None
+    #: run.seed (an algorithm that calibrates to its clients' reply counts draws the cohort schedule from it)
+    seed: int = 0
+    #: privacy.analysis
+    analysis: str = "sound"
 
 
 @dataclass(frozen=True)
@@ -56,14 +60,37 @@ class AlgorithmSpec:
     help: str
     #: run-only keys (runner.RUN_ONLY_KEYS) that decide this family's release, e.g. "algorithm.rounds"
     release_keys: tuple[str, ...] = ()
+    #: (config section, number of clients) -> (client rate, client sampling scheme), for a family that names its
+    #: cohort with keys of its own; then the common keys client_rate and client_sampling do not apply to it
+    cohort: Callable | None = None
+
+    def common_keys(self) -> dict[str, tuple]:
+        """The round loop's keys that apply to this family."""
+        own_cohort = ("client_rate", "client_sampling") if self.cohort is not None else ()
+        return {k: v for k, v in COMMON_KEYS.items() if k not in own_cohort}
+
+    def client_sampling(self, section, num_clients: int) -> tuple[float, str]:
+        """(client rate, scheme) of the ClientSampler a run of this family uses."""
+        if self.cohort is not None:
+            return self.cohort(section, num_clients)
+        raise TypeError("the cohort of a family without its own cohort keys comes from algorithm.client_rate and "
+                        "algorithm.client_sampling")
 
     def keys(self, name: str) -> dict[str, dataclasses.Field]:
         """The section's keys that apply to ``name`` (a private-only key does not apply to a non-private name)."""
         return {f.name: f for f in dataclasses.fields(self.config)
                 if self.private(name) or not f.metadata.get("private", False)}
 
-    def key_type(self, key: str) -> type:
-        return typing.get_type_hints(self.config)[key]
+    def key_type(self, key: str) -> type | tuple[type, ...]:
+        """The key's type, or a tuple of types for an optional key (``float | None``)."""
+        hint = typing.get_type_hints(self.config)[key]
+        args = typing.get_args(hint)
+        return tuple(args) if type(None) in args else hint
+
+    @staticmethod
+    def default_of(f: dataclasses.Field):
+        """A key's default (a fresh one for a mutable default, e.g. a list)."""
+        return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
 _REGISTRY: dict[str, AlgorithmSpec] = {}
@@ -97,7 +124,8 @@ def specs() -> list[AlgorithmSpec]:
 
 def _load_builtin() -> None:
     """Imports dpfl's own algorithm modules, which register themselves."""
-    import dpfl.algorithms.local_sgd  # noqa: F401
+    import dpfl.algorithms.local_sgd  # noqa: F401  (first: the default family)
+    import dpfl.algorithms.fedsgd_dpc  # noqa: F401
 
 
 __all__ = ["COMMON_KEYS", "Setting", "AlgorithmSpec", "register", "spec_of", "names", "specs"]

@@ -3,8 +3,8 @@
 A mechanism object binds the noise it adds to the event that describes it: the simulator reads ``.event`` to account
 for a round *before* it runs (so a budget can stop it), and every call returns the event its noise was drawn from,
 which the simulator checks against what was declared. The noise's scale is read from that event in one place,
-``gaussian_noise`` / ``laplace_noise`` (the only functions of dpfl that draw noise; a test scans the package for
-others), so the noise cannot change without its event changing.
+``gaussian_noise`` / ``laplace_noise`` / ``skellam_noise`` (the only functions of dpfl that draw noise; a test scans
+the package for others), so the noise cannot change without its event changing.
 
 Noise is calibrated to a per-client sensitivity Delta_i (a [clients] tensor: clients may have different batch sizes)
 and a noise multiplier z: std_i = z * Delta_i, so every client's release is the same mechanism Gaussian(z) in
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from dp_accounting import dp_event
 
+from dpfl.accounting.events import SkellamDpEvent
 from dpfl.errors import check_range
 
 
@@ -36,14 +37,37 @@ def gaussian_noise(event: dp_event.GaussianDpEvent, sensitivity: torch.Tensor, l
 
 
 def laplace_noise(event: dp_event.LaplaceDpEvent, sensitivity: torch.Tensor, like: torch.Tensor,
-                  generator: torch.Generator) -> torch.Tensor:
-    """Noise shaped like ``like`` with row i ~ Lap(0, b Delta_i) per coordinate, b = ``event.noise_multiplier``.
+                  randomness: torch.Generator | torch.Tensor) -> torch.Tensor:
+    """Noise shaped like ``like`` [clients, ...] with row i ~ Lap(0, b Delta_i) per coordinate, b =
+    ``event.noise_multiplier``.
 
     Lap(0, 1) = E1 - E2 for independent Exp(1) draws (always finite, unlike the log of a uniform that can be 0).
+    ``randomness``: a generator, or the Exp(1) draws themselves, [clients, 2, ...] (each client's own stream,
+    ``dpfl.engine.randomness.ClientStreams.exponential``).
     """
     scale = (event.noise_multiplier * sensitivity).to(like.dtype).reshape(-1, *([1] * (like.dim() - 1)))
-    exponentials = torch.empty((2, *like.shape), dtype=like.dtype).exponential_(generator=generator)
-    return scale * (exponentials[0] - exponentials[1])
+    if isinstance(randomness, torch.Generator):
+        exponentials = torch.empty((2, *like.shape), dtype=like.dtype).exponential_(generator=randomness)
+        return scale * (exponentials[0] - exponentials[1])
+    expected = (like.shape[0], 2, *like.shape[1:])
+    if tuple(randomness.shape) != expected:
+        raise ValueError(f"Exp(1) draws of shape {tuple(randomness.shape)} for a value of {tuple(like.shape)}: "
+                         f"expected {expected}")
+    return scale * (randomness[:, 0] - randomness[:, 1]).to(like.dtype)
+
+
+def skellam_noise(event: SkellamDpEvent, like: torch.Tensor, generator: torch.Generator,
+                  shares: int = 1) -> torch.Tensor:
+    """One client's share of the event's integer noise, shaped like ``like``: int64 entries Pois(lam) - Pois(lam),
+    lam = s^2 mu / (2 shares), with s = ``event.scale`` and mu = ``event.variance``.
+
+    The Skellam distribution Sk(lam, lam) has variance 2 lam and is infinitely divisible: the shares of ``shares``
+    clients sum to Sk(s^2 mu / 2, s^2 mu / 2), the noise of variance s^2 mu (in integer units, after scaling by s) of
+    the Skellam mechanism of Agarwal, Kairouz, Liu 2021 (Sec. 3) that ``event`` accounts for."""
+    check_range("shares", shares, 1, integer=True)
+    rate = torch.full((2, *like.shape), event.scale**2 * event.variance / (2 * shares), dtype=torch.float64)
+    counts = torch.poisson(rate, generator=generator)
+    return (counts[0] - counts[1]).to(torch.int64)
 
 
 @dataclass(frozen=True)
@@ -89,6 +113,8 @@ class LaplaceMechanism:
     def event(self) -> dp_event.DpEvent:
         return dp_event.LaplaceDpEvent(self.scale_multiplier)
 
-    def __call__(self, value: torch.Tensor, sensitivity: torch.Tensor, generator: torch.Generator):
+    def __call__(self, value: torch.Tensor, sensitivity: torch.Tensor, randomness: torch.Generator | torch.Tensor):
+        """Adds noise row-wise: value [clients, P], sensitivity [clients] (l1); ``randomness`` as for
+        ``laplace_noise``. Returns (noisy value, event)."""
         event = self.event
-        return value + laplace_noise(event, sensitivity, value, generator), event
+        return value + laplace_noise(event, sensitivity, value, randomness), event

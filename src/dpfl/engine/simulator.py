@@ -88,12 +88,12 @@ class Simulation:
         return self.state.server["x"]
 
     # -- privacy ------------------------------------------------------------------------------------------------
-    def round_privacy(self, round_index: int | None = None) -> dict[str, dp_event.DpEvent]:
+    def round_privacy(self, round_index: int | None = None, release=None) -> dict[str, dp_event.DpEvent]:
         """Each observer's event of a round (default: the next), from the algorithm's declared release, the
-        boundary and the client sampler's participation."""
+        boundary and the client sampler's participation (or the release's own cohort, when it fixes one)."""
         t = self.next_round if round_index is None else round_index
-        release = self.algorithm.release(t, self.state, self.train)
-        return self.boundary.views(release, self.clients.cohort(t), self.ledger.analysis)
+        release = release or self.algorithm.release(t, self.state, self.train)
+        return self.boundary.views(release, release.cohort or self.clients.cohort(t), self.ledger.analysis)
 
     # -- one round ----------------------------------------------------------------------------------------------
     def client_bytes(self) -> int:
@@ -111,8 +111,7 @@ class Simulation:
         t = self.next_round
         cohort = self.clients.sample(t, self.seed)
         release = self.algorithm.release(t, self.state, self.train)
-        self.ledger.record(t, self.boundary.views(release, self.clients.cohort(t), self.ledger.analysis),
-                           self._fingerprint(t))
+        self.ledger.record(t, self.round_privacy(t, release), self._fingerprint(t))
         if self.checkpoint_dir is not None:  # spent before any noise is drawn: persist it first
             Path(self.checkpoint_dir).mkdir(parents=True, exist_ok=True)
             self.ledger.save(Path(self.checkpoint_dir) / "ledger.json")

@@ -116,8 +116,8 @@ def defaults(algorithm: str | None = None, model: str = MODEL_DEFAULT) -> dict:
               for section in ("data", "privacy", "run")}
     config["model"] = {"name": model, **{k: copy.deepcopy(v[1]) for k, v in MODEL_KEYS[model].items()}}
     spec = registry.spec_of(name)
-    config["algorithm"] = {**{k: v[1] for k, v in registry.COMMON_KEYS.items()}, "name": name,
-                           **{k: f.default for k, f in spec.keys(name).items()}}
+    config["algorithm"] = {**{k: v[1] for k, v in spec.common_keys().items()}, "name": name,
+                           **{k: spec.default_of(f) for k, f in spec.keys(name).items()}}
     return {section: config[section] for section in SECTIONS}
 
 
@@ -227,9 +227,9 @@ def _resolve_data(data: dict, given: dict) -> None:
 def key_schema(algorithm: str, model: str) -> dict[str, dict[str, tuple]]:
     """section -> key -> (types, default, choices, help) for this algorithm and model."""
     spec = registry.spec_of(algorithm)
-    algo = {k: (v[0], v[1], v[2], v[3]) for k, v in registry.COMMON_KEYS.items()}
+    algo = {k: (v[0], v[1], v[2], v[3]) for k, v in spec.common_keys().items()}
     for key, f in spec.keys(algorithm).items():
-        algo[key] = (spec.key_type(key), f.default, f.metadata.get("choices"), f.metadata.get("help", ""))
+        algo[key] = (spec.key_type(key), spec.default_of(f), f.metadata.get("choices"), f.metadata.get("help", ""))
     model_keys = {"name": (str, model, tuple(MODEL_KEYS), "the model"), **MODEL_KEYS[model]}
     return {"data": SCHEMA["data"], "model": model_keys, "algorithm": algo, "privacy": SCHEMA["privacy"],
             "run": SCHEMA["run"]}
@@ -241,6 +241,9 @@ def _not_applicable(section: str, key: str, algorithm: str, model: str, allowed:
         return f"no value: model.{key} applies to model.name in {users}, not {model!r}"
     if section == "algorithm":
         spec = registry.spec_of(algorithm)
+        if key in registry.COMMON_KEYS:
+            return (f"no value: {algorithm!r} names its cohort with its own keys; algorithm.{key} does not apply (see "
+                    f"`dpfl run --help`)")
         if key in {f.name for f in dataclasses.fields(spec.config)}:
             private = [n for n in spec.names if spec.private(n)]
             return f"no value: algorithm.{key} applies only to the private names {private}, not {algorithm!r}"

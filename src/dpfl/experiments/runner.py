@@ -67,16 +67,21 @@ def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
     torch.manual_seed(run_cfg["seed"])  # model initialisation
     model = build_model(model_cfg["name"], dataset.num_features, dataset.num_classes,
                         **{k: v for k, v in model_cfg.items() if k != "name"})
-    clients = ClientSampler(dataset.num_clients, algo_cfg["client_rate"], algo_cfg["client_sampling"])
     delta = privacy_cfg["delta"]
     if delta is None:  # Noble et al. 2022: delta = 1 / (M R_train)
         delta = 1.0 / float(dataset.train.counts.sum())
     spec = registry.spec_of(algo_cfg["name"])
     section = spec.config(**{k: algo_cfg[k] for k in spec.keys(algo_cfg["name"])})
+    if spec.cohort is None:
+        client_rate, client_sampling = algo_cfg["client_rate"], algo_cfg["client_sampling"]
+    else:
+        client_rate, client_sampling = spec.client_sampling(section, dataset.num_clients)
+    clients = ClientSampler(dataset.num_clients, client_rate, client_sampling)
     setting = registry.Setting(
-        client_rate=algo_cfg["client_rate"], client_sampling=algo_cfg["client_sampling"],
+        client_rate=client_rate, client_sampling=client_sampling,
         num_clients=dataset.num_clients, train_counts=tuple(int(c) for c in dataset.train.counts),
-        rounds=algo_cfg["rounds"], delta=delta, epsilon=privacy_cfg["epsilon"])
+        rounds=algo_cfg["rounds"], delta=delta, epsilon=privacy_cfg["epsilon"], seed=run_cfg["seed"],
+        analysis=privacy_cfg["analysis"])
     algorithm = spec.build(algo_cfg["name"], section, setting)
     warm_rounds = getattr(algorithm, "warm_rounds", 0)
     if warm_rounds >= algo_cfg["rounds"]:
@@ -85,7 +90,7 @@ def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
                           f"{algo_cfg['name']}")
     boundary = Boundary(privacy_cfg["boundary"])
     ledger = PrivacyLedger(boundary.observers, delta, _budget(privacy_cfg["budget"]), privacy_cfg["conversion"],
-                           privacy_cfg["analysis"], algorithm.neighboring)
+                           privacy_cfg["analysis"], algorithm.neighboring, getattr(algorithm, "accountant", None))
     sim = Simulation(
         dataset.train, dataset.test, CohortGradients(model), algorithm, clients, ledger, seed=run_cfg["seed"],
         boundary=boundary, eval_every=check_range("run.eval_every", run_cfg["eval_every"], 1, integer=True),

@@ -1,0 +1,189 @@
+"""The client's side of one secure aggregation round (Bonawitz et al. 2017; ``dpfl.protocols.secagg``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from cryptography.exceptions import InvalidTag
+
+from dpfl.errors import ConfigError
+from dpfl.protocols import shamir
+from dpfl.protocols.messages import (
+    CIPHERTEXT_BYTES,
+    MessageType,
+    PayloadReader,
+    SecAggError,
+    ShareKind,
+    decode,
+    encode,
+    pack_count,
+    pack_vector,
+    party_name,
+    share_context,
+    share_nonce,
+)
+from dpfl.protocols.primitives import (
+    KEY_BYTES,
+    RandomBytes,
+    agree,
+    decrypt,
+    encrypt,
+    os_random_bytes,
+    prg,
+    private_bytes,
+    private_key,
+    public_bytes,
+)
+from dpfl.protocols.session import PublicKeys, SecAggConfig, Stage, element_bytes
+
+
+class SecAggClient:
+    """One client's side of one round: call ``advertise_keys``, ``share_keys``, ``masked_input``, ``unmask`` in
+    order, each with the server's message of the previous stage; each returns the bytes to send to the server."""
+
+    def __init__(self, client_id: int, config: SecAggConfig, random_bytes: RandomBytes = os_random_bytes):
+        if client_id not in config.clients:
+            raise ConfigError("client_id", client_id, f"one of the round's clients {list(config.clients)}")
+        self.id, self.config, self._random_bytes = int(client_id), config, random_bytes
+        self._name = party_name(self.id)
+        self._stage = Stage.ADVERTISE_KEYS
+        self._keys: dict[int, PublicKeys] = {}  # U1
+        self._held: dict[int, tuple[int, int]] = {}  # owner v in U2 -> (share of b_v, share of s_v^SK) at x = id + 1
+        self._encryption_keys: dict[int, bytes] = {}  # v -> c_uv, agreed in ShareKeys, used again to decrypt
+
+    @property
+    def stage(self) -> Stage:
+        return self._stage
+
+    def advertise_keys(self) -> bytes:
+        """AdvertiseKeys: the message c_u^PK | s_u^PK."""
+        self._enter(Stage.ADVERTISE_KEYS, "advertise_keys")
+        self._encryption_key = private_key(self._random_bytes(KEY_BYTES))
+        self._mask_key = private_key(self._random_bytes(KEY_BYTES))
+        payload = public_bytes(self._encryption_key) + public_bytes(self._mask_key)
+        return self._send(MessageType.ADVERTISE_KEYS, payload, Stage.SHARE_KEYS)
+
+    def share_keys(self, key_list: bytes) -> bytes:
+        """ShareKeys: checks the server's key list (U1) and returns the encrypted shares of b_u and s_u^SK."""
+        self._enter(Stage.SHARE_KEYS, "share_keys")
+        reader = self._read(key_list, MessageType.KEY_LIST)
+        entries = reader.ids(reader.count(4 + 2 * KEY_BYTES), 2 * KEY_BYTES)
+        reader.done()
+        keys = {v: PublicKeys(rest[:KEY_BYTES], rest[KEY_BYTES:]) for v, rest in entries}
+        strangers = sorted(set(keys) - set(self.config.clients))
+        if strangers:
+            self._fail(f"the key list names clients {strangers}, who are not invited to this round")
+        own = PublicKeys(public_bytes(self._encryption_key), public_bytes(self._mask_key))
+        if keys.get(self.id) != own:
+            self._fail("the key list does not carry this client's own public keys")
+        self._require_threshold(len(keys), "clients in the key list")
+        all_keys = [k for pair in keys.values() for k in (pair.encryption, pair.mask)]
+        if len(set(all_keys)) != len(all_keys):
+            self._fail("the key list repeats a public key")
+        self._keys = keys
+        self._self_mask_seed = self._random_bytes(KEY_BYTES)
+        xs = [v + 1 for v in keys]
+        t = self.config.threshold
+        seed_shares = shamir.split(int.from_bytes(self._self_mask_seed, "big"), t, xs, self._random_bytes)
+        key_shares = shamir.split(int.from_bytes(private_bytes(self._mask_key), "big"), t, xs, self._random_bytes)
+        self._held[self.id] = (seed_shares[self.id + 1], key_shares[self.id + 1])
+        payload = [pack_count(len(keys) - 1)]
+        for v in keys:
+            if v == self.id:
+                continue
+            plaintext = element_bytes(seed_shares[v + 1]) + element_bytes(key_shares[v + 1])
+            ciphertext = encrypt(self._encryption_pair_key(v), share_nonce(self.id), plaintext,
+                                 share_context(self.config.round_id, self.id, v))
+            payload.append(v.to_bytes(4, "big") + ciphertext)
+        return self._send(MessageType.ENCRYPTED_SHARES, b"".join(payload), Stage.MASKED_INPUT)
+
+    def masked_input(self, routed_shares: bytes, x: torch.Tensor | np.ndarray) -> bytes:
+        """MaskedInputCollection: decrypts the shares the server routed (U2) and returns y_u for the input ``x``
+        (integers in [0, 2^bits), length ``dimension``)."""
+        self._enter(Stage.MASKED_INPUT, "masked_input")
+        reader = self._read(routed_shares, MessageType.ROUTED_SHARES)
+        entries = reader.ids(reader.count(4 + CIPHERTEXT_BYTES), CIPHERTEXT_BYTES)
+        reader.done()
+        for u, ciphertext in entries:
+            if u == self.id or u not in self._keys:
+                self._fail(f"routed shares claim to come from client {u}, "
+                           f"{'this client' if u == self.id else 'who is not in the key list'}")
+            try:
+                plaintext = decrypt(self._encryption_pair_key(u), share_nonce(u), ciphertext,
+                                    share_context(self.config.round_id, u, self.id))
+            except InvalidTag:
+                self._fail(f"the shares from client {u} fail authentication (altered, or encrypted for another "
+                           "round or recipient)")
+            seed_share, key_share = (int.from_bytes(plaintext[i:i + shamir.ELEMENT_BYTES], "big")
+                                     for i in (0, shamir.ELEMENT_BYTES))
+            if max(seed_share, key_share) >= shamir.PRIME:
+                self._fail(f"the shares from client {u} are not field elements")
+            self._held[u] = (seed_share, key_share)
+        self._require_threshold(len(self._held), "clients that shared keys (U2)")
+        values = self._input_vector(x)
+        masked = values + prg(self._self_mask_seed, self.config.dimension, self.config.bits)
+        for v in self._held:
+            if v != self.id:
+                pair_mask = prg(self._mask_seed(v), self.config.dimension, self.config.bits)
+                masked = masked + pair_mask if v > self.id else masked - pair_mask
+        return self._send(MessageType.MASKED_INPUT, pack_vector(masked & self.config.modulus_mask), Stage.UNMASKING)
+
+    def unmask(self, request: bytes) -> bytes:
+        """Unmasking: for each v in U2 the share of b_v if v is in the server's list U3, else the share of s_v^SK."""
+        self._enter(Stage.UNMASKING, "unmask")
+        reader = self._read(request, MessageType.UNMASK_REQUEST)
+        survivors = {v for v, _ in reader.ids(reader.count(4))}
+        reader.done()
+        unknown = sorted(survivors - set(self._held))
+        if unknown:
+            self._fail(f"the unmasking request names clients {unknown}, who did not share keys with this client")
+        self._require_threshold(len(survivors), "clients with masked inputs (U3)")
+        payload = [pack_count(len(self._held))]
+        for v in sorted(self._held):
+            kind = ShareKind.SELF_MASK_SEED if v in survivors else ShareKind.MASK_KEY
+            payload.append(v.to_bytes(4, "big") + bytes([kind]) + element_bytes(self._held[v][kind]))
+        return self._send(MessageType.UNMASK_SHARES, b"".join(payload), Stage.DONE)
+
+    def _encryption_pair_key(self, v: int) -> bytes:
+        """c_uv (computed once: ShareKeys encrypts and MaskedInputCollection decrypts with it)."""
+        if v not in self._encryption_keys:
+            self._encryption_keys[v] = agree(self._encryption_key, self._keys[v].encryption, b"encrypt",
+                                             self.config.round_id)
+        return self._encryption_keys[v]
+
+    def _mask_seed(self, v: int) -> bytes:
+        """s_uv, the seed of the pair mask of u and v."""
+        return agree(self._mask_key, self._keys[v].mask, b"mask", self.config.round_id)
+
+    def _input_vector(self, x) -> np.ndarray:
+        allowed = f"integers in [0, 2^{self.config.bits}) of shape ({self.config.dimension},)"
+        array = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+        if array.shape != (self.config.dimension,) or array.dtype.kind not in "iu":
+            raise ConfigError("x", f"{array.dtype} array of shape {array.shape}", allowed)
+        if array.size and (int(array.min()) < 0 or int(array.max()) > int(self.config.modulus_mask)):
+            raise ConfigError("x", f"values in [{int(array.min())}, {int(array.max())}]", allowed)
+        return array.astype(np.uint64)
+
+    def _enter(self, stage: Stage, action: str) -> None:
+        if self._stage != stage:
+            self._fail(f"{action}() called at stage {self._stage.name}, expected at {stage.name} (called twice, "
+                       "out of order, or after the round ended)")
+
+    def _read(self, message: bytes, kind: MessageType) -> PayloadReader:
+        _, payload = decode(message, self.config.round_id, self._name, kind)
+        return PayloadReader(payload, self.config.round_id, self._name, f"{kind.name} from the server")
+
+    def _send(self, kind: MessageType, payload: bytes, next_stage: Stage) -> bytes:
+        self._stage = next_stage
+        return encode(kind, self.config.round_id, self.id, payload)
+
+    def _require_threshold(self, count: int, what: str) -> None:
+        if count < self.config.threshold:
+            self._fail(f"only {count} {what}, fewer than the threshold {self.config.threshold}: the round stops")
+
+    def _fail(self, problem: str):
+        self._stage = Stage.ABORTED
+        raise SecAggError(self.config.round_id, self._name, problem)
+
+
+__all__ = ["SecAggClient"]
