@@ -11,10 +11,12 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -36,6 +38,27 @@ DIGITS = ("data.name='digits'",)
 DPC = ("algorithm.name='fedsgd-dpc'", "data.num_clients=6", "data.samples_per_client=30", "algorithm.rounds=4")
 DPC_EPS = (*DPC, "privacy.epsilon=2.0")
 MLP = ("model.name='mlp'", "model.hidden=[8]")
+OWN = "$OWN"  # in a row's value or extra keys: the folder the probe writes the user's own files to (write_own_files)
+CSV = ("data.name='csv'", f"data.path='{OWN}/own.csv'")
+SITE_SIZES = (180, 120, 60)  # own.csv's records per site (its client column)
+
+
+def write_own_files(folder: Path) -> None:
+    """own.csv: 360 records; x0 (the record's index), x1, label (2 classes), outcome (3 classes), site (0, 1, 2 with
+    SITE_SIZES records, in order), part ('test' for every 4th record). wide.csv: the same with three more features.
+    own.npz: 360 records of 4 features, 2 classes, 6 clients, no split; six.npz: the same with 6 features. (BASE
+    trims every client to 30 records.)"""
+    n = sum(SITE_SIZES)
+    rng = np.random.default_rng(0)
+    x1 = rng.standard_normal(n).round(3)
+    site = np.repeat([0, 1, 2], SITE_SIZES)
+    part = np.where(np.arange(n) % 4 == 0, "test", "train")
+    for name, extra in (("own.csv", 0), ("wide.csv", 3)):
+        header = ["x0", "x1", *[f"w{j}" for j in range(extra)], "label", "outcome", "site", "part"]
+        rows = [[i, x1[i], *range(extra), i % 2, i % 3, site[i], part[i]] for i in range(n)]
+        (folder / name).write_text("\n".join(",".join(map(str, r)) for r in [header, *rows]) + "\n")
+    for name, features in (("own.npz", 4), ("six.npz", 6)):
+        np.savez(folder / name, x=rng.standard_normal((n, features)), y=np.arange(n) % 2, client=np.arange(n) % 6)
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +78,10 @@ class Probe:
 
     def __init__(self, key: str, value: str, extra: tuple, tmp_path: Path, base: tuple = BASE):
         self.key, self.extra, self.tmp_path = key, extra, tmp_path
-        self.overrides = [*base, *extra, f"{key}={value}"]
+        if any(OWN in o for o in (*extra, value)):
+            write_own_files(tmp_path)
+        extra = tuple(o.replace(OWN, str(tmp_path)) for o in extra)
+        self.overrides = [*base, *extra, f"{key}={value}".replace(OWN, str(tmp_path))]
         self.config = load_config(None, self.overrides)
         self.base_config = load_config(None, [*base, *extra])
         section, name = key.split(".")
@@ -94,6 +120,42 @@ def _inner(event):
 def _data_name(p):
     assert p.sim.train.feature_shape == (64,) and p.base.train.feature_shape != (64,)  # digits: 8x8 pixels
     assert int(p.sim.train.y.max()) == 9
+
+
+def _path_csv(p):  # wide.csv has three more feature columns than own.csv
+    assert p.sim.train.feature_shape == (7,) and p.base.train.feature_shape == (4,)
+    assert p.sim.data["source"]["path"] == str(p.tmp_path / "wide.csv")
+
+
+def _path_npz(p):
+    assert p.sim.train.feature_shape == (6,) and p.base.train.feature_shape == (4,)
+    assert p.sim.data["source"] == {**p.sim.data["source"], "format": "npz", "path": str(p.tmp_path / "six.npz")}
+
+
+def _label_column(p):  # outcome has 3 classes, label 2 (and label is now a feature)
+    assert p.sim.grads.model(torch.zeros(1, 4)).shape == (1, 3) and int(p.sim.train.y.max()) == 2
+    assert p.base.grads.model(torch.zeros(1, 4)).shape == (1, 2) and int(p.base.train.y.max()) == 1
+
+
+def _sites_of(arrays) -> list[set[int]]:
+    """The sites (by own.csv's record index x0) of each client's records."""
+    bounds = np.cumsum(SITE_SIZES)
+    return [set(np.searchsorted(bounds, arrays.x[i, : arrays.counts[i], 0].round().numpy(), side="right").tolist())
+            for i in range(arrays.num_clients)]
+
+
+def _client_column(p):  # each site is a client (sorted ids), the site is no longer a feature
+    assert _sites_of(p.sim.train) == [{0}, {1}, {2}] and _sites_of(p.sim.test) == [{0}, {1}, {2}]
+    assert p.sim.data["partition"] == {"scheme": "natural", "param": None, "client_ids": [0, 1, 2]}
+    assert p.sim.train.feature_shape == (3,) and p.base.train.feature_shape == (4,)
+    assert any(len(sites) > 1 for sites in _sites_of(p.base.train))  # iid clients mix the sites
+
+
+def _split_column(p):  # the records marked 'test' (x0, the record's index, a multiple of 4) are tested, no other
+    tested, trained = (p.sim.test.flat()[0][:, 0].round().long(), p.sim.train.flat()[0][:, 0].round().long())
+    assert (tested % 4 == 0).all() and (trained % 4 != 0).all() and p.sim.data["split"]["given"]
+    assert ((p.sim.train.counts + p.sim.test.counts) == 30).all() and (p.sim.test.counts > 0).all()  # BASE trims
+    assert p.config["data"]["test_fraction"] is None and p.base_config["data"]["test_fraction"] == 0.2
 
 
 def _alpha(p):  # model heterogeneity: the labels change
@@ -368,6 +430,11 @@ class Row:
 
 TABLE: dict[str, list[Row]] = {
     "data.name": [Row("'digits'", _data_name)],
+    "data.path": [Row(f"'{OWN}/wide.csv'", _path_csv, (*CSV, "data.split_column='part'")),
+                  Row(f"'{OWN}/six.npz'", _path_npz, ("data.name='npz'", f"data.path='{OWN}/own.npz'"))],
+    "data.label_column": [Row("'outcome'", _label_column, (*CSV, "data.split_column='part'", "data.num_clients=3"))],
+    "data.client_column": [Row("'site'", _client_column, (*CSV, "data.split_column='part'", "data.num_clients=3"))],
+    "data.split_column": [Row("'part'", _split_column, (*CSV, "data.client_column='site'", "data.num_clients=3"))],
     "data.alpha": [Row("1.0", _alpha)],
     "data.beta": [Row("1.0", _beta)],
     "data.num_clients": [Row("7", _num_clients)],
@@ -533,3 +600,41 @@ def test_every_example_loads_and_runs_to_a_finite_epsilon(path, tmp_path):
     for observer in observers:
         eps = results["final"]["epsilon"][observer]
         assert eps is not None and math.isfinite(eps) and eps > 0, (observer, eps)
+
+
+# -- the user's own data: keys that apply to some data.name only, data.path ----------------------------------------
+@pytest.mark.parametrize("overrides, field, users", [
+    (["data.path='x.csv'"], "data.path", "['npz', 'csv']"),
+    (["data.name='npz'", "data.path='x.npz'", "data.label_column='y'"], "data.label_column", "['csv']"),
+    (["data.name='digits'", "data.split_column='part'"], "data.split_column", "['csv']"),
+    (["data.name='csv'", "data.path='x.csv'", "data.alpha=1.0"], "data.alpha", "['synthetic']"),
+    (["data.partition='iid'"], "data.partition", "['digits', 'breast_cancer', 'npz', 'csv']"),
+])
+def test_a_data_key_of_another_source_is_rejected(overrides, field, users):
+    with pytest.raises(ConfigError, match=rf"no value: {field} applies to data.name in {re.escape(users)}") as caught:
+        load_config(None, overrides)
+    assert caught.value.field == field
+
+
+def test_a_file_source_needs_its_path_and_a_split_column_takes_no_test_fraction():
+    with pytest.raises(ConfigError, match=r"data.path = None .*the path of the csv file") as caught:
+        load_config(None, ["data.name='csv'"])
+    assert caught.value.field == "data.path"
+    with pytest.raises(ConfigError, match=r"data.test_fraction = 0.3 .*data.split_column = 'part' marks each record"):
+        load_config(None, ["data.name='csv'", "data.path='x.csv'", "data.split_column='part'", "data.test_fraction=0.3"])
+    csv = load_config(None, ["data.name='csv'", "data.path='x.csv'"])["data"]
+    assert (csv["test_fraction"], csv["num_clients"]) == (0.2, 100)  # no split, no client column: the defaults
+    npz = load_config(None, ["data.name='npz'", "data.path='x.npz'"])["data"]
+    assert (npz["test_fraction"], npz["num_clients"]) == (None, None)  # the file may bring its clients and split
+    assert load_config(None, [])["data"]["test_fraction"] == 0.2  # unchanged for the generated and packaged data
+
+
+def test_a_relative_path_is_the_config_files_folder_and_the_current_directory_for_set(tmp_path, monkeypatch):
+    folder = tmp_path / "study"
+    folder.mkdir()
+    (folder / "run.toml").write_text("[data]\nname = 'csv'\npath = 'data/own.csv'\n")
+    monkeypatch.chdir(tmp_path)
+    assert load_config(folder / "run.toml")["data"]["path"] == str(folder / "data" / "own.csv")
+    given = load_config(folder / "run.toml", ["data.path='elsewhere/own.csv'"])["data"]["path"]
+    assert given == str(tmp_path / "elsewhere" / "own.csv")
+    assert load_config(None, ["data.name='npz'", f"data.path='{folder}/x.npz'"])["data"]["path"] == str(folder / "x.npz")

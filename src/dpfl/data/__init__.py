@@ -1,11 +1,14 @@
 """Federated data: per-client arrays stacked on a leading client axis, generators, partitions and loaders.
 
-``build_dataset`` is what a config's ``data.*`` keys map to; ``load_npz`` / ``load_csv`` federate the user's own files.
+``build_dataset`` is what a config's ``data.*`` keys map to; ``load_npz`` / ``load_csv`` federate the user's own files
+(``files.py``), ``federate`` any pooled records (``pooled.py``).
 """
 
 from dpfl.data.federated import ClientArrays, FederatedDataset, split_clients
+from dpfl.data.files import load_csv, load_npz
 from dpfl.data.partition import PARTITIONS, partition, stratified_subsample
-from dpfl.data.sources import DATASETS, build_dataset, federate, load_csv, load_npz
+from dpfl.data.pooled import federate
+from dpfl.data.sources import DATASETS, build_dataset
 from dpfl.data.synthetic import generate_synthetic, synthetic_dataset
 
 __all__ = [

@@ -113,6 +113,12 @@ class FederatedDataset:
         return self.train.num_clients
 
 
+#: Each client's test share when the data brings no split of its own (Noble et al. 2022: 80/20 per user).
+TEST_FRACTION = 0.2
+#: Clients to partition pooled records over when neither the config nor the data says how many (Noble et al. 2022's M).
+NUM_CLIENTS = 100
+
+
 def num_test_records(n: int, test_fraction: float) -> int:
     """Test records of a client with n records: round(test_fraction * n), leaving at least one for training."""
     return max(0, min(n - 1, round(test_fraction * n)))
@@ -139,4 +145,4 @@ def split_clients(
     return train_xs, train_ys, test_xs, test_ys
 
 
-__all__ = ["ClientArrays", "FederatedDataset", "num_test_records", "split_clients"]
+__all__ = ["ClientArrays", "FederatedDataset", "NUM_CLIENTS", "TEST_FRACTION", "num_test_records", "split_clients"]

@@ -68,6 +68,7 @@ class Simulation:
     checkpoint_dir: Path | None = None
     checkpoint_every: int = 10
     release: str = ""  # sha256 of the run's release config (see dpfl.experiments.runner.release_config)
+    data: dict = field(default_factory=dict)  # the data's provenance (FederatedDataset.info), for results.json
     history: list = field(default_factory=list)
 
     def __post_init__(self):
@@ -95,11 +96,16 @@ class Simulation:
         return self.boundary.views(release, release.cohort or self.clients.cohort(t), self.ledger.analysis)
 
     # -- one round ----------------------------------------------------------------------------------------------
-    def chunk_size(self, cohort_size: int) -> int:
-        """How many clients of the cohort one call of ``client_round`` takes within ``memory_budget_bytes``."""
+    def client_bytes(self) -> int:
+        """Bytes one client takes in a call of ``client_round``: its largest minibatch's per-example work and its
+        (padded) records."""
         batch = self.algorithm.examples_per_client(self.train.counts)
-        per_client = batch * memory_per_example(self.grads, self.train.x[0, 0].numel()) + 4 * self.train.x[0].numel()
-        return max(1, min(cohort_size, self.memory_budget_bytes // max(per_client, 1)))
+        return batch * memory_per_example(self.grads, self.train.x[0, 0].numel()) + 4 * self.train.x[0].numel()
+
+    def chunk_size(self, cohort_size: int) -> int:
+        """How many clients of the cohort one call of ``client_round`` takes within ``memory_budget_bytes`` (at least
+        one, even past it: the runner refuses a run.memory_mb below ``client_bytes``)."""
+        return max(1, min(cohort_size, self.memory_budget_bytes // max(self.client_bytes(), 1)))
 
     def step(self) -> None:
         t = self.next_round

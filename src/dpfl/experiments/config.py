@@ -3,19 +3,25 @@
 Every key has a type and a default; unknown keys, keys that do not apply to the chosen model or algorithm, and wrong
 types are rejected with a message that names the key, the value and what is allowed. The ``[algorithm]`` section is
 the round loop's keys (``registry.COMMON_KEYS``) plus the chosen algorithm's own (its registered config dataclass);
-the ``[model]`` section the chosen model's (``MODEL_KEYS``). Values are canonical after loading (an integer given for
-a float key is a float). Range checks live where the values are used (samplers, algorithms, data builders), which
-name the same keys.
+the ``[model]`` section the chosen model's (``MODEL_KEYS``); the ``[data]`` keys of ``DATA_KEYS`` only the data
+sources they name. Values are canonical after loading (an integer given for a float key is a float; a relative
+``data.path`` is made absolute: against the config file's folder for a path written in the file, so that a config and
+its data move together, and against the current directory for one given with ``--set``, as a shell path would be;
+``data.num_clients`` and ``data.test_fraction`` left unset are 100 and 0.2 unless the data may bring its own clients
+or split). Range checks live where the values
+are used (samplers, algorithms, data builders), which name the same keys.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
 from dpfl.algorithms import registry
+from dpfl.data.federated import NUM_CLIENTS, TEST_FRACTION
 from dpfl.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -29,15 +35,25 @@ _OPTIONAL_NUMBER = (int, float, type(None))
 # section -> key -> (allowed types, default, choices or None, help)
 SCHEMA: dict[str, dict[str, tuple]] = {
     "data": {
-        "name": (str, "synthetic", ("synthetic", "digits", "breast_cancer"), "the data source"),
+        "name": (str, "synthetic", ("synthetic", "digits", "breast_cancer", "npz", "csv"),
+                 "the data source: a generator, a packaged data set, or the user's own npz / csv file"),
+        "path": ((str, type(None)), None, None, "npz / csv: the file (relative: to the config file's folder, or to "
+                                                "the current directory when given with --set)"),
+        "label_column": (str, "label", None, "csv: the column of labels"),
+        "client_column": ((str, type(None)), None, None, "csv: the column of client ids (None: data.partition over "
+                                                         "data.num_clients)"),
+        "split_column": ((str, type(None)), None, None, "csv: the column marking each record 'train' or 'test' "
+                                                        "(None: a random split by data.test_fraction)"),
         "alpha": (_NUMBER, 0.0, None, "synthetic: model heterogeneity"),
         "beta": (_NUMBER, 0.0, None, "synthetic: feature heterogeneity"),
-        "num_clients": (int, 100, None, "M, the clients"),
+        "num_clients": ((int, type(None)), None, None, f"M, the clients (None: {NUM_CLIENTS}, or the data's own clients: "
+                                                       "data.client_column, an npz 'client' array)"),
         "samples_per_client": ((int, type(None)), None, None, "records per client (synthetic: default 5000)"),
         "partition": ((str, type(None)), None, None, "how records are split over clients (packaged data sets)"),
         "partition_param": (_OPTIONAL_NUMBER, None, None, "the partition's parameter"),
         "standardize": (str, "none", ("none", "client", "pooled"), "non-private preprocessing, if not 'none'"),
-        "test_fraction": (_NUMBER, 0.2, None, "each client's test split"),
+        "test_fraction": (_OPTIONAL_NUMBER, None, None, f"each client's test split (None: {TEST_FRACTION}, or the "
+                                                        "data's own split: data.split_column, an npz 'split' array)"),
         "seed": (int, 0, None, "the data's seed"),
     },
     "privacy": {
@@ -72,6 +88,18 @@ MODEL_KEYS: dict[str, dict[str, tuple]] = {
 }
 MODEL_DEFAULT = "logreg"
 
+#: [data] keys that apply only to some data.name (every other [data] key applies to all of them).
+DATA_KEYS: dict[str, tuple[str, ...]] = {
+    "alpha": ("synthetic",),
+    "beta": ("synthetic",),
+    "path": ("npz", "csv"),
+    "label_column": ("csv",),
+    "client_column": ("csv",),
+    "split_column": ("csv",),
+    "partition": ("digits", "breast_cancer", "npz", "csv"),
+    "partition_param": ("digits", "breast_cancer", "npz", "csv"),
+}
+
 #: Keys that were removed, and what replaces them.
 RETIRED = {
     "privacy.subsampling_bound": "privacy.analysis: 'sound' (the default) or 'paper' (Noble et al. 2022's accountant, "
@@ -105,11 +133,20 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             data = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as err:
             raise ConfigError("CONFIG", str(path), f"valid TOML ({err})") from None
-        merge(given, data)
+        merge(given, _anchored(data, path.parent))
     for item in overrides:
         key, value = parse_override(item)
-        merge(given, _nested(key, value))
+        merge(given, _anchored(_nested(key, value), Path.cwd()))
     return resolve(given)
+
+
+def _anchored(data: dict, folder: Path) -> dict:
+    """``data`` with a relative ``data.path`` made absolute against ``folder`` (``~`` expanded); other values as
+    they are (a path of the wrong type is rejected by ``resolve``)."""
+    path = data.get("data", {}).get("path") if isinstance(data.get("data"), dict) else None
+    if not isinstance(path, str) or not path:
+        return data
+    return {**data, "data": {**data["data"], "path": os.path.abspath(folder / Path(path).expanduser())}}
 
 
 def parse_override(item: str) -> tuple[str, object]:
@@ -159,7 +196,33 @@ def resolve(given: dict) -> dict:
                 raise ConfigError(name, value, _not_applicable(section, key, algorithm, model, schema[section]))
             types, _, choices, _ = schema[section][key]
             config[section][key] = _check(name, value, types, choices)
+    _resolve_data(config["data"], given.get("data", {}))
     return config
+
+
+def _resolve_data(data: dict, given: dict) -> None:
+    """Checks that every given [data] key applies to data.name (``DATA_KEYS``) and that a file source has its
+    path; fills ``num_clients`` (NUM_CLIENTS) and ``test_fraction`` (TEST_FRACTION) unless the data may bring its own
+    clients or split: an npz file's 'client' and 'split' arrays, which only the file tells, or a csv's
+    data.client_column and data.split_column (a split column decides every client's test records and leaves no room
+    for a test_fraction)."""
+    source = data["name"]
+    for key, sources in DATA_KEYS.items():
+        if key in given and source not in sources:
+            raise ConfigError(f"data.{key}", given[key], f"no value: data.{key} applies to data.name in "
+                                                         f"{list(sources)}, not {source!r}")
+    if source in DATA_KEYS["path"] and not data["path"]:
+        raise ConfigError("data.path", data["path"], f"the path of the {source} file (data.name = {source!r})")
+    own_clients = source == "npz" or (source == "csv" and data["client_column"] is not None)
+    if data["num_clients"] is None and not own_clients:
+        data["num_clients"] = NUM_CLIENTS
+    own_split = source == "npz" or (source == "csv" and data["split_column"] is not None)
+    if source == "csv" and own_split and data["test_fraction"] is not None:
+        raise ConfigError("data.test_fraction", data["test_fraction"],
+                          f"no value: data.split_column = {data['split_column']!r} marks each record train or test, "
+                          "and that split is kept as it is")
+    if data["test_fraction"] is None and not own_split:
+        data["test_fraction"] = TEST_FRACTION
 
 
 def key_schema(algorithm: str, model: str) -> dict[str, dict[str, tuple]]:
@@ -208,5 +271,5 @@ def _type_names(types) -> str:
     return " or ".join(dict.fromkeys(names))
 
 
-__all__ = ["SCHEMA", "MODEL_KEYS", "RETIRED", "SECTIONS", "defaults", "load_config", "resolve", "key_schema", "merge",
+__all__ = ["SCHEMA", "MODEL_KEYS", "DATA_KEYS", "RETIRED", "SECTIONS", "defaults", "load_config", "resolve", "key_schema", "merge",
            "parse_override"]

@@ -1,7 +1,9 @@
 """Turns a validated config into a run: builds data, model, algorithm, samplers and ledger, runs, writes results.
 
-results.json holds "config", "rounds" (one entry per evaluated round: round, test_accuracy, train_loss, epsilon per
-observer), "final" (the same keys plus delta), "privacy" (accountant, conversion, observers, what each sees),
+results.json holds "config", "data" (where the data came from and how it was made, ``FederatedDataset.info``: its
+source (for a file: path, format, sha256, columns or arrays), classes, partition, split, preprocessing), "rounds"
+(one entry per evaluated round: round, test_accuracy, train_loss, epsilon per observer), "final" (the same keys plus
+delta), "privacy" (accountant, conversion, observers, what each sees),
 "wall_seconds", "stopped_reason" and "stopped_by" (what stopped the run early: "budget", "diverged",
 "interrupted"; null when it ran all its rounds). A run directory also holds
 
@@ -34,6 +36,7 @@ from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import PAPER_UNPROVEN, THIRD_PARTY
 from dpfl.algorithms import registry
 from dpfl.data import FederatedDataset, build_dataset
+from dpfl.data.footprint import check_data_memory, size
 from dpfl.engine.boundary import Boundary
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.sampling import ClientSampler
@@ -46,14 +49,11 @@ RUN_FILES = ("ledger.json", "checkpoint.pt", "results.json", "run.json")
 
 
 def build_data(config: dict) -> FederatedDataset:
-    """The federated dataset of a config's ``data`` section."""
+    """The federated dataset of a config's ``data`` section; refused before it is built when building it would not
+    fit in the machine's memory (``footprint.check_data_memory``)."""
     data_cfg = config["data"]
-    dataset = build_dataset(
-        data_cfg["name"], num_clients=data_cfg["num_clients"], samples_per_client=data_cfg["samples_per_client"],
-        alpha=data_cfg["alpha"], beta=data_cfg["beta"], partition=data_cfg["partition"],
-        partition_param=data_cfg["partition_param"], seed=data_cfg["seed"], test_fraction=data_cfg["test_fraction"],
-        standardize=data_cfg["standardize"],
-    )
+    check_data_memory(data_cfg)
+    dataset = build_dataset(**data_cfg)
     if int(dataset.test.counts.sum()) == 0:
         raise ConfigError("data.test_fraction", data_cfg["test_fraction"],
                           f"a fraction that leaves test records ({dataset.train.counts.min().item()} training records "
@@ -70,6 +70,8 @@ def build_initial_model(config: dict, dataset: FederatedDataset) -> torch.nn.Mod
 
 
 def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
+    """The run ``config`` describes, ready to run; refused before any round when one client's work does not fit in
+    run.memory_mb."""
     algo_cfg, privacy_cfg, run_cfg = config["algorithm"], config["privacy"], config["run"]
     check_range("algorithm.rounds", algo_cfg["rounds"], 1, integer=True)
     threads = run_cfg["threads"]
@@ -101,14 +103,21 @@ def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
     boundary = Boundary(privacy_cfg["boundary"])
     ledger = PrivacyLedger(boundary.observers, delta, _budget(privacy_cfg["budget"]), privacy_cfg["conversion"],
                            privacy_cfg["analysis"], algorithm.neighboring, getattr(algorithm, "accountant", None))
-    return Simulation(
+    sim = Simulation(
         dataset.train, dataset.test, CohortGradients(model), algorithm, clients, ledger, seed=run_cfg["seed"],
         boundary=boundary, eval_every=check_range("run.eval_every", run_cfg["eval_every"], 1, integer=True),
         memory_budget_bytes=check_range("run.memory_mb", run_cfg["memory_mb"], 1, integer=True) * 2**20,
         checkpoint_dir=out_dir, checkpoint_every=check_range("run.checkpoint_every", run_cfg["checkpoint_every"], 1,
                                                              integer=True),
-        release=release_hash(config),
+        release=release_hash(config), data=dataset.info,
     )
+    one_client = sim.client_bytes()
+    if one_client > sim.memory_budget_bytes:
+        raise ConfigError("run.memory_mb", run_cfg["memory_mb"],
+                          f"at least {math.ceil(one_client / 2**20)}: the cohort is worked through in chunks of "
+                          f"run.memory_mb, and one client's work (its largest minibatch, "
+                          f"{algorithm.examples_per_client(dataset.train.counts)} records) takes {size(one_client)}")
+    return sim
 
 
 def with_threads(config: dict) -> dict:
@@ -300,6 +309,7 @@ def results_of(sim: Simulation, config: dict) -> dict:
     final["delta"] = sim.ledger.delta
     return {
         "config": config,
+        "data": sim.data,
         "rounds": [m.to_dict() for m in sim.history],
         "final": final,
         "privacy": {
