@@ -117,6 +117,16 @@ def _rank_test(negatives: np.ndarray, positives: np.ndarray, rank: int, delta: f
     return float(eps[0]), threshold, int(false_pos[0]), int(false_neg[0])
 
 
+def fewest_runs(delta: float, confidence: float) -> int:
+    """The fewest runs per world with which a perfect distinguisher (no errors at rank 1) certifies an epsilon > 0
+    at ``confidence``: below it, every audit returns 0 whatever the mechanism."""
+    alpha = (1 - confidence) / 4
+    n = 1
+    while _epsilon(clopper_pearson_upper(0, n, alpha), clopper_pearson_upper(0, n, alpha), delta) <= 0:
+        n += 1
+    return n
+
+
 @dataclass(frozen=True)
 class LowerBound:
     """A lower bound on epsilon and the rank test that gives it (module docstring)."""
@@ -208,6 +218,6 @@ def one_run_lower_bound(m: int, r: int, v: int, delta: float = 0.0, confidence: 
     return low
 
 
-__all__ = ["clopper_pearson", "clopper_pearson_upper", "claimed_mu", "planned_rank", "LowerBound",
+__all__ = ["clopper_pearson", "clopper_pearson_upper", "claimed_mu", "planned_rank", "fewest_runs", "LowerBound",
            "many_run_lower_bound", "roc_curve",
            "one_run_p_value", "one_run_lower_bound"]
