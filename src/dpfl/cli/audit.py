@@ -54,6 +54,8 @@ def configure(commands) -> None:
                                                    "runs/<config name>-audit-<observer>)")
     audit.add_argument("--roc", default=None, metavar="FILE.png", help="runs: write the ROC curve here (default: "
                                                                      "roc.png in --out)")
+    audit.add_argument("--progress", action="store_true", help="report every round of the trials on stderr (default: "
+                       f"for audits of at least {LONG_AUDIT} trials x rounds)")
     audit.add_argument("--json", action="store_true", help="print the result as JSON")
     audit.set_defaults(handler=_audit)
 
@@ -80,7 +82,7 @@ def _audit(args) -> None:
     else:
         result = runs.audit(sim, args.observer, args.trials, confidence=args.confidence, rounds=args.rounds,
                             canary_kind=args.canary, score=args.score, release=config["privacy"]["release"],
-                            progress=args.trials * args.rounds >= LONG_AUDIT)
+                            progress=args.progress or args.trials * args.rounds >= LONG_AUDIT)
         out.mkdir(parents=True, exist_ok=True)
         roc = Path(args.roc) if args.roc else out / "roc.png"
         roc.parent.mkdir(parents=True, exist_ok=True)
