@@ -72,8 +72,8 @@ def main(argv=None) -> None:
                                                                              args.delta, args.rounds, args.canary):
         claim_text = "inf" if math.isinf(claim) else f"{claim:.3f}"
         flag = " **above**" if bound > claim else ""
-        print(f"| {name} | {steps} | {observer} | {claim_text} | {bound:.3f}{flag} | runs ({args.canary}, R = {rounds}) | {trials} "
-              f"| {seconds:.1f} |",
+        method = f"runs ({args.canary}, R = {rounds})"
+        print(f"| {name} | {steps} | {observer} | {claim_text} | {bound:.3f}{flag} | {method} | {trials} | {seconds:.1f} |",
               flush=True)
 
 
