@@ -1,4 +1,5 @@
-"""A white-box "Dirac" canary for the LocalSGD family, run through the real ``client_round``.
+"""The audit's canaries for the LocalSGD family, run through the real ``client_round``: a white-box "Dirac" canary
+(below) and an input-space canary (``input_canary``: a real record; ``NullRecordGradients``: its zero-out neighbour).
 
 Nasr, Hayes, Steinke, Balle, Tramer, Jagielski, Carlini, Terzis (USENIX Security 2023), "Tight auditing of
 differentially private machine learning", Sec. 4: the strongest record for auditing DP-SGD is one whose clipped
