@@ -1,4 +1,4 @@
-"""The per-observer privacy ledger of a run (ARCHITECTURE principle 2).
+"""The per-observer privacy ledger of a run: the privacy each observer has been charged, round by round.
 
 For every observer (third party, server, another silo) the ledger composes the events of every round the run has
 *started*, and reports epsilon at the run's delta. It is
