@@ -5,7 +5,8 @@ For every observer (third party, server, another silo) the ledger composes the e
 
 * composed BEFORE a round draws its noise, so a configured budget stops the run before the round that would exceed
   it (``BudgetExceededError``), never after;
-* a journal: one entry per composed round, saved with the run's checkpoint. A resumed run that replays a round with
+* a journal: one entry per composed round, which the simulator saves (``save``) as soon as a round is composed,
+  before the round draws any noise, and again with every checkpoint. A resumed run that replays a round with
   the same randomness (same events and same fingerprint: an identical release, so no new privacy loss) finds it
   already recorded and does not count it twice; anything else is counted again. Spent budget is never forgotten.
 
