@@ -30,8 +30,8 @@ _OPTIONAL_NUMBER = (int, float, type(None))
 SCHEMA: dict[str, dict[str, tuple]] = {
     "data": {
         "name": (str, "synthetic", ("synthetic", "digits", "breast_cancer"), "the data source"),
-        "alpha": (_NUMBER, 0.0, None, "synthetic: Li et al. 2020's alpha (it does not change the data: "
-                                      "dpfl.data.synthetic)"),
+        "alpha": (_NUMBER, 0.0, None, "synthetic: Li et al. 2020's alpha (as specified, it changes "
+                                      "the draws but not their distribution: dpfl.data.synthetic)"),
         "beta": (_NUMBER, 0.0, None, "synthetic: feature heterogeneity"),
         "num_clients": (int, 100, None, "M, the clients"),
         "samples_per_client": ((int, type(None)), None, None, "records per client (synthetic: default 5000)"),
