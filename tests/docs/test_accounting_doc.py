@@ -230,7 +230,8 @@ def _run_in_scratch(commands: list[Command], tmp_path: Path) -> None:
                     f"{_torch_threads()} (float rounding differs)")
     scratch = str(tmp_path)
     (tmp_path / "scaffold.toml").write_text(_scaffold_toml())
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1",  # this checkout's package, not whichever one is installed
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     for command in commands:
         argv = shlex.split(command.text.replace(SCRATCH, scratch))
         if argv[0] == "python":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -129,8 +130,10 @@ def _skip_unless_doc_threads():
 
 
 def _dpfl(*argv: str, cwd: Path) -> str:
-    done = subprocess.run([sys.executable, "-m", "dpfl.cli", *argv], cwd=cwd, capture_output=True, text=True,
-                          timeout=3600)
+    """`dpfl ARGV` in a fresh interpreter, running this checkout's package (not whichever one is installed)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "dpfl.cli", *argv], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=3600)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
