@@ -1,11 +1,12 @@
-"""The per-observer privacy ledger of a run (ARCHITECTURE principle 2).
+"""The per-observer privacy ledger of a run: the privacy each observer has been charged, round by round.
 
 For every observer (third party, server, another silo) the ledger composes the events of every round the run has
 *started*, and reports epsilon at the run's delta. It is
 
 * composed BEFORE a round draws its noise, so a configured budget stops the run before the round that would exceed
   it (``BudgetExceededError``), never after;
-* a journal: one entry per composed round, saved with the run's checkpoint. A resumed run that replays a round with
+* a journal: one entry per composed round, which the simulator saves (``save``) as soon as a round is composed,
+  before the round draws any noise, and again with every checkpoint. A resumed run that replays a round with
   the same randomness (same events and same fingerprint: an identical release, so no new privacy loss) finds it
   already recorded and does not count it twice; anything else is counted again. Spent budget is never forgotten.
 

@@ -221,7 +221,8 @@ class LocalSGDConfig:
                                                                "(fixed) or each record with probability s (poisson)"})
     record_sampling: str = field(default="fixed", metadata={"choices": ("fixed", "poisson"),
                                                              "help": "fixed size without replacement (replace-one "
-                                                                     "DP) or Poisson (add/remove DP)"})
+                                                                     "DP) or Poisson (zero-out DP: a record replaced "
+                                                                     "by a null one)"})
     lr: float = field(default=1.0, metadata={"help": "eta0; the local step is eta0 / (s K)"})
     global_lr: float = field(default=1.0, metadata={"help": "eta_g, the server's step on the mean update"})
     weight_decay: float = field(default=5e-3, metadata={"help": "L2 regularisation lambda"})
@@ -229,8 +230,8 @@ class LocalSGDConfig:
     noise_multiplier: float = field(default=60.0, metadata={"help": "sigma_g: noise std is sigma_g times the "
                                                                       "sensitivity", "private": True})
     clip_heuristic: str = field(default="fixed", metadata={"choices": CLIP_HEURISTICS, "private": True,
-                                                            "help": "'median-nonprivate': the paper's data-dependent "
-                                                                    "clip (NOT private: epsilon = inf)"})
+                                                            "help": "'median-nonprivate': Noble et al. 2022's "
+                                                                    "data-dependent clip (NOT private: epsilon = inf)"})
 
 
 def build_local_sgd(name: str, config: LocalSGDConfig, client_rate: float) -> LocalSGD:

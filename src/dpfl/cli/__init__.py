@@ -1,4 +1,4 @@
-"""The `dpfl` command line: run | demo | plot | audit | account | calibrate | plan (and `dpfl --version`).
+"""The `dpfl` command line: run | demo | config | plot | audit | account | calibrate | plan (and `dpfl --version`).
 
 `account` and `calibrate` have one subcommand per accountant, `plan` one per planner. Each lives in its own module
 of this package named `account_<name>.py`, `calibrate_<name>.py` or `plan_<name>.py` and defines
@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     from dpfl.cli import run as run_cmd  # local import: keeps `dpfl account` free of torch start-up cost
 
     run_cmd.configure(commands)
+    from dpfl.cli import config as config_cmd
+
+    config_cmd.configure(commands)
     from dpfl.cli import plot as plot_cmd
 
     plot_cmd.configure(commands)

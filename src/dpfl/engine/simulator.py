@@ -164,8 +164,9 @@ class Simulation:
 
     # -- the loop -----------------------------------------------------------------------------------------------
     def run(self, rounds: int, progress: bool = False) -> list[RoundMetrics]:
-        """Runs until ``rounds`` rounds are done (counting rounds done before a resume), a budget stops it, or Ctrl-C
-        does: then the round in progress completes, the run checkpoints (with a checkpoint_dir) and returns with
+        """Runs until ``rounds`` rounds are done (counting rounds done before a resume), a budget stops it (before
+        the round that would exceed it), the model or the train loss diverges, or Ctrl-C stops it: then the round in
+        progress completes, the run checkpoints (with a checkpoint_dir) and returns with
         ``interrupted`` set and ``stopped_reason`` saying so (a second Ctrl-C raises KeyboardInterrupt at once)."""
         bar = Progress(rounds, self.next_round, progress)
         started = time.perf_counter()

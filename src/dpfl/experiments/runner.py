@@ -13,7 +13,8 @@ delta), "privacy" (accountant, conversion, observers, what each sees),
   rounds (dpfl.engine.checkpoint).
 
 The release config is everything that decides what a round releases: the config minus the run-only keys
-(``RUN_ONLY_KEYS``: how many rounds, the budget, how often to evaluate and checkpoint). ``resume=True`` continues the
+(``RUN_ONLY_KEYS``: how many rounds, the budget, how often to evaluate and checkpoint), except those the algorithm's
+release depends on (its spec's ``release_keys``, e.g. the rounds when its noise is calibrated to a total budget). ``resume=True`` continues the
 run only with the same release config (so a replayed round can never draw the same noise onto a different
 computation) and never forgets privacy already spent; a new run never overwrites a directory that holds one
 (``restart=True`` archives it first).
