@@ -38,7 +38,7 @@ def _subcommand_modules(prefix: str):
 
 #: Printed results are rounded to 6 significant digits towards the safe side, since users copy them: noise, epsilon
 #: and delta up; these keys (a largest admissible value) down. JSON prints every value at full precision.
-ROUNDED_DOWN = ("epsilon0",)
+ROUNDED_DOWN = ("epsilon0", "rounds")
 
 
 def _print_result(result: dict, as_json: bool) -> None:
@@ -155,7 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit_cmd.configure(commands)
     for group, prefix, help_text in (
         ("account", "account_", "epsilon of a mechanism or algorithm, without training"),
-        ("calibrate", "calibrate_", "noise (or rounds) for a target epsilon"),
+        ("calibrate", "calibrate_", "the noise multiplier, number of rounds (run --solve rounds) or local epsilon0 "
+                                   "(shuffle) that meets a target epsilon"),
     ):
         group_parser = commands.add_parser(group, help=help_text, description=help_text)
         subs = group_parser.add_subparsers(dest="accountant", required=True, metavar="ACCOUNTANT")

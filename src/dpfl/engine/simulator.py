@@ -30,6 +30,7 @@ import torch
 from dp_accounting import dp_event
 
 from dpfl.accounting.ledger import PrivacyLedger
+from dpfl.accounting.observers import Release
 from dpfl.engine import checkpoint
 from dpfl.engine.boundary import Boundary
 from dpfl.engine.grads import CohortGradients, memory_per_example
@@ -91,8 +92,8 @@ class Simulation:
         """Each observer's event of a round (default: the next), from the algorithm's declared release, the
         boundary and the client sampler's participation."""
         t = self.next_round if round_index is None else round_index
-        release = self.algorithm.release(t, self.state, self.train)
-        return self.boundary.views(release, self.clients.cohort(t), self.ledger.analysis)
+        return declare_round(self.algorithm, self.boundary, self.clients, self.ledger.analysis, t, self.state,
+                             self.train)[1]
 
     # -- one round ----------------------------------------------------------------------------------------------
     def chunk_size(self, cohort_size: int) -> int:
@@ -104,9 +105,9 @@ class Simulation:
     def step(self) -> None:
         t = self.next_round
         cohort = self.clients.sample(t, self.seed)
-        release = self.algorithm.release(t, self.state, self.train)
-        self.ledger.record(t, self.boundary.views(release, self.clients.cohort(t), self.ledger.analysis),
-                           self._fingerprint(t))
+        release, views = declare_round(self.algorithm, self.boundary, self.clients, self.ledger.analysis, t,
+                                       self.state, self.train)
+        self.ledger.record(t, views, self._fingerprint(t))
         if self.checkpoint_dir is not None:  # spent before any noise is drawn: persist it first
             Path(self.checkpoint_dir).mkdir(parents=True, exist_ok=True)
             self.ledger.save(Path(self.checkpoint_dir) / "ledger.json")
@@ -237,6 +238,15 @@ class Simulation:
         self.ledger = spent
 
 
+def declare_round(algorithm: Algorithm, boundary: Boundary, clients: ClientSampler, analysis: str, round_index: int,
+                  state, train) -> tuple[Release, dict[str, dp_event.DpEvent]]:
+    """Round ``round_index``'s release (the algorithm's declared draws, before any noise) and each observer's event of
+    it (the boundary's views under the client sampler's participation): what the ledger records before the round, and
+    what calibration composes without training (``dpfl.experiments.calibration``)."""
+    release = algorithm.release(round_index, state, train)
+    return release, boundary.views(release, clients.cohort(round_index), analysis)
+
+
 def noise_of(event: dp_event.DpEvent) -> dp_event.DpEvent:
     """The noise inside a record-level step event (the sampling around it is the sampler's, not drawn noise)."""
     while isinstance(event, (dp_event.SampledWithoutReplacementDpEvent, dp_event.PoissonSampledDpEvent)):
@@ -284,4 +294,4 @@ class _StopOnCtrlC:
 
 
 
-__all__ = ["Simulation", "RoundMetrics", "noise_of", "check_drawn"]
+__all__ = ["Simulation", "RoundMetrics", "declare_round", "noise_of", "check_drawn"]

@@ -34,6 +34,7 @@ from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import PAPER_UNPROVEN, THIRD_PARTY
 from dpfl.algorithms import registry
 from dpfl.data import build_dataset
+from dpfl.data.federated import FederatedDataset
 from dpfl.engine.boundary import Boundary
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.sampling import ClientSampler
@@ -46,12 +47,32 @@ RUN_FILES = ("ledger.json", "checkpoint.pt", "results.json", "run.json")
 
 
 def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
-    data_cfg, model_cfg, algo_cfg = config["data"], config["model"], config["algorithm"]
     privacy_cfg, run_cfg = config["privacy"], config["run"]
-    check_range("algorithm.rounds", algo_cfg["rounds"], 1, integer=True)
     threads = run_cfg["threads"]
     if threads is not None:
         torch.set_num_threads(check_range("run.threads", threads, 1, integer=True))
+    dataset = build_data(config)
+    model = build_initial_model(config, dataset)
+    clients = build_clients(config, dataset)
+    delta = run_delta(config, dataset)
+    algorithm = build_algorithm(config, dataset, delta)
+    check_warm_rounds(config, algorithm)
+    boundary = Boundary(privacy_cfg["boundary"])
+    ledger = build_ledger(config, boundary, delta, algorithm, budget=True)
+    return Simulation(
+        dataset.train, dataset.test, CohortGradients(model), algorithm, clients, ledger, seed=run_cfg["seed"],
+        boundary=boundary, eval_every=check_range("run.eval_every", run_cfg["eval_every"], 1, integer=True),
+        memory_budget_bytes=check_range("run.memory_mb", run_cfg["memory_mb"], 1, integer=True) * 2**20,
+        checkpoint_dir=out_dir, checkpoint_every=check_range("run.checkpoint_every", run_cfg["checkpoint_every"], 1,
+                                                             integer=True),
+        release=release_hash(config),
+    )
+
+
+# -- the parts of a run, each from the config (calibration builds those that decide the privacy, and no more) ------
+def build_data(config: dict) -> FederatedDataset:
+    """The config's federated data set (train and test splits); ConfigError if no record is left for testing."""
+    data_cfg = config["data"]
     dataset = build_dataset(
         data_cfg["name"], num_clients=data_cfg["num_clients"], samples_per_client=data_cfg["samples_per_client"],
         alpha=data_cfg["alpha"], beta=data_cfg["beta"], partition=data_cfg["partition"],
@@ -62,36 +83,57 @@ def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
         raise ConfigError("data.test_fraction", data_cfg["test_fraction"],
                           f"a fraction that leaves test records ({dataset.train.counts.min().item()} training records "
                           "per client and none for testing); raise data.samples_per_client or data.test_fraction")
-    torch.manual_seed(run_cfg["seed"])  # model initialisation
-    model = build_model(model_cfg["name"], dataset.num_features, dataset.num_classes,
-                        **{k: v for k, v in model_cfg.items() if k != "name"})
-    clients = ClientSampler(dataset.num_clients, algo_cfg["client_rate"], algo_cfg["client_sampling"])
-    delta = privacy_cfg["delta"]
-    if delta is None:  # Noble et al. 2022: delta = 1 / (M R_train)
-        delta = 1.0 / float(dataset.train.counts.sum())
+    return dataset
+
+
+def build_initial_model(config: dict, dataset: FederatedDataset) -> torch.nn.Module:
+    """The config's model, initialised from ``run.seed``."""
+    model_cfg = config["model"]
+    torch.manual_seed(config["run"]["seed"])  # model initialisation
+    return build_model(model_cfg["name"], dataset.num_features, dataset.num_classes,
+                       **{k: v for k, v in model_cfg.items() if k != "name"})
+
+
+def build_clients(config: dict, dataset: FederatedDataset) -> ClientSampler:
+    algo_cfg = config["algorithm"]
+    return ClientSampler(dataset.num_clients, algo_cfg["client_rate"], algo_cfg["client_sampling"])
+
+
+def run_delta(config: dict, dataset: FederatedDataset) -> float:
+    """``privacy.delta``, by default 1 / (M R_train) (Noble et al. 2022)."""
+    delta = config["privacy"]["delta"]
+    return 1.0 / float(dataset.train.counts.sum()) if delta is None else delta
+
+
+def build_algorithm(config: dict, dataset: FederatedDataset, delta: float):
+    """The registered algorithm of ``algorithm.name``, built from its section and the run's ``registry.Setting``."""
+    algo_cfg = config["algorithm"]
+    check_range("algorithm.rounds", algo_cfg["rounds"], 1, integer=True)
     spec = registry.spec_of(algo_cfg["name"])
     section = spec.config(**{k: algo_cfg[k] for k in spec.keys(algo_cfg["name"])})
     setting = registry.Setting(
         client_rate=algo_cfg["client_rate"], client_sampling=algo_cfg["client_sampling"],
         num_clients=dataset.num_clients, train_counts=tuple(int(c) for c in dataset.train.counts),
-        rounds=algo_cfg["rounds"], delta=delta, epsilon=privacy_cfg["epsilon"])
-    algorithm = spec.build(algo_cfg["name"], section, setting)
+        rounds=algo_cfg["rounds"], delta=delta, epsilon=config["privacy"]["epsilon"])
+    return spec.build(algo_cfg["name"], section, setting)
+
+
+def check_warm_rounds(config: dict, algorithm) -> None:
+    """A run must go past the algorithm's warm-start rounds (which leave the model unchanged)."""
     warm_rounds = getattr(algorithm, "warm_rounds", 0)
-    if warm_rounds >= algo_cfg["rounds"]:
-        raise ConfigError("algorithm.rounds", algo_cfg["rounds"],
+    rounds = config["algorithm"]["rounds"]
+    if warm_rounds >= rounds:
+        raise ConfigError("algorithm.rounds", rounds,
                           f"more than the {warm_rounds} warm-start rounds (round(4 / client_rate)) of "
-                          f"{algo_cfg['name']}")
-    boundary = Boundary(privacy_cfg["boundary"])
-    ledger = PrivacyLedger(boundary.observers, delta, _budget(privacy_cfg["budget"]), privacy_cfg["conversion"],
-                           privacy_cfg["analysis"], algorithm.neighboring)
-    return Simulation(
-        dataset.train, dataset.test, CohortGradients(model), algorithm, clients, ledger, seed=run_cfg["seed"],
-        boundary=boundary, eval_every=check_range("run.eval_every", run_cfg["eval_every"], 1, integer=True),
-        memory_budget_bytes=check_range("run.memory_mb", run_cfg["memory_mb"], 1, integer=True) * 2**20,
-        checkpoint_dir=out_dir, checkpoint_every=check_range("run.checkpoint_every", run_cfg["checkpoint_every"], 1,
-                                                             integer=True),
-        release=release_hash(config),
-    )
+                          f"{config['algorithm']['name']}")
+
+
+def build_ledger(config: dict, boundary: Boundary, delta: float, algorithm, budget: bool) -> PrivacyLedger:
+    """The run's privacy ledger: the boundary's observers, the run's delta, analysis, conversion and the algorithm's
+    neighbouring relation (and ``privacy.budget`` when ``budget``)."""
+    privacy_cfg = config["privacy"]
+    return PrivacyLedger(boundary.observers, delta, _budget(privacy_cfg["budget"]) if budget else None,
+                         privacy_cfg["conversion"], privacy_cfg["analysis"], algorithm.neighboring)
 
 
 def with_threads(config: dict) -> dict:
