@@ -25,7 +25,7 @@ from typing import Callable, Iterable
 from dp_accounting import dp_event
 
 from dpfl.accounting import pld
-from dpfl.accounting.accountant import AccountingResult, account, check_options
+from dpfl.accounting.accountant import NEIGHBORING, AccountingResult, account, check_options
 from dpfl.errors import ConfigError, check_range
 
 #: PLD grid steps of the coarse levels, coarsest first.
@@ -62,6 +62,8 @@ def calibrate_noise(
       progress: called with (noise, epsilon) after every trial (e.g. ``dpfl.engine.progress.Heartbeat``).
 
     Raises:
+      pld.PldTooLargeError: with PLD, when its grid near the answer would exceed ``pld.MAX_POINTS`` (a target above
+        a few hundred; coarse levels skip such noise unbuilt).
       ConfigError: a parameter is out of range, or no noise in
         [initial_noise / 2**MAX_DOUBLINGS, initial_noise * 2**MAX_DOUBLINGS] separates epsilons above and below the
         target (for example RDP's conversion puts a floor under epsilon: log(1/delta) / (max order - 1) for classic).
@@ -71,6 +73,8 @@ def calibrate_noise(
     check_options(accountant, conversion, neighboring)
     initial_noise = check_range("initial_noise", initial_noise, 0, low_open=True)
     rtol = check_range("rtol", rtol, 0, 0.1, low_open=True)
+    if accountant == "pld":
+        pld.check_target(target_epsilon)
 
     center = math.log(initial_noise)
     tol = math.log1p(rtol)
@@ -119,6 +123,8 @@ def max_steps(
     target_epsilon = check_range("target_epsilon", target_epsilon, 0, low_open=True)
     delta = check_range("delta", delta, 0, 1, low_open=True, high_open=True)
     check_options(accountant, conversion, neighboring)
+    if accountant == "pld":
+        pld.check_target(target_epsilon)
 
     steps = 1
     for options in _levels(accountant)[-1 if accountant == "rdp" else 0 :]:
@@ -203,16 +209,15 @@ def _levels(accountant: str) -> list[dict]:
 
 
 def _coarse_epsilon(event, delta, accountant, conversion, neighboring, options: dict) -> float:
-    """``account(event, ...).epsilon`` at a level's options. A PLD too large to build (``pld.PldTooLargeError``)
-    reads as +inf at a coarse level (the trial has far too little noise: its losses exceed the cap at a grid 10-100x
-    coarser) and is raised at the exact one, where the caller decides (the CLI switches to RDP and says so)."""
-    try:
-        return account(event, delta, accountant, conversion, neighboring, **options).epsilon
-    except pld.PldTooLargeError:
-        if options.get("value_discretization_interval", pld.VALUE_DISCRETIZATION_INTERVAL) == \
-                pld.VALUE_DISCRETIZATION_INTERVAL:
-            raise
+    """``account(event, ...).epsilon`` at a level's options. A PLD too large to build at the exact grid
+    (``pld.PldTooLargeError``) reads as +inf at a coarse level, unbuilt (the exact level would refuse that noise, so
+    the search must look elsewhere), and is raised at the exact level, where the caller decides (the CLI switches to
+    RDP and says so)."""
+    coarse = options.get("value_discretization_interval", pld.VALUE_DISCRETIZATION_INTERVAL) != \
+        pld.VALUE_DISCRETIZATION_INTERVAL
+    if accountant == "pld" and coarse and pld.estimated_points(event, NEIGHBORING[neighboring]) > pld.MAX_POINTS:
         return math.inf
+    return account(event, delta, accountant, conversion, neighboring, **options).epsilon
 
 
 def _report(progress, value, epsilon: float) -> None:

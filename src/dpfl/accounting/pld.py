@@ -78,7 +78,7 @@ def supports(event: dp_event.DpEvent, neighboring_relation: NeighborRel = Neighb
 class PldTooLargeError(ConfigError):
     """The PLD of an event would span more than ``MAX_POINTS`` grid points; ``points`` is the estimate."""
 
-    def __init__(self, event: dp_event.DpEvent, points: float, interval: float):
+    def __init__(self, points: float, interval: float = VALUE_DISCRETIZATION_INTERVAL):
         self.points, self.losses = points, points * interval
         super().__init__(
             "accountant", "pld",
@@ -104,6 +104,13 @@ def estimated_points(event: dp_event.DpEvent, neighboring_relation: NeighborRel 
         absl.setLevel(level)
     losses, _ = rdp_to_epsilon(_SIZE_ORDERS, curve, TAIL_MASS, "classic")
     return losses / value_discretization_interval
+
+
+def check_target(target_epsilon: float) -> None:
+    """PldTooLargeError for a calibration to ``target_epsilon`` above ``MAX_POINTS`` grid steps: the PLD at its answer
+    spans privacy losses beyond epsilon (delta > ``TAIL_MASS``), so it would exceed ``MAX_POINTS``."""
+    if target_epsilon > MAX_POINTS * VALUE_DISCRETIZATION_INTERVAL:
+        raise PldTooLargeError(target_epsilon / VALUE_DISCRETIZATION_INTERVAL)
 
 
 def tractable(event: dp_event.DpEvent, neighboring_relation: NeighborRel = NeighborRel.ADD_OR_REMOVE_ONE,
@@ -134,7 +141,7 @@ def pld_of(
     if key not in _CACHE:  # a run accounts the same round event again and again
         points = estimated_points(event, neighboring_relation, value_discretization_interval)
         if points > MAX_POINTS:
-            raise PldTooLargeError(event, points, value_discretization_interval)
+            raise PldTooLargeError(points, value_discretization_interval)
         if len(_CACHE) >= _CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
         _CACHE[key] = _build(event, neighboring_relation, value_discretization_interval)
@@ -227,5 +234,5 @@ def _dp_accounting_reading(event, relation):
     return attr.evolve(event, **{name: _dp_accounting_reading(child, relation) for name, child in children.items()})
 
 
-__all__ = ["VALUE_DISCRETIZATION_INTERVAL", "MAX_POINTS", "PldTooLargeError", "supports", "estimated_points",
+__all__ = ["VALUE_DISCRETIZATION_INTERVAL", "MAX_POINTS", "PldTooLargeError", "supports", "estimated_points", "check_target",
            "tractable", "pld_of", "pld_epsilon", "pld_delta"]
