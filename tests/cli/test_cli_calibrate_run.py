@@ -2,12 +2,14 @@
 refusals (non-private algorithms, self-calibrating configs, unknown observers, unreachable targets) name what to do."""
 
 import dataclasses
+import functools
 import json
 
 import pytest
 
 from dpfl.algorithms import registry
 from dpfl.cli import main
+from dpfl.engine import progress
 
 TINY = """
 [data]
@@ -80,11 +82,16 @@ def test_observer_and_poisson_records_use_the_runs_accountant(config, tmp_path, 
     assert real["third_party"] < real["server"]  # the third party's last step is credited the cohort's noise
 
 
-def test_solve_rounds_is_the_last_round_within_the_target(config, tmp_path, capsys):
+def test_solve_rounds_is_the_last_round_within_the_target(config, tmp_path, capsys, monkeypatch):
     """DP-SCAFFOLD-warm at client rate 0.5 spends round(4 / 0.5) = 8 warm-start rounds first; the answer R is the
-    last round of a real run whose ledger stays within the target."""
+    last round of a real run whose ledger stays within the target. The search's trials go to stderr (here at once)."""
+    monkeypatch.setattr(progress, "Heartbeat", functools.partial(progress.Heartbeat, after_s=0.0, every_s=0.0))
     warm = ("--set", "algorithm.name='dp-scaffold-warm'", "--set", "algorithm.noise_multiplier=4.0")
-    out = calibrate(capsys, config, "--target-epsilon", "1.5", "--solve", "rounds", *warm)
+    capsys.readouterr()
+    assert main(["calibrate", "run", config, "--target-epsilon", "1.5", "--solve", "rounds", *warm, "--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert f"dpfl calibrate run: rounds {out['rounds']} -> epsilon " in captured.err
     rounds = out["rounds"]
     assert rounds > 8 and out["noise_multiplier"] == 4.0
     assert out["epsilon"] <= 1.5 < out["epsilon_with_one_more_round"]
