@@ -82,7 +82,7 @@ def calibrate_noise(
     for level, options in enumerate(_levels(accountant)):
 
         def gap(log_noise: float, options=options) -> float:
-            epsilon = _coarse_epsilon(make_event(math.exp(log_noise)), delta, accountant, conversion, neighboring,
+            epsilon = _level_epsilon(make_event(math.exp(log_noise)), delta, accountant, conversion, neighboring,
                                       options)
             _report(progress, math.exp(log_noise), epsilon)
             return _log_ratio(epsilon, target_epsilon)
@@ -131,7 +131,7 @@ def max_steps(
         steps = max(1, steps)
 
         def meets(n: int, options=options) -> bool:
-            epsilon = _coarse_epsilon(make_event(n), delta, accountant, conversion, neighboring,
+            epsilon = _level_epsilon(make_event(n), delta, accountant, conversion, neighboring,
                                       dict(options, subsampling_bound=subsampling_bound))
             _report(progress, n, epsilon)
             return epsilon <= target_epsilon
@@ -208,7 +208,7 @@ def _levels(accountant: str) -> list[dict]:
     return [{"orders": COARSE_RDP_ORDERS}, {}]
 
 
-def _coarse_epsilon(event, delta, accountant, conversion, neighboring, options: dict) -> float:
+def _level_epsilon(event, delta, accountant, conversion, neighboring, options: dict) -> float:
     """``account(event, ...).epsilon`` at a level's options. A PLD too large to build at the exact grid
     (``pld.PldTooLargeError``) reads as +inf at a coarse level, unbuilt (the exact level would refuse that noise, so
     the search must look elsewhere), and is raised at the exact level, where the caller decides (the CLI switches to

@@ -75,7 +75,7 @@ def _summarised(execute, args) -> dict:
     with _collected_warnings() as collected:
         result = execute(args)
     if collected:
-        result = {**result, "warnings": [f"{text}" + (f" (and {n - 1} more like it)" if n > 1 else "")
+        result = {**result, "warnings": [text + (f" (and {n - 1} more like it)" if n > 1 else "")
                                          for text, n in collected.values()]}
     return result
 

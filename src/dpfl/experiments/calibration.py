@@ -30,7 +30,6 @@ from dpfl.engine.simulator import declare_round
 from dpfl.errors import ConfigError, DpflError, check_range
 from dpfl.experiments import runner
 
-SOLVE = ("noise", "rounds")
 #: Relative precision of a calibrated noise multiplier (as `dpfl calibrate gaussian`).
 NOISE_RTOL = 1e-4
 #: The most rounds ``max_rounds`` declares (each round is one release to build: about 0.4 ms).
@@ -64,8 +63,8 @@ class RunAccounting:
                                                       "names none (its registry entry's noise_key is None)")
         if config["privacy"]["epsilon"] is not None:
             raise ConfigError("privacy.epsilon", config["privacy"]["epsilon"],
-                              f"None: with privacy.epsilon set, {name!r} calibrates its own noise to that target; "
-                              f"calibrate run solves for algorithm.{spec.noise_key} in a config without it")
+                              f"None: privacy.epsilon is the target of an algorithm that sets its own noise, while "
+                              f"calibrate run finds algorithm.{spec.noise_key} for --target-epsilon; drop it")
         observers = Boundary(config["privacy"]["boundary"]).observers
         if observer not in observers:
             raise ConfigError("--observer", observer, f"one of {list(observers)} (the observers of privacy.boundary "
@@ -196,4 +195,4 @@ def _check_private(run: RunAccounting) -> None:
                           "algorithm.clip_heuristic = 'median-nonprivate' clips at a data-dependent bound)")
 
 
-__all__ = ["SOLVE", "NOISE_RTOL", "MAX_ROUNDS", "RunAccounting", "calibrate_noise", "max_rounds"]
+__all__ = ["NOISE_RTOL", "MAX_ROUNDS", "RunAccounting", "calibrate_noise", "max_rounds"]
