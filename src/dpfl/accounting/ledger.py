@@ -32,6 +32,7 @@ import math
 import os
 from collections import Counter
 from pathlib import Path
+from typing import Iterable
 
 from dp_accounting import dp_event
 
@@ -104,7 +105,7 @@ class PrivacyLedger:
             raise ValueError(f"round {round_index} has no event for observer(s) {sorted(missing)}")
         if fingerprint is not None and self._latest.get(round_index) == (dict(events), fingerprint):
             return self.epsilon()
-        after = self._epsilon(extra=events)
+        after = self._epsilon(extra=[events])
         for observer, limit in self.budget.items():
             if after[observer] > limit:
                 raise BudgetExceededError(
@@ -129,14 +130,27 @@ class PrivacyLedger:
             self._spent = self._epsilon()
         return dict(self._spent)
 
-    def _epsilon(self, extra: dict[str, dp_event.DpEvent] | None = None) -> dict[str, float]:
-        result = {}
-        for observer in self.observers:
-            counts = Counter(self._counts[observer])
-            if extra is not None:
-                counts[self._key(extra[observer])] += 1
-            result[observer] = self._epsilon_of(observer, counts)
-        return result
+    def epsilon_after(self, rounds: Iterable[dict[str, dp_event.DpEvent]],
+                      observers: Iterable[str] | None = None) -> dict[str, float]:
+        """Epsilon towards each of ``observers`` (default all) if ``rounds`` (one event per observer each) were
+        composed after the rounds recorded so far, by the same accountants; records nothing (calibration, planning)."""
+        return self._epsilon(list(rounds), observers)
+
+    def accountants_after(self, rounds: Iterable[dict[str, dp_event.DpEvent]]) -> dict[str, str]:
+        """The accountant that would answer for each observer after ``rounds`` (as ``epsilon_after``)."""
+        rounds = list(rounds)
+        return {o: accountants.chosen_name(self._accountant(o, self._counts_with(o, rounds))) for o in self.observers}
+
+    def _epsilon(self, extra: list[dict[str, dp_event.DpEvent]] = (), observers=None) -> dict[str, float]:
+        return {o: self._epsilon_of(o, self._counts_with(o, extra)) for o in (observers or self.observers)}
+
+    def _counts_with(self, observer: str, extra: list[dict[str, dp_event.DpEvent]]) -> Counter:
+        counts = Counter(self._counts[observer])
+        for events in extra:
+            if observer not in events:
+                raise ValueError(f"a round has no event for observer {observer!r}")
+            counts[self._key(events[observer])] += 1
+        return counts
 
     def _key(self, event: dp_event.DpEvent) -> str:
         key = repr(event)
