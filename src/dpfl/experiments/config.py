@@ -97,18 +97,34 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     """Defaults, updated by the TOML file at ``path``, then by ``overrides`` ("section.key=value"), validated."""
     given: dict = {}
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError("CONFIG", str(path), "the path of an existing TOML file")
-        try:
-            data = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError("CONFIG", str(path), f"valid TOML ({err})") from None
-        merge(given, data)
+        merge(given, read_toml(path))
     for item in overrides:
         key, value = parse_override(item)
         merge(given, _nested(key, value))
     return resolve(given)
+
+
+def read_toml(path: str | Path) -> dict:
+    """The tables of the TOML file at ``path``, as written (not validated, no defaults)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("CONFIG", str(path), "the path of an existing TOML file")
+    try:
+        return tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError("CONFIG", str(path), f"a readable UTF-8 file ({getattr(err, 'strerror', None) or err})") \
+            from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError("CONFIG", str(path), f"valid TOML ({err})") from None
+
+
+def defaults_in_use(config: dict) -> str:
+    """One line naming what ``config`` runs: the algorithm, its rounds and noise, the data (for a config file that
+    sets no keys, whose run is all defaults)."""
+    algo, data = config["algorithm"], config["data"]
+    noise = ", ".join(f"{key} {algo[key]}" for key in ("noise_multiplier", "clip") if key in algo) or "no noise"
+    return (f"{algo['name']} for {algo['rounds']} rounds ({noise}, client_rate {algo['client_rate']}) on "
+            f"{data['name']} data ({data['num_clients']} clients), model {config['model']['name']}")
 
 
 def parse_override(item: str) -> tuple[str, object]:
@@ -204,5 +220,5 @@ def _type_names(types) -> str:
     return " or ".join(dict.fromkeys(names))
 
 
-__all__ = ["SCHEMA", "MODEL_KEYS", "RETIRED", "SECTIONS", "defaults", "load_config", "resolve", "key_schema", "merge",
-           "parse_override"]
+__all__ = ["SCHEMA", "MODEL_KEYS", "RETIRED", "SECTIONS", "defaults", "load_config", "read_toml", "defaults_in_use",
+           "resolve", "key_schema", "merge", "parse_override"]

@@ -1,9 +1,16 @@
 """Turns a validated config into a run: builds data, model, algorithm, samplers and ledger, runs, writes results.
 
-results.json holds "config", "rounds" (one entry per evaluated round: round, test_accuracy, train_loss, epsilon per
-observer), "final" (the same keys plus delta), "privacy" (accountant, conversion, observers, what each sees),
-"wall_seconds", "stopped_reason" and "stopped_by" (what stopped the run early: "budget", "diverged",
-"interrupted"; null when it ran all its rounds). A run directory also holds
+Rounds are numbered from 1 wherever a user reads them: round r of T is the r-th round (the progress line "round r/T",
+results.json's "round", ledger.json's journal, the stop and resume messages, `dpfl plot`'s axis).
+
+results.json is written (atomically) after every evaluated round and when the run ends, so a crash or Ctrl-C leaves
+the latest results. It holds "config", "rounds" (one entry per evaluated round: round, test_accuracy, train_loss,
+epsilon per observer), "final" (the same keys plus delta, for the model after the last round done), "privacy"
+(accountant, conversion, observers, what each sees), "status" ("running": the run has not ended, or its process died
+(resume it); "finished": it ran all its rounds; "stopped": see "stopped_by"), "wall_seconds" (the time in the round
+loop over the whole run, across resumes), "session_seconds" (this process's part of it), "stopped_reason" and
+"stopped_by" (what stopped the run early: "budget", "diverged", "interrupted"; null when it did not). A run directory
+also holds
 
 * run.json: the full resolved config and the sha256 of its release config, written (atomically) before the first round;
 * ledger.json: the privacy spent, written before each round draws noise (see dpfl.accounting.ledger);
@@ -22,7 +29,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import math
 import os
 import sys
 from datetime import datetime, timezone
@@ -31,14 +37,15 @@ from pathlib import Path
 import torch
 
 from dpfl.accounting.ledger import PrivacyLedger
-from dpfl.accounting.observers import PAPER_UNPROVEN, THIRD_PARTY
+from dpfl.accounting.observers import PAPER_UNPROVEN
 from dpfl.algorithms import registry
 from dpfl.data import build_dataset
 from dpfl.engine.boundary import Boundary
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.sampling import ClientSampler
 from dpfl.engine.simulator import Simulation
-from dpfl.errors import ConfigError, RunDirectoryError, RunInterrupted, check_range, json_problem
+from dpfl.errors import ConfigError, RunDirectoryError, RunInterrupted, json_problem
+from dpfl.experiments.validate import budget_of, validate
 from dpfl.models import build_model
 
 RUN_ONLY_KEYS = ("algorithm.rounds", "privacy.budget", "run.eval_every", "run.checkpoint_every")
@@ -48,10 +55,10 @@ RUN_FILES = ("ledger.json", "checkpoint.pt", "results.json", "run.json")
 def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
     data_cfg, model_cfg, algo_cfg = config["data"], config["model"], config["algorithm"]
     privacy_cfg, run_cfg = config["privacy"], config["run"]
-    check_range("algorithm.rounds", algo_cfg["rounds"], 1, integer=True)
+    validate(config)  # every range check that needs no data, before the data is built
     threads = run_cfg["threads"]
     if threads is not None:
-        torch.set_num_threads(check_range("run.threads", threads, 1, integer=True))
+        torch.set_num_threads(threads)
     dataset = build_dataset(
         data_cfg["name"], num_clients=data_cfg["num_clients"], samples_per_client=data_cfg["samples_per_client"],
         alpha=data_cfg["alpha"], beta=data_cfg["beta"], partition=data_cfg["partition"],
@@ -76,21 +83,13 @@ def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
         num_clients=dataset.num_clients, train_counts=tuple(int(c) for c in dataset.train.counts),
         rounds=algo_cfg["rounds"], delta=delta, epsilon=privacy_cfg["epsilon"])
     algorithm = spec.build(algo_cfg["name"], section, setting)
-    warm_rounds = getattr(algorithm, "warm_rounds", 0)
-    if warm_rounds >= algo_cfg["rounds"]:
-        raise ConfigError("algorithm.rounds", algo_cfg["rounds"],
-                          f"more than the {warm_rounds} warm-start rounds (round(4 / client_rate)) of "
-                          f"{algo_cfg['name']}")
     boundary = Boundary(privacy_cfg["boundary"])
-    ledger = PrivacyLedger(boundary.observers, delta, _budget(privacy_cfg["budget"]), privacy_cfg["conversion"],
+    ledger = PrivacyLedger(boundary.observers, delta, budget_of(privacy_cfg["budget"]), privacy_cfg["conversion"],
                            privacy_cfg["analysis"], algorithm.neighboring)
     return Simulation(
         dataset.train, dataset.test, CohortGradients(model), algorithm, clients, ledger, seed=run_cfg["seed"],
-        boundary=boundary, eval_every=check_range("run.eval_every", run_cfg["eval_every"], 1, integer=True),
-        memory_budget_bytes=check_range("run.memory_mb", run_cfg["memory_mb"], 1, integer=True) * 2**20,
-        checkpoint_dir=out_dir, checkpoint_every=check_range("run.checkpoint_every", run_cfg["checkpoint_every"], 1,
-                                                             integer=True),
-        release=release_hash(config),
+        boundary=boundary, eval_every=run_cfg["eval_every"], memory_budget_bytes=run_cfg["memory_mb"] * 2**20,
+        checkpoint_dir=out_dir, checkpoint_every=run_cfg["checkpoint_every"], release=release_hash(config),
     )
 
 
@@ -105,18 +104,13 @@ def with_threads(config: dict) -> dict:
     return resolved
 
 
-def _budget(budget) -> dict | None:
-    if budget is None:
-        return None
-    if isinstance(budget, dict):
-        return budget
-    return {THIRD_PARTY: budget}
-
-
 def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bool = False,
                    resume: bool = False, restart: bool = False) -> dict:
-    """Runs ``config`` and returns its results (also written to out_dir/results.json when out_dir is given).
+    """Runs ``config`` and returns its results (also written to out_dir/results.json after every evaluated round and
+    at the end, when out_dir is given).
 
+    out_dir (``check_writable``, then ``check_resumable`` or ``check_free``) and the config's ranges (``validate``, in
+    ``build_simulation``) are checked before any data is built.
     ``resume`` continues the run in out_dir (refused unless its run.json has the same release config); otherwise a
     directory that already holds a run is refused, unless ``restart`` archives that run first (``archive_run``). On
     Ctrl-C the run stops after its current round, checkpoints, writes results.json and raises RunInterrupted."""
@@ -125,6 +119,8 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
     if resume and restart:
         raise ConfigError("--restart", True, "either --resume (continue the run) or --restart (archive it and start "
                                              "over), not both")
+    if out is not None:
+        check_writable(out)
     if resume:
         if out is None:
             raise ConfigError("--resume", None, "a run directory (--out DIR) to continue")
@@ -132,18 +128,22 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
     elif out is not None and not restart:
         check_free(out)
     sim = build_simulation(config, out)  # builds data and model: only after the checks above
+    rounds = config["algorithm"]["rounds"]
     if resume:
         sim.load_checkpoint(out)
+        print(f"resuming the run in {out} " + (f"after round {sim.next_round} of {rounds}" if sim.next_round else
+                                              f"from round 1 of {rounds} (no checkpoint yet)"), file=sys.stderr)
     elif out is not None and restart:
         archived = archive_run(out)
         if archived is not None:
             print(f"archived the previous run in {out} to {archived}", file=sys.stderr)
     if out is not None:
         _write_atomic(out / "run.json", json.dumps({"config": config, "release_sha256": sim.release}, indent=1))
-    sim.run(config["algorithm"]["rounds"], progress=progress)
+    write = None if out is None else (lambda sim: write_results(out, results_of(sim, config)))
+    sim.run(rounds, progress=progress, on_evaluated=write)
     results = results_of(sim, config)
     if out is not None:
-        _write_atomic(out / "results.json", json.dumps(results, indent=1))
+        write_results(out, results)
     if sim.interrupted:
         raise RunInterrupted(sim.next_round)
     return results
@@ -166,6 +166,22 @@ def release_hash(config: dict) -> str:
     """sha256 of the release config (sorted keys; config values are canonical after loading: an integer given for a
     float key, e.g. clip = 1, is the float 1.0, so equal configs hash equally however they were written)."""
     return hashlib.sha256(json.dumps(release_config(config), sort_keys=True).encode()).hexdigest()
+
+
+def check_writable(out: Path) -> None:
+    """Refuses a run directory that cannot be one, before anything is built: an existing file, a path through a file,
+    or a directory (or, if it does not exist yet, the nearest existing folder it would be created in) that this
+    process may not write to."""
+    if out.exists() and not out.is_dir():
+        raise RunDirectoryError(f"--out {out} is a file, not a directory: pass a directory for the run's files")
+    existing = out
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise RunDirectoryError(f"--out {out} cannot be created: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RunDirectoryError(f"--out {out}: {existing} is not writable (permission denied); pass a directory you "
+                                "can write to")
 
 
 def check_free(out: Path) -> None:
@@ -278,8 +294,15 @@ def _write_atomic(path: Path, text: str) -> None:
         raise RunDirectoryError(f"cannot write {path}: {err.strerror or err}") from None
 
 
+def write_results(out: Path, results: dict) -> None:
+    """Writes out/results.json atomically (``_write_atomic``)."""
+    _write_atomic(out / "results.json", json.dumps(results, indent=1))
+
+
 def results_of(sim: Simulation, config: dict) -> dict:
-    final = sim.history[-1].to_dict() if sim.history else sim.evaluate().to_dict()
+    """The run's results so far (the module docstring lists the keys)."""
+    done = sim.history[-1] if sim.history and sim.history[-1].round == sim.next_round else None
+    final = (done or sim.evaluate()).to_dict()  # the model after the last round done
     final["delta"] = sim.ledger.delta
     return {
         "config": config,
@@ -301,7 +324,10 @@ def results_of(sim: Simulation, config: dict) -> dict:
                            "without noise for research evaluation; epsilon covers the models and messages only",
             "events_per_round": {o: str(e) for o, e in sim.round_privacy().items()},
         },
-        "wall_seconds": getattr(sim, "wall_seconds", math.nan),
+        "status": "stopped" if sim.stopped_by else
+                  "finished" if sim.next_round >= config["algorithm"]["rounds"] else "running",
+        "wall_seconds": sim.wall_seconds,
+        "session_seconds": sim.session_seconds,
         "stopped_reason": sim.stopped_reason,
         "stopped_by": sim.stopped_by,
     }
