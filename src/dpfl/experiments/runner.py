@@ -139,11 +139,12 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
             print(f"archived the previous run in {out} to {archived}", file=sys.stderr)
     if out is not None:
         _write_atomic(out / "run.json", json.dumps({"config": config, "release_sha256": sim.release}, indent=1))
-    write = None if out is None else (lambda sim: write_results(out, results_of(sim, config)))
-    sim.run(rounds, progress=progress, on_evaluated=write)
+    results_file = None if out is None else ResultsFile(out / "results.json")
+    sim.run(rounds, progress=progress,
+            on_evaluated=None if results_file is None else lambda s: results_file.write(results_of(s, config)))
     results = results_of(sim, config)
-    if out is not None:
-        write_results(out, results)
+    if results_file is not None:
+        results_file.write(results)
     if sim.interrupted:
         raise RunInterrupted(sim.next_round)
     return results
@@ -294,9 +295,26 @@ def _write_atomic(path: Path, text: str) -> None:
         raise RunDirectoryError(f"cannot write {path}: {err.strerror or err}") from None
 
 
-def write_results(out: Path, results: dict) -> None:
-    """Writes out/results.json atomically (``_write_atomic``)."""
-    _write_atomic(out / "results.json", json.dumps(results, indent=1))
+class ResultsFile:
+    """results.json, rewritten atomically (``_write_atomic``) after every evaluated round and when the run ends.
+
+    Each evaluated round is one line, encoded once: during a run the rounds only grow, so a rewrite encodes the new
+    rounds and the other keys, not the whole history again (at 400 rounds, a fraction of a millisecond instead of
+    about 10 ms for an indented dump)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._rounds: list[str] = []  # the encoded rounds so far
+
+    def write(self, results: dict) -> None:
+        rounds = results["rounds"]
+        if len(rounds) < len(self._rounds):  # not the same run's history: encode it afresh
+            self._rounds = []
+        self._rounds += [json.dumps(r) for r in rounds[len(self._rounds):]]
+        listed = "[\n" + ",\n".join(" " + line for line in self._rounds) + "\n]" if self._rounds else "[]"
+        entries = [(k, listed if k == "rounds" else json.dumps(v, indent=1)) for k, v in results.items()]
+        _write_atomic(self.path, "{\n" + ",\n".join(f" {json.dumps(k)}: " + text.replace("\n", "\n ")
+                                                    for k, text in entries) + "\n}")
 
 
 def results_of(sim: Simulation, config: dict) -> dict:
