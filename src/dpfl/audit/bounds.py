@@ -44,6 +44,7 @@ as recalled (the delta term as in its Algorithm 2); not cross-checked against th
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -129,7 +130,9 @@ def _levels(count: int, alpha: float) -> list[float]:
     return [CLAIM_SHARE * alpha] + [(1 - CLAIM_SHARE) * alpha / (count - 1)] * (count - 1)
 
 
-def planned_ranks(claimed_epsilon: float, n0: int, n1: int, delta: float, alpha: float) -> list[tuple[int, float]]:
+@functools.lru_cache(maxsize=64)
+def planned_ranks(claimed_epsilon: float, n0: int, n1: int, delta: float,
+                  alpha: float) -> tuple[tuple[int, float], ...]:
     """(rank, level) of every test planned for ``claimed_epsilon`` (module docstring), the levels summing to
     ``alpha``; a function of the claim, the numbers of runs, delta and alpha alone (never of the scores)."""
     nominal = _levels(len(CLAIM_DIVISORS), alpha)
@@ -139,7 +142,7 @@ def planned_ranks(claimed_epsilon: float, n0: int, n1: int, delta: float, alpha:
         rank = int(np.argmax(expected)) + 1
         if (j == 0 or expected[rank - 1] > 0) and rank not in kept:
             kept.append(rank)
-    return list(zip(kept, _levels(len(kept), alpha)))
+    return tuple(zip(kept, _levels(len(kept), alpha)))
 
 
 def _rank_test(negatives: np.ndarray, positives: np.ndarray, rank: int, delta: float, alpha: float):
@@ -199,7 +202,7 @@ def many_run_lower_bound(negatives, positives, delta: float, confidence: float =
         raise ValueError("non-finite scores")
     alpha = (1 - confidence) / 4  # four rates per rank, bounded together by the union bound
     n0, n1 = negatives.size, positives.size
-    plan = planned_ranks(claimed_epsilon, n0, n1, delta, alpha) if rank is None else [(rank, alpha)]
+    plan = planned_ranks(float(claimed_epsilon), n0, n1, delta, alpha) if rank is None else ((rank, alpha),)
     for k, _ in plan:
         if not 1 <= k <= min(n0, n1):
             raise ValueError(f"rank = {k} is not in [1, {min(n0, n1)}]")
