@@ -244,7 +244,8 @@ def test_cli_audit_one_run(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_audit_table_script_runs(capsys):
-    """benchmarks/audit_table.py (the table of docs/audit.md) on two names at 20 trials: it stays runnable."""
+    """benchmarks/audit_table.py (the table of docs/audit.md) on three names at 20 trials (fedsgd-dpc: one row per
+    mechanism): it stays runnable."""
     import importlib.util
     from pathlib import Path
 
@@ -252,7 +253,8 @@ def test_audit_table_script_runs(capsys):
     spec = importlib.util.spec_from_file_location("audit_table", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.main(["--trials", "20", "dp-fedsgd", "dp-scaffold-warm"])
+    module.main(["--trials", "20", "dp-fedsgd", "dp-scaffold-warm", "fedsgd-dpc"])
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2 + 2 * 3 and all(line.count("|") == 9 for line in lines)
+    assert len(lines) == 2 + 4 * 3 and all(line.count("|") == 9 for line in lines)
+    assert sum("fedsgd-dpc (laplace)" in line for line in lines) == 3
     assert "**above**" not in "\n".join(lines)
