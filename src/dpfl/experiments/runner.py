@@ -33,11 +33,11 @@ from pathlib import Path
 import torch
 
 from dpfl.accounting.ledger import PrivacyLedger
-from dpfl.accounting.observers import PAPER_UNPROVEN, THIRD_PARTY
+from dpfl.accounting.observers import THIRD_PARTY
 from dpfl.algorithms import registry
 from dpfl.data import FederatedDataset, build_dataset
 from dpfl.data.footprint import check_data_memory, size
-from dpfl.engine.boundary import Boundary
+from dpfl.engine.boundary import Boundary, SecureAggregation
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.sampling import ClientSampler
 from dpfl.engine.simulator import Simulation
@@ -93,14 +93,14 @@ def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
         client_rate=client_rate, client_sampling=client_sampling,
         num_clients=dataset.num_clients, train_counts=tuple(int(c) for c in dataset.train.counts),
         rounds=algo_cfg["rounds"], delta=delta, epsilon=privacy_cfg["epsilon"], seed=run_cfg["seed"],
-        analysis=privacy_cfg["analysis"])
+        analysis=privacy_cfg["analysis"], conversion=privacy_cfg["conversion"])
     algorithm = spec.build(algo_cfg["name"], section, setting)
     warm_rounds = getattr(algorithm, "warm_rounds", 0)
     if warm_rounds >= algo_cfg["rounds"]:
         raise ConfigError("algorithm.rounds", algo_cfg["rounds"],
                           f"more than the {warm_rounds} warm-start rounds (round(4 / client_rate)) of "
                           f"{algo_cfg['name']}")
-    boundary = Boundary(privacy_cfg["boundary"])
+    boundary = build_boundary(privacy_cfg, algorithm, dataset.train.counts)
     ledger = PrivacyLedger(boundary.observers, delta, _budget(privacy_cfg["budget"]), privacy_cfg["conversion"],
                            privacy_cfg["analysis"], algorithm.neighboring, getattr(algorithm, "accountant", None))
     sim = Simulation(
@@ -118,6 +118,23 @@ def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
                           f"run.memory_mb, and one client's work (its largest minibatch, "
                           f"{algorithm.examples_per_client(dataset.train.counts)} records) takes {size(one_client)}")
     return sim
+
+
+def build_boundary(privacy_cfg: dict, algorithm, counts: torch.Tensor) -> Boundary:
+    """privacy.boundary, with the real secure aggregation behind it when privacy.secure_aggregation is true (then the
+    boundary is 'secagg'; 'plain', the default, is read as 'secagg')."""
+    name = privacy_cfg["boundary"]
+    if not privacy_cfg["secure_aggregation"]:
+        return Boundary(name)
+    if name not in ("plain", "secagg"):
+        raise ConfigError("privacy.boundary", name, "'secagg' (or the default) with privacy.secure_aggregation = true")
+    bound = getattr(algorithm, "message_bound", None)
+    if bound is None:
+        raise ConfigError("privacy.secure_aggregation", True,
+                          "false for this algorithm: secure aggregation encodes messages into a finite ring, which "
+                          "needs an algorithm that bounds its messages (dp-fedavg-joint)")
+    return Boundary("secagg", SecureAggregation(bound(counts), privacy_cfg["secagg_bits"],
+                                                getattr(algorithm, "min_clients", None)))
 
 
 def with_threads(config: dict) -> dict:
@@ -320,7 +337,8 @@ def results_of(sim: Simulation, config: dict) -> dict:
             "neighboring": sim.ledger.neighboring,
             "boundary": sim.boundary.name,
             "release": config["privacy"]["release"],
-            "unproven": list(PAPER_UNPROVEN) if sim.ledger.analysis == "paper" else [],
+            "unproven": list(sim.algorithm.release(sim.next_round, sim.state, sim.train).unproven)
+            if sim.ledger.analysis == "paper" else [],
             "delta": sim.ledger.delta,
             "observers": list(sim.ledger.observers),
             "unit": "one record (record-level DP)",
