@@ -40,7 +40,7 @@ DPC_EPS = (*DPC, "privacy.epsilon=2.0")
 MLP = ("model.name='mlp'", "model.hidden=[8]")
 #: A tiny joint-noise run: every one of the 6 clients in every round (Heikkilä et al.'s setting).
 JOINT = ("algorithm.name='dp-fedavg-joint'", "data.num_clients=6", "data.samples_per_client=30",
-         "algorithm.local_steps=2", "algorithm.client_rate=1.0", "algorithm.rounds=2")
+         "algorithm.local_steps=2", "algorithm.rounds=2")
 OWN = "$OWN"  # in a row's value or extra keys: the folder the probe writes the user's own files to (write_own_files)
 CSV = ("data.name='csv'", f"data.path='{OWN}/own.csv'")
 SITE_SIZES = (180, 120, 60)  # own.csv's records per site (its client column)
@@ -456,12 +456,12 @@ def _secure_aggregation(p):  # the real protocol computes the sum: the same mode
     torch.testing.assert_close(p.sim.model, p.base.model, rtol=0, atol=1e-6)
 
 
-def _secagg_bits(p):  # the ring sets the scale: 8 bits round 6 values of 0.3 (bound B ~ 10) to whole numbers
+def _secagg_bits(p):  # the ring sets the scale: at 8 bits 6 values of 0.3 (bound B ~ 10) round to steps of ~0.5
     assert p.sim.boundary.secure.bits == 8 and p.base.boundary.secure.bits == 32
     rows, ids = {"dy": torch.full((6, 400), 0.3)}, torch.arange(6)
     coarse = p.sim.boundary.secure.sum(rows, ids, 0, 0)[0]["dy"]
     fine = p.base.boundary.secure.sum(rows, ids, 0, 0)[0]["dy"]
-    assert set(coarse.tolist()) <= {float(k) for k in range(7)}
+    assert float((coarse - 1.8).abs().max()) > 0.1 and len(set(coarse.tolist())) > 1
     assert float(coarse.mean()) == pytest.approx(1.8, abs=0.1)  # unbiased rounding
     assert float((fine - 1.8).abs().max()) < 1e-6
 

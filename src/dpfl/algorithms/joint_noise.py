@@ -124,9 +124,9 @@ class JointNoise(LocalSGD):
     the mechanism draws, so the ledger follows the mechanism, never ``shares``)."""
 
     shares: NoiseShares | None = None
-    #: the ledger's accountant: RDP, as Heikkilä et al. (PLDs of Poisson-subsampled Gaussians at share-sized noise
-    #: multipliers, ~0.2, take minutes per round)
-    accountant = "rdp"
+    #: the ledger's accountant: RDP (PLDs of Poisson-subsampled Gaussians at share-sized noise multipliers, ~0.2,
+    #: take minutes per round); under the paper's analysis at Heikkilä et al.'s integer orders 2..255 ("rdp-integer")
+    accountant: str = "rdp"
 
     def __post_init__(self):
         super().__post_init__()
@@ -163,7 +163,7 @@ class JointNoise(LocalSGD):
 
 @dataclass(frozen=True)
 class JointNoiseConfig:
-    """The ``[algorithm]`` keys of dp-fedavg-joint (beyond name, rounds, client_rate, client_sampling)."""
+    """The ``[algorithm]`` keys of dp-fedavg-joint (beyond name and rounds; its cohort: ``clients_per_round``)."""
 
     local_steps: int = field(default=10, metadata={"help": "S, noisy local steps per round (1 / q: one epoch)",
                                                    "min": 1})
@@ -178,9 +178,18 @@ class JointNoiseConfig:
         "choices": TRUST, "help": "who must not remove noise: sigma_i = sigma / sqrt(t - m), m = 0 (aggregator), 1 "
                                   "(clients), colluders (coalition); local: sigma_i = sigma"})
     colluders: int = field(default=1, metadata={"help": "m, colluding clients (trust = 'coalition')", "min": 1})
+    clients_per_round: int | None = field(default=None, metadata={
+        "help": "N, the clients invited per round, drawn uniformly (default: all, as Heikkilä et al.)", "min": 1})
     min_clients: int | None = field(default=None, metadata={
         "help": "t, the fewest clients whose update reaches the sum (secure aggregation's dropout threshold, > half "
                 "the cohort; default: the whole cohort)", "min": 1})
+
+
+def cohort_of(config: JointNoiseConfig, num_clients: int) -> tuple[float, str]:
+    """(client rate N / M, 'fixed') of algorithm.clients_per_round (None: every client in every round)."""
+    n = num_clients if config.clients_per_round is None else config.clients_per_round
+    check_range("algorithm.clients_per_round", n, 1, num_clients, integer=True)
+    return n / num_clients, "fixed"
 
 
 def build_joint_noise(name: str, config: JointNoiseConfig, setting: Setting) -> JointNoise:
@@ -195,7 +204,8 @@ def build_joint_noise(name: str, config: JointNoiseConfig, setting: Setting) -> 
         shares = NoiseShares(sigma, cohort, config.trust, config.colluders, config.min_clients)
         return JointNoise(local_steps=config.local_steps, lr=config.lr, sampler=sampler,
                           mechanism=GaussianMechanism(shares.share), clip=config.clip,
-                          weight_decay=config.weight_decay, shares=shares)
+                          weight_decay=config.weight_decay, shares=shares,
+                          accountant="rdp-integer" if setting.analysis == "paper" else "rdp")
 
     if setting.epsilon is None:
         return algorithm(DEFAULT_NOISE if config.noise_multiplier is None else config.noise_multiplier)
@@ -214,7 +224,8 @@ def calibrated_noise(algorithm, setting: Setting, rounds: int) -> float:
     counts = torch.tensor(setting.train_counts, dtype=torch.long)
     probe = algorithm(DEFAULT_NOISE)
     observer, boundary = probe.shares.protected_observer
-    ledger = PrivacyLedger((observer,), setting.delta, None, setting.conversion, setting.analysis, probe.neighboring)
+    ledger = PrivacyLedger((observer,), setting.delta, None, setting.conversion, setting.analysis, probe.neighboring,
+                           probe.accountant)
 
     def epsilon_of(sigma: float) -> float:
         release = algorithm(sigma).release(0, None, _Counts(counts))
@@ -235,7 +246,8 @@ register(AlgorithmSpec(
     names=("dp-fedavg-joint",), config=JointNoiseConfig, build=build_joint_noise, private=lambda name: True,
     help="DP-FedAvg with S local steps whose noise is shared among the clients, for secure aggregation "
          "(Heikkilä et al.)",
-    release_keys=("algorithm.rounds",),
+    release_keys=("algorithm.rounds",), cohort=cohort_of,
 ))
 
-__all__ = ["TRUST", "NoiseShares", "JointNoise", "JointNoiseConfig", "build_joint_noise", "calibrated_noise"]
+__all__ = ["TRUST", "NoiseShares", "JointNoise", "JointNoiseConfig", "cohort_of", "build_joint_noise",
+           "calibrated_noise"]

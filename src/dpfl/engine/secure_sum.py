@@ -5,7 +5,7 @@ What ``Boundary.collect`` runs when ``privacy.secure_aggregation = true`` (the s
 1. every client's messages are flattened into one vector of d coordinates and clamped to [-B_k, B_k] per message k
    (``bounds``, the algorithm's ``message_bound``: a client-side post-processing that, at the bounds dpfl's
    algorithms give, touches a coordinate only beyond 12 noise standard deviations);
-2. scaled by s = floor((2^(bits-1) - 1) / (n max_k B_k)) and rounded at random without bias (``Discretisation``,
+2. scaled by s = (floor((2^(bits-1) - 1) / n) - 1) / max_k B_k and rounded at random without bias (``Discretisation``,
    Agarwal, Kairouz, Liu 2021, Sec. 4), each client from its own stream (purpose "rounding"), so that n clients'
    values can never wrap around (``check_headroom``);
 3. summed by the Bonawitz et al. 2017 protocol (``dpfl.protocols.secagg.simulate_round``: every message is bytes,
@@ -26,7 +26,6 @@ distributed discrete Gaussian or Skellam analysis of the rounded values (Kairouz
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -76,11 +75,10 @@ class SecureAggregation:
         widths = [rows[k][0].numel() for k in names]
         limit = torch.cat([torch.full((w,), float(self.bounds[k]), dtype=torch.float64) for k, w in zip(names, widths)])
         largest = float(limit.max())
-        scale = math.floor((2 ** (self.bits - 1) - 1) / (n * largest))
-        if scale < 1:
-            raise ConfigError("privacy.secagg_bits", self.bits,
-                              f"more bits: {n} clients' values up to {largest:.3g} do not fit in 2^{self.bits}")
-        ring = Discretisation(float(scale), self.bits)
+        per_client = (2 ** (self.bits - 1) - 1) // n - 1  # ceil(s B) <= per_client + 1: n of them never wrap
+        if per_client < 1:
+            raise ConfigError("privacy.secagg_bits", self.bits, f"more bits: {n} clients do not fit in 2^{self.bits}")
+        ring = Discretisation(per_client / largest, self.bits)
         ring.check_headroom(largest, n, dimension=flat.shape[1])
         uniform = ClientStreams(seed, round_index, clients, "rounding").uniform([(flat.shape[1],)] * n)
         encoded = ring.encode(torch.maximum(torch.minimum(flat, limit), -limit), uniform.to(torch.float64))
