@@ -139,6 +139,7 @@ def test_table_1_of_the_paper_under_its_analysis_and_the_sound_values_beside_it(
         assert round(third_party_epsilon(alg, "sound", parties, conversion="classic"), 2) == sound
 
 
+@pytest.mark.slow  # ~5 s: two bracket-and-bisection solves (Table 1's test calibrates too, in the default run)
 def test_privacy_epsilon_calibrates_sigma_to_the_ledger_of_the_run():
     for analysis, trust in (("paper", "aggregator"), ("sound", "clients")):
         alg = build(JointNoiseConfig(local_steps=3, trust=trust), epsilon=2.0, analysis=analysis, rounds=5)

@@ -36,7 +36,7 @@ from dpfl.engine.sampling import ClientSampler
 logging.getLogger("absl").setLevel(logging.ERROR)
 
 CLIENTS, RECORDS, SIGMA, ETA, DELTA = 10, 120, 6.0, 0.01, 1e-5
-TRIALS, COUPLED = 1500, 8
+TRIALS, COUPLED = 500, 4
 
 #: (name, trust, colluders, min_clients, observer, clients in the observed sum)
 VIEWS = [

@@ -85,6 +85,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
 MODEL_KEYS: dict[str, dict[str, tuple]] = {
     "logreg": {"bias": (bool, True, None, "the intercept b (Zhou et al. 2021 use none)")},
     "femnist-cnn": {},
+    "papernot-cnn": {},
     "mlp": {
         "hidden": (list, [200], None, "hidden layer widths"),
         "activation": (str, "relu", ("relu", "tanh", "sigmoid", "elu"), "hidden activation"),
