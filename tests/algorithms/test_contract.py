@@ -435,7 +435,10 @@ def test_results_do_not_depend_on_the_memory_chunking(name, threads):
     assert all(len(ids) == 1 for _, ids in small_chunks)
     assert all(len(ids) == 3 for _, ids in whole_chunks) and len(whole_chunks) == small.next_round
     assert [i for _, ids in small_chunks for i in ids] == [i for _, ids in whole_chunks for i in ids]
-    if torch.get_num_threads() > 1:  # the same draws, float rounding apart
+    # Poisson record sampling pads each chunk's batches to the chunk's largest realised batch, so the batched
+    # products run over other widths (zeros appended): the same draws, float rounding apart, as with more threads
+    poisson = getattr(getattr(small.algorithm, "sampler", None), "scheme", None) == "poisson"
+    if torch.get_num_threads() > 1 or poisson:  # the same draws, float rounding apart
         torch.testing.assert_close(small.model, whole.model, rtol=1e-5, atol=1e-6)
         return
     assert torch.equal(small.model, whole.model)

@@ -48,6 +48,8 @@ class Setting:
     seed: int = 0
     #: privacy.analysis
     analysis: str = "sound"
+    #: privacy.conversion (None: the analysis's)
+    conversion: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,7 @@ def _load_builtin() -> None:
     """Imports dpfl's own algorithm modules, which register themselves."""
     import dpfl.algorithms.local_sgd  # noqa: F401  (first: the default family)
     import dpfl.algorithms.fedsgd_dpc  # noqa: F401
+    import dpfl.algorithms.joint_noise  # noqa: F401
 
 
 __all__ = ["COMMON_KEYS", "Setting", "AlgorithmSpec", "register", "spec_of", "names", "specs"]
