@@ -46,7 +46,7 @@ def third_party_epsilon(algorithm, analysis, num_clients, rounds=1, conversion=N
     release = algorithm.release(0, None, Train([records] * num_clients))
     event = observer_events(release, ClientSampler(num_clients, 1.0).cohort(0), "secagg", analysis)["third_party"]
     ledger = PrivacyLedger(("third_party",), delta, None, conversion, analysis, algorithm.neighboring, accountant)
-    return ledger.epsilon_after("third_party", [event] * rounds)
+    return ledger.epsilon_after([{"third_party": event}] * rounds, ["third_party"])["third_party"]
 
 
 # -- shares --------------------------------------------------------------------------------------------------------
@@ -147,8 +147,8 @@ def test_privacy_epsilon_calibrates_sigma_to_the_ledger_of_the_run():
         release = alg.release(0, None, Train([100] * 10))
         event = observer_events(release, ClientSampler(10, 1.0).cohort(0), "secagg", analysis)[observer]
         ledger = PrivacyLedger((observer,), 1e-5, None, None, analysis, "zero_out", alg.accountant)
-        assert ledger.epsilon_after(observer, [event] * 5) == pytest.approx(2.0, rel=2e-3)
-        assert ledger.epsilon_after(observer, [event] * 6) > 2.0
+        assert ledger.epsilon_after([{observer: event}] * 5, [observer])[observer] == pytest.approx(2.0, rel=2e-3)
+        assert ledger.epsilon_after([{observer: event}] * 6, [observer])[observer] > 2.0
 
 
 # -- runs ------------------------------------------------------------------------------------------------------------

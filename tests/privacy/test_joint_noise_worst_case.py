@@ -88,7 +88,7 @@ def claimed_epsilon(steps, trust, colluders, min_clients, observer, analysis):
     release = alg.release(0, None, type("Train", (), {"counts": torch.full((CLIENTS,), RECORDS)})())
     event = observer_events(release, ClientSampler(CLIENTS, 1.0).cohort(0), "secagg", analysis)[observer]
     return PrivacyLedger((observer,), DELTA, None, None, analysis, alg.neighboring, alg.accountant) \
-        .epsilon_after(observer, [event])
+        .epsilon_after([{observer: event}], [observer])[observer]
 
 
 @pytest.mark.parametrize("steps", [1, 8])

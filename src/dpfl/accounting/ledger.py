@@ -172,15 +172,6 @@ class PrivacyLedger:
             return math.inf
         return self._accountant(observer, counts).get_epsilon(self.delta)
 
-    def epsilon_after(self, observer: str, events) -> float:
-        """Epsilon towards ``observer`` if ``events`` (one per round) were composed after the rounds recorded so far,
-        with this ledger's accountant, conversion and delta; nothing is recorded. What a calibration needs to match
-        the ledger exactly."""
-        counts = Counter(self._counts[observer])
-        for event in events:
-            counts[self._key(event)] += 1
-        return self._epsilon_of(observer, counts)
-
     def accountants(self) -> dict[str, str]:
         """The accountant that answers for each observer's composition so far (for "tightest", the one it chose)."""
         return {o: accountants.chosen_name(self._accountant(o, self._counts[o])) for o in self.observers}

@@ -229,8 +229,9 @@ def calibrated_noise(algorithm, setting: Setting, rounds: int) -> float:
 
     def epsilon_of(sigma: float) -> float:
         release = algorithm(sigma).release(0, None, _Counts(counts))
-        return ledger.epsilon_after(observer, [observer_events(release, clients.cohort(t), boundary,
-                                                               setting.analysis)[observer] for t in range(rounds)])
+        return ledger.epsilon_after([{observer: observer_events(release, clients.cohort(t), boundary,
+                                                                setting.analysis)[observer]} for t in range(rounds)],
+                                    [observer])[observer]
 
     return solve_noise(epsilon_of, setting.epsilon, initial_noise=max(1.0, math.sqrt(rounds) / setting.epsilon))
 

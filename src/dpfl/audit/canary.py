@@ -29,6 +29,7 @@ canary's gradient (``scale = 10``: a planted bug, clipping skipped for a record 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 CANARY, OPPOSITE, ABSENT = -1, -2, -3
@@ -136,14 +137,13 @@ class NullRecordGradients:
 
 def input_canary(train, seed: int, distance: float = 3.0) -> tuple[torch.Tensor, int]:
     """(features, label) of an input-space canary (Jagielski, Ullman, Oprea 2020, Sec. 4: a record far from the data
-    with a label the data rarely has): a fixed random direction of the feature space (a uniform point of the cube
-    [-1, 1]^d drawn from ``seed``) at ``distance`` times the largest record norm, labelled with the
+    with a label the data rarely has): a fixed random direction of the feature space (isotropic, drawn from
+    ``seed``; nearly orthogonal to the data in high dimension) at ``distance`` times the largest record norm, labelled with the
     training data's least frequent label."""
     real = torch.arange(train.x.shape[1]).unsqueeze(0) < train.counts.unsqueeze(1)
     records = train.x[real]
-    # a uniform point of the cube [-1, 1]^d (not noise: a fixed feature vector), so no Gaussian is drawn outside
-    # dpfl.engine.noise
-    direction = 2 * torch.rand(records.shape[1:], generator=torch.Generator().manual_seed(int(seed))) - 1
+    # a fixed feature vector, not noise (dpfl's noise is drawn only in dpfl.engine.noise): an isotropic direction
+    direction = torch.from_numpy(np.random.default_rng(int(seed)).standard_normal(tuple(records.shape[1:])))
     scale = distance * float(records.flatten(1).norm(dim=1).max()) / float(direction.norm())
     frequency = torch.bincount(train.y[real])
     return (direction * scale).to(train.x.dtype), int(torch.argmin(frequency))

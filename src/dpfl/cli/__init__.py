@@ -94,9 +94,10 @@ def _collected_warnings():
             note(("absl", record.msg), f"dp_accounting: {record.getMessage()}")
 
     absl = logging.getLogger("absl")
-    handler, propagate = Collect(logging.WARNING), absl.propagate
+    handler, propagate, level = Collect(logging.WARNING), absl.propagate, absl.level
     absl.addHandler(handler)
     absl.propagate = False
+    absl.setLevel(logging.WARNING)  # collect them even where a caller has silenced absl
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -106,6 +107,7 @@ def _collected_warnings():
     finally:
         absl.removeHandler(handler)
         absl.propagate = propagate
+        absl.setLevel(level)
 
 
 def with_default_accountant(compute, accountant: str | None, pld_cannot: str | None = None):
