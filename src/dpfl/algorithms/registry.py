@@ -47,6 +47,12 @@ class Setting:
     seed: int = 0
     #: privacy.analysis
     analysis: str = "sound"
+    #: privacy.release: which models a third party sees ("every_round" or "final")
+    release: str = "every_round"
+    #: the [model] section (name and options) and the data's number of classes, for an algorithm that checks
+    #: properties of its loss (convexity, smoothness) before it relies on them
+    model: dict = dataclasses.field(default_factory=dict, hash=False)
+    num_classes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,11 @@ class AlgorithmSpec:
     #: (config section, number of clients) -> (client rate, client sampling scheme), for a family that names its
     #: cohort with keys of its own; then the common keys client_rate and client_sampling do not apply to it
     cohort: Callable | None = None
+    #: (config section, number of clients) -> the most rounds a run may have, for a one-pass family (each client
+    #: used once); None: any number
+    max_rounds: Callable | None = None
+    #: [privacy] defaults of this family that differ from the schema's, e.g. {"release": "final"}
+    privacy_defaults: dict = dataclasses.field(default_factory=dict, hash=False)
 
     def common_keys(self) -> dict[str, tuple]:
         """The round loop's keys that apply to this family."""
@@ -126,6 +137,7 @@ def _load_builtin() -> None:
     """Imports dpfl's own algorithm modules, which register themselves."""
     import dpfl.algorithms.local_sgd  # noqa: F401  (first: the default family)
     import dpfl.algorithms.fedsgd_dpc  # noqa: F401
+    import dpfl.algorithms.projected_noisy_sgd  # noqa: F401
 
 
 __all__ = ["COMMON_KEYS", "Setting", "AlgorithmSpec", "register", "spec_of", "names", "specs"]

@@ -11,6 +11,9 @@ per-observer events are derived). The server's step reads only the ``Delivery`` 
   round's own stream). Charged as plain towards the server: one record-level message is no more private for lacking
   its sender unless the messages are local randomisers (the shuffle accountant, ``dpfl.accounting.shuffle``).
 * ``trusted``: a trusted aggregator; the server sees every message but is no observer, only released models are.
+
+``released`` (privacy.release) says which models a third party sees: every round's, or only the run's final one
+(then an algorithm that declares its rounds as hidden steps is accounted by the last-iterate accountant).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from dp_accounting import dp_event
 
-from dpfl.accounting.observers import BOUNDARIES, Cohort, Release, observer_events, observers_of
+from dpfl.accounting.observers import BOUNDARIES, RELEASES, Cohort, Release, observer_events, observers_of
 from dpfl.engine import randomness
 from dpfl.engine.protocol import Messages
 from dpfl.errors import ConfigError
@@ -48,10 +51,12 @@ class Delivery:
 class Boundary:
     """One of ``BOUNDARIES`` (see the module docstring)."""
 
-    def __init__(self, name: str = "plain"):
+    def __init__(self, name: str = "plain", released: str = "every_round"):
         if name not in BOUNDARIES:
             raise ConfigError("privacy.boundary", name, f"one of {list(BOUNDARIES)}")
-        self.name = name
+        if released not in RELEASES:
+            raise ConfigError("privacy.release", released, f"one of {list(RELEASES)}")
+        self.name, self.released = name, released
 
     @property
     def observers(self) -> tuple[str, ...]:
@@ -59,7 +64,7 @@ class Boundary:
 
     def views(self, release: Release, cohort: Cohort, analysis: str) -> dict[str, dp_event.DpEvent]:
         """Each observer's event of the round (``dpfl.accounting.observers.observer_events``)."""
-        return observer_events(release, cohort, self.name, analysis)
+        return observer_events(release, cohort, self.name, analysis, self.released)
 
     def collect(self, chunks: list[Messages], population: int, seed: int, round_index: int) -> Delivery:
         """The cohort's messages (one dict per memory chunk, leading client axis) as the server receives them."""

@@ -90,18 +90,25 @@ def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
     else:
         client_rate, client_sampling = spec.client_sampling(section, dataset.num_clients)
     clients = ClientSampler(dataset.num_clients, client_rate, client_sampling)
+    if spec.max_rounds is not None:
+        most = spec.max_rounds(section, dataset.num_clients)
+        if algo_cfg["rounds"] > most:
+            raise ConfigError("algorithm.rounds", algo_cfg["rounds"],
+                              f"at most {most} for {algo_cfg['name']!r}: it makes one pass over the "
+                              f"{dataset.num_clients} clients, each in exactly one round")
     setting = registry.Setting(
         client_rate=client_rate, client_sampling=client_sampling,
         num_clients=dataset.num_clients, train_counts=tuple(int(c) for c in dataset.train.counts),
         rounds=algo_cfg["rounds"], delta=delta, epsilon=privacy_cfg["epsilon"], seed=run_cfg["seed"],
-        analysis=privacy_cfg["analysis"])
+        analysis=privacy_cfg["analysis"], release=privacy_cfg["release"], model=dict(config["model"]),
+        num_classes=dataset.num_classes)
     algorithm = spec.build(algo_cfg["name"], section, setting)
     warm_rounds = getattr(algorithm, "warm_rounds", 0)
     if warm_rounds >= algo_cfg["rounds"]:
         raise ConfigError("algorithm.rounds", algo_cfg["rounds"],
                           f"more than the {warm_rounds} warm-start rounds (round(4 / client_rate)) of "
                           f"{algo_cfg['name']}")
-    boundary = Boundary(privacy_cfg["boundary"])
+    boundary = Boundary(privacy_cfg["boundary"], privacy_cfg["release"])
     ledger = PrivacyLedger(boundary.observers, delta, _budget(privacy_cfg["budget"]), privacy_cfg["conversion"],
                            privacy_cfg["analysis"], algorithm.neighboring, getattr(algorithm, "accountant", None))
     sim = Simulation(
@@ -308,6 +315,9 @@ def _write_atomic(path: Path, text: str) -> None:
 def results_of(sim: Simulation, config: dict) -> dict:
     final = sim.history[-1].to_dict() if sim.history else sim.evaluate().to_dict()
     final["delta"] = sim.ledger.delta
+    if sim.ledger.hides_iterates():  # beside the last-iterate epsilon: what releasing every iterate would cost
+        final["epsilon_composition"] = {o: None if math.isinf(e) else e
+                                        for o, e in sim.ledger.epsilon_composition().items()}
     return {
         "config": config,
         "data": sim.data,
@@ -324,10 +334,11 @@ def results_of(sim: Simulation, config: dict) -> dict:
             "unproven": list(PAPER_UNPROVEN) if sim.ledger.analysis == "paper" else [],
             "delta": sim.ledger.delta,
             "observers": list(sim.ledger.observers),
-            "unit": "one record (record-level DP)",
+            "unit": getattr(sim.algorithm, "privacy_unit", "one record (record-level DP)"),
             "not_covered": "the reported metrics (train loss on all training records, test accuracy) are computed "
                            "without noise for research evaluation; epsilon covers the models and messages only",
             "events_per_round": {o: str(e) for o, e in sim.round_privacy().items()},
+            **({"assumptions": sim.algorithm.assumptions} if hasattr(sim.algorithm, "assumptions") else {}),
         },
         "wall_seconds": getattr(sim, "wall_seconds", math.nan),
         "stopped_reason": sim.stopped_reason,
