@@ -5,7 +5,8 @@ This module re-runs the commands of both pages and checks the outputs they print
 
 Default run (fast, training-free): every `$ dpfl account ...` / `$ dpfl calibrate ...` line in a fenced block of
 docs/accounting.md or README.md (a line ending in ` \\` continues on the next) is run through the real entry point
-(`dpfl.cli.main(argv)`, output captured), and every output line the page shows under it
+(`dpfl.cli.main(argv)`, output captured) in a temporary directory that stands for /tmp/acdoc and holds the page's
+scaffold.toml (`dpfl calibrate run scaffold.toml`), and every output line the page shows under it
 (except `...` placeholders and blank lines) must appear verbatim as a line of the real output (stdout and stderr
 together). The `$ command  ->  fragment` form (section 7) requires the fragment verbatim inside the output.
 
@@ -168,9 +169,11 @@ def test_skip_table_is_current():
 
 
 @pytest.mark.parametrize("command", FAST, ids=[f"{c.block.page}-line{c.line}" for c in FAST])
-def test_account_and_calibrate_outputs(command, capsys):
+def test_account_and_calibrate_outputs(command, capsys, tmp_path, monkeypatch):
     from dpfl.cli import main
 
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "scaffold.toml").write_text(_scaffold_toml())
     if command.text in SKIP:
         pytest.skip(SKIP[command.text])
     expanded = expand(command)

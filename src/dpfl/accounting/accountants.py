@@ -9,7 +9,8 @@ interchangeable per observer (the last-iterate accountant joins them for runs th
   dpfl's convention);
 * ``pure``: ``PureDpAccountant``, basic composition of pure-DP mechanisms (Laplace), delta-free (Dwork & Roth 2014,
   Thm 3.16);
-* ``tightest``: ``TightestAccountant``, PLD while it supports every event composed, else RDP;
+* ``tightest``: ``TightestAccountant``, PLD while it supports every event composed and their PLD is of a tractable
+  size (``pld.tractable``: epsilon below a few hundred), else RDP;
 * ``last_iterate``: ``LastIterateDpAccountant``, Asoodeh et al. (2021) Theorem 2 / Corollary 3 over the steps of a
   run that releases only its final model (``ProjectedStepDpEvent``). Its answer depends on the ORDER of the steps
   (a step's contraction hides only the steps before it), so it is in ``ORDERED``: the ledger feeds it the run's
@@ -89,7 +90,8 @@ class PureDpAccountant(_Collecting):
 
 
 class TightestAccountant(_Collecting):
-    """PLD while it supports every event composed, else RDP (with ``conversion`` and ``subsampling_bound``)."""
+    """PLD while it supports every event composed and their PLD is tractable (``pld.tractable``), else RDP (with
+    ``conversion`` and ``subsampling_bound``)."""
 
     def __init__(self, neighboring_relation: NeighborRel, conversion: str = "modern", subsampling_bound: str = "tight"):
         super().__init__(neighboring_relation)
@@ -102,7 +104,7 @@ class TightestAccountant(_Collecting):
     @property
     def chosen(self) -> str:
         """The accountant that answers for the composition so far."""
-        return "pld" if pld.supports(self.composition(), self.neighboring_relation) else "rdp"
+        return "pld" if pld.tractable(self.composition(), self.neighboring_relation) else "rdp"
 
     def get_epsilon(self, target_delta: float) -> float:
         if self.chosen == "pld":

@@ -39,6 +39,7 @@ import math
 import os
 from collections import Counter
 from pathlib import Path
+from typing import Iterable
 
 from dp_accounting import dp_event
 
@@ -113,7 +114,7 @@ class PrivacyLedger:
             raise ValueError(f"round {round_index} has no event for observer(s) {sorted(missing)}")
         if fingerprint is not None and self._latest.get(round_index) == (dict(events), fingerprint):
             return self.epsilon()
-        after = self._epsilon(extra=events)
+        after = self._epsilon(extra=[events])
         for observer, limit in self.budget.items():
             if after[observer] > limit:
                 raise BudgetExceededError(
@@ -140,23 +141,37 @@ class PrivacyLedger:
             self._spent = self._epsilon()
         return dict(self._spent)
 
-    def _epsilon(self, extra: dict[str, dp_event.DpEvent] | None = None) -> dict[str, float]:
-        return {o: self._epsilon_of(o, self._composed(o, None if extra is None else extra[o]))
-                for o in self.observers}
+    def epsilon_after(self, rounds: Iterable[dict[str, dp_event.DpEvent]],
+                      observers: Iterable[str] | None = None) -> dict[str, float]:
+        """Epsilon towards each of ``observers`` (default all) if ``rounds`` (one event per observer each) were
+        composed after the rounds recorded so far, by the same accountants; records nothing (calibration, planning)."""
+        return self._epsilon(list(rounds), observers)
 
-    def _composed(self, observer: str, extra: dp_event.DpEvent | None = None) -> list[tuple[str, int]]:
-        """(event key, rounds) of everything ``observer`` was charged (and ``extra``), rounds that release nothing
-        (``NoOpDpEvent``) left out: per distinct event, or in order, as runs of equal consecutive events, for an
-        accountant in ``accountants.ORDERED``."""
+    def accountants_after(self, rounds: Iterable[dict[str, dp_event.DpEvent]]) -> dict[str, str]:
+        """The accountant that would answer for each observer after ``rounds`` (as ``epsilon_after``)."""
+        rounds = list(rounds)
+        return {o: accountants.chosen_name(self._accountant(o, self._composed(o, rounds))) for o in self.observers}
+
+    def _epsilon(self, extra: list[dict[str, dp_event.DpEvent]] = (), observers=None) -> dict[str, float]:
+        return {o: self._epsilon_of(o, self._composed(o, extra)) for o in (observers or self.observers)}
+
+    def _composed(self, observer: str, extra: list[dict[str, dp_event.DpEvent]] = ()) -> list[tuple[str, int]]:
+        """(event key, rounds) of everything ``observer`` was charged, then of the rounds ``extra``, rounds that
+        release nothing (``NoOpDpEvent``) left out: per distinct event, or in order, as runs of equal consecutive
+        events, for an accountant in ``accountants.ORDERED``."""
+        keys = []
+        for events in extra:
+            if observer not in events:
+                raise ValueError(f"a round has no event for observer {observer!r}")
+            keys.append(self._key(events[observer]))
         if self.accountant_names[observer] in accountants.ORDERED:
             runs = [list(run) for run in self._runs[observer]]
-            if extra is not None:
-                _extend(runs, self._key(extra))
+            for key in keys:
+                _extend(runs, key)
             composed = [tuple(run) for run in runs]
         else:
             counts = Counter(self._counts[observer])
-            if extra is not None:
-                counts[self._key(extra)] += 1
+            counts.update(keys)
             composed = list(counts.items())
         return [(key, count) for key, count in composed if key != _NO_OP]
 

@@ -43,15 +43,22 @@ def _config(args) -> None:
 
 
 def to_toml(config: dict) -> str:
-    """``config`` (section -> key -> value) as TOML; a key whose value is None is written as a comment."""
+    """``config`` (section -> key -> value) as TOML; a key whose value is None, or a [data] key that does not apply
+    to data.name (``DATA_KEYS``), is written as a comment."""
+    from dpfl.experiments.config import DATA_KEYS
     from dpfl.experiments.reference import value_text
 
+    source = config.get("data", {}).get("name")
     lines = []
     for section, values in config.items():
         lines.append(f"[{section}]")
         for key, value in values.items():
-            prefix = "# " if value is None else ""
-            suffix = "   (unset)" if value is None else ""
-            lines.append(f"{prefix}{key} = {value_text(value)}{suffix}")
+            other_sources = section == "data" and source not in DATA_KEYS.get(key, (source,))
+            if other_sources:
+                note = f"   (data.name {' / '.join(DATA_KEYS[key])} only)"
+            else:
+                note = "   (unset)" if value is None else ""
+            prefix = "# " if value is None or other_sources else ""
+            lines.append(f"{prefix}{key} = {value_text(value)}{note}")
         lines.append("")
     return "\n".join(lines)

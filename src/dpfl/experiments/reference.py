@@ -98,7 +98,7 @@ def _algorithm_rows(spec: registry.AlgorithmSpec) -> list[list[str]]:
     for f in dataclasses.fields(spec.config):
         users = [name for name in spec.names if f.name in spec.keys(name)]
         applies = "all its names" if users == list(spec.names) else ", ".join(f"`{n}`" for n in users)
-        rows.append([f"`algorithm.{f.name}`", type_name(spec.key_type(f.name)), f"`{value_text(f.default)}`",
+        rows.append([f"`algorithm.{f.name}`", type_name(spec.key_type(f.name)), f"`{value_text(spec.default_of(f))}`",
                      allowed_text(f.metadata.get("choices"), f.metadata.get("min")), applies,
                      f.metadata.get("help", "")])
     return rows
@@ -123,7 +123,9 @@ def reference() -> str:
 
     out += ["", "## [algorithm]", "",
             "The round loop's keys apply to every algorithm (`algorithm.name` is one of "
-            f"{allowed_text(registry.names())}):", ""]
+            f"{allowed_text(registry.names())}), except that a family which names its cohort with keys of its own "
+            f"({', '.join(f'`{s.names[0]}`' for s in registry.specs() if s.cohort is not None) or 'none'}) takes "
+            "no `client_rate` or `client_sampling`:", ""]
     out += _table(["key", "type", "default", "allowed", "meaning"], _schema_rows("algorithm", registry.COMMON_KEYS))
     for spec in registry.specs():
         out += ["", f"### {', '.join(f'`{n}`' for n in spec.names)}", "", spec.help + ".", ""]
