@@ -130,8 +130,10 @@ def reference() -> str:
     for spec in registry.specs():
         out += ["", f"### {', '.join(f'`{n}`' for n in spec.names)}", "", spec.help + ".", ""]
         if spec.privacy_defaults:
-            out += ["Their [privacy] defaults differ from the schema's: " + ", ".join(
-                f"`privacy.{k} = {value_text(v)}`" for k, v in spec.privacy_defaults.items()) + ".", ""]
+            out += ["Their [privacy] defaults differ from the schema's:", ""]
+            out += _table(["key", "type", "default", "allowed", "meaning"], _schema_rows("privacy", {
+                k: (SCHEMA["privacy"][k][0], v, *SCHEMA["privacy"][k][2:]) for k, v in spec.privacy_defaults.items()}))
+            out += [""]
         out += _table(["key", "type", "default", "allowed", "names", "meaning"], _algorithm_rows(spec))
 
     out += ["", "## [privacy]", "", "How privacy is accounted, towards whom, and the budget that stops a run.", ""]
