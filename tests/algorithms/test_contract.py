@@ -283,12 +283,12 @@ def test_state_round_trips_through_torch_save_and_checkpoint_files(name, tmp_pat
 
     path = tmp_path / "checkpoint.pt"
     history = [m.to_dict() for m in sim.history]
-    checkpoint.save(path, sim.next_round, sim.release, state, history)
-    next_round, restored, restored_history = checkpoint.load(path, sim.release, sim.state, sim.next_round - 1)
-    assert next_round == sim.next_round and restored_history == history
-    assert states_equal(restored, state)
+    checkpoint.save(path, sim.next_round, sim.release, state, history, wall_seconds=1.5)
+    saved = checkpoint.load(path, sim.release, sim.state, sim.next_round)  # the ledger records rounds 1..next_round
+    assert saved.next_round == sim.next_round and saved.history == history and saved.wall_seconds == 1.5
+    assert states_equal(saved.state, state)
     with pytest.raises(RunDirectoryError, match="another release config"):
-        checkpoint.load(path, "0" * 64, sim.state, sim.next_round - 1)
+        checkpoint.load(path, "0" * 64, sim.state, sim.next_round)
 
 
 # -- e. a bad config names the key --------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ def test_budget_stop_exits_3_and_says_so(config, tmp_path, capsys):
                  "--set", "privacy.budget=0.3"])
     captured = capsys.readouterr()
     assert code == BUDGET_STOPPED == 3
-    assert "stopped by the privacy budget: " in captured.err and "privacy.budget" in captured.err
+    assert "stopped by the privacy budget after round " in captured.err and "privacy.budget" in captured.err
     summary = json.loads(captured.out)
     assert "privacy.budget" in summary["stopped_reason"] and summary["epsilon"]["third_party"] <= 0.3
 

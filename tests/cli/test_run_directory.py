@@ -185,14 +185,14 @@ class Killed(Exception):
     """Stands for the process dying."""
 
 
-def test_a_run_killed_before_its_first_checkpoint_resumes_from_round_0(config, finished, tmp_path, monkeypatch,
-                                                                       capsys):
+def test_a_run_killed_before_its_first_checkpoint_resumes_from_its_first_round(config, finished, tmp_path,
+                                                                               monkeypatch, capsys):
     out = tmp_path / "run"
     step = Simulation.step
 
     def dies_in_round_3(sim):
         step(sim)
-        if sim.next_round == 4:  # round index 3 drew its noise (and is in the ledger), then the process died
+        if sim.next_round == 4:  # round 4 drew its noise (and is in the ledger), then the process died
             raise Killed
 
     monkeypatch.setattr(Simulation, "step", dies_in_round_3)
@@ -203,7 +203,7 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_round_0(config, f
 
     assert run(config, out, "--resume", "--set", "run.checkpoint_every=100") == 0
     resumed, reference = PrivacyLedger.load(out / "ledger.json"), PrivacyLedger.load(finished / "ledger.json")
-    assert resumed.compositions == 6  # rounds 0-3 replayed with the fingerprints on record: not charged twice
+    assert resumed.compositions == 6  # rounds 1-4 replayed with the fingerprints on record: not charged twice
     assert resumed.epsilon() == reference.epsilon()
     assert torch.equal(final_model(out), final_model(finished))
 

@@ -245,7 +245,7 @@ def _run_in_scratch(commands: list[Command], tmp_path: Path) -> None:
         done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         shown = [ln.replace(SCRATCH, scratch) for ln in command.output]
         error = any(": error: " in ln for ln in shown)
-        budget = any(ln.startswith("stopped by the privacy budget:") for ln in shown)
+        budget = any(ln.startswith("stopped by the privacy budget after round ") for ln in shown)
         expected = 2 if error else 3 if budget else 0  # dpfl run's exit statuses (cli/run.py)
         where = f"line {command.line}: {command.text}"
         assert done.returncode == expected, f"{where}: exit status {done.returncode}\n{done.stdout}{done.stderr}"

@@ -164,7 +164,7 @@ def test_resume_from_checkpoint_matches_uninterrupted_run(data, tmp_path):
     assert resumed.ledger.compositions == 6
     # the checkpoint written at round 6 holds the final state (state.state_dict() under "state")
     on_disk = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
-    assert set(on_disk) == {"next_round", "release", "state", "history"}
+    assert set(on_disk) == {"next_round", "release", "state", "history", "wall_seconds"}
     assert on_disk["next_round"] == 6 and torch.equal(on_disk["state"]["server"]["x"], reference.model)
     assert torch.equal(on_disk["state"]["clients"]["c"], reference.state.clients["c"])
     assert PrivacyLedger.load(tmp_path / "ledger.json").epsilon() == reference.ledger.epsilon()
@@ -429,7 +429,7 @@ def test_an_identical_replay_is_free_whatever_the_eval_and_checkpoint_cadence(da
 @pytest.mark.parametrize("problem, message", [
     ("other model", "x has shape"),
     ("other run", "written by a run with another release config"),
-    ("older ledger", "records rounds only up to index 1"),
+    ("older ledger", "records rounds only up to round 2"),
 ])
 def test_resume_refuses_a_checkpoint_that_does_not_belong(data, tmp_path, problem, message):
     sim = make_sim(data, checkpoint_dir=tmp_path, checkpoint_every=1)

@@ -129,12 +129,14 @@ class NullRecordGradients:
 
 def input_canary(train, seed: int, distance: float = 3.0) -> tuple[torch.Tensor, int]:
     """(features, label) of an input-space canary (Jagielski, Ullman, Oprea 2020, Sec. 4: a record far from the data
-    with a label the data rarely has): a fixed random direction of the feature space (drawn from ``seed``; nearly
-    orthogonal to the data in high dimension) at ``distance`` times the largest record norm, labelled with the
+    with a label the data rarely has): a fixed random direction of the feature space (a uniform point of the cube
+    [-1, 1]^d drawn from ``seed``) at ``distance`` times the largest record norm, labelled with the
     training data's least frequent label."""
     real = torch.arange(train.x.shape[1]).unsqueeze(0) < train.counts.unsqueeze(1)
     records = train.x[real]
-    direction = torch.randn(records.shape[1:], generator=torch.Generator().manual_seed(int(seed)))
+    # a uniform point of the cube [-1, 1]^d (not noise: a fixed feature vector), so no Gaussian is drawn outside
+    # dpfl.engine.noise
+    direction = 2 * torch.rand(records.shape[1:], generator=torch.Generator().manual_seed(int(seed))) - 1
     scale = distance * float(records.flatten(1).norm(dim=1).max()) / float(direction.norm())
     frequency = torch.bincount(train.y[real])
     return (direction * scale).to(train.x.dtype), int(torch.argmin(frequency))

@@ -57,7 +57,7 @@ def configure(commands) -> None:
                      help="override a config key, e.g. --set algorithm.lr=0.5 (repeatable)")
     run.add_argument("--out", default=None, help="run directory (default: runs/<config name>)")
     run.add_argument("--resume", action="store_true",
-                     help="continue the run in DIR (from checkpoint.pt, or from round 0 without one, keeping "
+                     help="continue the run in DIR (from checkpoint.pt, or from the first round without one, keeping "
                           "ledger.json); the config may differ only in algorithm.rounds, privacy.budget, "
                           "run.eval_every and run.checkpoint_every")
     run.add_argument("--restart", action="store_true",
@@ -82,13 +82,17 @@ def configure(commands) -> None:
 
 
 def _run(args) -> int | None:
-    from dpfl.experiments.config import load_config
+    from dpfl.experiments.config import defaults_in_use, load_config, read_toml
     from dpfl.experiments.runner import run_experiment
 
     if args.resume and args.restart:
         raise DpflError("--resume and --restart cannot be combined: --resume continues the run in the directory, "
                         "--restart archives it and starts over")
     config = load_config(args.config, args.overrides)
+    if not read_toml(args.config):
+        print(f"dpfl run: {args.config} sets no keys, so this runs the defaults"
+              f"{' with the --set keys' if args.overrides else ''}: {defaults_in_use(config)}; `dpfl run --help` "
+              "lists the keys", file=sys.stderr)
     out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
     resume = shlex.join(["dpfl", "run", args.config, *[a for o in args.overrides for a in ("--set", o)],
                          "--out", str(out), "--resume"])
@@ -135,7 +139,8 @@ def _report_stop(results: dict, label: str = "") -> int | None:
         return None
     why = {"budget": "stopped by the privacy budget", "diverged": "the run diverged and stopped"}.get(
         results.get("stopped_by"), "stopped early")
-    print(f"{label}{why}: {results['stopped_reason']}", file=sys.stderr)
+    where = f"after round {results['final']['round']} of {results['config']['algorithm']['rounds']}"
+    print(f"{label}{why} {where}: {results['stopped_reason']}", file=sys.stderr)
     return _STATUS_OF.get(results.get("stopped_by"))
 
 

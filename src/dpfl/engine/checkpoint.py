@@ -1,4 +1,5 @@
-"""checkpoint.pt: an algorithm's state (through its ``state_dict``), the round to run next and the metrics so far.
+"""checkpoint.pt: an algorithm's state (through its ``state_dict``), the round to run next (the number of rounds
+done), the metrics so far and the wall time the run has taken so far (across resumes).
 
 Written atomically (temporary file, flush, fsync, rename). Read back only after every check passes: a readable zip
 (torch.save's format) whose entries pass their CRC, plain tensors and data (``weights_only``: no code from the file
@@ -13,6 +14,7 @@ import os
 import pickle
 import zipfile
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -20,9 +22,20 @@ from dpfl.engine.protocol import State
 from dpfl.errors import RunDirectoryError
 
 
-def save(path: Path, next_round: int, release: str, state: State, history: list[dict]) -> None:
+class Saved(NamedTuple):
+    """What a checkpoint restores."""
+
+    next_round: int  # the index of the round to run next, i.e. the number of rounds done
+    state: State
+    history: list[dict]
+    wall_seconds: float  # the run's time in its round loop so far, over every session
+
+
+def save(path: Path, next_round: int, release: str, state: State, history: list[dict],
+         wall_seconds: float = 0.0) -> None:
     """Writes the checkpoint atomically."""
-    payload = {"next_round": next_round, "release": release, "state": state.state_dict(), "history": history}
+    payload = {"next_round": next_round, "release": release, "state": state.state_dict(), "history": history,
+               "wall_seconds": wall_seconds}
     tmp = path.with_name(path.name + ".tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -35,14 +48,15 @@ def save(path: Path, next_round: int, release: str, state: State, history: list[
         raise RunDirectoryError(f"cannot write the checkpoint {path}: {err.strerror or err}") from None
 
 
-def load(path: Path, release: str, like: State, recorded: int) -> tuple[int, State, list[dict]]:
-    """(next round, state, history) of the checkpoint at ``path``, checked against the run's ``release`` hash, the
-    shapes of ``like`` (this config's fresh state) and the ledger's last recorded round index ``recorded``."""
+def load(path: Path, release: str, like: State, recorded: int) -> Saved:
+    """The checkpoint at ``path``, checked against the run's ``release`` hash, the shapes of ``like`` (this config's
+    fresh state) and ``recorded``, the last round (numbered from 1) the ledger beside it records (0: none). A
+    checkpoint without wall time (written before it was kept) restores 0 seconds."""
 
     def invalid(problem: str) -> RunDirectoryError:
         return RunDirectoryError(
             f"{path} is not a valid checkpoint of this run ({problem}); restore it, or move it away to resume from "
-            "round 0 with the ledger kept (rounds replayed identically are not charged again)")
+            "the first round with the ledger kept (rounds replayed identically are not charged again)")
 
     try:  # torch.save writes a zip archive: a truncated one has no central directory, a damaged one bad CRCs
         with zipfile.ZipFile(path) as archive:
@@ -80,14 +94,17 @@ def load(path: Path, release: str, like: State, recorded: int) -> tuple[int, Sta
     next_round = payload["next_round"]
     if not isinstance(next_round, int) or next_round < 0:
         raise invalid(f"next_round = {next_round!r}")
-    if next_round > recorded + 1:
+    if next_round > recorded:
         raise RunDirectoryError(
-            f"cannot resume: {path} is at round {next_round} but the ledger beside it records rounds only up to index "
-            f"{recorded}, so privacy spent is missing from it (an older ledger.json?); restore the newer ledger")
+            f"cannot resume: {path} is after round {next_round} but the ledger beside it records rounds only up to "
+            f"round {recorded}, so privacy spent is missing from it (an older ledger.json?); restore the newer ledger")
     history = payload["history"]
     if not isinstance(history, list):
         raise invalid("its history is not a list")
-    return next_round, state, history
+    wall_seconds = payload.get("wall_seconds", 0.0)
+    if not isinstance(wall_seconds, (int, float)) or not wall_seconds >= 0:
+        raise invalid(f"wall_seconds = {wall_seconds!r}")
+    return Saved(next_round, state, history, float(wall_seconds))
 
 
-__all__ = ["save", "load"]
+__all__ = ["Saved", "save", "load"]

@@ -12,8 +12,9 @@ LINE_EVERY_S = 5.0
 class Progress:
     """Reports rounds done, test accuracy and epsilon per observer.
 
-    On a terminal (stderr is a tty) a tqdm bar; otherwise one line per ``LINE_EVERY_S`` seconds (and the last round),
-    so that a redirected run's log holds readable lines, not thousands of carriage-return frames.
+    On a terminal (stderr is a tty) a tqdm bar; otherwise one line per ``LINE_EVERY_S`` seconds, and the round the
+    run ended at (its last round, or the round a stop came after: ``close`` prints it if it was not printed), so that
+    a redirected run's log holds readable lines, not thousands of carriage-return frames, and ends where the run did.
     """
 
     def __init__(self, total: int, done: int, enabled: bool = True, stream=None):
@@ -22,6 +23,7 @@ class Progress:
         self.enabled = enabled
         self._bar = None
         self._last = -float("inf")
+        self._unprinted = None  # the arguments of the latest update when its line was not printed
         if enabled and getattr(self.stream, "isatty", lambda: False)():
             from tqdm.auto import tqdm
 
@@ -40,13 +42,19 @@ class Progress:
         now = time.monotonic()
         if now - self._last >= LINE_EVERY_S or round_done == self.total:
             self._last = now
+            self._unprinted = None
             acc = "" if accuracy is None else f", test accuracy {accuracy:.4f}"
             print(f"round {round_done}/{self.total}{acc}{', epsilon ' + eps if eps else ''}", file=self.stream,
                   flush=True)
+        else:
+            self._unprinted = (round_done, accuracy, epsilon)
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+        elif self._unprinted is not None:  # the run stopped early: its log ends with the round it stopped after
+            self._last, pending, self._unprinted = -float("inf"), self._unprinted, None
+            self.update(*pending)
 
 
 class Heartbeat:

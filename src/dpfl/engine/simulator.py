@@ -9,10 +9,19 @@ its own streams, so chunking changes nothing) -> the drawn noise is checked agai
 delivers the messages -> the server step -> evaluate -> checkpoint.
 
 Crash safety: the ledger is written (atomically) before a round draws any noise; a resume (``load_checkpoint``) keeps
-that ledger and replays rounds from the last checkpoint, or from round 0 without one. A replayed round is free only
-if its fingerprint (the release config, the round index and the round-start state: together they fix every draw)
+that ledger and replays rounds from the last checkpoint, or from the first round without one. A replayed round is free
+only if its fingerprint (the release config, the round index and the round-start state: together they fix every draw)
 equals the one recorded, i.e. only if it releases exactly what was released before. Ctrl-C during ``run`` stops after
 the current round and checkpoints; a second Ctrl-C aborts at once.
+
+Round numbers: internally round t is an index from 0 (``next_round`` is the index of the round to run next, which is
+also the number of rounds done); wherever a user reads a round (metrics, progress lines, ledger.json's journal, stop,
+divergence and checkpoint messages) it is numbered from 1, "round r of T": round r is the r-th round, the one with
+index r - 1.
+
+Wall time: ``wall_seconds`` is the time spent in ``run`` over the whole run, across resumes (it is saved in the
+checkpoint and restored with it, so a resumed run adds its own time to the time its checkpoint had taken);
+``session_seconds`` is the time spent in ``run`` by this process.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 from dp_accounting import dp_event
@@ -82,6 +92,8 @@ class Simulation:
         self.stopped_reason = None
         self.stopped_by = None  # what stopped the run early: "budget", "diverged", "interrupted" (None: it did not)
         self.interrupted = False
+        self.wall_seconds = 0.0  # in run, over the whole run (restored from a checkpoint by load_checkpoint)
+        self.session_seconds = 0.0  # in run, by this process
 
     @property
     def model(self) -> torch.Tensor:
@@ -113,7 +125,7 @@ class Simulation:
         cohort = self.clients.sample(t, self.seed)
         release, views = declare_round(self.algorithm, self.boundary, self.clients, self.ledger.analysis, t,
                                        self.state, self.train)
-        self.ledger.record(t, views, self._fingerprint(t))
+        self.ledger.record(t + 1, views, self._fingerprint(t))  # the journal numbers rounds from 1, as users read them
         if self.checkpoint_dir is not None:  # spent before any noise is drawn: persist it first
             Path(self.checkpoint_dir).mkdir(parents=True, exist_ok=True)
             self.ledger.save(Path(self.checkpoint_dir) / "ledger.json")
@@ -125,7 +137,7 @@ class Simulation:
             data = ClientData(self.train.x[ids], self.train.y[ids], self.train.counts[ids])
             out = self.algorithm.client_round(t, self.state.server, self.state.rows(ids), data,
                                               ClientContext(self.grads, self.seed, t, ids))
-            check_drawn(t, out.events, declared)
+            check_drawn(t + 1, out.events, declared)
             messages.append(out.messages)
             for name, rows in out.state.items():
                 self.state.clients[name][ids] = rows
@@ -133,7 +145,7 @@ class Simulation:
         self.state.server = self.algorithm.server_update(t, self.state.server, delivered)
         self.next_round = t + 1
         if not bool(torch.isfinite(self.model).all()):
-            raise TrainingDivergedError(f"round {t}: the global model has non-finite parameters (diverged); "
+            raise TrainingDivergedError(f"round {t + 1}: the global model has non-finite parameters (diverged); "
                                         f"{self._divergence_hint()}")
 
     def _fingerprint(self, round_index: int) -> str:
@@ -165,13 +177,20 @@ class Simulation:
         return RoundMetrics(self.next_round, loss, accuracy, eps)
 
     # -- the loop -----------------------------------------------------------------------------------------------
-    def run(self, rounds: int, progress: bool = False) -> list[RoundMetrics]:
-        """Runs until ``rounds`` rounds are done (counting rounds done before a resume), a budget stops it (before
-        the round that would exceed it), the model or the train loss diverges, or Ctrl-C stops it: then the round in
-        progress completes, the run checkpoints (with a checkpoint_dir) and returns with
-        ``interrupted`` set and ``stopped_reason`` saying so (a second Ctrl-C raises KeyboardInterrupt at once)."""
+    def run(self, rounds: int, progress: bool = False,
+            on_evaluated: Callable[["Simulation"], None] | None = None) -> list[RoundMetrics]:
+        """Runs until ``rounds`` rounds are done (counting rounds done before a resume), a budget stops it (before the
+        round that would exceed it), the model or the train loss diverges, or Ctrl-C does: then the round in progress completes, the run checkpoints (with a checkpoint_dir) and returns with
+        ``interrupted`` set and ``stopped_reason`` saying so (a second Ctrl-C raises KeyboardInterrupt at once).
+        ``on_evaluated(self)`` is called after each evaluated round, once its metrics are in ``history`` and its
+        checkpoint (if due) is written (the runner writes results.json there)."""
         bar = Progress(rounds, self.next_round, progress)
-        started = time.perf_counter()
+        started, wall, session = time.perf_counter(), self.wall_seconds, self.session_seconds
+
+        def clock() -> None:
+            elapsed = time.perf_counter() - started
+            self.wall_seconds, self.session_seconds = wall + elapsed, session + elapsed
+
         self.interrupted = False
         try:
             with _StopOnCtrlC() as ctrl_c:
@@ -186,7 +205,7 @@ class Simulation:
                     if self.next_round % self.eval_every == 0 or self.next_round == rounds:
                         metrics = self.evaluate()
                         if not math.isfinite(metrics.train_loss):
-                            self.stopped_reason = (f"round {self.next_round - 1}: the train loss is not finite "
+                            self.stopped_reason = (f"round {self.next_round}: the train loss is not finite "
                                                    f"(diverged); {self._divergence_hint()}")
                             self.stopped_by = "diverged"
                             break
@@ -194,8 +213,11 @@ class Simulation:
                     bar.update(self.next_round, metrics and metrics.test_accuracy, metrics and metrics.epsilon)
                     due = self.next_round % self.checkpoint_every == 0 or self.next_round == rounds
                     stop = ctrl_c.requested and self.next_round < rounds
+                    clock()
                     if self.checkpoint_dir is not None and (due or stop):
                         self.save_checkpoint()
+                    if metrics is not None and on_evaluated is not None:
+                        on_evaluated(self)
                     if stop:
                         self.interrupted = True
                         self.stopped_reason = f"interrupted (Ctrl-C) after round {self.next_round} of {rounds}"
@@ -203,21 +225,23 @@ class Simulation:
                         break
         finally:
             bar.close()
-        self.wall_seconds = time.perf_counter() - started
+            clock()
         return self.history
 
     # -- checkpoints --------------------------------------------------------------------------------------------
     def save_checkpoint(self) -> None:
-        """The algorithm's state, the next round and the history (``dpfl.engine.checkpoint``), then the ledger."""
+        """The algorithm's state, the next round, the history and the wall time so far (``dpfl.engine.checkpoint``),
+        then the ledger."""
         directory = Path(self.checkpoint_dir)
         checkpoint.save(directory / "checkpoint.pt", self.next_round, self.release, self.state,
-                        [m.to_dict() for m in self.history])
+                        [m.to_dict() for m in self.history], self.wall_seconds)
         self.ledger.save(directory / "ledger.json")
 
     def load_checkpoint(self, directory: Path) -> None:
         """Resumes the run saved in ``directory``: adopts its ledger.json (which may be ahead of the checkpoint; it is
-        kept, never rewound) and restores checkpoint.pt, or, when the run was stopped before its first checkpoint,
-        starts from round 0 (the replayed rounds carry the fingerprints already recorded and are not charged twice).
+        kept, never rewound) and restores checkpoint.pt (with the wall time so far), or, when the run was stopped
+        before its first checkpoint, starts from the first round (the replayed rounds carry the fingerprints already
+        recorded and are not charged twice).
         RunDirectoryError, before anything is run or recorded, if the files are missing, corrupt or from another run."""
         directory = Path(directory)
         ledger_path, checkpoint_path = directory / "ledger.json", directory / "checkpoint.pt"
@@ -228,19 +252,20 @@ class Simulation:
                     "not on record; restore the ledger, or start a new run directory")
             raise RunDirectoryError(f"cannot resume: {directory} holds no ledger.json or checkpoint.pt (no round of a "
                                     "run was started there); drop --resume to start a new run")
-        spent = PrivacyLedger.load(ledger_path)
+        spent = _numbered_from_one(PrivacyLedger.load(ledger_path))
         for setting in ("delta", "conversion", "analysis", "neighboring", "observers"):
             if getattr(spent, setting) != getattr(self.ledger, setting):
                 raise RunDirectoryError(f"cannot resume: the run directory's ledger has {setting} = "
                                         f"{getattr(spent, setting)!r}, the config {getattr(self.ledger, setting)!r}")
         if checkpoint_path.exists():
-            recorded = max((e["round"] for e in spent.to_dict()["journal"]), default=-1)
-            next_round, state, history = checkpoint.load(checkpoint_path, self.release, self.state, recorded)
+            recorded = max((e["round"] for e in spent.to_dict()["journal"]), default=0)
+            saved = checkpoint.load(checkpoint_path, self.release, self.state, recorded)
             try:
-                history = [RoundMetrics(**m) for m in history]
+                history = [RoundMetrics(**m) for m in saved.history]
             except TypeError as err:
                 raise RunDirectoryError(f"{checkpoint_path} is not a valid checkpoint of this run ({err})") from None
-            self.next_round, self.state, self.history = next_round, state, history
+            self.next_round, self.state, self.history = saved.next_round, saved.state, history
+            self.wall_seconds = saved.wall_seconds
         spent.budget = self.ledger.budget  # the budget is the config's (it may have been raised or lowered)
         self.ledger = spent
 
@@ -255,6 +280,17 @@ def declare_round(algorithm: Algorithm, boundary: Boundary, clients: ClientSampl
     return release, boundary.views(release, release.cohort or clients.cohort(round_index), analysis)
 
 
+def _numbered_from_one(ledger: PrivacyLedger) -> PrivacyLedger:
+    """``ledger`` with its journal numbered from 1; a ledger written before rounds were numbered from 1 for users has
+    a round 0 (every run's journal starts at its first round) and is renumbered, so its rounds keep their privacy."""
+    data = ledger.to_dict()
+    if all(entry["round"] != 0 for entry in data["journal"]):
+        return ledger
+    for entry in data["journal"]:
+        entry["round"] += 1
+    return PrivacyLedger.from_dict(data)
+
+
 def noise_of(event: dp_event.DpEvent) -> dp_event.DpEvent:
     """The noise inside a record-level step event (the sampling around it is the sampler's, not drawn noise)."""
     while isinstance(event, (dp_event.SampledWithoutReplacementDpEvent, dp_event.PoissonSampledDpEvent)):
@@ -262,12 +298,13 @@ def noise_of(event: dp_event.DpEvent) -> dp_event.DpEvent:
     return event
 
 
-def check_drawn(round_index: int, drawn: list, declared: list) -> None:
-    """The noise a client drew must be the noise declared, draw for draw ("not private" covers any noise)."""
+def check_drawn(round_number: int, drawn: list, declared: list) -> None:
+    """The noise a client drew in round ``round_number`` (from 1) must be the noise declared, draw for draw ("not
+    private" covers any noise)."""
     if len(drawn) == len(declared) and all(isinstance(expected, dp_event.NonPrivateDpEvent) or got == expected
                                            for got, expected in zip(drawn, declared)):
         return
-    raise DpflError(f"round {round_index}: the noise drawn ({len(drawn)} draws, first {drawn[:1]}) differs from the "
+    raise DpflError(f"round {round_number}: the noise drawn ({len(drawn)} draws, first {drawn[:1]}) differs from the "
                     f"noise declared ({len(declared)} draws, first {declared[:1]}); the ledger would be wrong")
 
 

@@ -129,13 +129,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     given: dict = {}
     if path is not None:
         path = Path(path)
-        if not path.is_file():
-            raise ConfigError("CONFIG", str(path), "the path of an existing TOML file")
-        try:
-            data = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError("CONFIG", str(path), f"valid TOML ({err})") from None
-        merge(given, _anchored(data, path.parent))
+        merge(given, _anchored(read_toml(path), path.parent))
     for item in overrides:
         key, value = parse_override(item)
         merge(given, _anchored(_nested(key, value), Path.cwd()))
@@ -149,6 +143,29 @@ def _anchored(data: dict, folder: Path) -> dict:
     if not isinstance(path, str) or not path:
         return data
     return {**data, "data": {**data["data"], "path": os.path.abspath(folder / Path(path).expanduser())}}
+
+
+def read_toml(path: str | Path) -> dict:
+    """The tables of the TOML file at ``path``, as written (not validated, no defaults)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("CONFIG", str(path), "the path of an existing TOML file")
+    try:
+        return tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError("CONFIG", str(path), f"a readable UTF-8 file ({getattr(err, 'strerror', None) or err})") \
+            from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError("CONFIG", str(path), f"valid TOML ({err})") from None
+
+
+def defaults_in_use(config: dict) -> str:
+    """One line naming what ``config`` runs: the algorithm, its rounds and noise, the data (for a config file that
+    sets no keys, whose run is all defaults)."""
+    algo, data = config["algorithm"], config["data"]
+    details = ", ".join(f"{key} {algo[key]}" for key in ("noise_multiplier", "clip", "client_rate") if key in algo)
+    return (f"{algo['name']} for {algo['rounds']} rounds ({details or 'no noise'}) on "
+            f"{data['name']} data ({data['num_clients']} clients), model {config['model']['name']}")
 
 
 def parse_override(item: str) -> tuple[str, object]:
@@ -275,3 +292,7 @@ def _type_names(types) -> str:
 
 __all__ = ["SCHEMA", "MODEL_KEYS", "DATA_KEYS", "RETIRED", "SECTIONS", "defaults", "load_config", "resolve", "key_schema", "merge",
            "parse_override"]
+
+
+__all__ = ["SCHEMA", "MODEL_KEYS", "RETIRED", "SECTIONS", "defaults", "load_config", "read_toml", "defaults_in_use",
+           "resolve", "key_schema", "merge", "parse_override"]

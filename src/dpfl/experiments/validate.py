@@ -1,0 +1,74 @@
+"""Every range check of a run's config that needs no data, done before any data is built (scikit-learn's "validate
+at the edge"): a bad value is reported at once, by the code that will use it, naming the key, the value and what is
+allowed, not after minutes of data generation.
+
+The checks are the users' own: the sampler, the algorithm (built from its registered builder with what the config
+alone says about the data), the trust boundary, the ledger and the model check their values on construction, and
+``validate`` constructs them from the config. What depends on the data itself (the delta default 1 / (M R_train),
+each client's number of records, the model's input width) is checked when the data is built; the data's own keys are
+checked by ``dpfl.data.build_dataset`` before it generates or loads anything.
+"""
+
+from __future__ import annotations
+
+from dpfl.accounting.ledger import PrivacyLedger
+from dpfl.accounting.observers import THIRD_PARTY
+from dpfl.algorithms import registry
+from dpfl.engine.boundary import Boundary
+from dpfl.engine.sampling import ClientSampler
+from dpfl.errors import ConfigError, check_range
+from dpfl.models import build_model
+
+#: A stand-in for privacy.delta when it is left to its data-dependent default: only the other ledger keys are checked.
+_DELTA_STAND_IN = 0.5
+#: A stand-in input width and class count for checking the model's own keys (the real ones come from the data).
+_SHAPE_STAND_IN = (1, 2)
+
+
+def validate(config: dict) -> None:
+    """Raises ConfigError for the first value of ``config`` (loaded by ``dpfl.experiments.config``) out of its range,
+    without building any data."""
+    data_cfg, model_cfg, algo_cfg = config["data"], config["model"], config["algorithm"]
+    privacy_cfg, run_cfg = config["privacy"], config["run"]
+    for key in ("eval_every", "checkpoint_every", "memory_mb"):
+        check_range(f"run.{key}", run_cfg[key], 1, integer=True)
+    if run_cfg["threads"] is not None:
+        check_range("run.threads", run_cfg["threads"], 1, integer=True)
+    rounds = check_range("algorithm.rounds", algo_cfg["rounds"], 1, integer=True)
+    num_clients = data_cfg["num_clients"]
+    spec = registry.spec_of(algo_cfg["name"])
+    section = spec.config(**{k: algo_cfg[k] for k in spec.keys(algo_cfg["name"])})
+    if num_clients is not None:  # None (data with its own clients): the sampler is checked once the data is built
+        check_range("data.num_clients", num_clients, 1, integer=True)
+        if spec.cohort is None:
+            ClientSampler(num_clients, algo_cfg["client_rate"], algo_cfg["client_sampling"])
+        else:
+            ClientSampler(num_clients, *spec.client_sampling(section, num_clients))
+    if spec.cohort is not None or spec.noise_key is None:
+        # a family that sizes its cohort or calibrates its noise from the data is checked when it is built on it
+        Boundary(privacy_cfg["boundary"])
+        build_model(model_cfg["name"], *_SHAPE_STAND_IN, **{k: v for k, v in model_cfg.items() if k != "name"})
+        return
+    algorithm = spec.build(algo_cfg["name"], section, registry.Setting(
+        client_rate=algo_cfg["client_rate"], client_sampling=algo_cfg["client_sampling"],
+        num_clients=num_clients, rounds=rounds, delta=privacy_cfg["delta"],
+        epsilon=privacy_cfg["epsilon"], seed=run_cfg["seed"], analysis=privacy_cfg["analysis"]))
+    warm_rounds = getattr(algorithm, "warm_rounds", 0)
+    if warm_rounds >= rounds:
+        raise ConfigError("algorithm.rounds", rounds, f"more than the {warm_rounds} warm-start rounds "
+                                                      f"(round(4 / client_rate)) of {algo_cfg['name']}")
+    boundary = Boundary(privacy_cfg["boundary"])
+    delta = _DELTA_STAND_IN if privacy_cfg["delta"] is None else privacy_cfg["delta"]
+    PrivacyLedger(boundary.observers, delta, budget_of(privacy_cfg["budget"]), privacy_cfg["conversion"],
+                  privacy_cfg["analysis"], algorithm.neighboring)
+    build_model(model_cfg["name"], *_SHAPE_STAND_IN, **{k: v for k, v in model_cfg.items() if k != "name"})
+
+
+def budget_of(budget) -> dict | None:
+    """privacy.budget as {observer: epsilon}: a number is the third party's budget."""
+    if budget is None or isinstance(budget, dict):
+        return budget
+    return {THIRD_PARTY: budget}
+
+
+__all__ = ["validate", "budget_of"]

@@ -1,0 +1,258 @@
+"""Runs that scripts can rely on, through `dpfl.cli.main`: results.json after every evaluated round, wall time across
+resumes, one round numbering (from 1) everywhere, every check before any data is built, and an empty config naming
+the defaults it runs."""
+
+import json
+import os
+import re
+import signal
+
+import pytest
+import torch
+
+from dpfl.accounting.ledger import PrivacyLedger
+from dpfl.cli import main
+from dpfl.engine.simulator import Simulation
+from dpfl.errors import DpflError
+from dpfl.experiments import runner
+from dpfl.experiments.config import defaults
+
+TINY = """
+[data]
+num_clients = 6
+samples_per_client = 30
+
+[algorithm]
+name = "dp-fedavg"
+rounds = 6
+local_steps = 2
+client_rate = 0.5
+noise_multiplier = 2.0
+"""
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory):
+    path = tmp_path_factory.mktemp("config") / "tiny.toml"
+    path.write_text(TINY)
+    return path
+
+
+def run(config, out, *args):
+    return main(["run", str(config), "--out", str(out), *args])
+
+
+def read(path):
+    return json.loads(path.read_text())
+
+
+class Killed(BaseException):
+    """Stands for the process dying."""
+
+
+# -- results.json after every evaluated round ----------------------------------------------------------------------
+def test_results_json_holds_every_evaluated_round_as_soon_as_it_is_done(config, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    seen = {}  # rounds done -> the evaluated rounds results.json lists when the next round starts
+    step = Simulation.step
+
+    def watched(sim):
+        path = out / "results.json"
+        seen[sim.next_round] = [r["round"] for r in read(path)["rounds"]] if path.exists() else None
+        step(sim)
+        if sim.next_round == 5:
+            raise Killed
+
+    monkeypatch.setattr(Simulation, "step", watched)
+    with pytest.raises(Killed):
+        run(config, out, "--no-progress", "--set", "run.eval_every=2", "--set", "run.checkpoint_every=100")
+    assert seen == {0: None, 1: None, 2: [2], 3: [2], 4: [2, 4]}
+    left = read(out / "results.json")  # what the dead process left
+    assert [r["round"] for r in left["rounds"]] == [2, 4] and left["final"]["round"] == 4
+    assert left["status"] == "running" and left["stopped_by"] is None
+    assert left["final"]["epsilon"] == left["rounds"][-1]["epsilon"]
+
+
+def test_a_finished_run_says_so(config, tmp_path):
+    assert run(config, tmp_path / "run", "--no-progress", "--set", "run.eval_every=4") == 0
+    results = read(tmp_path / "run" / "results.json")
+    assert [r["round"] for r in results["rounds"]] == [4, 6] and results["status"] == "finished"
+    assert results["wall_seconds"] == results["session_seconds"] > 0
+
+
+# -- wall time across resumes --------------------------------------------------------------------------------------
+def test_wall_seconds_add_the_sessions_of_an_interrupted_and_resumed_run(config, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    step = Simulation.step
+
+    def ctrl_c_in_round_2(sim):
+        if sim.next_round == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        step(sim)
+
+    monkeypatch.setattr(Simulation, "step", ctrl_c_in_round_2)
+    assert run(config, out, "--no-progress") == 130
+    monkeypatch.undo()
+    first = read(out / "results.json")
+    assert first["status"] == "stopped" and first["stopped_by"] == "interrupted"
+    saved = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert saved["next_round"] == 2 and 0 < saved["wall_seconds"] <= first["wall_seconds"]
+    capsys.readouterr()
+
+    assert run(config, out, "--no-progress", "--resume") == 0
+    assert f"resuming the run in {out} after round 2 of 6" in capsys.readouterr().err
+    resumed = read(out / "results.json")
+    assert resumed["status"] == "finished" and 0 < resumed["session_seconds"] < resumed["wall_seconds"]
+    # the whole run's time: the first session's (up to its checkpoint) plus the resumed session's
+    assert resumed["wall_seconds"] == pytest.approx(saved["wall_seconds"] + resumed["session_seconds"], rel=1e-12)
+
+
+# -- one round numbering ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def epsilons(config, tmp_path_factory):
+    """The third party's epsilon after each round of the unstopped run."""
+    out = tmp_path_factory.mktemp("reference") / "run"
+    assert run(config, out, "--no-progress") == 0
+    return [r["epsilon"]["third_party"] for r in read(out / "results.json")["rounds"]]
+
+
+def test_progress_results_ledger_and_budget_stop_name_the_same_round(config, epsilons, tmp_path, capsys):
+    budget = (epsilons[2] + epsilons[3]) / 2  # round 4 would exceed it: the run stops after round 3
+    out = tmp_path / "run"
+    assert run(config, out, "--set", f"privacy.budget={budget!r}") == 3  # progress on (plain lines: not a tty)
+    err = capsys.readouterr().err
+    progress = re.findall(r"^round (\d+)/6", err, flags=re.MULTILINE)
+    assert progress[0] == "1" and progress[-1] == "3"  # the log ends with the round the run stopped after
+    results = read(out / "results.json")
+    assert results["final"]["round"] == results["rounds"][-1]["round"] == 3
+    journal = [e["round"] for e in PrivacyLedger.load(out / "ledger.json").to_dict()["journal"]]
+    assert journal == [1, 2, 3]
+    assert "stopped by the privacy budget after round 3 of 6: round 4 would raise epsilon" in err
+    assert results["stopped_reason"].startswith("round 4 would raise epsilon")
+
+
+def test_a_divergence_names_the_round_that_diverged(config, tmp_path, capsys):
+    assert run(config, tmp_path / "run", "--no-progress", "--set", "algorithm.lr=1e200") == 4
+    results = read(tmp_path / "run" / "results.json")
+    assert results["final"]["round"] == 1 and results["stopped_reason"].startswith("round 1: ")
+    assert "the run diverged and stopped after round 1 of 6: round 1: " in capsys.readouterr().err
+    assert PrivacyLedger.load(tmp_path / "run" / "ledger.json").to_dict()["journal"][0]["round"] == 1
+
+
+def test_a_ledger_numbered_from_0_is_renumbered_on_resume_and_keeps_its_privacy(config, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    step = Simulation.step
+
+    def dies_in_round_4(sim):
+        step(sim)
+        if sim.next_round == 4:
+            raise Killed
+
+    monkeypatch.setattr(Simulation, "step", dies_in_round_4)
+    with pytest.raises(Killed):
+        run(config, out, "--no-progress", "--set", "run.checkpoint_every=3")
+    monkeypatch.undo()
+    ledger = read(out / "ledger.json")
+    for entry in ledger["journal"]:  # as an older dpfl wrote it
+        entry["round"] -= 1
+    (out / "ledger.json").write_text(json.dumps(ledger))
+    assert run(config, out, "--no-progress", "--resume", "--set", "run.checkpoint_every=3") == 0
+    resumed = PrivacyLedger.load(out / "ledger.json")
+    assert [e["round"] for e in resumed.to_dict()["journal"]] == [1, 2, 3, 4, 5, 6]  # round 4 replayed: free
+
+
+# -- every check before any data is built --------------------------------------------------------------------------
+@pytest.fixture
+def no_data(monkeypatch):
+    def build_dataset(*args, **kwargs):
+        pytest.fail("the data was built before the check")
+
+    monkeypatch.setattr(runner, "build_dataset", build_dataset)
+
+
+@pytest.mark.parametrize("override, named", [
+    ("algorithm.rounds=0", "algorithm.rounds = 0"),
+    ("algorithm.client_rate=0", "algorithm.client_rate = 0.0"),
+    ("algorithm.client_rate=1.5", "algorithm.client_rate = 1.5"),
+    ("algorithm.client_rate=0.1", "algorithm.client_rate = 0.1"),  # floor(0.1 * 6) = 0 clients a round
+    ("algorithm.local_steps=0", "algorithm.local_steps = 0"),
+    ("algorithm.lr=0", "algorithm.lr = 0.0"),
+    ("algorithm.clip=-1", "algorithm.clip = -1.0"),
+    ("algorithm.noise_multiplier=0", "algorithm.noise_multiplier = 0.0"),
+    ("algorithm.sample_rate=0", "algorithm.sample_rate = 0.0"),
+    ("algorithm.weight_decay=-1", "algorithm.weight_decay = -1.0"),
+    ("run.eval_every=0", "run.eval_every = 0"),
+    ("run.checkpoint_every=0", "run.checkpoint_every = 0"),
+    ("run.memory_mb=0", "run.memory_mb = 0"),
+    ("run.threads=0", "run.threads = 0"),
+    ("privacy.delta=1", "privacy.delta = 1.0"),
+    ("privacy.budget=-1", "privacy.budget.third_party = -1.0"),
+    ("privacy.budget={nobody=1}", "privacy.budget = {'nobody': 1}"),
+    ("data.num_clients=0", "data.num_clients = 0"),
+])
+def test_every_range_check_comes_before_the_data(config, tmp_path, no_data, capsys, override, named):
+    assert run(config, tmp_path / "run", "--no-progress", "--set", override) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"dpfl run: error: {named} is not allowed") and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_warm_rounds_and_model_keys_are_checked_before_the_data(config, tmp_path, no_data, capsys):
+    warm = ["--set", "algorithm.name='dp-scaffold-warm'", "--set", "algorithm.client_rate=1.0"]
+    assert run(config, tmp_path / "run", "--no-progress", *warm, "--set", "algorithm.rounds=4") == 2
+    assert "algorithm.rounds = 4 is not allowed: expected more than the 4 warm-start rounds" in capsys.readouterr().err
+    mlp = ["--set", "model.name='mlp'", "--set", "model.hidden=[8, 0]"]
+    assert run(config, tmp_path / "run", "--no-progress", *mlp) == 2
+    assert "model.hidden = [8, 0] is not allowed" in capsys.readouterr().err
+
+
+def test_an_out_that_is_a_file_is_refused_before_the_data(config, tmp_path, no_data, capsys):
+    file = tmp_path / "results"
+    file.write_text("not a directory")
+    assert run(config, file) == 2
+    assert f"dpfl run: error: --out {file} is a file, not a directory" in capsys.readouterr().err
+    assert run(config, file / "run") == 2
+    assert f"--out {file / 'run'} cannot be created: {file} is a file" in capsys.readouterr().err
+    assert file.read_text() == "not a directory"
+
+
+def test_an_unwritable_out_is_refused_before_the_data(config, tmp_path, no_data, monkeypatch, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    if os.access(locked, os.W_OK):  # root may write anywhere: let access() answer as it would for a user
+        real = os.access
+        monkeypatch.setattr(runner.os, "access", lambda p, mode: real(p, mode) and not (
+            os.fspath(p) == os.fspath(locked) and mode & os.W_OK))
+    try:
+        for out in (locked, locked / "new" / "run"):
+            assert run(config, out) == 2
+            err = capsys.readouterr().err
+            assert f"--out {out}: {locked} is not writable (permission denied)" in err and "Traceback" not in err
+    finally:
+        locked.chmod(0o755)
+
+
+# -- an empty config -----------------------------------------------------------------------------------------------
+def test_an_empty_config_names_the_defaults_it_runs_before_it_runs(tmp_path, monkeypatch, capsys):
+    def build_dataset(*args, **kwargs):
+        raise DpflError("stopped here")
+
+    monkeypatch.setattr(runner, "build_dataset", build_dataset)
+    empty = tmp_path / "empty.toml"
+    empty.write_text("# nothing set\n")
+    assert run(empty, tmp_path / "run", "--no-progress") == 2
+    first, *rest = capsys.readouterr().err.splitlines()
+    algorithm, data = defaults()["algorithm"], defaults()["data"]
+    assert first == (f"dpfl run: {empty} sets no keys, so this runs the defaults: {algorithm['name']} for "
+                     f"{algorithm['rounds']} rounds (noise_multiplier {algorithm['noise_multiplier']}, clip "
+                     f"{algorithm['clip']}, client_rate {algorithm['client_rate']}) on {data['name']} data "
+                     f"({data['num_clients']} clients), model logreg; `dpfl run --help` lists the keys")
+    assert rest == ["dpfl run: error: stopped here"]
+    assert run(empty, tmp_path / "run2", "--no-progress", "--set", "algorithm.rounds=7") == 2
+    assert "runs the defaults with the --set keys: dp-scaffold-warm for 7 rounds" in capsys.readouterr().err
+
+
+def test_a_config_that_sets_keys_gets_no_note(config, tmp_path, no_data, capsys):
+    assert run(config, tmp_path / "run", "--set", "run.eval_every=0") == 2
+    assert "defaults" not in capsys.readouterr().err
