@@ -91,6 +91,16 @@ class AlgorithmSpec:
         raise TypeError("the cohort of a family without its own cohort keys comes from algorithm.client_rate and "
                         "algorithm.client_sampling")
 
+    def check_rounds(self, section, num_clients: int, rounds: int, name: str) -> None:
+        """ConfigError naming algorithm.rounds when a one-pass family (``max_rounds``) is given more rounds than its
+        clients allow."""
+        if self.max_rounds is None:
+            return
+        most = self.max_rounds(section, num_clients)
+        if rounds > most:
+            raise ConfigError("algorithm.rounds", rounds, f"at most {most} for {name!r}: it makes one pass over the "
+                                                          f"{num_clients} clients, each in exactly one round")
+
     def keys(self, name: str) -> dict[str, dataclasses.Field]:
         """The section's keys that apply to ``name`` (a private-only key does not apply to a non-private name)."""
         return {f.name: f for f in dataclasses.fields(self.config)

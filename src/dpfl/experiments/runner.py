@@ -136,12 +136,7 @@ def build_algorithm(config: dict, dataset: FederatedDataset, delta: float):
     spec = registry.spec_of(algo_cfg["name"])
     section = spec.config(**{k: algo_cfg[k] for k in spec.keys(algo_cfg["name"])})
     client_rate, client_sampling = cohort_sampling(config, dataset.num_clients)
-    if spec.max_rounds is not None:
-        most = spec.max_rounds(section, dataset.num_clients)
-        if algo_cfg["rounds"] > most:
-            raise ConfigError("algorithm.rounds", algo_cfg["rounds"],
-                              f"at most {most} for {algo_cfg['name']!r}: it makes one pass over the "
-                              f"{dataset.num_clients} clients, each in exactly one round")
+    spec.check_rounds(section, dataset.num_clients, algo_cfg["rounds"], algo_cfg["name"])
     setting = registry.Setting(
         client_rate=client_rate, client_sampling=client_sampling,
         num_clients=dataset.num_clients, train_counts=tuple(int(c) for c in dataset.train.counts),
