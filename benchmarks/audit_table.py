@@ -5,10 +5,12 @@ small example config, towards every observer, printed as a markdown table (docs/
     python benchmarks/audit_table.py --trials 200 dp-     # names containing any of the given words
 
 Setting: examples/audit_fedsgd.toml (10 clients, all in every round, 20 records each, full batches, z = 1, plain
-boundary) with algorithm.name set to each name and algorithm.local_steps = --local-steps for every name but the
-FedSGD ones (FedSGD takes one step). The audit runs --rounds rounds (default 1), except for the *-scaffold-warm names,
-whose first round(4 / client_rate) rounds are warm-up rounds (dy = 0, only dc carries the canary): they run one round
-past the warm-up, and the claim is that of all those rounds.
+boundary) with algorithm.name set to each name, and of its keys only those the name has: algorithm.local_steps =
+--local-steps for every name but the FedSGD ones (FedSGD takes one step); a name that calibrates its noise to
+privacy.epsilon (FedSGD-DPC) gets privacy.epsilon = --epsilon, one row per algorithm.mechanism. The audit runs
+--rounds rounds (default 1), except for the *-scaffold-warm names, whose first round(4 / client_rate) rounds are
+warm-up rounds (dy = 0, only dc carries the canary): they run one round past the warm-up, and the claim is that of all
+those rounds.
 """
 
 from __future__ import annotations
@@ -23,15 +25,17 @@ import tomllib
 from dpfl.algorithms import registry
 from dpfl.audit import runs
 from dpfl.audit.distinguisher import OBSERVERS
-from dpfl.experiments.config import load_config
+from dpfl.experiments.config import key_schema, load_config
 from dpfl.experiments.runner import build_simulation
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "audit_fedsgd.toml"
 
 
-def overrides(name: str, steps: int, delta: float) -> list[str]:
-    """The example config as overrides, for ``name`` (the non-private names take no clip or noise multiplier)."""
+def overrides(name: str, steps: int, delta: float, epsilon: float, mechanism: str | None = None) -> list[str]:
+    """The example config as overrides, for ``name``: only the [algorithm] keys it has (the non-private names take no
+    clip or noise multiplier; a name calibrated to privacy.epsilon takes ``epsilon`` and ``mechanism``)."""
     example = tomllib.loads(EXAMPLE.read_text())
+    keys = key_schema(name, example["model"]["name"])["algorithm"]
     example["algorithm"].update(name=name, local_steps=steps)
     example["privacy"]["delta"] = delta
     if name.endswith("scaffold-warm"):  # it needs more rounds than its warm-up
@@ -39,21 +43,34 @@ def overrides(name: str, steps: int, delta: float) -> list[str]:
     if not registry.spec_of(name).private(name):
         for key in ("clip", "noise_multiplier"):
             example["algorithm"].pop(key, None)
+    if registry.spec_of(name).private(name) and "noise_multiplier" not in keys:
+        example["privacy"]["epsilon"] = epsilon
+    if mechanism is not None:
+        example["algorithm"]["mechanism"] = mechanism
+    example["algorithm"] = {key: value for key, value in example["algorithm"].items() if key in keys}
     return [f"{section}.{key}={value!r}" for section, keys in example.items() for key, value in keys.items()]
 
 
-def rows(names, trials: int, local_steps: int, delta: float, rounds: int, canary: str):
+def variants(name: str) -> list[tuple[str, str | None]]:
+    """(label, mechanism) of every row of ``name``: one per choice of algorithm.mechanism where it has one."""
+    choices = key_schema(name, "logreg")["algorithm"].get("mechanism", (None, None, None))[2]
+    return [(f"{name} ({m})", m) for m in choices] if choices else [(name, None)]
+
+
+def rows(names, trials: int, local_steps: int, delta: float, rounds: int, canary: str, epsilon: float):
     for name in names:
-        steps = 1 if name.endswith("fedsgd") else local_steps
-        config = load_config(None, overrides(name, steps, delta))
-        sim = build_simulation(config)
-        audited = config["algorithm"]["rounds"] if name.endswith("scaffold-warm") else rounds
-        started = time.perf_counter()
-        results = runs.audit_all(sim, OBSERVERS, trials, rounds=audited, canary_kind=canary,
-                                 release=config["privacy"]["release"])
-        seconds = time.perf_counter() - started
-        for observer, result in results.items():
-            yield name, steps, observer, result.claimed_epsilon, result.bound.epsilon, audited, result.trials, seconds
+        steps = 1 if name.endswith("fedsgd") or name.startswith("fedsgd") else local_steps
+        for label, mechanism in variants(name):
+            config = load_config(None, overrides(name, steps, delta, epsilon, mechanism))
+            sim = build_simulation(config)
+            audited = config["algorithm"]["rounds"] if name.endswith("scaffold-warm") else rounds
+            started = time.perf_counter()
+            results = runs.audit_all(sim, OBSERVERS, trials, rounds=audited, canary_kind=canary,
+                                     release=config["privacy"]["release"])
+            seconds = time.perf_counter() - started
+            for observer, result in results.items():
+                yield (label, steps, observer, result.claimed_epsilon, result.bound.epsilon, audited, result.trials,
+                       seconds)
 
 
 def main(argv=None) -> None:
@@ -64,12 +81,15 @@ def main(argv=None) -> None:
     parser.add_argument("--delta", type=float, default=1e-2)
     parser.add_argument("--rounds", type=int, default=1, help="rounds per trial (*-scaffold-warm: past the warm-up)")
     parser.add_argument("--canary", default="dirac", choices=runs.CANARIES)
+    parser.add_argument("--epsilon", type=float, default=2.0,
+                        help="privacy.epsilon of the names calibrated to it (FedSGD-DPC)")
     args = parser.parse_args(argv)
     names = [n for n in registry.names() if not args.words or any(w in n for w in args.words)]
     print("| algorithm | K | observer | claimed eps | lower bound (95%) | method | trials | seconds |")
     print("|---|---|---|---|---|---|---|---|")
     for name, steps, observer, claim, bound, rounds, trials, seconds in rows(names, args.trials, args.local_steps,
-                                                                             args.delta, args.rounds, args.canary):
+                                                                             args.delta, args.rounds, args.canary,
+                                                                             args.epsilon):
         claim_text = "inf" if math.isinf(claim) else f"{claim:.3f}"
         flag = " **above**" if bound > claim else ""
         method = f"runs ({args.canary}, R = {rounds})"

@@ -121,7 +121,7 @@ def test_events_round_trip_through_json():
 
 def test_only_a_third_party_of_the_final_model_is_charged_the_hidden_step():
     hidden = step()
-    release = Release((dp_event.GaussianDpEvent(1.0),), (True,), 1.0, Cohort.scheduled(N, 3, 3, True), hidden)
+    release = Release((dp_event.GaussianDpEvent(1.0),), (True,), 1.0, Cohort.scheduled(N, 3, 3, True), hidden=hidden)
     every = observer_events(release, release.cohort, "trusted")
     final = observer_events(release, release.cohort, "trusted", released="final")
     # the batch's three shares

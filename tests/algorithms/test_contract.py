@@ -329,8 +329,8 @@ def test_an_out_of_range_value_names_its_key(name):
 
 
 def test_the_documented_ranges_are_out_of_range_for_the_private_names_too():
-    assert {"noise_multiplier", "clip"} <= set(_numeric_keys(PRIVATE[0]))
-    assert not {"noise_multiplier", "clip"} & set(_numeric_keys(NON_PRIVATE[0]))
+    assert {"noise_multiplier", "clip"} <= set(_numeric_keys("dp-fedavg"))
+    assert not {"noise_multiplier", "clip"} & set(_numeric_keys("fedavg"))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -460,7 +460,10 @@ def test_results_do_not_depend_on_the_memory_chunking(name, threads):
     assert all(len(ids) == 1 for _, ids in small_chunks)
     assert all(len(ids) == 3 for _, ids in whole_chunks) and len(whole_chunks) == small.next_round
     assert [i for _, ids in small_chunks for i in ids] == [i for _, ids in whole_chunks for i in ids]
-    if torch.get_num_threads() > 1:  # the same draws, float rounding apart
+    # Poisson record sampling pads each chunk's batches to the chunk's largest realised batch, so the batched
+    # products run over other widths (zeros appended): the same draws, float rounding apart, as with more threads
+    poisson = getattr(getattr(small.algorithm, "sampler", None), "scheme", None) == "poisson"
+    if torch.get_num_threads() > 1 or poisson:  # the same draws, float rounding apart
         torch.testing.assert_close(small.model, whole.model, rtol=1e-5, atol=1e-6)
         return
     assert torch.equal(small.model, whole.model)

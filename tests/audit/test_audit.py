@@ -26,18 +26,20 @@ def _strength_sim(make_sim, seed: int = 0):
 
 
 def test_strength_single_gaussian_release_1000_trials(make_sim):
-    """The rank test planned at the claim (``dpfl.audit.bounds``), every trial counting. Measured (run seeds 0..5):
-    0.53, 0.49, 0.58, 0.44, 0.47, 0.30 for a claim of 2 (mean 0.47 = 0.23x; the split-half test found 0.28 mean)."""
+    """The grid of rank tests planned at the claim and its fractions (``dpfl.audit.bounds``), every trial counting.
+    Measured (run seeds 0..5): 0.40, 0.37, 0.57, 0.37, 0.46, 0.30 for a claim of 2 (mean 0.41 = 0.21x; the single
+    rank planned at the claim: mean 0.47; the split-half test: 0.28)."""
     result = runs.audit(_strength_sim(make_sim), "third_party", 1000)
     assert result.claimed_epsilon == pytest.approx(2.0, abs=1e-3)
-    assert 0.2 * result.claimed_epsilon <= result.bound.epsilon <= result.claimed_epsilon
+    assert 0.15 * result.claimed_epsilon <= result.bound.epsilon <= result.claimed_epsilon
 
 
 @pytest.mark.slow
 def test_strength_single_gaussian_release_10000_trials(make_sim):
-    """Measured (run seeds 0..5, 10^4 runs per world, every run counted): 0.97, 0.87, 0.90, 0.95, 0.86, 0.79 for a
-    claim of 2: mean 0.89 = 0.44x the claim, min 0.79 = 0.40x (the split-half test: mean 0.76, min 0.59). Asserted
-    on seeds 0..4: every bound in [0.35x, 1x] the claim, their mean >= 0.4x."""
+    """Measured (run seeds 0..5, 10^4 runs per world, every run counted, the grid of planned ranks): 0.93, 0.86,
+    0.92, 0.85, 0.82, 0.75 for a claim of 2: mean 0.85 = 0.43x the claim, min 0.75 = 0.38x (the single rank planned
+    at the claim: mean 0.89, min 0.79; the split-half test: mean 0.76, min 0.59). Asserted on seeds 0..4: every bound
+    in [0.35x, 1x] the claim, their mean >= 0.4x."""
     found = []
     for seed in range(5):
         result = runs.audit(_strength_sim(make_sim, seed), "third_party", 10_000)
@@ -242,7 +244,8 @@ def test_cli_audit_one_run(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_audit_table_script_runs(capsys):
-    """benchmarks/audit_table.py (the table of docs/audit.md) on two names at 20 trials: it stays runnable."""
+    """benchmarks/audit_table.py (the table of docs/audit.md) on three names at 20 trials (fedsgd-dpc: one row per
+    mechanism): it stays runnable."""
     import importlib.util
     from pathlib import Path
 
@@ -250,7 +253,8 @@ def test_audit_table_script_runs(capsys):
     spec = importlib.util.spec_from_file_location("audit_table", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.main(["--trials", "20", "dp-fedsgd", "dp-scaffold-warm"])
+    module.main(["--trials", "20", "dp-fedsgd", "dp-scaffold-warm", "fedsgd-dpc"])
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2 + 2 * 3 and all(line.count("|") == 9 for line in lines)
+    assert len(lines) == 2 + 4 * 3 and all(line.count("|") == 9 for line in lines)
+    assert sum("fedsgd-dpc (laplace)" in line for line in lines) == 3
     assert "**above**" not in "\n".join(lines)

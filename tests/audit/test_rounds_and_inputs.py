@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import dpfl.engine.noise as noise
-from dpfl.audit import runs
+from dpfl.audit import response, runs
 from dpfl.cli import main
 
 DELTA = 1e-2
@@ -23,6 +23,7 @@ def test_input_canary_is_a_real_record_and_its_neighbour_follows_the_relation(ma
     assert torch.equal(out.x, sim.train.x) and torch.equal(out.y, sim.train.y)
     assert not torch.equal(into.x[0, 0], sim.train.x[0, 0]) and torch.equal(into.x[1], sim.train.x[1])
     assert into.x[0, 0].norm() > 2.9 * sim.train.x.flatten(2).norm(dim=2).max()  # far from the data
+    response.responses(sim, target, 0)  # the algorithm calls the oracle: the canary learns its clip bound and norm
     g = target.gradient(into.grads.initial_params().unsqueeze(0))
     assert g.norm() == pytest.approx(1.0, rel=1e-5)  # clipped to C = 1 (its raw gradient is far larger)
     poisson = make_sim(1.0, DELTA, 2, "algorithm.record_sampling='poisson'", "algorithm.sample_rate=0.5")

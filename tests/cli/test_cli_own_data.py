@@ -80,7 +80,8 @@ def test_a_run_on_the_users_own_file(study, tmp_path, capsys, fmt, algorithm, mo
 def test_a_bad_file_or_key_exits_2_naming_it_without_a_traceback(study, tmp_path, capsys, override, message,
                                                                  monkeypatch):
     monkeypatch.chdir(study)
-    code = main(["run", str(study / "csv.toml"), "--out", str(tmp_path / "bad"), "--no-progress", "--set", override])
+    code = main(["run", str(study / "csv.toml"), "--out", str(tmp_path / "bad"), "--no-progress",
+                 "--set", "algorithm.name='fedavg'", "--set", override])
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err, err
     assert not (tmp_path / "bad").exists()

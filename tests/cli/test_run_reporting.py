@@ -15,7 +15,7 @@ from dpfl.cli import main
 from dpfl.engine.simulator import Simulation
 from dpfl.errors import DpflError
 from dpfl.experiments import runner
-from dpfl.experiments.config import defaults
+from dpfl.experiments.config import load_config
 
 TINY = """
 [data]
@@ -243,7 +243,8 @@ def test_an_empty_config_names_the_defaults_it_runs_before_it_runs(tmp_path, mon
     empty.write_text("# nothing set\n")
     assert run(empty, tmp_path / "run", "--no-progress") == 2
     first, *rest = capsys.readouterr().err.splitlines()
-    algorithm, data = defaults()["algorithm"], defaults()["data"]
+    resolved = load_config(None)  # the defaults as a run resolves them (data.num_clients 100 for synthetic data)
+    algorithm, data = resolved["algorithm"], resolved["data"]
     assert first == (f"dpfl run: {empty} sets no keys, so this runs the defaults: {algorithm['name']} for "
                      f"{algorithm['rounds']} rounds (noise_multiplier {algorithm['noise_multiplier']}, clip "
                      f"{algorithm['clip']}, client_rate {algorithm['client_rate']}) on {data['name']} data "

@@ -80,7 +80,7 @@ def test_a_file_too_large_is_refused_naming_the_path_and_the_knobs(tmp_path, mon
     with pytest.raises(ConfigError, match=r"data.path = .*d.npz.*1 client x 1,000 records x 50 features.*lower "
                                           r"data.samples_per_client .*or use a smaller file") as caught:
         build_simulation(load_config(None, ["data.name='npz'", f"data.path='{tmp_path / 'd.npz'}'",
-                                            "data.num_clients=1"]))
+                                            "data.num_clients=1", "algorithm.client_rate=1.0"]))
     assert "1.0 MB available" in str(caught.value)
 
 

@@ -38,6 +38,9 @@ DIGITS = ("data.name='digits'",)
 DPC = ("algorithm.name='fedsgd-dpc'", "data.num_clients=6", "data.samples_per_client=30", "algorithm.rounds=4")
 DPC_EPS = (*DPC, "privacy.epsilon=2.0")
 MLP = ("model.name='mlp'", "model.hidden=[8]")
+#: A tiny joint-noise run: every one of the 6 clients in every round (Heikkilä et al.'s setting).
+JOINT = ("algorithm.name='dp-fedavg-joint'", "data.num_clients=6", "data.samples_per_client=30",
+         "algorithm.local_steps=2", "algorithm.rounds=2")
 #: A tiny projected noisy SGD run (one pass over 6 clients; trusted aggregator, only the final model released).
 PNS = ("algorithm.name='projected-noisy-sgd'", "data.num_clients=6", "data.samples_per_client=30",
        "algorithm.rounds=3", "algorithm.noise_multiplier=1.0")
@@ -453,6 +456,49 @@ def _other_threads() -> str:
     return "1" if torch.get_num_threads() != 1 else "2"
 
 
+def _credited(event) -> float:
+    """The noise multiplier of the last (additive) draw of a joint-noise round's event."""
+    last = event.events[-1].event if isinstance(event, dp_event.ComposedDpEvent) else event.event
+    return _inner(last).noise_multiplier
+
+
+def _trust(p):  # a coalition of 2: shares sigma / sqrt(6 - 2); the coalition is credited the 3 other shares
+    assert p.sim.algorithm.mechanism.noise_multiplier == pytest.approx(1 / math.sqrt(4))
+    assert p.base.algorithm.mechanism.noise_multiplier == pytest.approx(1 / math.sqrt(5))  # clients: sqrt(6 - 1)
+    assert p.release().colluders == 2 and p.release(p.base).colluders == 1
+    assert _credited(p.sim.round_privacy()["other_silo"]) == pytest.approx(math.sqrt(4) / math.sqrt(4))
+
+
+def _colluders(p):  # 3 colluders: sigma / sqrt(3); the base's 2: sigma / sqrt(4)
+    assert p.sim.algorithm.mechanism.noise_multiplier == pytest.approx(1 / math.sqrt(3))
+    assert p.base.algorithm.mechanism.noise_multiplier == pytest.approx(1 / math.sqrt(4))
+    assert p.release().colluders == 3
+
+
+def _min_clients(p):  # at least 4 of 6 reach the sum: shares sigma / sqrt(4 - 1), 3 others credited
+    share = p.sim.algorithm.mechanism.noise_multiplier
+    assert share == pytest.approx(1 / math.sqrt(3)) and p.release().contributors == 4
+    assert _credited(p.sim.round_privacy()["third_party"]) == pytest.approx(share * math.sqrt(4))
+    assert p.release(p.base).contributors == 6
+
+
+def _secure_aggregation(p):  # the real protocol computes the sum: the same model as the simulated sum, rounding apart
+    assert p.sim.boundary.name == "secagg" and p.sim.boundary.secure is not None and p.base.boundary.secure is None
+    p.sim.run(1)
+    p.base.run(1)
+    torch.testing.assert_close(p.sim.model, p.base.model, rtol=0, atol=1e-6)
+
+
+def _secagg_bits(p):  # the ring sets the scale: at 8 bits 6 values of 0.3 (bound B ~ 10) round to steps of ~0.5
+    assert p.sim.boundary.secure.bits == 8 and p.base.boundary.secure.bits == 32
+    rows, ids = {"dy": torch.full((6, 400), 0.3)}, torch.arange(6)
+    coarse = p.sim.boundary.secure.sum(rows, ids, 0, 0)[0]["dy"]
+    fine = p.base.boundary.secure.sum(rows, ids, 0, 0)[0]["dy"]
+    assert float((coarse - 1.8).abs().max()) > 0.1 and len(set(coarse.tolist())) > 1
+    assert float(coarse.mean()) == pytest.approx(1.8, abs=0.1)  # unbiased rounding
+    assert float((fine - 1.8).abs().max()) < 1e-6
+
+
 @dataclass(frozen=True)
 class Row:
     value: str | Callable[[], str]  # a TOML value, or a function giving one
@@ -518,6 +564,11 @@ TABLE: dict[str, list[Row]] = {
     "privacy.conversion": [Row("'classic'", _conversion)],
     "privacy.boundary": [Row("'trusted'", _boundary_trusted), Row("'secagg'", _boundary_secagg)],
     "privacy.release": [Row("'final'", _release)],
+    "privacy.secure_aggregation": [Row("true", _secure_aggregation, ("privacy.boundary='secagg'",), base=JOINT)],
+    "privacy.secagg_bits": [Row("8", _secagg_bits, ("privacy.secure_aggregation=true",), base=JOINT)],
+    "algorithm.trust": [Row("'coalition'", _trust, ("algorithm.colluders=2",), base=JOINT)],
+    "algorithm.colluders": [Row("3", _colluders, ("algorithm.trust='coalition'", "algorithm.colluders=2"), base=JOINT)],
+    "algorithm.min_clients": [Row("4", _min_clients, base=JOINT)],
     "run.seed": [Row("5", _run_seed)],
     "run.eval_every": [Row("2", _eval_every)],
     "run.checkpoint_every": [Row("3", _checkpoint_every)],

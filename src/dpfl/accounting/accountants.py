@@ -4,7 +4,7 @@ The ledger gives each observer an accountant by name (``make``), so that RDP, PL
 interchangeable per observer (the last-iterate accountant joins them for runs that release only the final model):
 
 * ``rdp``: ``dpfl.accounting.rdp.RdpAccountant`` (any event dpfl emits; a conversion and a record-level subsampling
-  bound to choose);
+  bound to choose); ``rdp-integer``: the same at the integer orders 2..255 only (Heikkilä et al.'s Table 1);
 * ``pld``: ``PldAccountant``, dpfl's PLDs (``dpfl.accounting.pld``: participation mixtures, replace-one Gaussians in
   dpfl's convention);
 * ``pure``: ``PureDpAccountant``, basic composition of pure-DP mechanisms (Laplace), delta-free (Dwork & Roth 2014,
@@ -29,7 +29,10 @@ from dpfl.accounting.rdp import RdpAccountant
 from dpfl.errors import ConfigError
 
 NeighborRel = privacy_accountant.NeighboringRelation
-ACCOUNTANT_NAMES = ("tightest", "pld", "rdp", "pure", "last_iterate")
+ACCOUNTANT_NAMES = ("tightest", "pld", "rdp", "rdp-integer", "pure", "last_iterate")
+#: The orders of "rdp-integer": the integers 2..255, as Heikkilä et al. reproduce their Table 1 (any set of orders gives
+#: a valid bound; fewer, a looser one).
+INTEGER_ORDERS = tuple(range(2, 256))
 #: accountants whose answer depends on the order of the events composed
 ORDERED = ("last_iterate",)
 
@@ -159,8 +162,9 @@ def make(name: str, neighboring_relation: NeighborRel, conversion: str = "modern
         return TightestAccountant(neighboring_relation, conversion, subsampling_bound)
     if name == "pld":
         return PldAccountant(neighboring_relation)
-    if name == "rdp":
-        return RdpAccountant(neighboring_relation=neighboring_relation, conversion=conversion,
+    if name in ("rdp", "rdp-integer"):
+        return RdpAccountant(orders=INTEGER_ORDERS if name == "rdp-integer" else None,
+                             neighboring_relation=neighboring_relation, conversion=conversion,
                              subsampling_bound=subsampling_bound)
     if name == "pure":
         return PureDpAccountant(neighboring_relation)

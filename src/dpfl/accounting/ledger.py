@@ -141,12 +141,6 @@ class PrivacyLedger:
             self._spent = self._epsilon()
         return dict(self._spent)
 
-    def epsilon_after(self, rounds: Iterable[dict[str, dp_event.DpEvent]],
-                      observers: Iterable[str] | None = None) -> dict[str, float]:
-        """Epsilon towards each of ``observers`` (default all) if ``rounds`` (one event per observer each) were
-        composed after the rounds recorded so far, by the same accountants; records nothing (calibration, planning)."""
-        return self._epsilon(list(rounds), observers)
-
     def accountants_after(self, rounds: Iterable[dict[str, dp_event.DpEvent]]) -> dict[str, str]:
         """The accountant that would answer for each observer after ``rounds`` (as ``epsilon_after``)."""
         rounds = list(rounds)
@@ -199,6 +193,12 @@ class PrivacyLedger:
         if memo_key not in self._memo:
             self._memo[memo_key] = self._accountant(observer, composed).get_epsilon(self.delta)
         return self._memo[memo_key]
+
+    def epsilon_after(self, observer: str, events) -> float:
+        """Epsilon towards ``observer`` if ``events`` (one per round) were composed after the rounds recorded so far,
+        with this ledger's accountant, conversion and delta; nothing is recorded. What a calibration needs to match
+        the ledger exactly."""
+        return self._epsilon_of(observer, self._composed(observer, [{observer: event} for event in events]))
 
     def accountants(self) -> dict[str, str]:
         """The accountant that answers for each observer's composition so far (for "tightest", the one it chose)."""

@@ -40,14 +40,28 @@ The server (plain) gets 1 with the owner's own draws; the third party and the se
 the cohort's n - 1 other members; another silo 1 and 2 with n - 2 others (it removes its own share). A coalition of
 silos that pools its updates is not modelled.
 
-**The paper analysis** (``analysis="paper"``) is Noble, Bellet, Dieuleveut (AISTATS 2022), App. B, kept to reproduce
-its numbers: Wang et al.'s subsampling bound with ratio l around the record-level K-step curve (valid only for a
-curve that bounds replacing a whole client), and the cohort's noise sigma_g sqrt(lM) credited to every local step
-(valid only when every step is additive). Neither holds for general losses; ``PAPER_UNPROVEN`` says so in results.
+Two more facts a release may state (``Release.contributors``, ``Release.colluders``), for algorithms that size noise
+shares to a trust setting (Heikkilä et al.'s joint noise): the fewest cohort members whose shares are sure to reach
+the aggregate (secure aggregation goes on with as few as its threshold t of the n invited clients, so only t - 1
+other shares are credited), and the size m of the coalition of clients that pool their updates and subtract their
+own shares (the other-silo observer is then the coalition: credited with t - 1 - m others, participation
+``Cohort.coalition_probability(m)``). The defaults (the whole cohort, m = 1) are the single other silo above.
+
+**The paper analysis** (``analysis="paper"``) reproduces a paper's own numbers; ``Release.paper`` says whose:
+
+* ``"noble"``: Noble, Bellet, Dieuleveut (AISTATS 2022), App. B: Wang et al.'s subsampling bound with ratio l around
+  the record-level K-step curve (valid only for a curve that bounds replacing a whole client), and the cohort's noise
+  sigma_g sqrt(lM) credited to every local step (valid only when every step is additive). Neither holds for general
+  losses; ``PAPER_UNPROVEN`` says so in results.
+* ``"heikkila"``: Heikkilä et al.'s joint noise (Thm 4.7 with Lemma 4.6): the sound derivation above with EVERY draw
+  credited with the cohort's shares, i.e. each local step is a central subsampled Gaussian with the summed noise.
+  Sound for one local step; for S > 1 it fails for general losses (other clients' later steps are computed at their
+  own unreleased iterates and can cancel their earlier shares): ``JOINT_PAPER_UNPROVEN``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -69,6 +83,8 @@ BOUNDARIES = ("plain", "secagg", "shuffler", "trusted")
 ANALYSES = ("sound", "paper")
 #: Which models a third party sees: every round's, or only the run's final one (privacy.release).
 RELEASES = ("every_round", "final")
+#: Whose analysis ``analysis="paper"`` applies to a release (module docstring).
+PAPERS = ("noble", "heikkila")
 
 #: What the paper analysis assumes that does not hold for general losses (reported in results.json).
 PAPER_UNPROVEN = (
@@ -77,6 +93,13 @@ PAPER_UNPROVEN = (
     "noise credit: the cohort's noise sigma sqrt(lM) credited to every local step; other clients' later local steps "
     "can cancel their earlier noise, and SCAFFOLD's control variates carry it into later rounds (sound: only draws "
     "that enter the aggregate additively with nothing computed after them)",
+)
+#: What Heikkilä et al.'s analysis assumes for S > 1 local steps that does not hold for general losses.
+JOINT_PAPER_UNPROVEN = (
+    "noise credit: the cohort's summed noise shares credited to every one of the S local steps (Heikkilä et al., "
+    "Thm 4.7 via Lemma 4.6); a client's step s is computed at its own unreleased iterate, which depends on its earlier "
+    "noise, so other clients can cancel their earlier shares and only the last step's shares reach the sum intact "
+    "(sound: the cohort's shares credited to the last step only)",
 )
 
 
@@ -98,13 +121,23 @@ class Cohort:
     probability: float
     silo_probability: float
     min_size: int
+    #: a cohort of exactly ``size`` drawn without replacement (``fixed``)
+    without_replacement: bool = False
 
     @classmethod
     def fixed(cls, population: int, size: int) -> "Cohort":
         """Exactly n of M without replacement: p = n/M; a silo in the cohort puts (n-1)/(M-1) on the owner, one
         outside it n/(M-1)."""
         silo = 1.0 if population <= 1 else min(1.0, size / (population - 1))
-        return cls(population, size, size / population, silo, size)
+        return cls(population, size, size / population, silo, size, True)
+
+    def coalition_probability(self, members: int) -> float:
+        """The chance a coalition of ``members`` other clients can put on the owner taking part, knowing which of
+        them take part: for a fixed-size cohort at most n/(M - m) (all of them outside it); Poisson and scheduled
+        cohorts: the silo's (participation is independent of the others', or certain)."""
+        if members <= 1 or not self.without_replacement:
+            return self.silo_probability
+        return 1.0 if self.population <= members else min(1.0, self.size / (self.population - members))
 
     @classmethod
     def poisson(cls, population: int, rate: float) -> "Cohort":
@@ -131,6 +164,10 @@ class Release:
         noise to each client's number of replies under a data-independent schedule (drawn from the run's seed before
         the first round) accounts conditionally on that schedule, which is sound towards every observer (knowing the
         schedule only helps one); None: the client sampler's participation.
+      contributors: the fewest cohort members whose noise shares are sure to reach the aggregate (secure
+        aggregation's dropout threshold); None: the whole cohort.
+      colluders: m, the clients of the other-silo coalition, which subtract their own shares (module docstring).
+      paper: whose analysis ``analysis="paper"`` applies (``PAPERS``).
       hidden: the round as one step of projected noisy SGD over disjoint batches (a ``ProjectedStepDpEvent``,
         its ``composed`` left out), for an observer who sees only the final model; None: the round's iterate is
         accounted by composition only.
@@ -140,6 +177,9 @@ class Release:
     additive: tuple
     sensitivity_ratio: float = 1.0
     cohort: Cohort | None = None
+    contributors: int | None = None
+    colluders: int = 1
+    paper: str = "noble"
     hidden: ProjectedStepDpEvent | None = None
 
     def __post_init__(self):
@@ -150,6 +190,24 @@ class Release:
                              f"{len(self.additive)} flags")
         if not 0 <= self.sensitivity_ratio <= 1:
             raise ValueError(f"sensitivity_ratio = {self.sensitivity_ratio} is not in [0, 1]")
+        if self.contributors is not None and self.contributors < 1:
+            raise ValueError(f"contributors = {self.contributors}: at least the owner's share reaches the aggregate")
+        if self.colluders < 1:
+            raise ValueError(f"colluders = {self.colluders}: the other-silo coalition has at least one client")
+        if self.paper not in PAPERS:
+            raise ValueError(f"paper = {self.paper!r} is not one of {PAPERS}")
+
+    def others(self, cohort: Cohort) -> int:
+        """How many other clients' shares are credited to an additive draw: min(cohort, contributors) - 1."""
+        reach = cohort.min_size if self.contributors is None else min(cohort.min_size, self.contributors)
+        return max(reach - 1, 0)
+
+    @property
+    def unproven(self) -> tuple[str, ...]:
+        """What ``analysis="paper"`` assumes of this release that does not hold for general losses."""
+        if self.paper == "noble":
+            return PAPER_UNPROVEN
+        return () if all(self.additive) else JOINT_PAPER_UNPROVEN
 
     def own(self) -> dp_event.DpEvent:
         """Every draw at the owner's own noise (what the owner's message alone releases)."""
@@ -199,15 +257,19 @@ def observer_events(
 
 def _composition_events(release: Release, cohort: Cohort, boundary: str, analysis: str) -> dict:
     """Each observer's event when it composes every round it sees."""
-    if analysis == "paper":
+    if analysis == "paper" and release.paper == "noble":
         events = _paper_events(release, cohort, boundary)
     else:
+        if analysis == "paper":  # Heikkilä et al.: every draw credited (JOINT_PAPER_UNPROVEN)
+            release = dataclasses.replace(release, additive=(True,) * len(release.step_events))
         own = release.own()
-        aggregate = _participation(cohort.probability, release.credited(cohort.min_size - 1))
+        others = release.others(cohort)
+        aggregate = _participation(cohort.probability, release.credited(others))
         events = {
             THIRD_PARTY: aggregate,
             SERVER: aggregate if boundary == "secagg" else _participation(cohort.probability, own),
-            OTHER_SILO: _participation(cohort.silo_probability, release.credited(max(cohort.min_size - 2, 0))),
+            OTHER_SILO: _participation(cohort.coalition_probability(release.colluders),
+                                       release.credited(max(others - release.colluders, 0))),
         }
     return {o: e for o, e in events.items() if o in observers_of(boundary)}
 
@@ -298,5 +360,6 @@ def _participation(probability: float, event: dp_event.DpEvent) -> dp_event.DpEv
     return event if probability >= 1 else ParticipationDpEvent(probability, event)
 
 
-__all__ = ["OBSERVERS", "THIRD_PARTY", "SERVER", "OTHER_SILO", "BOUNDARIES", "ANALYSES", "RELEASES", "PAPER_UNPROVEN", "Cohort",
+__all__ = ["OBSERVERS", "THIRD_PARTY", "SERVER", "OTHER_SILO", "BOUNDARIES", "ANALYSES", "PAPERS", "RELEASES", "PAPER_UNPROVEN",
+           "JOINT_PAPER_UNPROVEN", "Cohort",
            "Release", "local_steps_additive", "observer_events", "observers_of", "scale_noise"]

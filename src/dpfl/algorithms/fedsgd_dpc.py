@@ -193,13 +193,14 @@ class FedSGDDPC:
 
     def client_round(self, round_index: int, server: dict, clients: dict, data: ClientData,
                      ctx: ClientContext) -> ClientOutput:
-        """Each client's reply, weighted by d_i: messages {dx: -d_i eta_t (g_i + reg), weight: d_i}."""
+        """Each client's reply, weighted by d_i: messages {dx: -d_i eta_t (g_i + reg), weight: d_i}. The server state
+        may carry a leading row axis (one server state per row: ``dpfl.engine.protocol``)."""
         x = server["x"]
-        n, P = data.counts.shape[0], x.shape[0]
+        n, P = data.counts.shape[0], x.shape[-1]
         keys = ctx.streams("records").uniform([(int(c),) for c in data.counts])
         indices, mask = self.sampler.sample(data.counts, keys)
         xb, yb = data.batch(indices)
-        point = x.unsqueeze(0).expand(n, P)
+        point = x.expand(n, P)
         mean = ctx.grads.clipped_sum(point, xb, yb, mask, self.clip, norm=self.norm) / \
             self.sampler.divisor(data.counts).to(x.dtype).unsqueeze(1)
         # client i's scale is (its own noise / the least) x its sensitivity, at the declared (least) event
@@ -215,7 +216,8 @@ class FedSGDDPC:
         return ClientOutput({"dx": -self.step_size(round_index) * weight * noisy, "weight": weight}, {}, [event])
 
     def server_update(self, round_index: int, server: dict, delivered: Delivery) -> dict:
-        """x + sum_i a_i (theta_i - x) from the sums alone (Alg. 1, l. 12)."""
+        """x + sum_i a_i (theta_i - x) from the sums alone (Alg. 1, l. 12); row-wise where the state and the sums
+        carry a leading row axis."""
         if delivered.count == 0:
             return server
         if self.aggregation == "normalized":

@@ -147,7 +147,7 @@ class ProjectedNoisySGD:
         hidden = self.hidden_step(round_index)
         if not self.runs(round_index):
             return Release((), (), cohort=cohort, hidden=hidden)
-        return Release((self.mechanism.event,), (True,), 1.0, cohort, hidden)
+        return Release((self.mechanism.event,), (True,), 1.0, cohort, hidden=hidden)
 
     def examples_per_client(self, counts: torch.Tensor) -> int:
         return int(counts.max())

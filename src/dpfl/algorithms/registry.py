@@ -48,6 +48,8 @@ class Setting:
     seed: int = 0
     #: privacy.analysis
     analysis: str = "sound"
+    #: privacy.conversion (None: the analysis's)
+    conversion: str | None = None
     #: privacy.release: which models a third party sees ("every_round" or "final")
     release: str = "every_round"
     #: the [model] section (name and options) and the data's number of classes, for an algorithm that checks
@@ -151,6 +153,7 @@ def _load_builtin() -> None:
     """Imports dpfl's own algorithm modules, which register themselves."""
     import dpfl.algorithms.local_sgd  # noqa: F401  (first: the default family)
     import dpfl.algorithms.fedsgd_dpc  # noqa: F401
+    import dpfl.algorithms.joint_noise  # noqa: F401
     import dpfl.algorithms.projected_noisy_sgd  # noqa: F401
 
 

@@ -18,13 +18,18 @@ bounds both error rates of a **rank test** from above and returns the eps they i
 * test B, the mirror image: "canary if score >= T'" with T' the k-th smallest positive (FNR by the order statistic,
   FPR by Clopper-Pearson on the negatives at or above T').
 
-Each of the four rates is bounded at level alpha / 4 (the union bound: all hold together with probability
->= 1 - alpha), and the larger of the two tests' bounds is returned. Every trial counts towards both rates: no part
-of the trials is spent on choosing the test. The rank k is fixed before the scores are seen (``planned_rank``):
-the rank that maximises the expected bound if the scores followed the *claimed* mechanism's law, taken as the
-mu-GDP pair with the claimed (eps, delta) (Dong, Roth, Su 2022, "Gaussian differential privacy": N(0, 1) against
-N(mu, 1), exact for a single Gaussian release). Any fixed k gives an honest bound; the plan only makes it strong
-where the claim is tight.
+Every trial counts towards both rates: no part of the trials is spent on choosing the test. The ranks are fixed
+before the scores are seen (``planned_ranks``): a small grid, each the rank that maximises the expected bound if the
+scores followed the mu-GDP pair of an epsilon eps_j (Dong, Roth, Su 2022, "Gaussian differential privacy": N(0, 1)
+against N(mu_j, 1) with (eps_j, delta) on its curve, exact for a single Gaussian release), for eps_j = claim / d,
+d in ``CLAIM_DIVISORS`` = 1, 2, 4, 8, 16. The rank planned at the claim is the strongest where the claim is tight; a
+claim far above the truth plans it deep in the tail, where a mechanism far more private than claimed never passes
+it, and the ranks planned at its fractions see that mechanism's bulk. A grid rank whose expected bound under its own
+plan is 0 (too few trials for that epsilon) and a repeated rank are dropped. Each rate of every kept test (two
+tests, A and B, per rank, two rates each) is bounded at its own level, the levels summing to alpha (Bonferroni: all
+hold together with probability >= 1 - alpha): the rank planned at the claim gets ``CLAIM_SHARE`` = 1/2 of alpha (all
+of it when it is the only one), the others share the rest equally. The largest bound of every kept test is
+returned. Any fixed ranks give an honest bound; the plan only decides where it is strong.
 
 **One run** (Steinke, Nasr, Jagielski, NeurIPS 2023, "Privacy auditing with one (1) training run", Theorem 5.2 and
 its p-value algorithm): m canaries, each included independently with probability 1/2; the auditor guesses r of them
@@ -39,6 +44,7 @@ as recalled (the delta term as in its Algorithm 2); not cross-checked against th
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -97,14 +103,46 @@ def claimed_mu(epsilon: float, delta: float) -> float:
     return float(optimize.brentq(lambda mu: gdp_epsilon(mu, delta) - epsilon, low, high, xtol=1e-6))
 
 
-def planned_rank(mu: float, n0: int, n1: int, delta: float, alpha: float) -> int:
-    """The rank k of test A (module docstring) with the largest bound at the expected error counts of N(0, 1)
-    negatives against N(mu, 1) positives, each rate bounded at level ``alpha``: the threshold's expected quantile
-    is k / (n0 + 1), its expected false negatives n1 Phi(T - mu)."""
+def _expected_bounds(mu: float, n0: int, n1: int, delta: float, alpha: float) -> np.ndarray:
+    """Test A's bound at every rank k = 1..n0 at the expected error counts of N(0, 1) negatives against N(mu, 1)
+    positives, each rate bounded at level ``alpha``: the threshold's expected quantile is k / (n0 + 1), its expected
+    false negatives n1 Phi(T - mu)."""
     k = np.arange(1, n0 + 1)
     false_neg = n1 * stats.norm.cdf(stats.norm.isf(k / (n0 + 1)) - mu)
-    eps = _epsilon(clopper_pearson_upper(k - 1, n0, alpha), clopper_pearson_upper(false_neg, n1, alpha), delta)
-    return int(k[np.argmax(eps)])
+    return _epsilon(clopper_pearson_upper(k - 1, n0, alpha), clopper_pearson_upper(false_neg, n1, alpha), delta)
+
+
+def planned_rank(mu: float, n0: int, n1: int, delta: float, alpha: float) -> int:
+    """The rank k of test A (module docstring) with the largest expected bound (``_expected_bounds``)."""
+    return int(np.argmax(_expected_bounds(mu, n0, n1, delta, alpha))) + 1
+
+
+#: The grid of planned ranks: ranks planned at claim / d for these d (module docstring).
+CLAIM_DIVISORS = (1, 2, 4, 8, 16)
+#: The share of the level spent on the rank planned at the claim itself (the rest is split over the others).
+CLAIM_SHARE = 0.5
+
+
+def _levels(count: int, alpha: float) -> list[float]:
+    """The levels of ``count`` planned ranks, the first planned at the claim (module docstring): they sum to alpha."""
+    if count == 1:
+        return [alpha]
+    return [CLAIM_SHARE * alpha] + [(1 - CLAIM_SHARE) * alpha / (count - 1)] * (count - 1)
+
+
+@functools.lru_cache(maxsize=64)
+def planned_ranks(claimed_epsilon: float, n0: int, n1: int, delta: float,
+                  alpha: float) -> tuple[tuple[int, float], ...]:
+    """(rank, level) of every test planned for ``claimed_epsilon`` (module docstring), the levels summing to
+    ``alpha``; a function of the claim, the numbers of runs, delta and alpha alone (never of the scores)."""
+    nominal = _levels(len(CLAIM_DIVISORS), alpha)
+    kept: list[int] = []
+    for j, divisor in enumerate(CLAIM_DIVISORS):
+        expected = _expected_bounds(claimed_mu(claimed_epsilon / divisor, delta), n0, n1, delta, nominal[j])
+        rank = int(np.argmax(expected)) + 1
+        if (j == 0 or expected[rank - 1] > 0) and rank not in kept:
+            kept.append(rank)
+    return tuple(zip(kept, _levels(len(kept), alpha)))
 
 
 def _rank_test(negatives: np.ndarray, positives: np.ndarray, rank: int, delta: float, alpha: float):
@@ -140,19 +178,21 @@ class LowerBound:
     false_negatives: int
     negatives: int
     positives: int
+    ranks: tuple[int, ...] = ()  # every planned rank, each tested (A and B) under the union bound
 
     def to_dict(self) -> dict:
         rule = "score > threshold" if self.test == "A" else "score >= threshold"
         return {"lower_bound": self.epsilon, "confidence": self.confidence, "rule": f"canary if {rule}",
                 "rank": self.rank, "threshold": self.threshold, "false_positives": self.false_positives,
-                "false_negatives": self.false_negatives, "trials": [self.negatives, self.positives]}
+                "false_negatives": self.false_negatives, "trials": [self.negatives, self.positives],
+                "planned_ranks": list(self.ranks)}
 
 
 def many_run_lower_bound(negatives, positives, delta: float, confidence: float = 0.95, *,
                          claimed_epsilon: float = math.inf, rank: int | None = None) -> LowerBound:
     """A (``confidence``) lower bound on epsilon from scores of independent runs without (``negatives``) and with
-    (``positives``) the canary, oriented so that the canary raises the score: the better of the rank tests A and B
-    (module docstring) at ``rank`` (default: ``planned_rank`` for the mu-GDP twin of ``claimed_epsilon``)."""
+    (``positives``) the canary, oriented so that the canary raises the score: the best of the rank tests A and B
+    (module docstring) at the ranks ``planned_ranks`` for ``claimed_epsilon``, or at ``rank`` alone."""
     negatives, positives = np.asarray(negatives, float).ravel(), np.asarray(positives, float).ravel()
     if not 0 < confidence < 1:
         raise ValueError(f"confidence = {confidence} is not in (0, 1)")
@@ -160,17 +200,22 @@ def many_run_lower_bound(negatives, positives, delta: float, confidence: float =
         raise ValueError("a lower bound needs at least 1 run with and 1 without the canary")
     if not (np.isfinite(negatives).all() and np.isfinite(positives).all()):
         raise ValueError("non-finite scores")
-    alpha = (1 - confidence) / 4  # four rates, bounded together by the union bound
+    alpha = (1 - confidence) / 4  # four rates per rank, bounded together by the union bound
     n0, n1 = negatives.size, positives.size
-    if rank is None:
-        rank = planned_rank(claimed_mu(claimed_epsilon, delta), n0, n1, delta, alpha)
-    if not 1 <= rank <= min(n0, n1):
-        raise ValueError(f"rank = {rank} is not in [1, {min(n0, n1)}]")
-    a = _rank_test(negatives, positives, rank, delta, alpha)
-    b = _rank_test(-positives, -negatives, rank, delta, alpha)  # test B: test A with the roles of the worlds swapped
-    if a[0] >= b[0]:
-        return LowerBound(a[0], confidence, "A", rank, a[1], a[2], a[3], n0, n1)
-    return LowerBound(b[0], confidence, "B", rank, -b[1], b[3], b[2], n0, n1)
+    plan = planned_ranks(float(claimed_epsilon), n0, n1, delta, alpha) if rank is None else ((rank, alpha),)
+    for k, _ in plan:
+        if not 1 <= k <= min(n0, n1):
+            raise ValueError(f"rank = {k} is not in [1, {min(n0, n1)}]")
+    ranks = tuple(k for k, _ in plan)
+    best = None
+    for k, level in plan:
+        a = _rank_test(negatives, positives, k, delta, level)
+        b = _rank_test(-positives, -negatives, k, delta, level)  # test B: test A with the worlds' roles swapped
+        found = LowerBound(a[0], confidence, "A", k, a[1], a[2], a[3], n0, n1, ranks) if a[0] >= b[0] else \
+            LowerBound(b[0], confidence, "B", k, -b[1], b[3], b[2], n0, n1, ranks)
+        if best is None or found.epsilon > best.epsilon:
+            best = found
+    return best
 
 
 def roc_curve(negatives, positives) -> tuple[np.ndarray, np.ndarray]:
@@ -218,6 +263,7 @@ def one_run_lower_bound(m: int, r: int, v: int, delta: float = 0.0, confidence: 
     return low
 
 
-__all__ = ["clopper_pearson", "clopper_pearson_upper", "claimed_mu", "planned_rank", "fewest_runs", "LowerBound",
+__all__ = ["clopper_pearson", "clopper_pearson_upper", "claimed_mu", "planned_rank", "planned_ranks", "CLAIM_DIVISORS",
+           "CLAIM_SHARE", "fewest_runs", "LowerBound",
            "many_run_lower_bound", "roc_curve",
            "one_run_p_value", "one_run_lower_bound"]

@@ -1,5 +1,7 @@
-"""The audit's canaries for the LocalSGD family, run through the real ``client_round``: a white-box "Dirac" canary
-(below) and an input-space canary (``input_canary``: a real record; ``NullRecordGradients``: its zero-out neighbour).
+"""The audit's canaries, run through the real ``client_round`` of any algorithm that takes its per-example gradients
+from the gradient oracle ``ctx.grads`` (``CohortGradients.clipped_sum``): the canaries wrap that oracle and mark the
+data, nothing else. A white-box "Dirac" canary (below) and an input-space canary (``input_canary``: a real record;
+``NullRecordGradients``: its zero-out neighbour).
 
 Nasr, Hayes, Steinke, Balle, Tramer, Jagielski, Carlini, Terzis (USENIX Security 2023), "Tight auditing of
 differentially private machine learning", Sec. 4: the strongest record for auditing DP-SGD is one whose clipped
@@ -11,7 +13,8 @@ the update's coordinate along e, where the other records contribute nothing and 
 loss does not depend on it, so no real record's gradient touches it, and weight decay and the noise treat it like
 any other coordinate. A record is marked through its label (the data's labels are >= 0):
 
-* ``CANARY`` (-1): the canary, gradient exactly C e (norm C = the clip bound, so clipping does not change it);
+* ``CANARY`` (-1): the canary, gradient exactly C e (norm C = the clip bound in l2 and in l1, so clipping in either
+  norm does not change it);
 * ``OPPOSITE`` (-2): its replace-one neighbour, gradient -C e. Replacing a record changes one clipped term of the
   batch sum by at most 2C in norm; -C e attains that along e (and changes nothing else), so it is the worst-case
   replacement: the sum moves by exactly the sensitivity 2C the accounting assumes (``RecordSampler.mean_sensitivity``);
@@ -110,15 +113,19 @@ class ManyDiracCanaryGradients:
 
 class NullRecordGradients:
     """The run's gradient oracle with records marked ``ABSENT`` given gradient 0 (the zero-out neighbour of an input
-    canary: the client's count, hence its divisor, stays the same). Duck-typed like ``CohortGradients``."""
+    canary: the client's count, hence its divisor, stays the same). Duck-typed like ``CohortGradients``. It keeps
+    the clipping the algorithm asked for (``clipping``: the bound and the norm of its last call), with which the
+    input canary's own gradient is clipped."""
 
     def __init__(self, base):
         self.base = base
+        self.clipping: tuple | None = None
 
     def initial_params(self) -> torch.Tensor:
         return self.base.initial_params()
 
     def clipped_sum(self, theta, x, y, mask, clip, **kwargs):
+        self.clipping = (clip, kwargs)
         absent = y == ABSENT
         return self.base.clipped_sum(theta, x, y.masked_fill(absent, 0), mask * (~absent).to(mask.dtype), clip,
                                      **kwargs)

@@ -17,11 +17,16 @@ The views follow the run's boundary and release policy (``dpfl.accounting.observ
   w = the cohort size exposes a noise draw that every client reuses (the silo knows its own draw, hence everyone's).
   Any w is post-processing of the silo's view: honest.
 
-White-box score of a round: sum over the observed updates u of w_u <u, g_t>, g_t the canary's (clipped) gradient at
-the round's model, w = -1 for model moves and dy (a step moves against the gradient) and w = + eta_l K for dc (a
-mean gradient, put on dy's scale). Scores are oriented so that the canary raises them (``dpfl.audit.bounds``).
+White-box score of a round: sum over the observed tensors u (every message with the parameter axis, or the model's
+move) of w_u <u, g_t>, g_t the canary's (clipped) gradient at the round's model and w_u = 1 / r_u(t), the inverse of
+the canary's measured shift of u along g (``dpfl.audit.response``: a step against the gradient gets w < 0, a tensor
+the canary does not move w = 0). Scores are oriented so that the canary raises them (``dpfl.audit.bounds``).
 For a Gaussian mechanism on a Dirac canary the coordinate along e is the likelihood-ratio statistic of a round's view
-(no other record moves it), so thresholding it is the optimal test (Neyman-Pearson). Any fixed score is
+(no other record moves it), so thresholding it is the optimal test (Neyman-Pearson). For a Laplace mechanism
+(FedSGD-DPC) the log likelihood ratio of one release, (|v + a| - |v - a|) / b for means -a, +a and scale b, is the
+coordinate clipped to [-a, a]: a monotone function of it, so thresholding the coordinate is as strong for one release
+(the rank test's threshold is placed at the claim's scale; over several releases the clipped sum would be the
+likelihood ratio, not implemented). Any fixed score is
 post-processing of the observer's view: the bound stays honest whichever score is used, only its strength varies.
 """
 
@@ -69,13 +74,14 @@ def observed_updates(observer: str, boundary: str, view: RoundView, canary_clien
     return {"x": view.after["x"] - view.before["x"]}
 
 
-def white_box_score(updates: dict[str, torch.Tensor], gradient: torch.Tensor, dc_weight: float) -> torch.Tensor:
-    """[trials]: sum over the updates of w_u <u, g> (module docstring), in float64."""
-    weights = {"x": -1.0, "dy": -1.0, "dc": dc_weight}
+def white_box_score(updates: dict[str, torch.Tensor], gradient: torch.Tensor, weights: dict[str, float]) -> torch.Tensor:
+    """[trials]: sum over the updates of w_u <u, g> (module docstring), in float64; ``weights`` w_u per tensor name
+    (a tensor without a weight, such as a message without the parameter axis, is left out)."""
     g = gradient.double()
     total = torch.zeros(g.shape[0], dtype=torch.float64)
     for name, update in updates.items():
-        total += weights[name] * (update.double() * g).sum(1)
+        if weights.get(name, 0.0):
+            total += weights[name] * (update.double() * g).sum(1)
     return total
 
 

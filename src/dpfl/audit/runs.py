@@ -1,7 +1,13 @@
 """The many-run audit: the real algorithm run N times with a canary and N times with its neighbour, R rounds each,
 every trial a fresh draw of the run's randomness (``dpfl.audit.trials``); each observer's score per trial
-(``dpfl.audit.distinguisher``); a lower bound on epsilon (``dpfl.audit.bounds``) to compare with the epsilon the
-run's sound analysis claims for those R rounds.
+(``dpfl.audit.distinguisher``, weighted by the canary's measured response, ``dpfl.audit.response``); a lower bound on
+epsilon (``dpfl.audit.bounds``) to compare with the epsilon the run's sound analysis claims for those R rounds.
+
+Any registered algorithm is audited through the protocol alone (``dpfl.engine.protocol``): the canaries wrap the
+gradient oracle ``ctx.grads`` and mark the data, the scores read the messages the algorithm sends, and the trials are
+rows with a leading trial axis on the server state. An algorithm that cannot carry a canary (it does not take its
+per-example gradients from ``ctx.grads.clipped_sum``, asks the oracle for per-example norms, or sends no message with
+the parameter axis) gets a ConfigError naming what is missing.
 
 Canaries (``dpfl.audit.canary``), in the record ``canary_record`` of client ``canary_client``; the neighbour follows
 the relation the accountant assumes (``canary.neighbour_mark``):
@@ -31,7 +37,8 @@ from dp_accounting import dp_event
 
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import THIRD_PARTY
-from dpfl.audit import bounds, canary, distinguisher
+from dpfl.audit import bounds, canary, distinguisher, response
+from dpfl.audit.response import no_canary_path
 from dpfl.audit.trials import World, run_world
 from dpfl.engine.boundary import Delivery
 from dpfl.engine.protocol import ClientContext, ClientData
@@ -83,16 +90,14 @@ def claimed_epsilon(sim, observer: str, events: dict | None = None, rounds: int 
     return claims(sim, events, rounds)[observer]
 
 
-def _auditable(sim):
-    """(algorithm, train) of ``sim``, if its algorithm can carry the canaries (the LocalSGD family with a fixed
-    clip: a gradient-oracle canary)."""
-    algorithm = sim.algorithm
-    if not hasattr(algorithm, "noisy_gradient"):
-        raise ConfigError("algorithm.name", type(algorithm).__name__,
-                          "an algorithm of the LocalSGD family (the canaries are gradient-oracle canaries)")
-    if getattr(algorithm, "clip_heuristic", "fixed") != "fixed":
-        raise ConfigError("algorithm.clip_heuristic", algorithm.clip_heuristic, "'fixed' to be audited")
-    return algorithm, sim.train
+def _neighbour_mark(algorithm) -> int:
+    """The mark of the canary's neighbour under the relation ``algorithm`` is accounted under."""
+    relation = getattr(algorithm, "neighboring", None)
+    try:
+        return canary.neighbour_mark(relation)
+    except ValueError:
+        raise no_canary_path(algorithm, f"its neighboring relation is {relation!r} (expected 'replace_one', "
+                                        "'zero_out' or 'add_remove')") from None
 
 
 @dataclass(frozen=True)
@@ -107,13 +112,13 @@ class Canary:
 
 def make_canary(sim, kind: str, scale: float = 1.0, canary_client: int = 0, canary_record: int = 0) -> Canary:
     """The ``kind`` canary of ``sim``'s run (module docstring); ``scale`` (Dirac only) multiplies its gradient."""
-    algorithm, train = _auditable(sim)
+    algorithm, train = sim.algorithm, sim.train
     if kind not in CANARIES:
         raise ConfigError("--canary", kind, f"one of {list(CANARIES)}")
     if not 0 <= canary_record < int(train.counts[canary_client]):
         raise ConfigError("canary_record", canary_record, f"a record of client {canary_client} "
                           f"(0..{int(train.counts[canary_client]) - 1})")
-    out_mark = canary.neighbour_mark(algorithm.neighboring)
+    out_mark = _neighbour_mark(algorithm)
     if kind == "dirac":
         grads = canary.DiracCanaryGradients(sim.grads, scale)
         worlds = tuple(World(train.x, canary.mark(train.y, canary_client, canary_record, label), grads)
@@ -133,10 +138,15 @@ def make_canary(sim, kind: str, scale: float = 1.0, canary_client: int = 0, cana
     def record(n: int):
         return features.expand(n, *features.shape), torch.full((n,), label)
 
-    def gradient(theta):
+    def gradient(theta):  # clipped as the algorithm clips (the bound and norm of its calls to the oracle)
+        if grads.clipping is None:
+            raise no_canary_path(algorithm, "it never called ctx.grads.clipped_sum")
+        clip, options = grads.clipping
+        if isinstance(clip, torch.Tensor) and clip.numel() > 1:
+            raise no_canary_path(algorithm, "it clips at a bound per client (the input canary needs one bound)")
         x, y = record(theta.shape[0])
-        return sim.grads.clipped_sum(theta, x.unsqueeze(1), y.unsqueeze(1), torch.ones(theta.shape[0], 1),
-                                     algorithm.clip)
+        return sim.grads.clipped_sum(theta, x.unsqueeze(1), y.unsqueeze(1), torch.ones(theta.shape[0], 1), clip,
+                                     **options)
 
     def loss(theta):
         return sim.grads.example_losses(theta, *record(theta.shape[0]))
@@ -155,7 +165,7 @@ def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind:
                    progress: bool = False) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{observer: (scores without, scores with the canary)} from the same ``trials`` runs of ``rounds`` rounds per
     world (``distinguisher``: the views and scores; ``release``: which models the third party sees)."""
-    algorithm, train = _auditable(sim)
+    train = sim.train
     for observer in observers:
         distinguisher.check_view(observer, sim.boundary.name, train.num_clients, score)
     if release not in RELEASES:
@@ -166,9 +176,13 @@ def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind:
         raise ConfigError("--score", score, "'white-box' with --canary dirac (a Dirac canary has no loss; the "
                           "black-box score needs --canary input)")
     target = make_canary(sim, canary_kind, scale, canary_client, canary_record)
+    weights = response.round_weights(sim, target, rounds, canary_client)
+    moves = [1.0 / w[response.MOVE] for w in weights if w[response.MOVE]]
+    # x_R - x_0, the rounds' moves together: weighted by 1 / (the rounds' mean response), so that with equal rounds
+    # the last model alone scores as the sum of every round's move does
+    final_weight = {response.MOVE: len(moves) / sum(moves) if moves and sum(moves) else 0.0}
     silo = (1 if canary_client == 0 else 0) if silo is None else silo
     fixed = sim.clients.scheme != "poisson"
-    dc_weight = algorithm.local_lr * algorithm.local_steps
 
     def at_the_end(observer: str) -> bool:  # scored from the last model alone
         return score == "loss" or (observer == THIRD_PARTY and release == "final")
@@ -183,7 +197,7 @@ def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind:
                 if not at_the_end(observer):
                     seen = distinguisher.observed_updates(observer, sim.boundary.name, view, canary_client, silo,
                                                           fixed, silo_weight)
-                    totals[observer] += distinguisher.white_box_score(seen, g, dc_weight)
+                    totals[observer] += distinguisher.white_box_score(seen, g, weights[view.round])
 
         final = run_world(sim, world, index, trials, rounds, observe, progress)["x"]
         x0 = world.grads.initial_params().expand(trials, -1)
@@ -191,7 +205,8 @@ def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind:
             if score == "loss":
                 totals[observer] = -target.loss(final).double()
             elif at_the_end(observer):
-                totals[observer] = distinguisher.white_box_score({"x": final - x0}, target.gradient(x0), dc_weight)
+                totals[observer] = distinguisher.white_box_score({"x": final - x0}, target.gradient(x0),
+                                                                 final_weight)
             out[observer].append(totals[observer].detach().numpy())
     return {observer: (scores[0], scores[1]) for observer, scores in out.items()}
 
@@ -258,19 +273,20 @@ def one_run_scores(sim, observer: str, canaries: int, *, scale: float = 1.0, see
     """(included [m] bools, scores [m]) of ONE run of round 0 with ``canaries`` Dirac canaries, each included with
     probability 1/2 (else its neighbour under the run's relation), on coordinates of their own
     (``canary.ManyDiracCanaryGradients``). Canary i replaces one record, spread round-robin over the clients (the
-    other silo's own clients excluded when it is the observer). The score of canary i is minus the observer's view
-    along e_i (a gradient step moves the model against the canary's gradient): the views of
-    ``dpfl.audit.distinguisher``, read per canary (the plain server reads canary i's owner's message)."""
-    algorithm, train = _auditable(sim)
+    other silo's own clients excluded when it is the observer). The score of canary i is the observer's view along
+    e_i, weighted as in the many-run audit (``dpfl.audit.response``, probed with one Dirac canary in round 0): the
+    views of ``dpfl.audit.distinguisher``, read per canary (the plain server reads canary i's owner's messages)."""
+    algorithm, train = sim.algorithm, sim.train
     population = train.num_clients
     distinguisher.check_view(observer, sim.boundary.name, population)
     hosts = [c for c in range(population) if not (observer == distinguisher.OTHER_SILO and c == silo)]
     slots = [(c, r) for r in range(int(train.counts.max())) for c in hosts if r < int(train.counts[c])]
     if canaries < 2 or canaries > len(slots):
         raise ConfigError("--canaries", canaries, f"between 2 and the {len(slots)} records the canaries can replace")
+    weights = response.round_weights(sim, make_canary(sim, "dirac", canary_client=hosts[0]), 1, hosts[0])[0]
     rng = np.random.default_rng(np.random.SeedSequence(sim.seed, spawn_key=(_ONE_RUN_KEY, seed)))
     included = rng.integers(0, 2, canaries).astype(bool)
-    out_sign = canary.SIGNS[canary.neighbour_mark(algorithm.neighboring)]
+    out_sign = canary.SIGNS[_neighbour_mark(algorithm)]
     signs = torch.tensor(np.where(included, 1.0, out_sign) * scale)
     grads = canary.ManyDiracCanaryGradients(sim.grads, signs)
     owner = torch.tensor([c for c, _ in slots[:canaries]])
@@ -279,14 +295,16 @@ def one_run_scores(sim, observer: str, canaries: int, *, scale: float = 1.0, see
         y_all[c, r] = canary.FIRST_OF_MANY - i
     x0 = grads.initial_params()
     server = algorithm.init_state(x0, 1).server
-    declared = [noise_of(e) for e in algorithm.release(0, sim.state, train).step_events]
-    cohort = sim.clients.sample(0, int(rng.integers(0, 2**62)))
+    release = algorithm.release(0, sim.state, train)
+    declared = [noise_of(e) for e in release.step_events]
+    cohort_seed = int(rng.integers(0, 2**62))
+    cohort = sim.clients.sample(0, sim.seed if release.cohort is not None else cohort_seed)  # a fixed schedule: the run's
     chunk = sim.chunk_size(max(int(cohort.numel()), 1))
     parts: dict[str, list] = {}
     for start in range(0, cohort.numel(), chunk):
         rows = cohort[start:start + chunk]
-        state = algorithm.init_state(x0, rows.numel())
-        result = algorithm.client_round(0, server, state.rows(torch.arange(rows.numel())),
+        state = algorithm.init_state(x0, population)
+        result = algorithm.client_round(0, server, state.rows(rows),
                                         ClientData(train.x[rows], y_all[rows], train.counts[rows]),
                                         ClientContext(grads, sim.seed, 0, rows))
         check_drawn(0, result.events, declared)
@@ -294,23 +312,26 @@ def one_run_scores(sim, observer: str, canaries: int, *, scale: float = 1.0, see
             parts.setdefault(name, []).append(value)
     messages = {name: torch.cat(value) for name, value in parts.items()}
     coords = grads.base_params + torch.arange(canaries)
-    dy = messages["dy"].double()
-    total = dy.sum(0)
     row_of = {int(c): i for i, c in enumerate(cohort)}
 
-    def own(client: int) -> torch.Tensor:
-        return dy[row_of[client]] if client in row_of else torch.zeros_like(total)
+    def own(name: str, client: int) -> torch.Tensor:
+        value = messages[name].double()
+        return value[row_of[client]] if client in row_of else torch.zeros_like(value[0])
+
+    def weighted(view_of) -> torch.Tensor:  # sum over the messages u the canary moves of w_u x (the view of u)
+        return sum(w * view_of(name) for name, w in weights.items() if w and name != response.MOVE)
 
     if observer == distinguisher.SERVER and sim.boundary.name == "secagg":
-        view = total[coords]
+        view = weighted(lambda name: messages[name].double().sum(0)[coords])
     elif observer == distinguisher.SERVER:
-        view = torch.stack([own(int(c))[int(k)] for c, k in zip(owner, coords)])
+        view = weighted(lambda name: torch.stack([own(name, int(c))[int(k)] for c, k in zip(owner, coords)]))
     elif observer == distinguisher.OTHER_SILO and sim.clients.scheme != "poisson":
-        view = (total - silo_weight * own(silo))[coords]
+        view = weighted(lambda name: (messages[name].double().sum(0) - silo_weight * own(name, silo))[coords])
     else:
         delivery = Delivery({name: value.sum(0) for name, value in messages.items()}, int(cohort.numel()), population)
-        view = (algorithm.server_update(0, server, delivery)["x"] - server["x"])[coords].double()
-    return included, -view.numpy()
+        moved = algorithm.server_update(0, server, delivery)[response.MOVE] - server[response.MOVE]
+        view = weights[response.MOVE] * moved[coords].double()
+    return included, view.numpy()
 
 
 def one_run_audit(sim, observer: str, canaries: int = 1000, guesses: int | None = None, *,

@@ -3,10 +3,12 @@
 The pattern of ``dpfl.algorithms.worst_case``, extended over rounds: every trial keeps its own server state (a
 leading trial axis: ``dpfl.engine.protocol`` lets an algorithm take one server state per row) and its own client
 states (one per (trial, client)); in round t every trial draws its own cohort with the run's client sampler (from its
-own seed, so client sampling is audited too), and every cohort member of every trial becomes one row of ONE batched
-``client_round`` call (chunked to ``run.memory_mb``) with its own client id, (world * N + trial) * M + client, so that
-its record and noise streams (named by (seed, round, client id, purpose), ``dpfl.engine.randomness``) are
-independent of every other row's and of every other round's. The noise actually drawn is checked against the
+own seed, so client sampling is audited too; an algorithm whose release fixes the cohort schedule, ``Release.cohort``,
+is accounted conditionally on the run's schedule, which every trial then follows), and every cohort member of every
+trial becomes one row of ONE batched ``client_round`` call (chunked to ``run.memory_mb``) with its client id and
+streams named by its own stream id, (world * N + trial) * M + client (``ClientContext.stream_ids``), so that its
+record and noise streams (named by (seed, round, stream id, purpose), ``dpfl.engine.randomness``) are independent of
+every other row's and of every other round's. The noise actually drawn is checked against the
 declared release, as the simulator does. The server step runs once per distinct cohort size (all trials of a fixed
 cohort at once), on each trial's sums of the messages.
 
@@ -68,8 +70,11 @@ class RoundView:
             0, self.trial_of_row[rows], value[rows])
 
 
-def cohorts(sim, world: int, round_index: int, trials: int) -> list[torch.Tensor]:
-    """Each trial's cohort of round ``round_index`` (the run's client sampler, seeded per (world, trial))."""
+def cohorts(sim, world: int, round_index: int, trials: int, scheduled: bool = False) -> list[torch.Tensor]:
+    """Each trial's cohort of round ``round_index``: the run's client sampler, seeded per (world, trial), or, when the
+    release fixes the schedule (``scheduled``), the run's own cohort in every trial."""
+    if scheduled:
+        return [sim.clients.sample(round_index, sim.seed)] * trials
     seeds = np.random.SeedSequence(sim.seed, spawn_key=(_COHORT_KEY, world)).generate_state(trials, np.uint64) >> 1
     return [sim.clients.sample(round_index, int(s)) for s in seeds]
 
@@ -86,11 +91,12 @@ def run_world(sim, world: World, index: int, trials: int, rounds: int, observe: 
     states = initial.clients  # row trial * M + client
     started = time.perf_counter()
     for t in range(rounds):
-        members = cohorts(sim, index, t, trials)
+        release = algorithm.release(t, sim.state, train)
+        members = cohorts(sim, index, t, trials, scheduled=release.cohort is not None)
         clients = torch.cat(members) if members else torch.zeros(0, dtype=torch.long)
         trial_of_row = torch.repeat_interleave(torch.arange(trials), torch.tensor([c.numel() for c in members]))
-        ids = (index * trials + trial_of_row) * population + clients
-        declared = [noise_of(e) for e in algorithm.release(t, sim.state, train).step_events]
+        streams = (index * trials + trial_of_row) * population + clients
+        declared = [noise_of(e) for e in release.step_events]
         chunk = sim.chunk_size(max(int(clients.numel()), 1))
         parts: dict[str, list] = {}
         for start in range(0, clients.numel(), chunk):
@@ -100,7 +106,7 @@ def run_world(sim, world: World, index: int, trials: int, rounds: int, observe: 
                 t, {name: value[trial_rows] for name, value in server.items()},
                 {name: value[state_rows] for name, value in states.items()},
                 ClientData(world.x[rows], world.y[rows], train.counts[rows]),
-                ClientContext(world.grads, sim.seed, t, ids[start:start + chunk]))
+                ClientContext(world.grads, sim.seed, t, rows, streams[start:start + chunk]))
             check_drawn(t, result.events, declared)
             for name, value in result.messages.items():
                 parts.setdefault(name, []).append(value)

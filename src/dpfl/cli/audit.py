@@ -29,7 +29,8 @@ def configure(commands) -> None:
         description="Run R rounds of CONFIG's algorithm TRIALS times with a canary and TRIALS times with its "
                     "neighbour; print the claimed epsilon of those rounds and a lower bound that holds with the given "
                     "confidence (a lower bound above the claim is a bug).")
-    audit.add_argument("config", help="path of the TOML config (a LocalSGD-family algorithm with a fixed clip)")
+    audit.add_argument("config", help="path of the TOML config (any algorithm that takes its per-example gradients "
+                                      "from the gradient oracle, with a fixed clip)")
     audit.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key (repeatable)")
     audit.add_argument("--observer", required=True, choices=OBSERVERS, help="whose view is audited")

@@ -77,15 +77,20 @@ class ClientData:
 @dataclass
 class ClientContext:
     """What a chunk's client work may use besides its state and data: the model's gradient oracle and the chunk's
-    random streams (one per client, named by (run seed, round, client id, purpose): ``dpfl.engine.randomness``)."""
+    random streams (one per client, named by (run seed, round, client id, purpose): ``dpfl.engine.randomness``).
+
+    ``ids`` are the rows' clients (what per-client parameters are indexed by); ``stream_ids`` name their streams
+    (default: ``ids``). The empirical audit runs many independent copies of one client as rows: the same client id,
+    each with streams of its own."""
 
     grads: CohortGradients
     seed: int
     round: int
     ids: torch.Tensor
+    stream_ids: torch.Tensor | None = None
 
     def streams(self, purpose: str) -> ClientStreams:
-        return ClientStreams(self.seed, self.round, self.ids, purpose)
+        return ClientStreams(self.seed, self.round, self.ids if self.stream_ids is None else self.stream_ids, purpose)
 
 
 @dataclass

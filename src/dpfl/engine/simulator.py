@@ -141,7 +141,7 @@ class Simulation:
             messages.append(out.messages)
             for name, rows in out.state.items():
                 self.state.clients[name][ids] = rows
-        delivered = self.boundary.collect(messages, self.train.num_clients, self.seed, t)
+        delivered = self.boundary.collect(messages, self.train.num_clients, self.seed, t, cohort)
         self.state.server = self.algorithm.server_update(t, self.state.server, delivered)
         self.next_round = t + 1
         if not bool(torch.isfinite(self.model).all()):

@@ -111,7 +111,7 @@ class RunAccounting:
             algorithm, events = self._declared_rounds(config, noise, rounds)
             ledger = runner.build_ledger(config, boundary_of(config), self.delta, algorithm,
                                          budget=False)
-            epsilon = ledger.epsilon_after(events, [self.observer])[self.observer]
+            epsilon = ledger.epsilon_after(self.observer, [round_events[self.observer] for round_events in events])
             self._memo[key] = epsilon, {
                 "delta": ledger.delta, "analysis": ledger.analysis, "conversion": ledger.conversion,
                 "neighboring": ledger.neighboring, "accountant": ledger.accountants_after(events)[self.observer]}
@@ -133,8 +133,9 @@ class RunAccounting:
 
 
 def boundary_of(config: dict) -> Boundary:
-    """The run's boundary: privacy.boundary, and which models a third party sees (privacy.release)."""
-    return Boundary(config["privacy"]["boundary"], config["privacy"]["release"])
+    """The boundary the run accounts for (``runner.boundary_name``), and which models a third party sees
+    (privacy.release)."""
+    return Boundary(runner.boundary_name(config["privacy"]), released=config["privacy"]["release"])
 
 
 def calibrate_noise(run: RunAccounting, target_epsilon: float, *, rtol: float = NOISE_RTOL,

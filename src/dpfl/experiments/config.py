@@ -65,6 +65,10 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "analysis": (str, "sound", ("sound", "paper"), "'paper': Noble et al. 2022's accountant (unproven)"),
         "conversion": ((str, type(None)), None, (None, "classic", "modern"), "RDP -> DP; default: the analysis's"),
         "boundary": (str, "plain", ("plain", "secagg", "shuffler", "trusted"), "what the server receives"),
+        "secure_aggregation": (bool, False, None, "compute each round's sum by secure aggregation (Bonawitz et al. "
+                                                  "2017: quantise, mask, sum mod 2^secagg_bits, decode); the boundary "
+                                                  "is then 'secagg'"),
+        "secagg_bits": (int, 32, None, "the ring Z_(2^bits) of privacy.secure_aggregation"),
         "release": (str, "every_round", ("every_round", "final"), "which models a third party sees"),
     },
     "run": {
@@ -82,6 +86,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
 MODEL_KEYS: dict[str, dict[str, tuple]] = {
     "logreg": {"bias": (bool, True, None, "the intercept b (Zhou et al. 2021 use none)")},
     "femnist-cnn": {},
+    "papernot-cnn": {},
     "mlp": {
         "hidden": (list, [200], None, "hidden layer widths"),
         "activation": (str, "relu", ("relu", "tanh", "sigmoid", "elu"), "hidden activation"),

@@ -41,11 +41,10 @@ from pathlib import Path
 import torch
 
 from dpfl.accounting.ledger import PrivacyLedger
-from dpfl.accounting.observers import PAPER_UNPROVEN
 from dpfl.algorithms import registry
 from dpfl.data import FederatedDataset, build_dataset
 from dpfl.data.footprint import check_data_memory, size
-from dpfl.engine.boundary import Boundary
+from dpfl.engine.boundary import Boundary, SecureAggregation
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.sampling import ClientSampler
 from dpfl.engine.simulator import Simulation
@@ -71,7 +70,7 @@ def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
     delta = run_delta(config, dataset)
     algorithm = build_algorithm(config, dataset, delta)
     check_warm_rounds(config, algorithm)
-    boundary = Boundary(privacy_cfg["boundary"], privacy_cfg["release"])
+    boundary = build_boundary(privacy_cfg, algorithm, dataset.train.counts)
     ledger = build_ledger(config, boundary, delta, algorithm, budget=True)
     sim = Simulation(
         dataset.train, dataset.test, CohortGradients(model), algorithm, clients, ledger, seed=run_cfg["seed"],
@@ -141,8 +140,8 @@ def build_algorithm(config: dict, dataset: FederatedDataset, delta: float):
         client_rate=client_rate, client_sampling=client_sampling,
         num_clients=dataset.num_clients, train_counts=tuple(int(c) for c in dataset.train.counts),
         rounds=algo_cfg["rounds"], delta=delta, epsilon=privacy_cfg["epsilon"], seed=config["run"]["seed"],
-        analysis=privacy_cfg["analysis"], release=privacy_cfg["release"], model=dict(config["model"]),
-        num_classes=dataset.num_classes)
+        analysis=privacy_cfg["analysis"], conversion=privacy_cfg["conversion"], release=privacy_cfg["release"],
+        model=dict(config["model"]), num_classes=dataset.num_classes)
     return spec.build(algo_cfg["name"], section, setting)
 
 
@@ -154,6 +153,28 @@ def check_warm_rounds(config: dict, algorithm) -> None:
         raise ConfigError("algorithm.rounds", rounds,
                           f"more than the {warm_rounds} warm-start rounds (round(4 / client_rate)) of "
                           f"{config['algorithm']['name']}")
+
+
+def boundary_name(privacy_cfg: dict) -> str:
+    """The boundary a run accounts for: privacy.boundary, or 'secagg' with privacy.secure_aggregation."""
+    return "secagg" if privacy_cfg["secure_aggregation"] else privacy_cfg["boundary"]
+
+
+def build_boundary(privacy_cfg: dict, algorithm, counts: torch.Tensor) -> Boundary:
+    """privacy.boundary, with the real secure aggregation behind it when privacy.secure_aggregation is true (then the
+    boundary is 'secagg'; 'plain', the default, is read as 'secagg')."""
+    name = privacy_cfg["boundary"]
+    if not privacy_cfg["secure_aggregation"]:
+        return Boundary(name, released=privacy_cfg["release"])
+    if name not in ("plain", "secagg"):
+        raise ConfigError("privacy.boundary", name, "'secagg' (or the default) with privacy.secure_aggregation = true")
+    bound = getattr(algorithm, "message_bound", None)
+    if bound is None:
+        raise ConfigError("privacy.secure_aggregation", True,
+                          "false for this algorithm: secure aggregation encodes messages into a finite ring, which "
+                          "needs an algorithm that bounds its messages (dp-fedavg-joint)")
+    return Boundary("secagg", SecureAggregation(bound(counts), privacy_cfg["secagg_bits"],
+                                                getattr(algorithm, "min_clients", None)), privacy_cfg["release"])
 
 
 def build_ledger(config: dict, boundary: Boundary, delta: float, algorithm, budget: bool) -> PrivacyLedger:
@@ -410,7 +431,8 @@ def results_of(sim: Simulation, config: dict) -> dict:
             "neighboring": sim.ledger.neighboring,
             "boundary": sim.boundary.name,
             "release": config["privacy"]["release"],
-            "unproven": list(PAPER_UNPROVEN) if sim.ledger.analysis == "paper" else [],
+            "unproven": list(sim.algorithm.release(sim.next_round, sim.state, sim.train).unproven)
+            if sim.ledger.analysis == "paper" else [],
             "delta": sim.ledger.delta,
             "observers": list(sim.ledger.observers),
             "unit": getattr(sim.algorithm, "privacy_unit", "one record (record-level DP)"),

@@ -10,7 +10,7 @@ import torch.nn as nn
 from dpfl.errors import ConfigError
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "elu": nn.ELU}
-MODELS = ("logreg", "mlp", "femnist-cnn")
+MODELS = ("logreg", "mlp", "femnist-cnn", "papernot-cnn")
 
 
 class LogisticRegression(nn.Sequential):
@@ -51,6 +51,25 @@ class FemnistCNN(nn.Sequential):
         )
 
 
+class PapernotCNN(nn.Sequential):
+    """The CNN of Papernot et al. 2021 ("Tempered sigmoid activations for deep learning with differential privacy")
+    for Fashion-MNIST, as Heikkilä et al. use it: Conv(1 -> 16, 8x8, stride 2, padding 2) + tanh + max-pool(2, stride
+    1), Conv(16 -> 32, 4x4, stride 2) + tanh + max-pool(2, stride 1), Linear(512 -> 32) + tanh, Linear(32 -> classes):
+    1,040 + 8,224 + 16,416 + 330 = 26,010 parameters for 28 x 28 images and 10 classes. The features are the pixels
+    of a 28 x 28 image, row by row."""
+
+    def __init__(self, num_features: int, num_classes: int):
+        if num_features != 28 * 28:
+            raise ConfigError("model.name", "papernot-cnn", f"a model for the data's {num_features} features: "
+                                                            "papernot-cnn takes 28 x 28 images (784 features)")
+        super().__init__(
+            Image(28),
+            nn.Conv2d(1, 16, 8, stride=2, padding=2), nn.Tanh(), nn.MaxPool2d(2, stride=1),
+            nn.Conv2d(16, 32, 4, stride=2), nn.Tanh(), nn.MaxPool2d(2, stride=1),
+            nn.Flatten(-3), nn.Linear(32 * 4 * 4, 32), nn.Tanh(), nn.Linear(32, num_classes),
+        )
+
+
 class MLP(nn.Sequential):
     """Fully connected network: Linear -> activation -> ... -> Linear (logits)."""
 
@@ -71,6 +90,8 @@ def build_model(name: str, num_features: int, num_classes: int, hidden=(200,), a
         return LogisticRegression(num_features, num_classes, bias)
     if name == "femnist-cnn":
         return FemnistCNN(num_features, num_classes)
+    if name == "papernot-cnn":
+        return PapernotCNN(num_features, num_classes)
     if name == "mlp":
         hidden = tuple(hidden)
         if not hidden or any(not isinstance(h, int) or h < 1 for h in hidden):

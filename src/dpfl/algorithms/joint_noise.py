@@ -1,0 +1,253 @@
+"""DP-FedAvg with joint noise: S local DP-SGD steps per round, each client adding only its share of the noise
+(Heikkilä, Koskela, Shimizu, Kaski, Honkela, "Differentially private cross-silo federated learning", Sec. 4).
+
+Round t, for every client i of the cohort, starting from theta_i = theta^(t-1):
+
+    for s = 1..S:
+        B_s      = a Poisson(q) sample of the client's n_i records
+        g_s      = (1 / (q n_i)) sum_{x in B_s} clip_C(grad l(theta_i; x))     (the EXPECTED batch size: a constant)
+        theta_i <- theta_i - gamma (g_s + xi_s),   xi_s ~ N(0, (sigma_i C / (q n_i))^2 I)
+    Delta_i = theta_i - theta^(t-1)
+    theta^(t) = theta^(t-1) + (1 / |U|) sum_{i in U} Delta_i      (U: the clients whose update reached the sum)
+
+The shares sigma_i are sized so that the shares that surely reach the sum, less those an observer can subtract, have
+variance sigma^2 (only the sum of share variances matters, the noise being infinitely divisible; Heikkilä et al.
+Thm 4.7):
+
+    sigma_i = sigma / sqrt(t - m)      t = algorithm.min_clients (the fewest clients that reach the sum when clients
+                                           may drop out; default the whole cohort N), m = the untrusted shares:
+
+* ``trust = "aggregator"``: m = 0, sigma / sqrt(N) (a trusted aggregator; only released models are observed);
+* ``trust = "clients"`` (default): m = 1, sigma / sqrt(N - 1) (honest-but-curious clients know their own share);
+* ``trust = "coalition"``: m = ``colluders``, sigma / sqrt(N - m) (up to m colluding clients);
+* ``trust = "local"``: m = t - 1, sigma_i = sigma (local DP: every client's message alone has the noise sigma).
+
+**Privacy.** ``release`` declares the S draws of one client (Poisson(q) around Gaussian(sigma_i), in units of the
+client's sensitivity C / (q n_i), zero-out neighbours), with the facts the observers need (``Release.contributors``
+= t, ``Release.colluders`` = max(m, 1)). Two analyses (``privacy.analysis``):
+
+* ``"sound"`` (default): only the last step's shares reach the sum intact, so the cohort's shares are credited to the
+  last step (noise multiplier sigma_i sqrt(1 + (t - 1) r^2) >= sigma, r the min/max client sensitivity) and the
+  first S - 1 steps keep the owner's own sigma_i (``dpfl.accounting.observers``). For S = 1 both analyses agree.
+* ``"paper"``: Heikkilä et al. Thm 4.7: every local step is a central Poisson-subsampled Gaussian with noise
+  multiplier sigma, T S compositions, RDP with the classic conversion. Unproven for S > 1 (a client's later steps
+  are computed at its own unreleased iterate, so other clients can cancel their earlier shares:
+  ``observers.JOINT_PAPER_UNPROVEN``, reported in results.json "unproven"; ``tests/privacy`` holds the instance).
+
+sigma is ``algorithm.noise_multiplier``, or, with ``privacy.epsilon``, the smallest sigma whose T rounds cost at most
+that epsilon towards the observer the trust setting protects against (aggregator: a third party; clients and
+coalition: the other-silo coalition; local: a server that sees each message), with the ledger's own accountant.
+
+The implementation is ``LocalSGD`` (FedAvg without control variates, Poisson record sampling) with gamma as its local
+step and the share sigma_i as its mechanism's noise multiplier; only the release and the share sizing are new.
+Clients with different n_i have different sensitivities C / (q n_i) (the appendix's client-specific learning rates
+gamma / (q n_i) on the clipped sum): their shares are credited at the min/max sensitivity ratio, which is sound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from dpfl.accounting.calibrate import solve_noise
+from dpfl.accounting.ledger import PrivacyLedger
+from dpfl.accounting.observers import OTHER_SILO, SERVER, THIRD_PARTY, Release, observer_events
+from dpfl.algorithms.local_sgd import LocalSGD
+from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
+from dpfl.engine.noise import GaussianMechanism
+from dpfl.engine.sampling import ClientSampler, RecordSampler
+from dpfl.errors import ConfigError, check_range
+
+TRUST = ("aggregator", "clients", "coalition", "local")
+#: sigma when neither algorithm.noise_multiplier nor privacy.epsilon is given
+DEFAULT_NOISE = 1.0
+#: coordinates of a message beyond this many share standard deviations (per step) are clamped before secure
+#: aggregation encodes them (``message_bound``)
+TAIL_STDS = 12.0
+
+
+@dataclass(frozen=True)
+class NoiseShares:
+    """Who must not be able to remove noise, and how large each client's share therefore is (module docstring)."""
+
+    noise_multiplier: float  # sigma, the noise the sum must keep
+    cohort: int  # N, the clients invited per round
+    trust: str = "clients"
+    colluders: int = 1  # m, for trust = "coalition"
+    min_clients: int | None = None  # t, the fewest clients whose update reaches the sum (None: N)
+
+    def __post_init__(self):
+        if self.trust not in TRUST:
+            raise ConfigError("algorithm.trust", self.trust, f"one of {list(TRUST)}")
+        check_range("algorithm.noise_multiplier", self.noise_multiplier, 0.0, low_open=True)
+        check_range("algorithm.colluders", self.colluders, 1, integer=True)
+        if self.min_clients is not None:
+            check_range("algorithm.min_clients", self.min_clients, self.cohort // 2 + 1, self.cohort, integer=True)
+        if self.trust == "coalition" and self.colluders >= self.contributors:
+            raise ConfigError("algorithm.colluders", self.colluders,
+                              f"fewer than the {self.contributors} clients whose shares reach the sum (min_clients, or "
+                              "the cohort): a coalition of all of them could remove all the noise")
+        if self.trust == "clients" and self.contributors < 2:
+            raise ConfigError("algorithm.trust", self.trust,
+                              f"'aggregator' or 'local' for a cohort of {self.contributors} client: honest-but-curious "
+                              "clients need at least 2 shares in the sum")
+
+    @property
+    def contributors(self) -> int:
+        """t: the fewest clients whose shares reach the sum."""
+        return self.cohort if self.min_clients is None else self.min_clients
+
+    @property
+    def untrusted(self) -> int:
+        """m: the shares an observer may know and subtract."""
+        return {"aggregator": 0, "clients": 1, "coalition": self.colluders, "local": self.contributors - 1}[self.trust]
+
+    @property
+    def share(self) -> float:
+        """sigma_i = sigma / sqrt(t - m)."""
+        return self.noise_multiplier / math.sqrt(self.contributors - self.untrusted)
+
+    @property
+    def protected_observer(self) -> tuple[str, str]:
+        """(observer, boundary) whose epsilon privacy.epsilon bounds (module docstring)."""
+        return {"aggregator": (THIRD_PARTY, "secagg"), "clients": (OTHER_SILO, "secagg"),
+                "coalition": (OTHER_SILO, "secagg"), "local": (SERVER, "plain")}[self.trust]
+
+
+@dataclass(frozen=True)
+class JointNoise(LocalSGD):
+    """DP-FedAvg with joint noise (module docstring): ``LocalSGD`` with gamma = ``lr`` as the local step and the
+    share sigma_i as the mechanism's noise multiplier (``build_joint_noise`` sizes it; the release declares whatever
+    the mechanism draws, so the ledger follows the mechanism, never ``shares``)."""
+
+    shares: NoiseShares | None = None
+    #: the ledger's accountant: RDP (PLDs of Poisson-subsampled Gaussians at share-sized noise multipliers, ~0.2,
+    #: take minutes per round); under the paper's analysis at Heikkilä et al.'s integer orders 2..255 ("rdp-integer")
+    accountant: str = "rdp"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.shares is None or self.sampler.scheme != "poisson" or self.control_variates or not self.move_locally:
+            raise ValueError("JointNoise is FedAvg with Poisson record sampling and noise shares")
+
+    @property
+    def local_lr(self) -> float:
+        """gamma, the local step (Heikkilä et al. use it as it is, without LocalSGD's 1 / (s K))."""
+        return self.lr
+
+    @property
+    def min_clients(self) -> int | None:
+        """The fewest clients secure aggregation may finish a round with (None: all invited)."""
+        return self.shares.min_clients
+
+    def release(self, round_index: int, state, train) -> Release:
+        """LocalSGD's S draws (the last additive), with the shares' contributors and colluders, under Heikkilä et
+        al.'s paper analysis."""
+        return dataclasses.replace(super().release(round_index, state, train), contributors=self.shares.contributors,
+                                   colluders=max(self.shares.untrusted, 1), paper="heikkila")
+
+    def message_bound(self, counts: torch.Tensor) -> dict[str, float]:
+        """|coordinate| of a message that secure aggregation must represent: S steps of gamma (C / q + TAIL_STDS
+        share stds), the clipped mean of a Poisson batch being at most C n_i / (q n_i) = C / q."""
+        std = self.mechanism.noise_multiplier * float(self.sampler.mean_sensitivity(self.clip, counts).max())
+        return {"dy": self.local_steps * self.lr * (self.clip / self.sampler.rate + TAIL_STDS * std)}
+
+    def divergence_hint(self, counts: torch.Tensor) -> str:
+        std = self.mechanism.noise_multiplier * float(self.sampler.mean_sensitivity(self.clip, counts).max())
+        return (f"lower algorithm.lr (gamma = {self.lr:g}; each local step adds noise of std up to {std:.3g} x gamma), "
+                "or raise algorithm.sample_rate")
+
+
+@dataclass(frozen=True)
+class JointNoiseConfig:
+    """The ``[algorithm]`` keys of dp-fedavg-joint (beyond name and rounds; its cohort: ``clients_per_round``)."""
+
+    local_steps: int = field(default=10, metadata={"help": "S, noisy local steps per round (1 / q: one epoch)",
+                                                   "min": 1})
+    sample_rate: float = field(default=0.1, metadata={"help": "q, each step's Poisson sampling rate of records"})
+    lr: float = field(default=0.5, metadata={"help": "gamma, the local step size"})
+    weight_decay: float = field(default=0.0, metadata={"help": "L2 regularisation lambda (added after the noise)"})
+    clip: float = field(default=1.0, metadata={"help": "C, the per-example l2 clip norm"})
+    noise_multiplier: float | None = field(default=None, metadata={
+        "help": f"sigma, the noise the sum of shares keeps (default: calibrated to privacy.epsilon, else "
+                f"{DEFAULT_NOISE})"})
+    trust: str = field(default="clients", metadata={
+        "choices": TRUST, "help": "who must not remove noise: sigma_i = sigma / sqrt(t - m), m = 0 (aggregator), 1 "
+                                  "(clients), colluders (coalition); local: sigma_i = sigma"})
+    colluders: int = field(default=1, metadata={"help": "m, colluding clients (trust = 'coalition')", "min": 1})
+    clients_per_round: int | None = field(default=None, metadata={
+        "help": "N, the clients invited per round, drawn uniformly (default: all, as Heikkilä et al.)", "min": 1})
+    min_clients: int | None = field(default=None, metadata={
+        "help": "t, the fewest clients whose update reaches the sum (secure aggregation's dropout threshold, > half "
+                "the cohort; default: the whole cohort)", "min": 1})
+
+
+def cohort_of(config: JointNoiseConfig, num_clients: int) -> tuple[float, str]:
+    """(client rate N / M, 'fixed') of algorithm.clients_per_round (None: every client in every round)."""
+    n = num_clients if config.clients_per_round is None else config.clients_per_round
+    check_range("algorithm.clients_per_round", n, 1, num_clients, integer=True)
+    return n / num_clients, "fixed"
+
+
+def build_joint_noise(name: str, config: JointNoiseConfig, setting: Setting) -> JointNoise:
+    """The algorithm of a config: sigma from algorithm.noise_multiplier or calibrated to privacy.epsilon."""
+    if config.trust not in TRUST:
+        raise ConfigError("algorithm.trust", config.trust, f"one of {list(TRUST)}")
+    check_range("algorithm.clip", config.clip, 0.0, low_open=True)
+    cohort = ClientSampler(setting.num_clients, setting.client_rate, setting.client_sampling).cohort_size
+    sampler = RecordSampler(config.sample_rate, "poisson")
+
+    def algorithm(sigma: float) -> JointNoise:
+        shares = NoiseShares(sigma, cohort, config.trust, config.colluders, config.min_clients)
+        return JointNoise(local_steps=config.local_steps, lr=config.lr, sampler=sampler,
+                          mechanism=GaussianMechanism(shares.share), clip=config.clip,
+                          weight_decay=config.weight_decay, shares=shares,
+                          accountant="rdp-integer" if setting.analysis == "paper" else "rdp")
+
+    if setting.epsilon is None:
+        return algorithm(DEFAULT_NOISE if config.noise_multiplier is None else config.noise_multiplier)
+    if config.noise_multiplier is not None:
+        raise ConfigError("algorithm.noise_multiplier", config.noise_multiplier,
+                          "None when privacy.epsilon is given (sigma is then calibrated to it)")
+    check_range("privacy.epsilon", setting.epsilon, 0.0, low_open=True)
+    rounds = check_range("algorithm.rounds", setting.rounds, 1, integer=True)
+    return algorithm(calibrated_noise(algorithm, setting, rounds))
+
+
+def calibrated_noise(algorithm, setting: Setting, rounds: int) -> float:
+    """The smallest sigma whose ``rounds`` rounds cost at most privacy.epsilon towards the trust setting's observer,
+    by the ledger the run will keep (same analysis, accountant, conversion, delta)."""
+    clients = ClientSampler(setting.num_clients, setting.client_rate, setting.client_sampling)
+    counts = torch.tensor(setting.train_counts, dtype=torch.long)
+    probe = algorithm(DEFAULT_NOISE)
+    observer, boundary = probe.shares.protected_observer
+    ledger = PrivacyLedger((observer,), setting.delta, None, setting.conversion, setting.analysis, probe.neighboring,
+                           probe.accountant)
+
+    def epsilon_of(sigma: float) -> float:
+        release = algorithm(sigma).release(0, None, _Counts(counts))
+        return ledger.epsilon_after(observer, [observer_events(release, clients.cohort(t), boundary,
+                                                               setting.analysis)[observer] for t in range(rounds)])
+
+    return solve_noise(epsilon_of, setting.epsilon, initial_noise=max(1.0, math.sqrt(rounds) / setting.epsilon))
+
+
+@dataclass(frozen=True)
+class _Counts:
+    """The train split as ``release`` reads it: its record counts."""
+
+    counts: torch.Tensor
+
+
+register(AlgorithmSpec(
+    names=("dp-fedavg-joint",), config=JointNoiseConfig, build=build_joint_noise, private=lambda name: True,
+    help="DP-FedAvg with S local steps whose noise is shared among the clients, for secure aggregation "
+         "(Heikkilä et al.)",
+    release_keys=("algorithm.rounds",), cohort=cohort_of,
+))
+
+__all__ = ["TRUST", "NoiseShares", "JointNoise", "JointNoiseConfig", "cohort_of", "build_joint_noise",
+           "calibrated_noise"]
