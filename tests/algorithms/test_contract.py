@@ -3,7 +3,9 @@ tested here as soon as it registers): declared noise = drawn noise, epsilon fini
 resume = the uninterrupted run, state survives serialisation, bad configs name their key, the engine imports no
 algorithm, results do not depend on ``run.memory_mb``, and Poisson record sampling runs and is accounted with PLD.
 
-Every run is tiny (6 clients of 30 records, 2 local steps): each test takes under a second on an idle machine.
+Every run is tiny (6 clients of 30 records, 2 local steps): each test takes under a second on an idle machine. A
+one-pass family (``AlgorithmSpec.max_rounds``: each client used in one round) runs at most as many rounds as its
+6 clients allow (``capped``).
 """
 
 from __future__ import annotations
@@ -45,10 +47,31 @@ def is_private(name: str) -> bool:
     return registry.spec_of(name).private(name)
 
 
+def round_limit(name: str, **algorithm) -> int | None:
+    """The most rounds a tiny run of ``name`` may have: a one-pass family (``AlgorithmSpec.max_rounds``) uses each of
+    the 6 clients once; None for the others (and for a section the family refuses: its builder says why)."""
+    spec = registry.spec_of(name)
+    if spec.max_rounds is None:
+        return None
+    fields = {f.name for f in dataclasses.fields(spec.config)}
+    try:
+        return spec.max_rounds(spec.config(**{k: v for k, v in {**TINY, **algorithm}.items() if k in fields}), 6)
+    except ConfigError:
+        return None
+
+
+def capped(name: str, rounds: int, **algorithm) -> int:
+    """``rounds``, or fewer for a one-pass family (``round_limit``)."""
+    limit = round_limit(name, **algorithm)
+    return rounds if limit is None else min(rounds, limit)
+
+
 def settings(name: str, *extra: str, **algorithm) -> list[str]:
-    """Overrides of a tiny run of ``name``: TINY's keys that ``name`` has, updated by ``algorithm``."""
+    """Overrides of a tiny run of ``name``: TINY's keys that ``name`` has, updated by ``algorithm`` (rounds capped
+    for a one-pass family)."""
     keys = key_schema(name, "logreg")["algorithm"]
     values = {**TINY, **algorithm}
+    values["rounds"] = capped(name, values["rounds"], **algorithm) if values["rounds"] > 0 else values["rounds"]
     calibrated = is_private(name) and "noise_multiplier" not in keys  # its noise comes from privacy.epsilon
     return [f"algorithm.name='{name}'", "data.num_clients=6", "data.samples_per_client=30", "run.seed=1",
             *(f"algorithm.{k}={v!r}" for k, v in values.items() if k in keys),
@@ -60,7 +83,8 @@ def simulation(name: str, *extra: str, out=None, **algorithm):
 
 
 def horizon(sim) -> int:
-    """Rounds that reach past any warm-up by 4 rounds (4 for an algorithm without one)."""
+    """Rounds that reach past any warm-up by 4 rounds (4 for an algorithm without one; the tiny run's 6 clients
+    allow a one-pass family at least 4 rounds at its default cohort)."""
     return getattr(sim.algorithm, "warm_rounds", 0) + 4
 
 
@@ -428,7 +452,8 @@ def test_results_do_not_depend_on_the_memory_chunking(name, threads):
             return inner.client_round(t, server, clients, data, ctx)
 
         sim.algorithm = Wrapped(sim.algorithm, record)
-        rounds = getattr(sim.algorithm, "warm_rounds", 0) + 3  # 3 rounds past any warm-up
+        rounds = capped(name, getattr(sim.algorithm, "warm_rounds", 0) + 3,  # 3 rounds past any warm-up
+                        client_rate=0.5, sample_rate=0.5, clients_per_round=3)
         history = sim.run(rounds)
         runs[budget] = (sim, history, chunks)
     (small, small_history, small_chunks), (whole, whole_history, whole_chunks) = runs.values()

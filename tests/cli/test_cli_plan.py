@@ -82,3 +82,22 @@ def test_help_documents_every_input(capsys):
 def test_bad_input_names_the_field(capsys, argv, message):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_plan_last_iterate_gives_the_least_noise_under_each_accountant(capsys):
+    """n = 100, m = 1, L = rho = 1, eta = 0.5: sigma = 4 gives eps 1.365 (last iterate) and 1.993 (composition) at
+    delta 1e-5, so at eps 1.365 the last iterate needs sigma ~ 4 and composition more."""
+    from dpfl.accounting import last_iterate as li
+
+    argv = ["plan", "last-iterate", "--epsilon", "1.365", "--delta", "1e-5", "--n", "100", "--lipschitz", "1",
+            "--radius", "1", "--lr", "0.5", "--json"]
+    assert main(argv) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["sigma_last_iterate"] == pytest.approx(4.0, rel=2e-3)
+    assert li.epsilon(1e-5, 0.5, plan["sigma_last_iterate"], 100, 1, 1.0, 1.0) <= 1.365
+    assert li.composition_epsilon(1e-5, plan["sigma_composition"], 100, 1, 1.0) == pytest.approx(1.365, rel=1e-3)
+    assert plan["saving"] == pytest.approx(plan["sigma_composition"] / plan["sigma_last_iterate"]) and plan["saving"] > 1.3
+    assert plan["noise_multiplier_last_iterate"] == pytest.approx(plan["sigma_last_iterate"] / 2)
+    assert plan["steps"] == 100 and plan["unused_users"] == 0
+    assert main(argv[:-1] + ["--batch-size", "0"]) == 2
+    assert "batch_size = 0" in capsys.readouterr().err

@@ -41,6 +41,9 @@ MLP = ("model.name='mlp'", "model.hidden=[8]")
 #: A tiny joint-noise run: every one of the 6 clients in every round (Heikkilä et al.'s setting).
 JOINT = ("algorithm.name='dp-fedavg-joint'", "data.num_clients=6", "data.samples_per_client=30",
          "algorithm.local_steps=2", "algorithm.rounds=2")
+#: A tiny projected noisy SGD run (one pass over 6 clients; trusted aggregator, only the final model released).
+PNS = ("algorithm.name='projected-noisy-sgd'", "data.num_clients=6", "data.samples_per_client=30",
+       "algorithm.rounds=3", "algorithm.noise_multiplier=1.0")
 OWN = "$OWN"  # in a row's value or extra keys: the folder the probe writes the user's own files to (write_own_files)
 CSV = ("data.name='csv'", f"data.path='{OWN}/own.csv'")
 SITE_SIZES = (180, 120, 60)  # own.csv's records per site (its client column)
@@ -336,6 +339,36 @@ def _smoothness(p):  # eta_0 = 1 / lambda
     assert p.sim.algorithm.step_size(0) == pytest.approx(1 / 3) and p.base.algorithm.step_size(0) == 1.0
 
 
+def _drop_remainder(p):  # 4 does not divide 6: refused without the key, 2 clients left over with it
+    assert p.sim.clients.cohort_size == 4 and p.sim.clients.sample(0, 0).numel() == 4
+    with pytest.raises(ConfigError, match="drop_remainder") as caught:
+        p.base
+    assert caught.value.field == "algorithm.clients_per_round"
+
+
+def _radius(p):  # every iterate stays in the ball of radius 0.05
+    assert p.sim.algorithm.radius == 0.05 and p.base.algorithm.radius == 5.0
+    p.sim.run(2)
+    assert float(p.sim.model.norm()) <= 0.05 * (1 + 1e-6) < float(p.base.algorithm.radius)
+    assert p.release().hidden.radius == 0.05
+
+
+def _convex(p):  # verified (logreg, features of norm <= 1, a clip that never binds): the diameter 2 rho
+    assert p.sim.algorithm.smoothness == pytest.approx((1 + 1) / 2 + 0.01)
+    assert not p.release().hidden.nonconvex and p.release(p.base).hidden.nonconvex
+    assert p.sim.algorithm.assumptions["diameter"] == "2 rho"
+
+
+def _feature_clip(p):  # features scaled to norm <= 0.5; with a stated convex loss, beta = (0.5^2 + 1)/2 + lambda
+    from dpfl.algorithms.projected_noisy_sgd import scale_to_norm
+
+    with pytest.warns(UserWarning, match="feature_clip is not set"):  # the base states convexity it cannot verify
+        base = p.base
+    assert p.sim.algorithm.feature_clip == 0.5 and base.algorithm.feature_clip is None
+    assert float(scale_to_norm(p.sim.train.x, 0.5).flatten(2).norm(dim=-1).max()) <= 0.5 * (1 + 1e-6)
+    assert p.sim.algorithm.smoothness == pytest.approx(1.25 / 2 + 0.01) and base.algorithm.smoothness is None
+
+
 def _aggregation(p):  # paper: (N / b) sum_i (d_i / d) dx_i, whatever the cohort's weights sum to
     from dpfl.engine.boundary import Delivery
 
@@ -522,6 +555,11 @@ TABLE: dict[str, list[Row]] = {
                                                       "algorithm.smoothness=1.0"), base=DPC_EPS)],
     "algorithm.aggregation": [Row("'paper'", _aggregation, ("algorithm.clients_per_round=2",), base=DPC_EPS)],
     "algorithm.client_epsilons": [Row("[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]", _client_epsilons, base=DPC)],
+    "algorithm.drop_remainder": [Row("true", _drop_remainder, ("algorithm.clients_per_round=4", "algorithm.rounds=1"),
+                                     base=PNS)],
+    "algorithm.radius": [Row("0.05", _radius, ("algorithm.lr=1.0",), base=PNS)],
+    "algorithm.convex": [Row("true", _convex, ("algorithm.feature_clip=1.0", "algorithm.clip=2.0"), base=PNS)],
+    "algorithm.feature_clip": [Row("0.5", _feature_clip, ("algorithm.convex=true", "algorithm.clip=2.0"), base=PNS)],
     "privacy.analysis": [Row("'paper'", _analysis)],
     "privacy.conversion": [Row("'classic'", _conversion)],
     "privacy.boundary": [Row("'trusted'", _boundary_trusted), Row("'secagg'", _boundary_secagg)],

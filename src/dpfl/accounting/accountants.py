@@ -10,7 +10,11 @@ interchangeable per observer (the last-iterate accountant joins them for runs th
 * ``pure``: ``PureDpAccountant``, basic composition of pure-DP mechanisms (Laplace), delta-free (Dwork & Roth 2014,
   Thm 3.16);
 * ``tightest``: ``TightestAccountant``, PLD while it supports every event composed and their PLD is of a tractable
-  size (``pld.tractable``: epsilon below a few hundred), else RDP.
+  size (``pld.tractable``: epsilon below a few hundred), else RDP;
+* ``last_iterate``: ``LastIterateDpAccountant``, Asoodeh et al. (2021) Theorem 2 / Corollary 3 over the steps of a
+  run that releases only its final model (``ProjectedStepDpEvent``). Its answer depends on the ORDER of the steps
+  (a step's contraction hides only the steps before it), so it is in ``ORDERED``: the ledger feeds it the run's
+  steps in order.
 """
 
 from __future__ import annotations
@@ -19,14 +23,18 @@ from dp_accounting import dp_event, privacy_accountant
 
 from dpfl.accounting import pld
 from dpfl.accounting.accountant import pure_epsilon
+from dpfl.accounting.events import ProjectedStepDpEvent
+from dpfl.accounting.last_iterate import LastIterateAccountant
 from dpfl.accounting.rdp import RdpAccountant
 from dpfl.errors import ConfigError
 
 NeighborRel = privacy_accountant.NeighboringRelation
-ACCOUNTANT_NAMES = ("tightest", "pld", "rdp", "rdp-integer", "pure")
+ACCOUNTANT_NAMES = ("tightest", "pld", "rdp", "rdp-integer", "pure", "last_iterate")
 #: The orders of "rdp-integer": the integers 2..255, as Heikkilä et al. reproduce their Table 1 (any set of orders gives
 #: a valid bound; fewer, a looser one).
 INTEGER_ORDERS = tuple(range(2, 256))
+#: accountants whose answer depends on the order of the events composed
+ORDERED = ("last_iterate",)
 
 
 class _Collecting(privacy_accountant.PrivacyAccountant):
@@ -108,6 +116,45 @@ class TightestAccountant(_Collecting):
         return accountant.compose(self.composition()).get_epsilon(target_delta)
 
 
+class LastIterateDpAccountant(_Collecting):
+    """The last-iterate accountant over ``ProjectedStepDpEvent``s composed in the order of the run's steps (one
+    run: every step has the same n, m, L, rho, stopping rule and horizon)."""
+
+    def supports_event(self, event) -> bool:
+        if isinstance(event, dp_event.SelfComposedDpEvent):
+            return self.supports_event(event.event)
+        return isinstance(event, (ProjectedStepDpEvent, dp_event.NoOpDpEvent))
+
+    def steps(self) -> list[tuple[ProjectedStepDpEvent, int]]:
+        """(step, count) in order."""
+        found = []
+        for event in self._events:
+            count = event.count if isinstance(event, dp_event.SelfComposedDpEvent) else 1
+            inner = event.event if isinstance(event, dp_event.SelfComposedDpEvent) else event
+            if isinstance(inner, ProjectedStepDpEvent):
+                found.append((inner, count))
+        return found
+
+    def accountant(self) -> LastIterateAccountant | None:
+        """Theorem 2 / Corollary 3 fed the steps composed so far (None before the first)."""
+        steps = self.steps()
+        if not steps:
+            return None
+        settings = {step.setting for step, _ in steps}
+        if len(settings) > 1:
+            raise ValueError(f"steps of different runs composed together: {sorted(settings)}")
+        n, m, lipschitz, radius, random_stop, horizon = settings.pop()
+        accountant = LastIterateAccountant(n=n, batch_size=m, lipschitz=lipschitz, radius=radius,
+                                           random_stop=random_stop, horizon=horizon)
+        for step, count in steps:
+            accountant.step(step.lr, step.sigma, nonconvex=step.nonconvex, count=count)
+        return accountant
+
+    def get_epsilon(self, target_delta: float) -> float:
+        accountant = self.accountant()
+        return 0.0 if accountant is None else accountant.epsilon(target_delta)
+
+
 def make(name: str, neighboring_relation: NeighborRel, conversion: str = "modern",
          subsampling_bound: str = "tight") -> privacy_accountant.PrivacyAccountant:
     """A fresh accountant by name (one of ``ACCOUNTANT_NAMES``)."""
@@ -121,6 +168,8 @@ def make(name: str, neighboring_relation: NeighborRel, conversion: str = "modern
                              subsampling_bound=subsampling_bound)
     if name == "pure":
         return PureDpAccountant(neighboring_relation)
+    if name == "last_iterate":
+        return LastIterateDpAccountant(neighboring_relation)
     raise ConfigError("accountant", name, f"one of {list(ACCOUNTANT_NAMES)}")
 
 
@@ -128,7 +177,8 @@ def chosen_name(accountant: privacy_accountant.PrivacyAccountant) -> str:
     """The name to report for an accountant (for ``tightest``, the one that answered)."""
     if isinstance(accountant, TightestAccountant):
         return accountant.chosen
-    return {PldAccountant: "pld", RdpAccountant: "rdp", PureDpAccountant: "pure"}[type(accountant)]
+    return {PldAccountant: "pld", RdpAccountant: "rdp", PureDpAccountant: "pure",
+            LastIterateDpAccountant: "last_iterate"}[type(accountant)]
 
 
-__all__ = ["ACCOUNTANT_NAMES", "PldAccountant", "PureDpAccountant", "TightestAccountant", "make", "chosen_name"]
+__all__ = ["ACCOUNTANT_NAMES", "ORDERED", "LastIterateDpAccountant", "PldAccountant", "PureDpAccountant", "TightestAccountant", "make", "chosen_name"]

@@ -15,6 +15,11 @@ a batch mean of C-clipped gradients that distance is 2C/b, under add/remove C/b.
 events this way; its PLD accountant reads a replace-one Gaussian as two add/remove sensitivities apart, which
 ``dpfl.accounting.pld`` corrects, so that both accountants give the same event the same meaning.
 
+``ProjectedStepDpEvent`` is one step of projected noisy SGD over disjoint batches (Asoodeh, Chen, Calmon, Ozgur 2021,
+Algorithm 1) towards an observer who sees only the model the run finally releases: the last-iterate accountant
+(``dpfl.accounting.accountants``, Theorem 2 / Corollary 3) composes a run's steps in order; it also carries what the
+step would cost if its iterate were released too, for the composition baseline reported beside it.
+
 ``event_to_dict`` / ``event_from_dict`` turn any event of ``dp_accounting.dp_event`` or of this module into plain
 dicts (a ``"type"`` tag plus the fields, recursively) and back; the tag is looked up in a fixed registry, so a JSON
 file can never make dpfl import arbitrary code.
@@ -106,6 +111,45 @@ class ParticipationDpEvent(dp_event.DpEvent):
     event: dp_event.DpEvent
 
 
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class ProjectedStepDpEvent(dp_event.DpEvent):
+    """Step t of Algorithm 1 of Asoodeh et al. (2021) seen by an observer of the released model only.
+
+    W_t = proj_rho(W_{t-1} - (eta_t / m) sum_{j in B_t} (grad f_j(W_{t-1}) + sigma_t Z_j)), the n users split into
+    disjoint batches B_t of m by a secret uniformly random partition. Theorem 2 charges the step an injection
+    theta_eps(2L / (sqrt(m) sigma_t)) and a contraction theta_eps(D_t sqrt(m) / (eta_t sigma_t)), D_t = 2 rho for a
+    convex, beta-smooth loss with eta_t <= 2/beta, else 2 (rho + eta_t L).
+
+    Attributes:
+      population: n, the users the batches partition.
+      batch_size: m, users per step.
+      lipschitz: L, the bound on one user's gradient norm (sensitivity 2L under replacing the user).
+      radius: rho, the radius of the projection ball.
+      lr: eta_t.
+      sigma: sigma_t, the std of each user's Gaussian noise (in the units of L).
+      nonconvex: whether this step uses the diameter 2 (rho + eta_t L).
+      random_stop: the run releases W_tau, tau ~ U{1..horizon} (Corollary 3), not W_T.
+      horizon: T, the steps the run is planned for (the range of tau).
+      composed: what releasing this step's iterate costs in the composition over every iterate (any event).
+    """
+
+    population: int
+    batch_size: int
+    lipschitz: float
+    radius: float
+    lr: float
+    sigma: float
+    nonconvex: bool
+    random_stop: bool
+    horizon: int
+    composed: dp_event.DpEvent = dp_event.NoOpDpEvent()
+
+    @property
+    def setting(self) -> tuple:
+        """The run's constants (every step of one run has the same)."""
+        return (self.population, self.batch_size, self.lipschitz, self.radius, self.random_stop, self.horizon)
+
+
 def _registry() -> dict[str, type]:
     classes = {
         name: cls
@@ -115,6 +159,7 @@ def _registry() -> dict[str, type]:
     classes[SkellamDpEvent.__name__] = SkellamDpEvent
     classes[DisjointUnionDpEvent.__name__] = DisjointUnionDpEvent
     classes[ParticipationDpEvent.__name__] = ParticipationDpEvent
+    classes[ProjectedStepDpEvent.__name__] = ProjectedStepDpEvent
     return classes
 
 
@@ -154,4 +199,4 @@ def event_from_dict(d: dict) -> dp_event.DpEvent:
     return EVENT_TYPES[d["type"]](**fields)
 
 
-__all__ = ["SkellamDpEvent", "DisjointUnionDpEvent", "ParticipationDpEvent", "skellam_l1_bound", "EVENT_TYPES", "event_to_dict", "event_from_dict"]
+__all__ = ["SkellamDpEvent", "DisjointUnionDpEvent", "ParticipationDpEvent", "ProjectedStepDpEvent", "skellam_l1_bound", "EVENT_TYPES", "event_to_dict", "event_from_dict"]

@@ -181,10 +181,11 @@ class _Runs:
         return int(self.counts.sum())
 
 
-def _runs(eta, sigma, counts, batch_size: int, lipschitz: float, radius: float, nonconvex: bool) -> _Runs:
-    """Injection 2L / (sqrt(m) sigma_t) and contraction D_t sqrt(m) / (eta_t sigma_t) arguments of Theorem 2."""
+def _runs(eta, sigma, counts, batch_size: int, lipschitz: float, radius: float, nonconvex) -> _Runs:
+    """Injection 2L / (sqrt(m) sigma_t) and contraction D_t sqrt(m) / (eta_t sigma_t) arguments of Theorem 2;
+    ``nonconvex`` is one flag for every run or one per run (the diameter 2(rho + eta_t L) where it is set)."""
     sqrt_m = math.sqrt(batch_size)
-    diameter = 2 * (radius + eta * lipschitz) if nonconvex else 2 * radius
+    diameter = np.where(nonconvex, 2 * (radius + eta * lipschitz), 2 * radius)
     r_b, r_a = 2 * lipschitz / (sqrt_m * sigma), diameter * sqrt_m / (eta * sigma)
     r, index = np.unique(np.concatenate([r_b, r_a]), return_inverse=True)
     return _Runs(r, index[: r_b.size], index[r_b.size :], np.asarray(counts, dtype=float))
@@ -379,8 +380,12 @@ class LastIterateAccountant:
 
     delta depends on eps through every factor, so a running S for one eps cannot answer epsilon(delta); the
     accountant keeps the schedule as runs of equal steps instead: `step` is O(1) and a query is O(#runs) (O(1) for a
-    constant schedule). The answer is for releasing the current iterate W_t (with random_stop: W_tau,
-    tau ~ U{1..t}); records not yet used do not count.
+    constant schedule). The answer is for releasing the current iterate W_t; records not yet used do not count.
+    With random_stop it is for W_tau, tau ~ U{1..t}, or, given the ``horizon`` T the stopping time was drawn for
+    (tau ~ U{1..T}), for W_min(tau, t), what a run stopped after t < T steps releases: by joint convexity over tau,
+    delta_t = (t/T) delta_stop(t) + ((T - t)/T) delta_last(t), Corollary 3 and Theorem 2 after t steps (= Corollary 3
+    at t = T). A step may use the non-convex diameter on its own (``step(..., nonconvex=True)``), e.g. the early steps
+    of eta_t = 1/(lambda t) where eta_t > 2/beta.
     """
 
     n: int
@@ -390,42 +395,64 @@ class LastIterateAccountant:
     nonconvex: bool = False
     random_stop: bool = False
     smoothness: float | None = None
+    horizon: int | None = None
     _lrs: list = field(default_factory=list, init=False, repr=False)
     _sigmas: list = field(default_factory=list, init=False, repr=False)
+    _nonconvex: list = field(default_factory=list, init=False, repr=False)
     _counts: list = field(default_factory=list, init=False, repr=False)
     steps: int = field(default=0, init=False)
 
     def __post_init__(self):
         _check_setting(self.n, self.batch_size, self.lipschitz, self.radius, self.smoothness)
+        if self.horizon is not None:
+            check_range("horizon", self.horizon, 1, self.n // self.batch_size, integer=True)
 
-    def step(self, lr: float, sigma: float) -> None:
-        """Records one step of Algorithm 1 with learning rate eta_t = lr and noise multiplier sigma_t = sigma."""
+    @property
+    def max_steps(self) -> int:
+        return self.n // self.batch_size if self.horizon is None else self.horizon
+
+    def step(self, lr: float, sigma: float, nonconvex: bool | None = None, count: int = 1) -> None:
+        """Records ``count`` steps of Algorithm 1 with learning rate eta_t = lr and noise sigma_t = sigma (the std of
+        a user's noise, in the units of L); ``nonconvex`` (default: the accountant's) picks their diameter."""
         lr, sigma = float(_check_positive("lr", lr)), float(_check_positive("sigma", sigma))
-        _check_smooth_steps("lr", lr, self.smoothness, self.nonconvex)
-        if self.steps >= self.n // self.batch_size:
+        count = check_range("count", count, 1, integer=True)
+        nonconvex = self.nonconvex if nonconvex is None else bool(nonconvex)
+        _check_smooth_steps("lr", lr, self.smoothness, nonconvex)
+        if self.steps + count > self.max_steps:
+            limit = "n // batch_size" if self.horizon is None else "the horizon"
             raise ConfigError(
-                "steps", self.steps + 1,
-                f"at most n // batch_size = {self.n // self.batch_size} (disjoint batches: each record used once)",
+                "steps", self.steps + count,
+                f"at most {limit} = {self.max_steps} (disjoint batches: each record used once)",
             )
-        if self._lrs and self._lrs[-1] == lr and self._sigmas[-1] == sigma:
-            self._counts[-1] += 1
+        if self._lrs and (self._lrs[-1], self._sigmas[-1], self._nonconvex[-1]) == (lr, sigma, nonconvex):
+            self._counts[-1] += count
         else:
             self._lrs.append(lr)
             self._sigmas.append(sigma)
-            self._counts.append(1)
-        self.steps += 1
+            self._nonconvex.append(nonconvex)
+            self._counts.append(count)
+        self.steps += count
 
     def _schedule(self) -> _Runs:
         return _runs(np.array(self._lrs, dtype=float), np.array(self._sigmas, dtype=float), self._counts,
-                     self.batch_size, self.lipschitz, self.radius, self.nonconvex)
+                     self.batch_size, self.lipschitz, self.radius, np.array(self._nonconvex, dtype=bool))
+
+    def _log_delta_of(self, runs: _Runs, eps: float) -> float:
+        if not self.random_stop:
+            return _log_delta_runs(eps, runs, self.n, self.batch_size, False)
+        stopped = _log_delta_runs(eps, runs, self.n, self.batch_size, True)
+        if self.horizon is None or self.steps in (0, self.horizon):
+            return stopped
+        t, horizon = self.steps, self.horizon
+        last = _log_delta_runs(eps, runs, self.n, self.batch_size, False)
+        return float(np.logaddexp(math.log(t / horizon) + stopped, math.log((horizon - t) / horizon) + last))
 
     def log_delta(self, eps: float) -> float:
-        return _log_delta_runs(_check_eps(eps), self._schedule(), self.n, self.batch_size, self.random_stop)
+        return self._log_delta_of(self._schedule(), _check_eps(eps))
 
     def delta(self, eps: float) -> float:
         return math.exp(self.log_delta(eps))
 
     def epsilon(self, delta_target: float) -> float:
         runs = self._schedule()
-        return solve_epsilon(lambda eps: _log_delta_runs(eps, runs, self.n, self.batch_size, self.random_stop),
-                             delta_target)
+        return solve_epsilon(lambda eps: self._log_delta_of(runs, eps), delta_target)

@@ -21,8 +21,15 @@ How epsilon is computed follows the run's analysis (``dpfl.accounting.observers`
 
 The ledger keeps a count per distinct event; epsilon is each observer's accountant (``dpfl.accounting.accountants``)
 over the count-fold events, which costs one cached curve (RDP) or one self-composition (PLD) per distinct event,
-whatever the number of rounds. The epsilon after a recorded round is the one ``record`` computed for its budget
-check, kept until the next composition.
+whatever the number of rounds. An accountant whose answer depends on the order of the events (``accountants.ORDERED``:
+the last-iterate accountant, for runs that release only their final model) is fed the runs of equal consecutive
+events in order instead. The epsilon after a recorded round is the one ``record`` computed for its budget check, kept
+until the next composition.
+
+``epsilon_composition`` answers, beside it, what composing every round's iterate would cost the same observers (an
+event that describes a hidden iterate, ``ProjectedStepDpEvent``, carries that event): the baseline a run that
+hides its iterates is compared with. It is a report only; each observer's epsilon, and its budget, is its own
+accountant's.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from dp_accounting import dp_event
 from dpfl.accounting import accountants
 from dpfl.accounting.accountant import NEIGHBORING
 from dpfl.accounting.conversion import CONVERSIONS
-from dpfl.accounting.events import event_from_dict, event_to_dict
+from dpfl.accounting.events import ProjectedStepDpEvent, event_from_dict, event_to_dict
 from dpfl.accounting.observers import ANALYSES
 from dpfl.errors import BudgetExceededError, ConfigError, RunDirectoryError, check_range, json_problem
 
@@ -89,10 +96,12 @@ class PrivacyLedger:
                 raise ConfigError("privacy.budget", {observer: eps}, f"a budget for one of {list(self.observers)}")
             check_range(f"privacy.budget.{observer}", eps, 0.0, low_open=True)
         self._counts: dict[str, Counter] = {o: Counter() for o in self.observers}  # repr(event) -> rounds
+        self._runs: dict[str, list] = {o: [] for o in self.observers}  # [repr(event), rounds] of consecutive rounds
         self._events: dict[str, dp_event.DpEvent] = {}  # repr(event) -> event (events may hold lists: unhashable)
         self._journal: list[tuple] = []  # (round index, events, fingerprint) of every composition, in order
         self._latest: dict[int, tuple] = {}  # round index -> (events, fingerprint) of its latest composition
         self._spent: dict[str, float] | None = None  # epsilon of the compositions so far (None: not computed yet)
+        self._memo: dict[tuple, float] = {}  # (accountant name, composition) -> epsilon at self.delta
 
     # -- composition --------------------------------------------------------------------------------------------
     def record(self, round_index: int, events: dict[str, dp_event.DpEvent], fingerprint: str | None = None):
@@ -122,7 +131,9 @@ class PrivacyLedger:
         self._journal.append((round_index, dict(events), fingerprint))
         self._latest[round_index] = (dict(events), fingerprint)
         for observer in self.observers:
-            self._counts[observer][self._key(events[observer])] += 1
+            key = self._key(events[observer])
+            self._counts[observer][key] += 1
+            _extend(self._runs[observer], key)
 
     def epsilon(self) -> dict[str, float]:
         """Epsilon spent so far towards each observer, at ``self.delta`` (inf for a non-private run)."""
@@ -139,42 +150,83 @@ class PrivacyLedger:
     def accountants_after(self, rounds: Iterable[dict[str, dp_event.DpEvent]]) -> dict[str, str]:
         """The accountant that would answer for each observer after ``rounds`` (as ``epsilon_after``)."""
         rounds = list(rounds)
-        return {o: accountants.chosen_name(self._accountant(o, self._counts_with(o, rounds))) for o in self.observers}
+        return {o: accountants.chosen_name(self._accountant(o, self._composed(o, rounds))) for o in self.observers}
 
     def _epsilon(self, extra: list[dict[str, dp_event.DpEvent]] = (), observers=None) -> dict[str, float]:
-        return {o: self._epsilon_of(o, self._counts_with(o, extra)) for o in (observers or self.observers)}
+        return {o: self._epsilon_of(o, self._composed(o, extra)) for o in (observers or self.observers)}
 
-    def _counts_with(self, observer: str, extra: list[dict[str, dp_event.DpEvent]]) -> Counter:
-        counts = Counter(self._counts[observer])
+    def _composed(self, observer: str, extra: list[dict[str, dp_event.DpEvent]] = ()) -> list[tuple[str, int]]:
+        """(event key, rounds) of everything ``observer`` was charged, then of the rounds ``extra``, rounds that
+        release nothing (``NoOpDpEvent``) left out: per distinct event, or in order, as runs of equal consecutive
+        events, for an accountant in ``accountants.ORDERED``."""
+        keys = []
         for events in extra:
             if observer not in events:
                 raise ValueError(f"a round has no event for observer {observer!r}")
-            counts[self._key(events[observer])] += 1
-        return counts
+            keys.append(self._key(events[observer]))
+        if self.accountant_names[observer] in accountants.ORDERED:
+            runs = [list(run) for run in self._runs[observer]]
+            for key in keys:
+                _extend(runs, key)
+            composed = [tuple(run) for run in runs]
+        else:
+            counts = Counter(self._counts[observer])
+            counts.update(keys)
+            composed = list(counts.items())
+        return [(key, count) for key, count in composed if key != _NO_OP]
 
     def _key(self, event: dp_event.DpEvent) -> str:
         key = repr(event)
         self._events.setdefault(key, event)
         return key
 
-    def _accountant(self, observer: str, counts: Counter):
-        """A fresh accountant of ``observer`` that has composed ``counts``."""
-        accountant = accountants.make(self.accountant_names[observer], NEIGHBORING[self.neighboring], self.conversion,
-                                      self.subsampling_bound)
-        for key, count in counts.items():
+    def _accountant(self, observer: str, composed: list[tuple[str, int]], name: str | None = None):
+        """A fresh accountant of ``observer`` (or the one called ``name``) that has composed ``composed``."""
+        accountant = accountants.make(name or self.accountant_names[observer], NEIGHBORING[self.neighboring],
+                                      self.conversion, self.subsampling_bound)
+        for key, count in composed:
             accountant.compose(self._events[key], count)
         return accountant
 
-    def _epsilon_of(self, observer: str, counts: Counter) -> float:
-        if not counts:
+    def _epsilon_of(self, observer: str, composed: list[tuple[str, int]]) -> float:
+        """Epsilon of ``composed`` under ``observer``'s accountant, remembered per composition (a round that adds
+        nothing, e.g. a round the record's owner cannot take part in, costs no new accounting)."""
+        if not composed:
             return 0.0
-        if any(isinstance(self._events[key], dp_event.NonPrivateDpEvent) for key in counts):
+        if any(isinstance(self._events[key], dp_event.NonPrivateDpEvent) for key, _ in composed):
             return math.inf
-        return self._accountant(observer, counts).get_epsilon(self.delta)
+        memo_key = (self.accountant_names[observer], tuple(composed))
+        if memo_key not in self._memo:
+            self._memo[memo_key] = self._accountant(observer, composed).get_epsilon(self.delta)
+        return self._memo[memo_key]
 
     def accountants(self) -> dict[str, str]:
         """The accountant that answers for each observer's composition so far (for "tightest", the one it chose)."""
-        return {o: accountants.chosen_name(self._accountant(o, self._counts[o])) for o in self.observers}
+        return {o: accountants.chosen_name(self._accountant(o, self._composed(o))) for o in self.observers}
+
+    def hides_iterates(self) -> bool:
+        """Whether some observer is charged hidden iterates (``ProjectedStepDpEvent``: only the final model)."""
+        return any(isinstance(self._events[key], ProjectedStepDpEvent)
+                   for o in self.observers for key in self._counts[o])
+
+    def epsilon_composition(self) -> dict[str, float]:
+        """Epsilon towards each observer had every iterate been released: each hidden step's ``composed`` event
+        under the analysis's default accountant (``tightest`` or, for the paper analysis, ``rdp``); an observer
+        charged no hidden step keeps its own epsilon."""
+        result = self.epsilon()
+        for observer in self.observers:
+            composed = self._composed(observer)
+            if not any(isinstance(self._events[key], ProjectedStepDpEvent) for key, _ in composed):
+                continue
+            events = Counter()
+            for key, count in composed:
+                event = self._events[key]
+                events[self._key(event.composed if isinstance(event, ProjectedStepDpEvent) else event)] += count
+            name = ANALYSIS_ACCOUNTING[self.analysis][2]
+            result[observer] = math.inf if any(
+                isinstance(self._events[key], dp_event.NonPrivateDpEvent) for key in events) else \
+                self._accountant(observer, list(events.items()), name).get_epsilon(self.delta)
+        return result
 
     @property
     def compositions(self) -> int:
@@ -258,6 +310,17 @@ class PrivacyLedger:
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
             what = f"no {err} entry" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
             raise _invalid_ledger(path, what) from None
+
+
+_NO_OP = repr(dp_event.NoOpDpEvent())
+
+
+def _extend(runs: list, key: str) -> None:
+    """Appends one round of event ``key`` to ``runs`` ([key, rounds] of equal consecutive events)."""
+    if runs and runs[-1][0] == key:
+        runs[-1][1] += 1
+    else:
+        runs.append([key, 1])
 
 
 def _invalid_ledger(path: Path, problem: str) -> RunDirectoryError:

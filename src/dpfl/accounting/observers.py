@@ -30,6 +30,12 @@ or a later one. Observers:
    clients' data and non-credited noise, which do not depend on the record.
 3. Poisson cohorts have a random size: a cohort may hold the owner alone, so no share is credited.
 
+**Hidden iterates** (``released="final"``): a third party that sees only the model the run finally releases, of an
+algorithm whose rounds are steps of projected noisy SGD over disjoint batches (``Release.hidden``), is charged each
+round as a ``ProjectedStepDpEvent`` for the last-iterate accountant (Asoodeh, Chen, Calmon, Ozgur 2021, Theorem 2),
+which carries the round's composition event (above) for the baseline. Every other observer, and every run that
+releases each round's model, is charged by composition.
+
 The server (plain) gets 1 with the owner's own draws; the third party and the secure-aggregation server 1 and 2 with
 the cohort's n - 1 other members; another silo 1 and 2 with n - 2 others (it removes its own share). A coalition of
 silos that pools its updates is not modelled.
@@ -62,7 +68,7 @@ from dataclasses import dataclass
 import attr
 from dp_accounting import dp_event
 
-from dpfl.accounting.events import ParticipationDpEvent
+from dpfl.accounting.events import ParticipationDpEvent, ProjectedStepDpEvent
 from dpfl.errors import ConfigError
 
 THIRD_PARTY = "third_party"
@@ -75,6 +81,8 @@ OBSERVERS = (THIRD_PARTY, SERVER, OTHER_SILO)
 #: nothing, being trusted (a trusted aggregator: it is no observer).
 BOUNDARIES = ("plain", "secagg", "shuffler", "trusted")
 ANALYSES = ("sound", "paper")
+#: Which models a third party sees: every round's, or only the run's final one (privacy.release).
+RELEASES = ("every_round", "final")
 #: Whose analysis ``analysis="paper"`` applies to a release (module docstring).
 PAPERS = ("noble", "heikkila")
 
@@ -160,6 +168,9 @@ class Release:
         aggregation's dropout threshold); None: the whole cohort.
       colluders: m, the clients of the other-silo coalition, which subtract their own shares (module docstring).
       paper: whose analysis ``analysis="paper"`` applies (``PAPERS``).
+      hidden: the round as one step of projected noisy SGD over disjoint batches (a ``ProjectedStepDpEvent``,
+        its ``composed`` left out), for an observer who sees only the final model; None: the round's iterate is
+        accounted by composition only.
     """
 
     step_events: tuple
@@ -169,6 +180,7 @@ class Release:
     contributors: int | None = None
     colluders: int = 1
     paper: str = "noble"
+    hidden: ProjectedStepDpEvent | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "step_events", tuple(self.step_events))
@@ -227,12 +239,24 @@ def observer_events(
     cohort: Cohort,
     boundary: str = "plain",
     analysis: str = "sound",
+    released: str = "every_round",
 ) -> dict[str, dp_event.DpEvent]:
-    """Each observer's event of one round (see the module docstring); a trusted aggregator's server is no observer."""
+    """Each observer's event of one round (see the module docstring); a trusted aggregator's server is no observer.
+    ``released`` = "final": a third party sees only the run's final model (hidden iterates)."""
     if boundary not in BOUNDARIES:
         raise ConfigError("privacy.boundary", boundary, f"one of {list(BOUNDARIES)}")
     if analysis not in ANALYSES:
         raise ConfigError("privacy.analysis", analysis, f"one of {list(ANALYSES)}")
+    if released not in RELEASES:
+        raise ConfigError("privacy.release", released, f"one of {list(RELEASES)}")
+    events = _composition_events(release, cohort, boundary, analysis)
+    if released == "final" and release.hidden is not None:
+        events[THIRD_PARTY] = attr.evolve(release.hidden, composed=events[THIRD_PARTY])
+    return events
+
+
+def _composition_events(release: Release, cohort: Cohort, boundary: str, analysis: str) -> dict:
+    """Each observer's event when it composes every round it sees."""
     if analysis == "paper" and release.paper == "noble":
         events = _paper_events(release, cohort, boundary)
     else:
@@ -336,6 +360,6 @@ def _participation(probability: float, event: dp_event.DpEvent) -> dp_event.DpEv
     return event if probability >= 1 else ParticipationDpEvent(probability, event)
 
 
-__all__ = ["OBSERVERS", "THIRD_PARTY", "SERVER", "OTHER_SILO", "BOUNDARIES", "ANALYSES", "PAPERS", "PAPER_UNPROVEN",
+__all__ = ["OBSERVERS", "THIRD_PARTY", "SERVER", "OTHER_SILO", "BOUNDARIES", "ANALYSES", "PAPERS", "RELEASES", "PAPER_UNPROVEN",
            "JOINT_PAPER_UNPROVEN", "Cohort",
            "Release", "local_steps_additive", "observer_events", "observers_of", "scale_noise"]

@@ -50,6 +50,12 @@ class Setting:
     analysis: str = "sound"
     #: privacy.conversion (None: the analysis's)
     conversion: str | None = None
+    #: privacy.release: which models a third party sees ("every_round" or "final")
+    release: str = "every_round"
+    #: the [model] section (name and options) and the data's number of classes, for an algorithm that checks
+    #: properties of its loss (convexity, smoothness) before it relies on them
+    model: dict = dataclasses.field(default_factory=dict, hash=False)
+    num_classes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,11 @@ class AlgorithmSpec:
     #: (config section, number of clients) -> (client rate, client sampling scheme), for a family that names its
     #: cohort with keys of its own; then the common keys client_rate and client_sampling do not apply to it
     cohort: Callable | None = None
+    #: (config section, number of clients) -> the most rounds a run may have, for a one-pass family (each client
+    #: used once); None: any number
+    max_rounds: Callable | None = None
+    #: [privacy] defaults of this family that differ from the schema's, e.g. {"release": "final"}
+    privacy_defaults: dict = dataclasses.field(default_factory=dict, hash=False)
 
     def common_keys(self) -> dict[str, tuple]:
         """The round loop's keys that apply to this family."""
@@ -81,6 +92,16 @@ class AlgorithmSpec:
             return self.cohort(section, num_clients)
         raise TypeError("the cohort of a family without its own cohort keys comes from algorithm.client_rate and "
                         "algorithm.client_sampling")
+
+    def check_rounds(self, section, num_clients: int, rounds: int, name: str) -> None:
+        """ConfigError naming algorithm.rounds when a one-pass family (``max_rounds``) is given more rounds than its
+        clients allow."""
+        if self.max_rounds is None:
+            return
+        most = self.max_rounds(section, num_clients)
+        if rounds > most:
+            raise ConfigError("algorithm.rounds", rounds, f"at most {most} for {name!r}: it makes one pass over the "
+                                                          f"{num_clients} clients, each in exactly one round")
 
     def keys(self, name: str) -> dict[str, dataclasses.Field]:
         """The section's keys that apply to ``name`` (a private-only key does not apply to a non-private name)."""
@@ -133,6 +154,7 @@ def _load_builtin() -> None:
     import dpfl.algorithms.local_sgd  # noqa: F401  (first: the default family)
     import dpfl.algorithms.fedsgd_dpc  # noqa: F401
     import dpfl.algorithms.joint_noise  # noqa: F401
+    import dpfl.algorithms.projected_noisy_sgd  # noqa: F401
 
 
 __all__ = ["COMMON_KEYS", "Setting", "AlgorithmSpec", "register", "spec_of", "names", "specs"]

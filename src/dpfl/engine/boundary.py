@@ -12,6 +12,9 @@ per-observer events are derived). The server's step reads only the ``Delivery`` 
   round's own stream). Charged as plain towards the server: one record-level message is no more private for lacking
   its sender unless the messages are local randomisers (the shuffle accountant, ``dpfl.accounting.shuffle``).
 * ``trusted``: a trusted aggregator; the server sees every message but is no observer, only released models are.
+
+``released`` (privacy.release) says which models a third party sees: every round's, or only the run's final one
+(then an algorithm that declares its rounds as hidden steps is accounted by the last-iterate accountant).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from dp_accounting import dp_event
 
-from dpfl.accounting.observers import BOUNDARIES, Cohort, Release, observer_events, observers_of
+from dpfl.accounting.observers import BOUNDARIES, RELEASES, Cohort, Release, observer_events, observers_of
 from dpfl.engine import randomness
 from dpfl.engine.protocol import Messages
 from dpfl.engine.secure_sum import SecureAggregation
@@ -50,12 +53,14 @@ class Delivery:
 class Boundary:
     """One of ``BOUNDARIES`` (see the module docstring)."""
 
-    def __init__(self, name: str = "plain", secure: SecureAggregation | None = None):
+    def __init__(self, name: str = "plain", secure: SecureAggregation | None = None, released: str = "every_round"):
         if name not in BOUNDARIES:
             raise ConfigError("privacy.boundary", name, f"one of {list(BOUNDARIES)}")
         if secure is not None and name != "secagg":
             raise ConfigError("privacy.boundary", name, "'secagg' with privacy.secure_aggregation = true")
-        self.name, self.secure = name, secure
+        if released not in RELEASES:
+            raise ConfigError("privacy.release", released, f"one of {list(RELEASES)}")
+        self.name, self.secure, self.released = name, secure, released
 
     @property
     def observers(self) -> tuple[str, ...]:
@@ -63,7 +68,7 @@ class Boundary:
 
     def views(self, release: Release, cohort: Cohort, analysis: str) -> dict[str, dp_event.DpEvent]:
         """Each observer's event of the round (``dpfl.accounting.observers.observer_events``)."""
-        return observer_events(release, cohort, self.name, analysis)
+        return observer_events(release, cohort, self.name, analysis, self.released)
 
     def collect(self, chunks: list[Messages], population: int, seed: int, round_index: int,
                 clients: torch.Tensor | None = None) -> Delivery:

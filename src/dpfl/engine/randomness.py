@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 #: Purposes of the streams; each is a separate stream of every client (and of the server, client id SERVER).
-PURPOSES = {"cohort": 0, "records": 1, "noise": 2, "shuffle": 3, "rounding": 4}
+PURPOSES = {"cohort": 0, "records": 1, "noise": 2, "shuffle": 3, "rounding": 4, "stop": 5}
 #: The client id of the server's own streams (the cohort draw).
 SERVER = -1
 

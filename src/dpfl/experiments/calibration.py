@@ -65,7 +65,7 @@ class RunAccounting:
             raise ConfigError("privacy.epsilon", config["privacy"]["epsilon"],
                               f"None: privacy.epsilon is the target of an algorithm that sets its own noise, while "
                               f"calibrate run finds algorithm.{spec.noise_key} for --target-epsilon; drop it")
-        observers = Boundary(runner.boundary_name(config["privacy"])).observers
+        observers = boundary_of(config).observers
         if observer not in observers:
             raise ConfigError("--observer", observer, f"one of {list(observers)} (the observers of privacy.boundary "
                                                       f"= {config['privacy']['boundary']!r})")
@@ -94,7 +94,7 @@ class RunAccounting:
         """The algorithm of a run of ``config`` and each observer's event of every round, declared as the simulator
         declares them (from the algorithm's initial state: no round is trained)."""
         algorithm = runner.build_algorithm(config, self.dataset, self.delta)
-        boundary = Boundary(runner.boundary_name(config["privacy"]))
+        boundary = boundary_of(config)
         clients = runner.build_clients(config, self.dataset)
         x0 = CohortGradients(runner.build_initial_model(config, self.dataset)).initial_params()
         state = algorithm.init_state(x0, self.dataset.num_clients)
@@ -109,7 +109,7 @@ class RunAccounting:
         if key not in self._memo:
             config = self.with_values(noise, rounds)
             algorithm, events = self._declared_rounds(config, noise, rounds)
-            ledger = runner.build_ledger(config, Boundary(runner.boundary_name(config["privacy"])), self.delta, algorithm,
+            ledger = runner.build_ledger(config, boundary_of(config), self.delta, algorithm,
                                          budget=False)
             epsilon = ledger.epsilon_after(events, [self.observer])[self.observer]
             self._memo[key] = epsilon, {
@@ -130,6 +130,12 @@ class RunAccounting:
             self._schedule = self.declared(config)
         algorithm, events = self._schedule
         return algorithm, events[:rounds]
+
+
+def boundary_of(config: dict) -> Boundary:
+    """The boundary the run accounts for (``runner.boundary_name``), and which models a third party sees
+    (privacy.release)."""
+    return Boundary(runner.boundary_name(config["privacy"]), released=config["privacy"]["release"])
 
 
 def calibrate_noise(run: RunAccounting, target_epsilon: float, *, rtol: float = NOISE_RTOL,

@@ -123,6 +123,7 @@ def defaults(algorithm: str | None = None, model: str = MODEL_DEFAULT) -> dict:
               for section in ("data", "privacy", "run")}
     config["model"] = {"name": model, **{k: copy.deepcopy(v[1]) for k, v in MODEL_KEYS[model].items()}}
     spec = registry.spec_of(name)
+    config["privacy"].update(copy.deepcopy(spec.privacy_defaults))  # the family's own (e.g. release = "final")
     config["algorithm"] = {**{k: v[1] for k, v in spec.common_keys().items()}, "name": name,
                            **{k: spec.default_of(f) for k, f in spec.keys(name).items()}}
     return {section: config[section] for section in SECTIONS}
@@ -255,8 +256,8 @@ def key_schema(algorithm: str, model: str) -> dict[str, dict[str, tuple]]:
     for key, f in spec.keys(algorithm).items():
         algo[key] = (spec.key_type(key), spec.default_of(f), f.metadata.get("choices"), f.metadata.get("help", ""))
     model_keys = {"name": (str, model, tuple(MODEL_KEYS), "the model"), **MODEL_KEYS[model]}
-    return {"data": SCHEMA["data"], "model": model_keys, "algorithm": algo, "privacy": SCHEMA["privacy"],
-            "run": SCHEMA["run"]}
+    privacy = {k: (v[0], spec.privacy_defaults.get(k, v[1]), *v[2:]) for k, v in SCHEMA["privacy"].items()}
+    return {"data": SCHEMA["data"], "model": model_keys, "algorithm": algo, "privacy": privacy, "run": SCHEMA["run"]}
 
 
 def _not_applicable(section: str, key: str, algorithm: str, model: str, allowed: dict) -> str:

@@ -129,6 +129,11 @@ def reference() -> str:
     out += _table(["key", "type", "default", "allowed", "meaning"], _schema_rows("algorithm", registry.COMMON_KEYS))
     for spec in registry.specs():
         out += ["", f"### {', '.join(f'`{n}`' for n in spec.names)}", "", spec.help + ".", ""]
+        if spec.privacy_defaults:
+            out += ["Their [privacy] defaults differ from the schema's:", ""]
+            out += _table(["key", "type", "default", "allowed", "meaning"], _schema_rows("privacy", {
+                k: (SCHEMA["privacy"][k][0], v, *SCHEMA["privacy"][k][2:]) for k, v in spec.privacy_defaults.items()}))
+            out += [""]
         out += _table(["key", "type", "default", "allowed", "names", "meaning"], _algorithm_rows(spec))
 
     out += ["", "## [privacy]", "", "How privacy is accounted, towards whom, and the budget that stops a run.", ""]

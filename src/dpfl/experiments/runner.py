@@ -135,11 +135,13 @@ def build_algorithm(config: dict, dataset: FederatedDataset, delta: float):
     spec = registry.spec_of(algo_cfg["name"])
     section = spec.config(**{k: algo_cfg[k] for k in spec.keys(algo_cfg["name"])})
     client_rate, client_sampling = cohort_sampling(config, dataset.num_clients)
+    spec.check_rounds(section, dataset.num_clients, algo_cfg["rounds"], algo_cfg["name"])
     setting = registry.Setting(
         client_rate=client_rate, client_sampling=client_sampling,
         num_clients=dataset.num_clients, train_counts=tuple(int(c) for c in dataset.train.counts),
         rounds=algo_cfg["rounds"], delta=delta, epsilon=privacy_cfg["epsilon"], seed=config["run"]["seed"],
-        analysis=privacy_cfg["analysis"], conversion=privacy_cfg["conversion"])
+        analysis=privacy_cfg["analysis"], conversion=privacy_cfg["conversion"], release=privacy_cfg["release"],
+        model=dict(config["model"]), num_classes=dataset.num_classes)
     return spec.build(algo_cfg["name"], section, setting)
 
 
@@ -163,7 +165,7 @@ def build_boundary(privacy_cfg: dict, algorithm, counts: torch.Tensor) -> Bounda
     boundary is 'secagg'; 'plain', the default, is read as 'secagg')."""
     name = privacy_cfg["boundary"]
     if not privacy_cfg["secure_aggregation"]:
-        return Boundary(name)
+        return Boundary(name, released=privacy_cfg["release"])
     if name not in ("plain", "secagg"):
         raise ConfigError("privacy.boundary", name, "'secagg' (or the default) with privacy.secure_aggregation = true")
     bound = getattr(algorithm, "message_bound", None)
@@ -172,7 +174,7 @@ def build_boundary(privacy_cfg: dict, algorithm, counts: torch.Tensor) -> Bounda
                           "false for this algorithm: secure aggregation encodes messages into a finite ring, which "
                           "needs an algorithm that bounds its messages (dp-fedavg-joint)")
     return Boundary("secagg", SecureAggregation(bound(counts), privacy_cfg["secagg_bits"],
-                                                getattr(algorithm, "min_clients", None)))
+                                                getattr(algorithm, "min_clients", None)), privacy_cfg["release"])
 
 
 def build_ledger(config: dict, boundary: Boundary, delta: float, algorithm, budget: bool) -> PrivacyLedger:
@@ -413,6 +415,9 @@ def results_of(sim: Simulation, config: dict) -> dict:
     done = sim.history[-1] if sim.history and sim.history[-1].round == sim.next_round else None
     final = (done or sim.evaluate()).to_dict()  # the model after the last round done
     final["delta"] = sim.ledger.delta
+    if sim.ledger.hides_iterates():  # beside the last-iterate epsilon: what releasing every iterate would cost
+        final["epsilon_composition"] = {o: None if math.isinf(e) else e
+                                        for o, e in sim.ledger.epsilon_composition().items()}
     return {
         "config": config,
         "data": sim.data,
@@ -430,10 +435,11 @@ def results_of(sim: Simulation, config: dict) -> dict:
             if sim.ledger.analysis == "paper" else [],
             "delta": sim.ledger.delta,
             "observers": list(sim.ledger.observers),
-            "unit": "one record (record-level DP)",
+            "unit": getattr(sim.algorithm, "privacy_unit", "one record (record-level DP)"),
             "not_covered": "the reported metrics (train loss on all training records, test accuracy) are computed "
                            "without noise for research evaluation; epsilon covers the models and messages only",
             "events_per_round": {o: str(e) for o, e in sim.round_privacy().items()},
+            **({"assumptions": sim.algorithm.assumptions} if hasattr(sim.algorithm, "assumptions") else {}),
         },
         "status": "stopped" if sim.stopped_by else
                   "finished" if sim.next_round >= config["algorithm"]["rounds"] else "running",

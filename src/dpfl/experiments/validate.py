@@ -44,9 +44,10 @@ def validate(config: dict) -> None:
             ClientSampler(num_clients, algo_cfg["client_rate"], algo_cfg["client_sampling"])
         else:
             ClientSampler(num_clients, *spec.client_sampling(section, num_clients))
+        spec.check_rounds(section, num_clients, rounds, algo_cfg["name"])
     if spec.cohort is not None or spec.noise_key is None:
         # a family that sizes its cohort or calibrates its noise from the data is checked when it is built on it
-        Boundary(privacy_cfg["boundary"])
+        Boundary(privacy_cfg["boundary"], released=privacy_cfg["release"])
         build_model(model_cfg["name"], *_SHAPE_STAND_IN, **{k: v for k, v in model_cfg.items() if k != "name"})
         return
     algorithm = spec.build(algo_cfg["name"], section, registry.Setting(
@@ -57,7 +58,7 @@ def validate(config: dict) -> None:
     if warm_rounds >= rounds:
         raise ConfigError("algorithm.rounds", rounds, f"more than the {warm_rounds} warm-start rounds "
                                                       f"(round(4 / client_rate)) of {algo_cfg['name']}")
-    boundary = Boundary(privacy_cfg["boundary"])
+    boundary = Boundary(privacy_cfg["boundary"], released=privacy_cfg["release"])
     delta = _DELTA_STAND_IN if privacy_cfg["delta"] is None else privacy_cfg["delta"]
     PrivacyLedger(boundary.observers, delta, budget_of(privacy_cfg["budget"]), privacy_cfg["conversion"],
                   privacy_cfg["analysis"], algorithm.neighboring)
