@@ -162,12 +162,13 @@ class ProjectedNoisySGD:
 
     def client_round(self, round_index: int, server: dict, clients: dict, data: ClientData,
                      ctx: ClientContext) -> ClientOutput:
-        """Each user of the batch sends eta_t (g_j + lambda W + sigma_t Z_j): {dw}."""
+        """Each user of the batch sends eta_t (g_j + lambda W + sigma_t Z_j): {dw}. The server state may carry a
+        leading row axis (one server state per row: ``dpfl.engine.protocol``)."""
         if not self.runs(round_index):
             return ClientOutput({}, {}, [])
         x = server["x"]
-        users, P = data.counts.shape[0], x.shape[0]
-        point = x.unsqueeze(0).expand(users, P)
+        users, P = data.counts.shape[0], x.shape[-1]
+        point = x.expand(users, P)
         gradient = self.user_gradient(ctx.grads, point, data)
         sensitivity = torch.full((users,), 2 * self.clip, dtype=torch.float64)  # replacing a user's data
         noisy, event = self.mechanism(gradient, sensitivity, ctx.streams("noise").normal((P,)))

@@ -33,7 +33,6 @@ from typing import Callable
 
 import numpy as np
 import torch
-from dp_accounting import dp_event
 
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import THIRD_PARTY
@@ -75,14 +74,12 @@ class AuditResult:
 
 
 def claims(sim, events: dict | None = None, rounds: int = 1) -> dict[str, float]:
-    """Epsilon of rounds 0..``rounds`` - 1 towards each observer under the run's accounting (one composition of the
-    rounds' events, as the run's ledger composes them round by round); ``events`` overrides every round's
-    per-observer events (default: ``sim.round_privacy(t)``)."""
+    """Epsilon of rounds 0..``rounds`` - 1 towards each observer under the run's accounting (the rounds' events
+    composed after one another, as the run's ledger composes them, in order for an accountant that needs it);
+    ``events`` overrides every round's per-observer events (default: ``sim.round_privacy(t)``)."""
     ledger = PrivacyLedger(sim.ledger.observers, sim.ledger.delta, None, sim.ledger.conversion, sim.ledger.analysis,
                            sim.ledger.neighboring, accountant=dict(sim.ledger.accountant_names))
-    per_round = [sim.round_privacy(t) if events is None else events for t in range(rounds)]
-    return ledger.record(0, {observer: dp_event.ComposedDpEvent([round_events[observer] for round_events in per_round])
-                             for observer in ledger.observers})
+    return ledger.epsilon_after([sim.round_privacy(t) if events is None else events for t in range(rounds)])
 
 
 def claimed_epsilon(sim, observer: str, events: dict | None = None, rounds: int = 1) -> float:
