@@ -234,6 +234,8 @@ def plot(summary: list[dict], plans: dict, path: Path) -> None:
                     ax.plot(r["rounds"], r["train_loss"], "X", color="k", ms=10,
                             label=f"planned (b*, T*) = ({b}, {r['rounds']})")
         ax.set_yscale("log")
+        ax.set_xscale("symlog", linthresh=10)  # linear on [0, 10], where the plans often fall; log above
+        ax.set_xlim(left=-0.5)
         ax.set_xlabel("T (queries)")
         ax.set_title(f"Laplace, eps = {eps:g} (stars: T*(b))")
         ax.legend(fontsize=8)
