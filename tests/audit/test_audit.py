@@ -26,23 +26,35 @@ def _strength_sim(make_sim, seed: int = 0):
 
 
 def test_strength_single_gaussian_release_1000_trials(make_sim):
-    """Measured (run seeds 0..5): 0.34, 0.50, 0.31, 0.22, 0.32, 0.00 for a claim of 2 (mean 0.28)."""
+    """The rank test planned at the claim (``dpfl.audit.bounds``), every trial counting. Measured (run seeds 0..5):
+    0.53, 0.49, 0.58, 0.44, 0.47, 0.30 for a claim of 2 (mean 0.47 = 0.23x; the split-half test found 0.28 mean)."""
     result = runs.audit(_strength_sim(make_sim), "third_party", 1000)
     assert result.claimed_epsilon == pytest.approx(2.0, abs=1e-3)
-    assert 0 < result.bound.epsilon <= result.claimed_epsilon
+    assert 0.2 * result.claimed_epsilon <= result.bound.epsilon <= result.claimed_epsilon
 
 
 @pytest.mark.slow
 def test_strength_single_gaussian_release_10000_trials(make_sim):
-    """Measured (run seeds 0..5, 10^4 runs per world, halves): 0.92, 0.91, 0.83, 0.65, 0.59, 0.68 for a claim of 2:
-    mean 0.76 = 0.38x the claim. The 0.4x target is reached by seed 0 but NOT robustly; what is asserted is what
-    holds for every seed tried (>= 0.25x) and the mean over seeds 0..3 (>= 0.35x)."""
+    """Measured (run seeds 0..5, 10^4 runs per world, every run counted): 0.97, 0.87, 0.90, 0.95, 0.86, 0.79 for a
+    claim of 2: mean 0.89 = 0.44x the claim, min 0.79 = 0.40x (the split-half test: mean 0.76, min 0.59). Asserted
+    on seeds 0..4: every bound in [0.35x, 1x] the claim, their mean >= 0.4x."""
     found = []
-    for seed in range(4):
+    for seed in range(5):
         result = runs.audit(_strength_sim(make_sim, seed), "third_party", 10_000)
-        assert 0.25 * result.claimed_epsilon <= result.bound.epsilon <= result.claimed_epsilon
+        assert 0.35 * result.claimed_epsilon <= result.bound.epsilon <= result.claimed_epsilon
         found.append(result.bound.epsilon)
-    assert sum(found) / len(found) >= 0.35 * 2.0
+    assert sum(found) / len(found) >= 0.4 * 2.0
+
+
+@pytest.mark.slow
+def test_correct_code_stays_below_its_tight_claim_over_many_seeds(make_sim):
+    """The claim of one Gaussian release (1 client, z = 1, delta 1e-2: 2.32) is tight, and each audit is planned at
+    it (the strongest plan): over 40 run seeds, at most 5% of the 95% bounds may exceed it; none does (measured:
+    bounds 0.98-1.63)."""
+    found = [runs.audit(make_sim(BUG_NOISE, BUG_DELTA, 1, f"run.seed={seed}"), "server", 1000)
+             for seed in range(40)]
+    assert sum(r.bound.epsilon > r.claimed_epsilon for r in found) <= 2
+    assert min(r.bound.epsilon for r in found) > 0.4 * found[0].claimed_epsilon
 
 
 def test_planted_bug_noise_halved_is_caught(make_sim, monkeypatch):
@@ -129,7 +141,11 @@ def test_cli_audit_json_and_roc(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--observer", "server", "--set", "privacy.boundary='trusted'"], "no observer"),
-    (["--observer", "third_party", "--trials", "3"], "at least 20"),
+    (["--observer", "third_party", "--trials", "3"], "at least 7 runs per world"),
+    (["--observer", "server", "--canary", "input", "--score", "loss"], "--observer third_party"),
+    (["--observer", "third_party", "--score", "loss"], "needs --canary input"),
+    (["--observer", "third_party", "--rounds", "0"], "--rounds = 0"),
+    (["--observer", "third_party", "--method", "one-run", "--rounds", "2"], "'runs' for"),
 ])
 def test_cli_audit_errors(tmp_path, capsys, argv, message):
     assert main(["audit", _config(tmp_path), *argv, "--out", str(tmp_path / "x")]) == 2

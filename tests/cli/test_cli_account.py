@@ -74,7 +74,7 @@ BAD = [
      "target_epsilon = 0.0", "(0, inf)"),
     (
         ["account", "gaussian", "--noise-multiplier", "1", "--sampling", "fixed", "--sampling-rate", "0.01",
-         "--steps", "10", "--delta", "1e-5"],
+         "--steps", "10", "--delta", "1e-5", "--accountant", "pld"],
         "accountant = 'pld'",
         "'rdp'",
     ),

@@ -1,9 +1,12 @@
-"""docs/accounting.md promises: "Every number on this page was produced by the command shown beside it."
+"""docs/accounting.md promises: "Every number on this page was produced by the command shown beside it." So does the
+README's accounting section.
 
-This module re-runs the page's commands and checks the outputs it prints.
+This module re-runs the commands of both pages and checks the outputs they print.
 
-Default run (fast, training-free): every `$ dpfl account ...` / `$ dpfl calibrate ...` line in a fenced block is run
-through the real entry point (`dpfl.cli.main(argv)`, output captured), and every output line the page shows under it
+Default run (fast, training-free): every `$ dpfl account ...` / `$ dpfl calibrate ...` line in a fenced block of
+docs/accounting.md or README.md (a line ending in ` \\` continues on the next) is run through the real entry point
+(`dpfl.cli.main(argv)`, output captured) in a temporary directory that stands for /tmp/acdoc and holds the page's
+scaffold.toml (`dpfl calibrate run scaffold.toml`), and every output line the page shows under it
 (except `...` placeholders and blank lines) must appear verbatim as a line of the real output (stdout and stderr
 together). The `$ command  ->  fragment` form (section 7) requires the fragment verbatim inside the output.
 
@@ -34,7 +37,9 @@ from pathlib import Path
 
 import pytest
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "accounting.md"
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "accounting.md"
+PAGES = (DOC, ROOT / "README.md")
 SCRATCH = "/tmp/acdoc"  # the page's scratch directory; replaced by a temporary one in the slow checks
 DOC_THREADS = 2
 
@@ -49,6 +54,7 @@ FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 
 @dataclass
 class Block:
+    page: str  # the page's file name
     lang: str
     start: int  # 1-based line of the opening fence
     lines: list[str]
@@ -65,7 +71,7 @@ class Command:
     fragment: str | None = None  # `$ cmd -> fragment` form
 
 
-def parse_blocks(text: str) -> list[Block]:
+def parse_blocks(text: str, page: str = DOC.name) -> list[Block]:
     lines = text.splitlines()
     blocks, i, prose_start = [], 0, 0
     while i < len(lines):
@@ -78,7 +84,7 @@ def parse_blocks(text: str) -> list[Block]:
         while not (lines[j].strip() == "```"):
             j += 1
         body = [ln[len(indent):] if ln.startswith(indent) else ln.lstrip() for ln in lines[i + 1 : j]]
-        blocks.append(Block(lang, start + 1, body, "\n".join(lines[prose_start:start]), ""))
+        blocks.append(Block(page, lang, start + 1, body, "\n".join(lines[prose_start:start]), ""))
         prose_start = i = j + 1
     for block, nxt in zip(blocks, blocks[1:] + [None]):
         end = nxt.start - 1 if nxt else len(lines)
@@ -90,9 +96,12 @@ def parse_blocks(text: str) -> list[Block]:
 def parse_commands(blocks: list[Block]) -> list[Command]:
     commands = []
     for block in blocks:
-        current = None
-        for k, ln in enumerate(block.lines):
+        current, lines = None, list(enumerate(block.lines))
+        while lines:
+            k, ln = lines.pop(0)
             if ln.startswith("$ "):
+                while ln.endswith(" \\") and lines:  # the command continues on the next line
+                    ln = ln[:-2] + " " + lines.pop(0)[1].strip()
                 text, fragment = ln[2:].strip(), None
                 if " -> " in text:
                     text, fragment = (part.strip() for part in text.split(" -> ", 1))
@@ -109,7 +118,7 @@ def expand(command: Command) -> str | None:
         return command.text
     context = command.block.before + "\n" + command.block.after
     if FIRST_COMMAND_RULE in " ".join(context.split()):
-        first = next(ln[2:].strip() for ln in command.block.lines if ln.startswith("$ "))
+        first = parse_commands([command.block])[0].text
         head, args = shlex.split(first)[:3], shlex.split(first)[3:]
         if "..." in args or shlex.split(command.text)[:3] != head:
             return None
@@ -120,10 +129,11 @@ def expand(command: Command) -> str | None:
     return None
 
 
-TEXT = DOC.read_text(encoding="utf-8")
-BLOCKS = parse_blocks(TEXT)
+BLOCKS_OF = {page.name: parse_blocks(page.read_text(encoding="utf-8"), page.name) for page in PAGES}
+BLOCKS = BLOCKS_OF[DOC.name]  # docs/accounting.md's: its runs and scripts
 COMMANDS = parse_commands(BLOCKS)
-FAST = [c for c in COMMANDS if shlex.split(c.text)[:2] in (["dpfl", "account"], ["dpfl", "calibrate"])]
+FAST = [c for blocks in BLOCKS_OF.values() for c in parse_commands(blocks)
+        if shlex.split(c.text)[:2] in (["dpfl", "account"], ["dpfl", "calibrate"])]
 
 
 def output_lines(text: str) -> list[str]:
@@ -140,12 +150,15 @@ def check_shown(shown: list[str], fragment: str | None, printed: str, where: str
 
 
 # -- default run: the training-free commands ------------------------------------------------------------------------
-def test_page_has_the_commands():
-    """The parser still finds the page's commands (a reformatted page must not pass by checking nothing)."""
-    assert len(FAST) >= 20, [c.text for c in FAST]
-    assert all(c.output or c.fragment for c in FAST), [c.text for c in FAST if not (c.output or c.fragment)]
-    dollar_lines = [ln for b in BLOCKS for ln in b.lines if re.match(r"\$ dpfl (account|calibrate) ", ln)]
-    assert len(dollar_lines) == len(FAST)
+@pytest.mark.parametrize("page, least", [(DOC.name, 20), ("README.md", 8)])
+def test_page_has_the_commands(page, least):
+    """The parser still finds the page's commands (a reformatted page must not pass by checking nothing), and every
+    command shows output to check."""
+    found = [c for c in FAST if c.block.page == page]
+    assert len(found) >= least, [c.text for c in found]
+    assert all(c.output or c.fragment for c in found), [c.text for c in found if not (c.output or c.fragment)]
+    dollar_lines = [ln for b in BLOCKS_OF[page] for ln in b.lines if re.match(r"\$ dpfl (account|calibrate) ", ln)]
+    assert len(dollar_lines) == len(found)
 
 
 def test_skip_table_is_current():
@@ -155,22 +168,25 @@ def test_skip_table_is_current():
     assert not unexpandable, f"commands with `...` and no expansion rule on the page (add one, or SKIP): {unexpandable}"
 
 
-@pytest.mark.parametrize("command", FAST, ids=[f"line{c.line}" for c in FAST])
-def test_account_and_calibrate_outputs(command, capsys):
+@pytest.mark.parametrize("command", FAST, ids=[f"{c.block.page}-line{c.line}" for c in FAST])
+def test_account_and_calibrate_outputs(command, capsys, tmp_path, monkeypatch):
     from dpfl.cli import main
 
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "scaffold.toml").write_text(_scaffold_toml())
     if command.text in SKIP:
         pytest.skip(SKIP[command.text])
     expanded = expand(command)
-    assert expanded is not None, f"line {command.line}: no rule on the page expands `...` in {command.text!r}"
+    where = f"{command.block.page} line {command.line}"
+    assert expanded is not None, f"{where}: no rule on the page expands `...` in {command.text!r}"
     argv = shlex.split(expanded)[1:]
     capsys.readouterr()
     code = main(argv)
     captured = capsys.readouterr()
     printed = captured.out + captured.err
     error = any(ln.startswith("dpfl ") and ": error: " in ln for ln in command.output)
-    assert code == (2 if error else 0), f"line {command.line}: exit status {code}\n{printed}"
-    check_shown(command.output, command.fragment, printed, f"line {command.line}: {expanded}")
+    assert code == (2 if error else 0), f"{where}: exit status {code}\n{printed}"
+    check_shown(command.output, command.fragment, printed, f"{where}: {expanded}")
 
 
 def test_expansion_rules():
@@ -217,7 +233,8 @@ def _run_in_scratch(commands: list[Command], tmp_path: Path) -> None:
                     f"{_torch_threads()} (float rounding differs)")
     scratch = str(tmp_path)
     (tmp_path / "scaffold.toml").write_text(_scaffold_toml())
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1",  # this checkout's package, not whichever one is installed
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     for command in commands:
         argv = shlex.split(command.text.replace(SCRATCH, scratch))
         if argv[0] == "python":

@@ -40,3 +40,15 @@ def test_disabled_prints_nothing():
     bar.update(3, 0.5, {})
     bar.close()
     assert out.getvalue() == ""
+
+
+def test_heartbeat_is_silent_when_quick_then_one_line_every_few_seconds(monkeypatch):
+    from dpfl.engine.progress import Heartbeat
+
+    clock = iter([0.0, 0.5, 1.9, 2.0, 3.0, 4.1, 4.2])  # construction, then one call per value
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: next(clock))
+    out = io.StringIO()
+    beat = Heartbeat(lambda noise, eps: f"noise {noise} -> epsilon {eps}", after_s=2.0, every_s=2.0, stream=out)
+    for k in range(6):
+        beat(k, 10 - k)
+    assert out.getvalue().splitlines() == ["noise 2 -> epsilon 8", "noise 4 -> epsilon 6"]

@@ -82,7 +82,8 @@ def account(
       subsampling_bound: RDP bound for sampling records without replacement (``dpfl.accounting.rdp.rdp_curve``).
 
     Raises:
-      ConfigError: a parameter is out of range, or ``accountant`` does not support ``event`` under ``neighboring``.
+      ConfigError: a parameter is out of range, or ``accountant`` does not support ``event`` under ``neighboring``
+        (for PLD also ``pld.PldTooLargeError``: a PLD too large to build in seconds; RDP answers it at once).
     """
     delta = check_range("delta", delta, 0, 1, low_open=True, high_open=True)
     relation = check_options(accountant, conversion, neighboring)

@@ -9,7 +9,8 @@ interchangeable per observer (the last-iterate accountant joins them for runs th
   dpfl's convention);
 * ``pure``: ``PureDpAccountant``, basic composition of pure-DP mechanisms (Laplace), delta-free (Dwork & Roth 2014,
   Thm 3.16);
-* ``tightest``: ``TightestAccountant``, PLD while it supports every event composed, else RDP.
+* ``tightest``: ``TightestAccountant``, PLD while it supports every event composed and their PLD is of a tractable
+  size (``pld.tractable``: epsilon below a few hundred), else RDP.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ class PureDpAccountant(_Collecting):
 
 
 class TightestAccountant(_Collecting):
-    """PLD while it supports every event composed, else RDP (with ``conversion`` and ``subsampling_bound``)."""
+    """PLD while it supports every event composed and their PLD is tractable (``pld.tractable``), else RDP (with
+    ``conversion`` and ``subsampling_bound``)."""
 
     def __init__(self, neighboring_relation: NeighborRel, conversion: str = "modern", subsampling_bound: str = "tight"):
         super().__init__(neighboring_relation)
@@ -94,7 +96,7 @@ class TightestAccountant(_Collecting):
     @property
     def chosen(self) -> str:
         """The accountant that answers for the composition so far."""
-        return "pld" if pld.supports(self.composition(), self.neighboring_relation) else "rdp"
+        return "pld" if pld.tractable(self.composition(), self.neighboring_relation) else "rdp"
 
     def get_epsilon(self, target_delta: float) -> float:
         if self.chosen == "pld":

@@ -24,7 +24,8 @@ from typing import Callable, Iterable
 
 from dp_accounting import dp_event
 
-from dpfl.accounting.accountant import AccountingResult, account, check_options
+from dpfl.accounting import pld
+from dpfl.accounting.accountant import NEIGHBORING, AccountingResult, account, check_options
 from dpfl.errors import ConfigError, check_range
 
 #: PLD grid steps of the coarse levels, coarsest first.
@@ -46,6 +47,7 @@ def calibrate_noise(
     *,
     initial_noise: float = 1.0,
     rtol: float = 1e-4,
+    progress: Callable[[float, float], None] | None = None,
 ) -> float:
     """The smallest noise multiplier z (to relative precision ``rtol``) with ``make_event(z)`` meeting
     ``target_epsilon`` at ``delta``: ``account(make_event(z), delta, ...)`` is <= ``target_epsilon`` and noise
@@ -57,8 +59,11 @@ def calibrate_noise(
       delta, accountant, conversion, neighboring: as for ``account``.
       initial_noise: where the bracket search starts, > 0.
       rtol: relative precision of the answer, in (0, 0.1].
+      progress: called with (noise, epsilon) after every trial (e.g. ``dpfl.engine.progress.Heartbeat``).
 
     Raises:
+      pld.PldTooLargeError: with PLD, when its grid near the answer would exceed ``pld.MAX_POINTS`` (a target above
+        a few hundred; coarse levels skip such noise unbuilt).
       ConfigError: a parameter is out of range, or no noise in
         [initial_noise / 2**MAX_DOUBLINGS, initial_noise * 2**MAX_DOUBLINGS] separates epsilons above and below the
         target (for example RDP's conversion puts a floor under epsilon: log(1/delta) / (max order - 1) for classic).
@@ -68,6 +73,8 @@ def calibrate_noise(
     check_options(accountant, conversion, neighboring)
     initial_noise = check_range("initial_noise", initial_noise, 0, low_open=True)
     rtol = check_range("rtol", rtol, 0, 0.1, low_open=True)
+    if accountant == "pld":
+        pld.check_target(target_epsilon)
 
     center = math.log(initial_noise)
     tol = math.log1p(rtol)
@@ -75,8 +82,10 @@ def calibrate_noise(
     for level, options in enumerate(_levels(accountant)):
 
         def gap(log_noise: float, options=options) -> float:
-            epsilon = account(make_event(math.exp(log_noise)), delta, accountant, conversion, neighboring, **options)
-            return _log_ratio(epsilon.epsilon, target_epsilon)
+            epsilon = _level_epsilon(make_event(math.exp(log_noise)), delta, accountant, conversion, neighboring,
+                                      options)
+            _report(progress, math.exp(log_noise), epsilon)
+            return _log_ratio(epsilon, target_epsilon)
 
         gap = _memoize(gap)
         if level:  # first step: Newton's from the coarser answer (with the coarser slope), overshot by tol / 2
@@ -96,6 +105,7 @@ def max_steps(
     neighboring: str = "add_remove",
     *,
     subsampling_bound: str = "tight",
+    progress: Callable[[int, float], None] | None = None,
 ) -> int:
     """The largest number of steps n with ``make_event(n)`` meeting ``target_epsilon`` at ``delta``; 0 if even one
     step exceeds it.
@@ -105,6 +115,7 @@ def max_steps(
         ``SelfComposedDpEvent(step, n)`` so every n reuses the cached curve of ``step``.
       target_epsilon, delta, accountant, conversion, neighboring: as for ``calibrate_noise``.
       subsampling_bound: as for ``account`` (RDP only).
+      progress: called with (steps, epsilon) after every trial.
 
     Raises:
       ConfigError: a parameter is out of range, or 2**MAX_DOUBLINGS steps still meet the target.
@@ -112,17 +123,20 @@ def max_steps(
     target_epsilon = check_range("target_epsilon", target_epsilon, 0, low_open=True)
     delta = check_range("delta", delta, 0, 1, low_open=True, high_open=True)
     check_options(accountant, conversion, neighboring)
+    if accountant == "pld":
+        pld.check_target(target_epsilon)
 
     steps = 1
     for options in _levels(accountant)[-1 if accountant == "rdp" else 0 :]:
         steps = max(1, steps)
 
         def meets(n: int, options=options) -> bool:
-            epsilon = account(make_event(n), delta, accountant, conversion, neighboring, **options,
-                              subsampling_bound=subsampling_bound).epsilon
+            epsilon = _level_epsilon(make_event(n), delta, accountant, conversion, neighboring,
+                                      dict(options, subsampling_bound=subsampling_bound))
+            _report(progress, n, epsilon)
             return epsilon <= target_epsilon
 
-        steps = _largest_integer(_memoize(meets), steps, max(1, steps // 64), target_epsilon)
+        steps = largest_integer(_memoize(meets), steps, max(1, steps // 64), target_epsilon)
     return steps
 
 
@@ -142,14 +156,21 @@ def epsilon_for_schedule(
 
 
 def solve_noise(epsilon_of: Callable[[float], float], target_epsilon: float, *, initial_noise: float = 1.0,
-                rtol: float = 1e-4) -> float:
+                rtol: float = 1e-4, progress: Callable[[float, float], None] | None = None) -> float:
     """The smallest noise z (to relative precision ``rtol``) with ``epsilon_of(z) <= target_epsilon``, for any
     accountant given as a function decreasing in z: the bracket search and Illinois bisection of ``calibrate_noise``
-    at one level. Serves the accountants that are not DpEvents (last iterate, shuffle)."""
+    at one level. Serves the accountants that are not DpEvents (last iterate, shuffle, a run's ledger). ``progress``
+    is called with (noise, epsilon) after every trial."""
     target_epsilon = check_range("target_epsilon", target_epsilon, 0, low_open=True)
     initial_noise = check_range("initial_noise", initial_noise, 0, low_open=True)
     rtol = check_range("rtol", rtol, 0, 0.1, low_open=True)
-    gap = _memoize(lambda log_noise: _log_ratio(epsilon_of(math.exp(log_noise)), target_epsilon))
+
+    def gap(log_noise: float) -> float:
+        epsilon = epsilon_of(math.exp(log_noise))
+        _report(progress, math.exp(log_noise), epsilon)
+        return _log_ratio(epsilon, target_epsilon)
+
+    gap = _memoize(gap)
     center = math.log(initial_noise)
     lo, hi = _bracket(gap, center, math.log(2), center, target_epsilon)
     return math.exp(_bisect(gap, lo, hi, math.log1p(rtol))[1])
@@ -185,6 +206,23 @@ def _levels(accountant: str) -> list[dict]:
     if accountant == "pld":
         return [{"value_discretization_interval": v} for v in COARSE_PLD_INTERVALS] + [{}]
     return [{"orders": COARSE_RDP_ORDERS}, {}]
+
+
+def _level_epsilon(event, delta, accountant, conversion, neighboring, options: dict) -> float:
+    """``account(event, ...).epsilon`` at a level's options. A PLD too large to build at the exact grid
+    (``pld.PldTooLargeError``) reads as +inf at a coarse level, unbuilt (the exact level would refuse that noise, so
+    the search must look elsewhere), and is raised at the exact level, where the caller decides (the CLI switches to
+    RDP and says so)."""
+    coarse = options.get("value_discretization_interval", pld.VALUE_DISCRETIZATION_INTERVAL) != \
+        pld.VALUE_DISCRETIZATION_INTERVAL
+    if accountant == "pld" and coarse and pld.estimated_points(event, NEIGHBORING[neighboring]) > pld.MAX_POINTS:
+        return math.inf
+    return account(event, delta, accountant, conversion, neighboring, **options).epsilon
+
+
+def _report(progress, value, epsilon: float) -> None:
+    if progress is not None:
+        progress(value, epsilon)
 
 
 def _log_ratio(epsilon: float, target: float) -> float:
@@ -257,9 +295,9 @@ def _slope(gap, lo: float, hi: float) -> float:
     return slope if math.isfinite(slope) and slope < 0 else -1.0
 
 
-def _largest_integer(meets, start: int, step: int, target: float) -> int:
+def largest_integer(meets: Callable[[int], bool], start: int, step: int, target: float) -> int:
     """Largest n >= 0 with meets(n), for meets true up to some n and false after: doubling steps from ``start``,
-    then bisection."""
+    then bisection. ``target`` (the epsilon sought) only words the error when no n > 2**MAX_DOUBLINGS fails."""
     if meets(start):
         lo, hi = start, start + step
         while meets(hi):

@@ -3,7 +3,8 @@
 Two conversions of an RDP curve eps(a) (Mironov 2017) into an (epsilon, delta)-DP guarantee:
 
 * ``classic``: Mironov 2017, Prop. 3:  epsilon = min_a  eps(a) + log(1/delta) / (a - 1).
-  The DP-SCAFFOLD paper (Noble et al. 2022, App. B) and the joint-noise paper (Heikkilä, Table 1) report numbers with it.
+  The DP-SCAFFOLD paper (Noble et al. 2022, App. B) and the joint-noise paper (Heikkilä 2024, Table 1) report
+  numbers with it.
 * ``modern``: Canonne, Kamath, Steinke 2020 (arXiv:2004.00010, Prop. 12; cf. Balle et al. 2020,
   arXiv:1905.09982) / Asoodeh et al. 2021 (Eq. 20),
   epsilon = min_a  eps(a) + log(1 - 1/a) - (log delta + log a) / (a - 1), as computed by

@@ -1,7 +1,7 @@
 """Privacy events dp_accounting lacks, and JSON-safe (de)serialisation of every event.
 
 ``SkellamDpEvent`` is the Skellam mechanism of Agarwal, Kairouz, Liu (NeurIPS 2021), the infinitely divisible
-integer noise used with secure aggregation in the joint-noise paper (Heikkilä). Its RDP is
+integer noise used with secure aggregation in the joint-noise paper (Heikkilä 2024). Its RDP is
 ``dpfl.accounting.skellam.skellam_rdp``.
 
 ``ParticipationDpEvent`` is one round of a client-sampled federated algorithm seen from one record: the record's owner
@@ -34,7 +34,7 @@ from dpfl.errors import ConfigError, check_range
 def skellam_l1_bound(l2_sensitivity: float, dimension: int) -> float:
     """l1 sensitivity bound D1 = D2 min(sqrt(d'), D2), d' = 2^ceil(log2 d) the rotation's padded dimension.
 
-    After randomised rounding to integers ||x||_1 <= ||x||_2^2, and always ||x||_1 <= sqrt(d') ||x||_2 (Heikkilä,
+    After randomised rounding to integers ||x||_1 <= ||x||_2^2, and always ||x||_1 <= sqrt(d') ||x||_2 (Heikkilä 2024,
     the author's code, following Agarwal et al. 2021).
     """
     check_range("dimension", dimension, 1, integer=True)
@@ -44,7 +44,7 @@ def skellam_l1_bound(l2_sensitivity: float, dimension: int) -> float:
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
 class SkellamDpEvent(dp_event.DpEvent):
-    """The (scaled) multidimensional Skellam mechanism, Agarwal et al. 2021 (Heikkilä, Skellam base RDP).
+    """The (scaled) multidimensional Skellam mechanism, Agarwal et al. 2021 (Heikkilä 2024, Skellam base RDP).
 
     Attributes:
       l2_sensitivity: D2, the l2 sensitivity of the summed (unscaled) statistic.
@@ -66,7 +66,8 @@ class DisjointUnionDpEvent(dp_event.DpEvent):
 
     A record lies in exactly one part, so only that part's mechanism depends on it: the guarantee is the worst part's.
     For RDP this is the pointwise maximum of the parts' curves (each order separately: the record's part may differ
-    between neighbours only through that part). Used for one-pass algorithms over disjoint batches (seeds 003, 004).
+    between neighbours only through that part). Used for one-pass algorithms over disjoint batches (Asoodeh et al.
+    2021; Lowy et al. 2023).
 
     Attributes:
       events: the parts' events (a tuple, so the event stays hashable).

@@ -83,7 +83,8 @@ Instances (``Instance``, ``observer_instance``)
 An ``Instance`` is a union of branches (label probability, participation probability, inner pair) in which the
 observer sees the branch label (e.g. how many other clients took part): int p^a q^(1-a) and PLDs are the label-weighted
 mixtures of the branches'. ``observer_instance`` builds, for one round of one noisy step per client, the instance of
-each observer of seeds 000/002's federated setting, in sensitivity units (see its docstring for each observer).
+each observer of the federated setting of Noble et al. 2022 and Heikkilä 2024, in sensitivity units (see its
+docstring for each observer).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""The per-observer privacy ledger of a run (ARCHITECTURE principle 2).
+"""The per-observer privacy ledger of a run: the privacy each observer has been charged, round by round.
 
 For every observer (third party, server, another silo) the ledger composes the events of every round the run has
 *started*, and reports epsilon at the run's delta. It is
 
 * composed BEFORE a round draws its noise, so a configured budget stops the run before the round that would exceed
   it (``BudgetExceededError``), never after;
-* a journal: one entry per composed round, saved with the run's checkpoint. A resumed run that replays a round with
+* a journal: one entry per composed round, which the simulator saves (``save``) as soon as a round is composed,
+  before the round draws any noise, and again with every checkpoint. A resumed run that replays a round with
   the same randomness (same events and same fingerprint: an identical release, so no new privacy loss) finds it
   already recorded and does not count it twice; anything else is counted again. Spent budget is never forgotten.
 
@@ -31,6 +32,7 @@ import math
 import os
 from collections import Counter
 from pathlib import Path
+from typing import Iterable
 
 from dp_accounting import dp_event
 
@@ -103,7 +105,7 @@ class PrivacyLedger:
             raise ValueError(f"round {round_index} has no event for observer(s) {sorted(missing)}")
         if fingerprint is not None and self._latest.get(round_index) == (dict(events), fingerprint):
             return self.epsilon()
-        after = self._epsilon(extra=events)
+        after = self._epsilon(extra=[events])
         for observer, limit in self.budget.items():
             if after[observer] > limit:
                 raise BudgetExceededError(
@@ -128,14 +130,27 @@ class PrivacyLedger:
             self._spent = self._epsilon()
         return dict(self._spent)
 
-    def _epsilon(self, extra: dict[str, dp_event.DpEvent] | None = None) -> dict[str, float]:
-        result = {}
-        for observer in self.observers:
-            counts = Counter(self._counts[observer])
-            if extra is not None:
-                counts[self._key(extra[observer])] += 1
-            result[observer] = self._epsilon_of(observer, counts)
-        return result
+    def epsilon_after(self, rounds: Iterable[dict[str, dp_event.DpEvent]],
+                      observers: Iterable[str] | None = None) -> dict[str, float]:
+        """Epsilon towards each of ``observers`` (default all) if ``rounds`` (one event per observer each) were
+        composed after the rounds recorded so far, by the same accountants; records nothing (calibration, planning)."""
+        return self._epsilon(list(rounds), observers)
+
+    def accountants_after(self, rounds: Iterable[dict[str, dp_event.DpEvent]]) -> dict[str, str]:
+        """The accountant that would answer for each observer after ``rounds`` (as ``epsilon_after``)."""
+        rounds = list(rounds)
+        return {o: accountants.chosen_name(self._accountant(o, self._counts_with(o, rounds))) for o in self.observers}
+
+    def _epsilon(self, extra: list[dict[str, dp_event.DpEvent]] = (), observers=None) -> dict[str, float]:
+        return {o: self._epsilon_of(o, self._counts_with(o, extra)) for o in (observers or self.observers)}
+
+    def _counts_with(self, observer: str, extra: list[dict[str, dp_event.DpEvent]]) -> Counter:
+        counts = Counter(self._counts[observer])
+        for events in extra:
+            if observer not in events:
+                raise ValueError(f"a round has no event for observer {observer!r}")
+            counts[self._key(events[observer])] += 1
+        return counts
 
     def _key(self, event: dp_event.DpEvent) -> str:
         key = repr(event)

@@ -1,4 +1,4 @@
-"""What each observer of a federated run sees, as privacy events (ARCHITECTURE principle 2).
+"""What each observer of a federated run sees, as privacy events (docs/accounting.md, section 1).
 
 A record lives on one client, its *owner*. In a round the owner, if it is in the cohort, makes a sequence of noise
 draws (e.g. K local steps, each a record-sampled Gaussian); ``Release`` declares them, one event per draw, before any

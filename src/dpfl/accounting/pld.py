@@ -25,25 +25,46 @@ default). At 1e-4 every PLD number of the accounting test vectors comes out with
 tests/accounting/test_vectors.py); at 1e-3 they are up to 1.6% too high, at 1e-2 up to 80%. Losses are rounded
 *pessimistically* (up), so the epsilon reported is an upper bound on the true one, not merely an estimate.
 
+Size guard: a PLD spans its privacy losses on that grid, so an event with huge losses (tiny noise, many
+compositions: epsilon in the hundreds or more) would take minutes and gigabytes to build. ``estimated_points`` reads
+the span off the event's RDP curve before anything is built: the log moment generating function of the privacy loss
+L is (a - 1) eps(a), so by Chernoff's bound P(L > t) <= exp((a - 1)(eps(a) - t)) and the losses above
+min_a eps(a) + log(1/tau) / (a - 1) (the classic conversion at delta = tau, Mironov 2017, Prop. 3) carry mass at most
+tau; dp_accounting truncates the same tails (Doroshenko et al. 2022) when it sizes its convolutions. ``pld_of``
+refuses (``PldTooLargeError``, which names the RDP accountant) an event whose estimate exceeds ``MAX_POINTS``.
+
 Not supported: sampling without replacement (use the RDP accountant, ``accountant="rdp"``), dpfl's Skellam and
 disjoint-union events.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 
 import attr
+import numpy as np
 from dp_accounting import dp_event, privacy_accountant
 from dp_accounting.pld import pld_privacy_accountant, privacy_loss_distribution
 
+from dpfl.accounting.conversion import rdp_to_epsilon
 from dpfl.accounting.events import ParticipationDpEvent
+from dpfl.accounting.rdp import composition_error, rdp_curve
 from dpfl.errors import ConfigError
 
 NeighborRel = privacy_accountant.NeighboringRelation
 
 #: Grid step of the discretised privacy losses (see the module docstring).
 VALUE_DISCRETIZATION_INTERVAL = 1e-4
+
+#: The most grid points a PLD may span (``estimated_points``). Building a Gaussian leaf costs 2-5 us per point on one
+#: core (dp_accounting's connect-the-dots loop), so a PLD within it takes at most about 10 s.
+MAX_POINTS = 2_000_000
+#: Tail mass below which losses need no grid points (dp_accounting's truncation of self-compositions).
+TAIL_MASS = 1e-15
+#: RDP orders of the size estimate: a few near 1 (where the optimum lies when the losses are huge) and integers.
+_SIZE_ORDERS = np.array([1.05, 1.1, 1.25, 1.5, 1.75, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 128, 256, 512,
+                         1024], dtype=float)
 
 _CACHE: dict = {}  # (repr(event), relation, interval) -> PLD; PLDs are never modified in place
 _CACHE_SIZE = 64
@@ -52,6 +73,51 @@ _CACHE_SIZE = 64
 def supports(event: dp_event.DpEvent, neighboring_relation: NeighborRel = NeighborRel.ADD_OR_REMOVE_ONE) -> bool:
     """Whether ``pld_of`` can build the PLD of ``event`` under ``neighboring_relation``."""
     return _unsupported(event, neighboring_relation) is None
+
+
+class PldTooLargeError(ConfigError):
+    """The PLD of an event would span more than ``MAX_POINTS`` grid points; ``points`` is the estimate."""
+
+    def __init__(self, points: float, interval: float = VALUE_DISCRETIZATION_INTERVAL):
+        self.points, self.losses = points, points * interval
+        super().__init__(
+            "accountant", "pld",
+            f"'rdp' for this event: its privacy losses reach about {self.losses:.3g}, so its PLD would span about "
+            f"{points:.2g} grid points of {interval:g} (more than pld.MAX_POINTS = {MAX_POINTS:.0e}: minutes and "
+            "gigabytes); at such epsilons RDP is within a few per cent of PLD and is computed at once")
+
+
+def estimated_points(event: dp_event.DpEvent, neighboring_relation: NeighborRel = NeighborRel.ADD_OR_REMOVE_ONE,
+                     value_discretization_interval: float = VALUE_DISCRETIZATION_INTERVAL) -> float:
+    """About how many grid points the PLD of ``event`` spans: its privacy losses above ``TAIL_MASS`` (the Chernoff
+    bound of the module docstring, from the RDP curve) divided by the grid step; within a factor of about 3 of the
+    real size. 0 when the RDP curve cannot tell (no RDP bound, or a non-private part: ``pld_of`` answers those at
+    once)."""
+    if composition_error(event, neighboring_relation) is not None or _non_private(event):
+        return 0.0
+    absl = logging.getLogger("absl")  # dp_accounting logs orders whose series does not converge: an estimate needs none
+    level = absl.level
+    absl.setLevel(logging.ERROR)
+    try:
+        curve = rdp_curve(event, _SIZE_ORDERS, neighboring_relation)
+    finally:
+        absl.setLevel(level)
+    losses, _ = rdp_to_epsilon(_SIZE_ORDERS, curve, TAIL_MASS, "classic")
+    return losses / value_discretization_interval
+
+
+def check_target(target_epsilon: float) -> None:
+    """PldTooLargeError for a calibration to ``target_epsilon`` above ``MAX_POINTS`` grid steps: the PLD at its answer
+    spans privacy losses beyond epsilon (delta > ``TAIL_MASS``), so it would exceed ``MAX_POINTS``."""
+    if target_epsilon > MAX_POINTS * VALUE_DISCRETIZATION_INTERVAL:
+        raise PldTooLargeError(target_epsilon / VALUE_DISCRETIZATION_INTERVAL)
+
+
+def tractable(event: dp_event.DpEvent, neighboring_relation: NeighborRel = NeighborRel.ADD_OR_REMOVE_ONE,
+              value_discretization_interval: float = VALUE_DISCRETIZATION_INTERVAL) -> bool:
+    """Whether ``pld_of`` builds the PLD of ``event`` (it is supported and within ``MAX_POINTS``)."""
+    return supports(event, neighboring_relation) and \
+        estimated_points(event, neighboring_relation, value_discretization_interval) <= MAX_POINTS
 
 
 def pld_of(
@@ -63,7 +129,8 @@ def pld_of(
 
     Raises:
       ConfigError (field ``accountant``) if some part of ``event`` has no PLD here; the message names it and suggests
-      ``accountant="rdp"``.
+      ``accountant="rdp"``. PldTooLargeError (a ConfigError) if the PLD would span more than ``MAX_POINTS`` grid
+      points.
     """
     problem = _unsupported(event, neighboring_relation)
     if problem is not None:
@@ -72,6 +139,9 @@ def pld_of(
             f"'rdp' for this event: the PLD accountant cannot compose {problem} under {neighboring_relation.name}")
     key = (repr(event), neighboring_relation, value_discretization_interval)
     if key not in _CACHE:  # a run accounts the same round event again and again
+        points = estimated_points(event, neighboring_relation, value_discretization_interval)
+        if points > MAX_POINTS:
+            raise PldTooLargeError(points, value_discretization_interval)
         if len(_CACHE) >= _CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
         _CACHE[key] = _build(event, neighboring_relation, value_discretization_interval)
@@ -104,6 +174,13 @@ def pld_delta(
         return 1.0
     delta = pld.get_delta_for_epsilon(epsilon)
     return 1.0 if math.isnan(delta) else min(1.0, max(0.0, float(delta)))
+
+
+def _non_private(event) -> bool:
+    if isinstance(event, dp_event.NonPrivateDpEvent):
+        return True
+    children = getattr(event, "events", None) or [getattr(event, "event", None)]
+    return any(isinstance(e, dp_event.DpEvent) and _non_private(e) for e in children)
 
 
 def _unsupported(event, relation) -> str | None:
@@ -157,4 +234,5 @@ def _dp_accounting_reading(event, relation):
     return attr.evolve(event, **{name: _dp_accounting_reading(child, relation) for name, child in children.items()})
 
 
-__all__ = ["VALUE_DISCRETIZATION_INTERVAL", "supports", "pld_of", "pld_epsilon", "pld_delta"]
+__all__ = ["VALUE_DISCRETIZATION_INTERVAL", "MAX_POINTS", "PldTooLargeError", "supports", "estimated_points", "check_target",
+           "tractable", "pld_of", "pld_epsilon", "pld_delta"]

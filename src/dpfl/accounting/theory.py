@@ -1,10 +1,11 @@
-"""Closed-form privacy formulas the papers state, for display beside the numerical accountants (ARCHITECTURE 5).
+"""Closed-form privacy formulas the papers state, for display beside the numerical accountants.
 
 These are the papers' own calibrations: mostly looser than dpfl's RDP/PLD accountants, sometimes asymptotic (said so
 where it is). Experiments calibrate with the numerical accountants; these functions exist so a user can compare.
 Sources: Dwork & Roth 2014 (DR14), Dwork, Rothblum, Vadhan 2010 (DRV10), Kairouz, Oh, Viswanath 2015 (KOV15),
-Bun & Steinke 2016 (BS16), Wang, Balle, Kasiviswanathan 2019 (WBK19), and seeds 000 (DP-SCAFFOLD), 001 (Zhou et al.),
-004 (ISRL-DP) with their notes in shared/notes.
+Bun & Steinke 2016 (BS16), Wang, Balle, Kasiviswanathan 2019 (WBK19), and the federated papers' own closed forms:
+Noble, Bellet, Dieuleveut 2022 (DP-SCAFFOLD), Zhou et al. 2021 (the numbers of queries and replies, FedSGD-DPC) and
+Lowy, Ghafelebashi, Razaviyayn 2023 (ISRL-DP).
 """
 
 from __future__ import annotations

@@ -315,5 +315,5 @@ register(AlgorithmSpec(
     names=("fedsgd-dpc",), config=FedSGDDPCConfig, build=build_fedsgd_dpc, private=lambda name: True,
     help="FedSGD with Laplace or Gaussian noise added by each client, calibrated to privacy.epsilon per client "
          "(Zhou et al. 2021)",
-    release_keys=("algorithm.rounds",), cohort=cohort_of,
+    release_keys=("algorithm.rounds",), cohort=cohort_of, noise_key=None,
 ))

@@ -129,17 +129,18 @@ class LocalSGD:
 
     def client_round(self, round_index: int, server: dict, clients: dict, data: ClientData,
                      ctx: ClientContext) -> ClientOutput:
-        """K local steps for a chunk of the cohort; messages {dy[, dc]}, client state {c} (SCAFFOLD)."""
+        """K local steps for a chunk of the cohort; messages {dy[, dc]}, client state {c} (SCAFFOLD). The server
+        state may carry a leading row axis (one server state per row: ``dpfl.engine.protocol``)."""
         x = server["x"]
-        n, P, K = data.counts.shape[0], x.shape[0], self.local_steps
+        n, P, K = data.counts.shape[0], x.shape[-1], self.local_steps
         keys = ctx.streams("records").uniform([(K, int(c)) for c in data.counts])  # [n, K, max count]
         noise = ctx.streams("noise").normal((K, P)) if self.mechanism.is_private else None  # [n, K, P]
-        start = x.unsqueeze(0).expand(n, P)
+        start = x.expand(n, P)
         y = start.clone()
         h_sum = torch.zeros(n, P)
         warm = round_index < self.warm_rounds
         move = self.move_locally and not warm
-        correction = (server["c"].unsqueeze(0) - clients["c"]) if self.control_variates else None
+        correction = (server["c"] - clients["c"]) if self.control_variates else None
         events = []
         for k in range(K):
             h, event = self.noisy_gradient(ctx.grads, y if move else start, data, keys[:, k],
@@ -178,7 +179,8 @@ class LocalSGD:
         return mean, event
 
     def server_update(self, round_index: int, server: dict, delivered: Delivery) -> dict:
-        """x += eta_g mean(dy); c += (1/M) sum(dc), from the sums alone."""
+        """x += eta_g mean(dy); c += (1/M) sum(dc), from the sums alone (row-wise where the state and the sums carry a
+        leading row axis)."""
         if delivered.count == 0:
             return server
         updated = {"x": server["x"] + self.global_lr * delivered.sum("dy") / delivered.count, "c": server["c"]}
@@ -219,7 +221,8 @@ class LocalSGDConfig:
                                                                "(fixed) or each record with probability s (poisson)"})
     record_sampling: str = field(default="fixed", metadata={"choices": ("fixed", "poisson"),
                                                              "help": "fixed size without replacement (replace-one "
-                                                                     "DP) or Poisson (add/remove DP)"})
+                                                                     "DP) or Poisson (zero-out DP: a record replaced "
+                                                                     "by a null one)"})
     lr: float = field(default=1.0, metadata={"help": "eta0; the local step is eta0 / (s K)"})
     global_lr: float = field(default=1.0, metadata={"help": "eta_g, the server's step on the mean update"})
     weight_decay: float = field(default=5e-3, metadata={"help": "L2 regularisation lambda"})
@@ -227,8 +230,8 @@ class LocalSGDConfig:
     noise_multiplier: float = field(default=60.0, metadata={"help": "sigma_g: noise std is sigma_g times the "
                                                                       "sensitivity", "private": True})
     clip_heuristic: str = field(default="fixed", metadata={"choices": CLIP_HEURISTICS, "private": True,
-                                                            "help": "'median-nonprivate': the paper's data-dependent "
-                                                                    "clip (NOT private: epsilon = inf)"})
+                                                            "help": "'median-nonprivate': Noble et al. 2022's "
+                                                                    "data-dependent clip (NOT private: epsilon = inf)"})
 
 
 def build_local_sgd(name: str, config: LocalSGDConfig, client_rate: float) -> LocalSGD:

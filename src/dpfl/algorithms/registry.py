@@ -6,7 +6,8 @@ of its own ``[algorithm]`` keys (typed, with defaults that make a minimal config
 (name, config section, ``Setting``) -> an object of the ``dpfl.engine.protocol.Algorithm`` protocol. The setting
 carries what a builder may need beyond its own section: the cohort's sampling, the data's shape, the rounds and the
 privacy target an algorithm calibrates its noise to. An algorithm whose release depends on a run-only key (rounds,
-when the noise is calibrated to a total budget) names it in ``release_keys``, so a resume cannot change it. Config
+when the noise is calibrated to a total budget) names it in ``release_keys``, so a resume cannot change it;
+``noise_key`` names the ``[algorithm]`` key whose noise multiplier `dpfl calibrate run` solves for. Config
 validation, ``dpfl run`` and ``dpfl run --help`` read the registry, so adding an algorithm touches its module, its
 tests and its docs only.
 """
@@ -60,6 +61,9 @@ class AlgorithmSpec:
     help: str
     #: run-only keys (runner.RUN_ONLY_KEYS) that decide this family's release, e.g. "algorithm.rounds"
     release_keys: tuple[str, ...] = ()
+    #: the [algorithm] key of the noise multiplier (epsilon decreases as it grows) that `dpfl calibrate run` solves
+    #: for; None: the family has no such key (its noise cannot be calibrated from outside)
+    noise_key: str | None = "noise_multiplier"
     #: (config section, number of clients) -> (client rate, client sampling scheme), for a family that names its
     #: cohort with keys of its own; then the common keys client_rate and client_sampling do not apply to it
     cohort: Callable | None = None

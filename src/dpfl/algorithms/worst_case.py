@@ -1,12 +1,13 @@
 """A worst-case instance run through the real ``LocalSGD`` code, and its Gaussian privacy measured and derived.
 
-The review's counterexample to "noise credited from other clients at every local step": a cohort of n clients runs K
-local steps of noisy SGD (s = 1: every client's whole data is its batch of b records, so no record sampling). The
-record's owner (client 0) has linear losses <theta, v_j> (gradient v_j, ||v_j|| <= C; on the neighbouring dataset
-one record's v = +C becomes v = -C: the batch mean moves by 2C/b = Delta, the replace-one sensitivity). Every other
-client has quadratic losses ||theta - a_j||^2 / (2 eta_l) with a_j = x, the round's start point: its gradient
-(y - x) / eta_l pulls the iterate back to x in one step, y <- y - eta_l ((y - x)/eta_l + xi_k) = x - eta_l xi_k, so
-its update y_K - x = -eta_l xi_{K-1} keeps only its LAST noise draw. In units of the step noise std z Delta:
+A counterexample to "noise credited from other clients at every local step" (Noble et al. 2022, App. B; Heikkilä 2024,
+Lemma 4.6 / Thm 4.7 for S > 1): a cohort of n clients runs K local steps of noisy SGD (s = 1: every client's whole
+data is its batch of b records, so no record sampling). The record's owner (client 0) has linear losses <theta, v_j>
+(gradient v_j, ||v_j|| <= C; on the neighbouring dataset one record's v = +C becomes v = -C: the batch mean moves by
+2C/b = Delta, the replace-one sensitivity). Every other client has quadratic losses ||theta - a_j||^2 / (2 eta_l) with
+a_j = x, the round's start point: its gradient (y - x) / eta_l pulls the iterate back to x in one step, y <- y - eta_l
+((y - x)/eta_l + xi_k) = x - eta_l xi_k, so its update y_K - x = -eta_l xi_{K-1} keeps only its LAST noise draw. In
+units of the step noise std z Delta:
 
     owner:       dy_0 = -eta_l (K gbar + xi_0 + ... + xi_{K-1})     shift eta_l K Delta, variance eta_l^2 K
     other i:     dy_i = -eta_l xi_{i, K-1}                          variance eta_l^2
@@ -17,10 +18,10 @@ so the observers see Gaussian mechanisms with (mu = shift / std, mu-GDP; Dong, R
     (b) the sum minus another silo's own dy:                                    mu = K / (z sqrt(K + n - 2))
     (c) the owner's dy alone (plain server):                                    mu = sqrt(K) / z
 
-For the review's n = 20, K = 50, z = 10: 0.6019, 0.6063, 0.7071, while crediting every step with the noise of the whole
-cohort (z sqrt(n) per step) claims mu = sqrt(K) / (z sqrt(n)) = 0.1581. FedSGD (``move_locally=False``) evaluates
-all K gradients at x, so every noise draw of every client reaches the sum: (a) sqrt(K / n) / z = 0.1581,
-(b) sqrt(K / (n - 1)) / z = 0.1622, (c) sqrt(K) / z = 0.7071.
+For n = 20, K = 50, z = 10 (docs/accounting.md, section 1): 0.6019, 0.6063, 0.7071, while crediting every step with
+the noise of the whole cohort (z sqrt(n) per step) claims mu = sqrt(K) / (z sqrt(n)) = 0.1581. FedSGD
+(``move_locally=False``) evaluates all K gradients at x, so every noise draw of every client reaches the sum: (a)
+sqrt(K / n) / z = 0.1581, (b) sqrt(K / (n - 1)) / z = 0.1622, (c) sqrt(K) / z = 0.7071.
 
 Clipping must not bind on the quadratic clients, or their erasure is partial and their updates non-Gaussian: their
 per-example gradient (y - x)/eta_l = -xi_{k-1} has std z 2C / b = 20 / b (C = 1, z = 10). With b = 20 (std 1 = C)
@@ -50,7 +51,7 @@ VIEWS = ("sum", "sum_minus_other", "owner")
 
 @dataclasses.dataclass(frozen=True)
 class EngineInstance:
-    """The review's instance (module docstring). ``records`` is b, each client's record count = batch size."""
+    """The instance of the module docstring. ``records`` is b, each client's record count = batch size."""
 
     move_locally: bool = True
     num_clients: int = 20

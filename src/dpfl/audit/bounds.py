@@ -7,11 +7,24 @@ mechanism forces every test of D against D' (Kairouz, Oh, Viswanath 2015) to sat
     FPR + e^eps FNR >= 1 - delta   and   FNR + e^eps FPR >= 1 - delta,
 
 so eps >= log((1 - delta - FNR) / FPR) for any test (and with FPR, FNR swapped). From n0 scores under D' (the canary
-absent or replaced) and n1 under D (present), ``many_run_lower_bound`` bounds FPR and FNR from above with one-sided
-Clopper-Pearson intervals (each at level alpha / 2, so both hold together with probability >= 1 - alpha by the union
-bound) and returns the eps they imply. The test (a threshold and a direction) is chosen on one half of the trials
-and evaluated on the other half, so the bound is not inflated by picking the luckiest of many thresholds (the
-choice may use any function of the selection half; by default normal laws fitted to it, see ``_choose_test``).
+absent or replaced) and n1 under D (present), oriented so that the canary raises the score, ``many_run_lower_bound``
+bounds both error rates of a **rank test** from above and returns the eps they imply:
+
+* test A, "canary if score > T" with T the k-th largest of the n0 negatives: whatever the scores' law, its false
+  positive rate is stochastically at most the k-th largest of n0 uniforms, Beta(k, n0 - k + 1) (David and Nagaraja
+  2003, "Order statistics", Sec. 2.5; equality for continuous scores, ties only lower it), so its (1 - a) quantile
+  bounds the FPR from above: the one-sided Clopper-Pearson bound of k - 1 errors in n0. T depends on the negatives
+  alone, so the positives below T are Binomial(n1, FNR(T)) given T: Clopper-Pearson bounds its FNR;
+* test B, the mirror image: "canary if score >= T'" with T' the k-th smallest positive (FNR by the order statistic,
+  FPR by Clopper-Pearson on the negatives at or above T').
+
+Each of the four rates is bounded at level alpha / 4 (the union bound: all hold together with probability
+>= 1 - alpha), and the larger of the two tests' bounds is returned. Every trial counts towards both rates: no part
+of the trials is spent on choosing the test. The rank k is fixed before the scores are seen (``planned_rank``):
+the rank that maximises the expected bound if the scores followed the *claimed* mechanism's law, taken as the
+mu-GDP pair with the claimed (eps, delta) (Dong, Roth, Su 2022, "Gaussian differential privacy": N(0, 1) against
+N(mu, 1), exact for a single Gaussian release). Any fixed k gives an honest bound; the plan only makes it strong
+where the claim is tight.
 
 **One run** (Steinke, Nasr, Jagielski, NeurIPS 2023, "Privacy auditing with one (1) training run", Theorem 5.2 and
 its p-value algorithm): m canaries, each included independently with probability 1/2; the auditor guesses r of them
@@ -30,7 +43,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, stats
+
+from dpfl.accounting.exact import gdp_epsilon
 
 
 def clopper_pearson(successes: int, trials: int, alpha: float = 0.05) -> tuple[float, float]:
@@ -67,86 +82,95 @@ def _error_counts(negatives: np.ndarray, positives: np.ndarray, thresholds: np.n
     return false_pos, false_neg
 
 
-def _bound(false_pos, false_neg, n0: int, n1: int, delta: float, alpha: float) -> np.ndarray:
-    """The Clopper-Pearson epsilon of tests with these error counts (possibly fractional: predicted counts), both
-    orders of the inequality, each error rate bounded at level alpha / 2."""
-    fpr_ub = clopper_pearson_upper(false_pos, n0, alpha / 2)
-    fnr_ub = clopper_pearson_upper(false_neg, n1, alpha / 2)
-    return np.maximum(_epsilon(fpr_ub, fnr_ub, delta), _epsilon(fnr_ub, fpr_ub, delta))
+#: mu of the planning law is kept in [MU_RANGE[0], MU_RANGE[1]] (a claim of 0 or infinity has no useful mu-GDP twin).
+MU_RANGE = (1e-3, 40.0)
 
 
-def _choose_test(negatives, positives, n0: int, n1: int, delta: float, alpha: float, selection: str):
-    """The threshold and direction, among the pooled selection scores in both directions, whose bound on an
-    evaluation set of n0 / n1 scores is predicted largest: from the selection scores' empirical error rates
-    (``"empirical"``), or from normal laws fitted to them (``"gaussian"``: smoother in the tails, where a few lucky
-    selection scores otherwise pick a threshold that does badly on the evaluation half). Either choice is a function
-    of the selection half alone, so the evaluation half's bound stays honest whatever the scores' law."""
-    best = (-1.0, 0.0, 1.0)
-    for direction in (1.0, -1.0):  # direction -1: "canary if score < t" is "canary if -score > -t"
-        neg, pos = direction * negatives, direction * positives
-        thresholds = np.unique(np.concatenate([neg, pos]))
-        if selection == "gaussian":
-            fp = n0 * stats.norm.sf(thresholds, neg.mean(), max(neg.std(), 1e-300))
-            fn = n1 * stats.norm.cdf(thresholds, pos.mean(), max(pos.std(), 1e-300))
-        else:
-            fp, fn = _error_counts(neg, pos, thresholds)
-            fp, fn = fp * n0 / neg.size, fn * n1 / pos.size
-        eps = _bound(fp, fn, n0, n1, delta, alpha)
-        i = int(np.argmax(eps))
-        if eps[i] > best[0]:
-            best = (float(eps[i]), direction * float(thresholds[i]), direction)
-    return best[1], best[2]
+def claimed_mu(epsilon: float, delta: float) -> float:
+    """The mu of the mu-GDP mechanism whose (eps, delta) curve passes through the claim (Dong, Roth, Su 2022, Cor. 1:
+    delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)), clamped to ``MU_RANGE``."""
+    low, high = MU_RANGE
+    if not np.isfinite(epsilon) or gdp_epsilon(high, delta) <= epsilon:
+        return high
+    if gdp_epsilon(low, delta) >= epsilon:
+        return low
+    return float(optimize.brentq(lambda mu: gdp_epsilon(mu, delta) - epsilon, low, high, xtol=1e-6))
+
+
+def planned_rank(mu: float, n0: int, n1: int, delta: float, alpha: float) -> int:
+    """The rank k of test A (module docstring) with the largest bound at the expected error counts of N(0, 1)
+    negatives against N(mu, 1) positives, each rate bounded at level ``alpha``: the threshold's expected quantile
+    is k / (n0 + 1), its expected false negatives n1 Phi(T - mu)."""
+    k = np.arange(1, n0 + 1)
+    false_neg = n1 * stats.norm.cdf(stats.norm.isf(k / (n0 + 1)) - mu)
+    eps = _epsilon(clopper_pearson_upper(k - 1, n0, alpha), clopper_pearson_upper(false_neg, n1, alpha), delta)
+    return int(k[np.argmax(eps)])
+
+
+def _rank_test(negatives: np.ndarray, positives: np.ndarray, rank: int, delta: float, alpha: float):
+    """Test A of the module docstring at rank ``rank``: (eps, threshold, false positives, false negatives)."""
+    threshold = float(np.sort(negatives)[negatives.size - rank])
+    false_pos, false_neg = _error_counts(negatives, positives, np.array([threshold]))
+    fpr_ub = clopper_pearson_upper(rank - 1, negatives.size, alpha)  # the order statistic's law (module docstring)
+    fnr_ub = clopper_pearson_upper(false_neg, positives.size, alpha)
+    eps = np.maximum(_epsilon(fpr_ub, fnr_ub, delta), _epsilon(fnr_ub, fpr_ub, delta))
+    return float(eps[0]), threshold, int(false_pos[0]), int(false_neg[0])
+
+
+def fewest_runs(delta: float, confidence: float) -> int:
+    """The fewest runs per world with which a perfect distinguisher (no errors at rank 1) certifies an epsilon > 0
+    at ``confidence``: below it, every audit returns 0 whatever the mechanism."""
+    alpha = (1 - confidence) / 4
+    n = 1
+    while _epsilon(clopper_pearson_upper(0, n, alpha), clopper_pearson_upper(0, n, alpha), delta) <= 0:
+        n += 1
+    return n
 
 
 @dataclass(frozen=True)
 class LowerBound:
-    """A lower bound on epsilon and the test that gives it (chosen on the selection half, counted on the other)."""
+    """A lower bound on epsilon and the rank test that gives it (module docstring)."""
 
     epsilon: float
     confidence: float
+    test: str  # "A": canary if score > threshold (the rank-th largest negative); "B": if score >= threshold (the
+    rank: int  # rank-th smallest positive)
     threshold: float
-    direction: float  # +1: "canary if score > threshold", -1: "canary if score < threshold"
     false_positives: int
     false_negatives: int
     negatives: int
     positives: int
 
     def to_dict(self) -> dict:
-        return {"lower_bound": self.epsilon, "confidence": self.confidence, "threshold": self.threshold,
-                "direction": "above" if self.direction > 0 else "below", "false_positives": self.false_positives,
-                "false_negatives": self.false_negatives, "evaluation_trials": [self.negatives, self.positives]}
+        rule = "score > threshold" if self.test == "A" else "score >= threshold"
+        return {"lower_bound": self.epsilon, "confidence": self.confidence, "rule": f"canary if {rule}",
+                "rank": self.rank, "threshold": self.threshold, "false_positives": self.false_positives,
+                "false_negatives": self.false_negatives, "trials": [self.negatives, self.positives]}
 
 
-SELECTIONS = ("gaussian", "empirical")
-
-
-def many_run_lower_bound(negatives, positives, delta: float, confidence: float = 0.95,
-                         rng: np.random.Generator | None = None, selection: str = "gaussian",
-                         selection_fraction: float = 0.5) -> LowerBound:
+def many_run_lower_bound(negatives, positives, delta: float, confidence: float = 0.95, *,
+                         claimed_epsilon: float = math.inf, rank: int | None = None) -> LowerBound:
     """A (``confidence``) lower bound on epsilon from scores of independent runs without (``negatives``) and with
-    (``positives``) the canary (module docstring): the test chosen on a random ``selection_fraction`` of each
-    (``_choose_test``), its errors counted on the rest."""
+    (``positives``) the canary, oriented so that the canary raises the score: the better of the rank tests A and B
+    (module docstring) at ``rank`` (default: ``planned_rank`` for the mu-GDP twin of ``claimed_epsilon``)."""
     negatives, positives = np.asarray(negatives, float).ravel(), np.asarray(positives, float).ravel()
     if not 0 < confidence < 1:
         raise ValueError(f"confidence = {confidence} is not in (0, 1)")
-    if selection not in SELECTIONS:
-        raise ValueError(f"selection = {selection!r}: expected one of {SELECTIONS}")
-    if not 0 < selection_fraction < 1:
-        raise ValueError(f"selection_fraction = {selection_fraction} is not in (0, 1)")
+    if min(negatives.size, positives.size) < 1:
+        raise ValueError("a lower bound needs at least 1 run with and 1 without the canary")
     if not (np.isfinite(negatives).all() and np.isfinite(positives).all()):
         raise ValueError("non-finite scores")
-    alpha = 1 - confidence
-    rng = np.random.default_rng(0) if rng is None else rng
-    neg, pos = rng.permutation(negatives), rng.permutation(positives)
-    k0, k1 = int(neg.size * selection_fraction), int(pos.size * selection_fraction)
-    if min(k0, k1, neg.size - k0, pos.size - k1) < 2:
-        raise ValueError("a lower bound needs at least 2 runs with and 2 without the canary on each side of the split "
-                         "(one part chooses the test, the other counts its errors)")
-    neg_eval, pos_eval = neg[k0:], pos[k1:]
-    threshold, direction = _choose_test(neg[:k0], pos[:k1], neg_eval.size, pos_eval.size, delta, alpha, selection)
-    fp, fn = _error_counts(direction * neg_eval, direction * pos_eval, np.array([direction * threshold]))
-    value = float(_bound(fp, fn, neg_eval.size, pos_eval.size, delta, alpha)[0])
-    return LowerBound(value, confidence, threshold, direction, int(fp[0]), int(fn[0]), neg_eval.size, pos_eval.size)
+    alpha = (1 - confidence) / 4  # four rates, bounded together by the union bound
+    n0, n1 = negatives.size, positives.size
+    if rank is None:
+        rank = planned_rank(claimed_mu(claimed_epsilon, delta), n0, n1, delta, alpha)
+    if not 1 <= rank <= min(n0, n1):
+        raise ValueError(f"rank = {rank} is not in [1, {min(n0, n1)}]")
+    a = _rank_test(negatives, positives, rank, delta, alpha)
+    b = _rank_test(-positives, -negatives, rank, delta, alpha)  # test B: test A with the roles of the worlds swapped
+    if a[0] >= b[0]:
+        return LowerBound(a[0], confidence, "A", rank, a[1], a[2], a[3], n0, n1)
+    return LowerBound(b[0], confidence, "B", rank, -b[1], b[3], b[2], n0, n1)
 
 
 def roc_curve(negatives, positives) -> tuple[np.ndarray, np.ndarray]:
@@ -194,5 +218,6 @@ def one_run_lower_bound(m: int, r: int, v: int, delta: float = 0.0, confidence: 
     return low
 
 
-__all__ = ["SELECTIONS", "clopper_pearson", "clopper_pearson_upper", "LowerBound", "many_run_lower_bound", "roc_curve",
+__all__ = ["clopper_pearson", "clopper_pearson_upper", "claimed_mu", "planned_rank", "fewest_runs", "LowerBound",
+           "many_run_lower_bound", "roc_curve",
            "one_run_p_value", "one_run_lower_bound"]

@@ -1,4 +1,5 @@
-"""A white-box "Dirac" canary for the LocalSGD family, run through the real ``client_round``.
+"""The audit's canaries for the LocalSGD family, run through the real ``client_round``: a white-box "Dirac" canary
+(below) and an input-space canary (``input_canary``: a real record; ``NullRecordGradients``: its zero-out neighbour).
 
 Nasr, Hayes, Steinke, Balle, Tramer, Jagielski, Carlini, Terzis (USENIX Security 2023), "Tight auditing of
 differentially private machine learning", Sec. 4: the strongest record for auditing DP-SGD is one whose clipped
@@ -107,6 +108,40 @@ class ManyDiracCanaryGradients:
         raise NotImplementedError("the Dirac canary audits a fixed clip bound (algorithm.clip_heuristic = 'fixed')")
 
 
+class NullRecordGradients:
+    """The run's gradient oracle with records marked ``ABSENT`` given gradient 0 (the zero-out neighbour of an input
+    canary: the client's count, hence its divisor, stays the same). Duck-typed like ``CohortGradients``."""
+
+    def __init__(self, base):
+        self.base = base
+
+    def initial_params(self) -> torch.Tensor:
+        return self.base.initial_params()
+
+    def clipped_sum(self, theta, x, y, mask, clip, **kwargs):
+        absent = y == ABSENT
+        return self.base.clipped_sum(theta, x, y.masked_fill(absent, 0), mask * (~absent).to(mask.dtype), clip,
+                                     **kwargs)
+
+    def example_norms(self, theta, x, y, mask, **kwargs):
+        raise NotImplementedError("the audit audits a fixed clip bound (algorithm.clip_heuristic = 'fixed')")
+
+
+def input_canary(train, seed: int, distance: float = 3.0) -> tuple[torch.Tensor, int]:
+    """(features, label) of an input-space canary (Jagielski, Ullman, Oprea 2020, Sec. 4: a record far from the data
+    with a label the data rarely has): a fixed random direction of the feature space (a uniform point of the cube
+    [-1, 1]^d drawn from ``seed``) at ``distance`` times the largest record norm, labelled with the
+    training data's least frequent label."""
+    real = torch.arange(train.x.shape[1]).unsqueeze(0) < train.counts.unsqueeze(1)
+    records = train.x[real]
+    # a uniform point of the cube [-1, 1]^d (not noise: a fixed feature vector), so no Gaussian is drawn outside
+    # dpfl.engine.noise
+    direction = 2 * torch.rand(records.shape[1:], generator=torch.Generator().manual_seed(int(seed))) - 1
+    scale = distance * float(records.flatten(1).norm(dim=1).max()) / float(direction.norm())
+    frequency = torch.bincount(train.y[real])
+    return (direction * scale).to(train.x.dtype), int(torch.argmin(frequency))
+
+
 def mark(y: torch.Tensor, client: int, record: int, label: int) -> torch.Tensor:
     """A copy of the labels ``y`` [clients, records] with record ``record`` of client ``client`` marked ``label``."""
     if label not in SIGNS:
@@ -126,4 +161,4 @@ def neighbour_mark(neighboring: str) -> int:
 
 
 __all__ = ["CANARY", "OPPOSITE", "ABSENT", "SIGNS", "FIRST_OF_MANY", "DiracCanaryGradients", "ManyDiracCanaryGradients",
-           "mark", "neighbour_mark"]
+           "NullRecordGradients", "input_canary", "mark", "neighbour_mark"]

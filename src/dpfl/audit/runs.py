@@ -1,19 +1,21 @@
-"""The many-run audit: the real algorithm run N times with the Dirac canary and N times with its neighbour, one
-round each, every trial a fresh draw of the run's randomness; each observer's score per trial; a lower bound on
-epsilon (``dpfl.audit.bounds``) to compare with the epsilon the run's sound analysis claims for that round.
+"""The many-run audit: the real algorithm run N times with a canary and N times with its neighbour, R rounds each,
+every trial a fresh draw of the run's randomness (``dpfl.audit.trials``); each observer's score per trial
+(``dpfl.audit.distinguisher``); a lower bound on epsilon (``dpfl.audit.bounds``) to compare with the epsilon the
+run's sound analysis claims for those R rounds.
 
-Trials on the client axis (the pattern of ``dpfl.algorithms.worst_case``): every (world, trial) draws its own cohort
-with the run's client sampler (from its own seed, so client sampling is audited too), and every cohort member of
-every trial becomes one row of ONE batched ``client_round`` call (chunked to ``run.memory_mb``), with its own client
-id, (world * N + trial) * M + client, so that its record and noise streams (named by (seed, round, client id,
-purpose), ``dpfl.engine.randomness``) are independent of every other row's. World 1 holds the canary (record
-``canary_record`` of client ``canary_client`` marked ``CANARY``), world 0 its neighbour under the run's relation
-(``dpfl.audit.canary.neighbour_mark``). The noise actually drawn is checked against the declared release, as the
-simulator does.
+Canaries (``dpfl.audit.canary``), in the record ``canary_record`` of client ``canary_client``; the neighbour follows
+the relation the accountant assumes (``canary.neighbour_mark``):
 
-The claimed epsilon is that of one round of the same configuration: the observer's event from the algorithm's
-release, the boundary and the client sampler (``Simulation.round_privacy``), accounted by a fresh ledger with the
-run's delta, analysis, neighbouring relation and accountants. A sound claim must satisfy lower_bound <= claim with
+* ``dirac`` (white-box; Nasr et al. 2023): a gradient C e along an extra coordinate no other record touches; its
+  neighbour -C e (replace-one) or a null record (zero-out). Its gradient at every model is C e.
+* ``input``: a real record (``canary.input_canary``: far from the data, with a rare label) in place of the record
+  (replace-one: the neighbour is the original record) or against a null record (zero-out); its gradient is the model's
+  clipped gradient of that record at the round's model. Scored white-box or, towards the third party, black-box by
+  minus its loss on the released model.
+
+The claimed epsilon is that of R rounds of the same configuration: each round's observer events from the algorithm's
+release, the boundary and the client sampler (``Simulation.round_privacy``), composed by a fresh ledger with the run's
+delta, analysis, neighbouring relation and accountants. A sound claim must satisfy lower_bound <= claim with
 probability >= the confidence; a lower bound above the claim is a bug (in the mechanism, the accounting, or both).
 """
 
@@ -21,21 +23,23 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import torch
+from dp_accounting import dp_event
 
 from dpfl.accounting.ledger import PrivacyLedger
+from dpfl.accounting.observers import THIRD_PARTY
 from dpfl.audit import bounds, canary, distinguisher
+from dpfl.audit.trials import World, run_world
 from dpfl.engine.boundary import Delivery
 from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.engine.simulator import check_drawn, noise_of
 from dpfl.errors import ConfigError
 
-#: The fewest trials per world the many-run bound accepts (half choose the test, half count its errors).
-MIN_TRIALS = 20
-#: Spawn-key tag of the trials' cohort seeds (distinct from the run's own streams).
-_COHORT_KEY = 0xA0D17
+CANARIES = ("dirac", "input")
+RELEASES = ("every_round", "final")
 
 
 @dataclass
@@ -49,121 +53,179 @@ class AuditResult:
     seconds: float
     negatives: np.ndarray = field(repr=False)
     positives: np.ndarray = field(repr=False)
+    canary: str = "dirac"
+    score: str = "white-box"
+    rounds: int = 1
+    release: str = "every_round"
 
     def to_dict(self) -> dict:
         return {"observer": self.observer, "claimed_epsilon": self.claimed_epsilon, "delta": self.delta,
                 "lower_bound": self.bound.epsilon, "confidence": self.bound.confidence, "trials": self.trials,
-                "method": self.method, "canary": "dirac", "violated": self.bound.epsilon > self.claimed_epsilon,
+                "method": self.method, "canary": self.canary, "score": self.score, "rounds": self.rounds,
+                "release": self.release, "violated": self.bound.epsilon > self.claimed_epsilon,
                 "test": {k: v for k, v in self.bound.to_dict().items() if k not in ("lower_bound", "confidence")},
                 "seconds": self.seconds}
 
 
-def claimed_epsilon(sim, observer: str, events: dict | None = None) -> float:
-    """Epsilon of one round (round 0) towards ``observer`` under the run's accounting; ``events`` overrides the
-    per-observer events (default: ``sim.round_privacy(0)``)."""
-    events = sim.round_privacy(0) if events is None else events
+def claims(sim, events: dict | None = None, rounds: int = 1) -> dict[str, float]:
+    """Epsilon of rounds 0..``rounds`` - 1 towards each observer under the run's accounting (one composition of the
+    rounds' events, as the run's ledger composes them round by round); ``events`` overrides every round's
+    per-observer events (default: ``sim.round_privacy(t)``)."""
     ledger = PrivacyLedger(sim.ledger.observers, sim.ledger.delta, None, sim.ledger.conversion, sim.ledger.analysis,
                            sim.ledger.neighboring, accountant=dict(sim.ledger.accountant_names))
-    ledger.record(0, events)
-    return ledger.epsilon()[observer]
+    per_round = [sim.round_privacy(t) if events is None else events for t in range(rounds)]
+    return ledger.record(0, {observer: dp_event.ComposedDpEvent([round_events[observer] for round_events in per_round])
+                             for observer in ledger.observers})
 
 
-def _cohorts(sim, world: int, trials: int) -> list[torch.Tensor]:
-    seeds = np.random.SeedSequence(sim.seed, spawn_key=(_COHORT_KEY, world)).generate_state(trials, np.uint64) >> 1
-    return [sim.clients.sample(0, int(s)) for s in seeds]
-
-
-def run_trials(sim, observer: str, trials: int, *, scale: float = 1.0, canary_client: int = 0,
-               canary_record: int = 0, silo: int | None = None,
-               silo_weight: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    """Scores of ``observer`` in ``trials`` runs of round 0 without (world 0) and with (world 1) the canary."""
-    return run_trials_all(sim, (observer,), trials, scale=scale, canary_client=canary_client,
-                          canary_record=canary_record, silo=silo, silo_weight=silo_weight)[observer]
+def claimed_epsilon(sim, observer: str, events: dict | None = None, rounds: int = 1) -> float:
+    """``claims`` towards ``observer``."""
+    return claims(sim, events, rounds)[observer]
 
 
 def _auditable(sim):
-    """(algorithm, train) of ``sim``, if its algorithm can carry a Dirac canary (a gradient-oracle canary: the
-    LocalSGD family with a fixed clip)."""
+    """(algorithm, train) of ``sim``, if its algorithm can carry the canaries (the LocalSGD family with a fixed
+    clip: a gradient-oracle canary)."""
     algorithm = sim.algorithm
     if not hasattr(algorithm, "noisy_gradient"):
         raise ConfigError("algorithm.name", type(algorithm).__name__,
-                          "an algorithm of the LocalSGD family (the Dirac canary is a gradient-oracle canary)")
+                          "an algorithm of the LocalSGD family (the canaries are gradient-oracle canaries)")
     if getattr(algorithm, "clip_heuristic", "fixed") != "fixed":
         raise ConfigError("algorithm.clip_heuristic", algorithm.clip_heuristic, "'fixed' to be audited")
     return algorithm, sim.train
 
 
-def run_trials_all(sim, observers, trials: int, *, scale: float = 1.0, canary_client: int = 0,
-                   canary_record: int = 0, silo: int | None = None,
-                   silo_weight: float = 1.0) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{observer: (scores without, scores with the canary)} from the same ``trials`` runs per world;
-    ``silo_weight``: the other silo's weight on its own message (``distinguisher.scores``)."""
+@dataclass(frozen=True)
+class Canary:
+    """The audited record: its two worlds (0: the neighbour, 1: the canary), its gradient at models [trials, P]
+    (the white-box direction) and, for an input canary, its loss there."""
+
+    worlds: tuple[World, World]
+    gradient: Callable[[torch.Tensor], torch.Tensor]
+    loss: Callable[[torch.Tensor], torch.Tensor] | None
+
+
+def make_canary(sim, kind: str, scale: float = 1.0, canary_client: int = 0, canary_record: int = 0) -> Canary:
+    """The ``kind`` canary of ``sim``'s run (module docstring); ``scale`` (Dirac only) multiplies its gradient."""
     algorithm, train = _auditable(sim)
-    population = train.num_clients
+    if kind not in CANARIES:
+        raise ConfigError("--canary", kind, f"one of {list(CANARIES)}")
+    if not 0 <= canary_record < int(train.counts[canary_client]):
+        raise ConfigError("canary_record", canary_record, f"a record of client {canary_client} "
+                          f"(0..{int(train.counts[canary_client]) - 1})")
+    out_mark = canary.neighbour_mark(algorithm.neighboring)
+    if kind == "dirac":
+        grads = canary.DiracCanaryGradients(sim.grads, scale)
+        worlds = tuple(World(train.x, canary.mark(train.y, canary_client, canary_record, label), grads)
+                       for label in (out_mark, canary.CANARY))
+        e = torch.zeros(grads.num_params)
+        e[grads.coordinate] = 1.0
+        return Canary(worlds, lambda theta: e.expand(theta.shape[0], -1), None)
+    if scale != 1.0:
+        raise ConfigError("scale", scale, "1 for an input canary (its gradient is the model's)")
+    features, label = canary.input_canary(train, sim.seed)
+    grads = canary.NullRecordGradients(sim.grads)
+    x_in, y_in = train.x.clone(), train.y.clone()
+    x_in[canary_client, canary_record], y_in[canary_client, canary_record] = features, label
+    y_out = train.y if out_mark == canary.OPPOSITE else canary.mark(train.y, canary_client, canary_record,
+                                                                     canary.ABSENT)
+
+    def record(n: int):
+        return features.expand(n, *features.shape), torch.full((n,), label)
+
+    def gradient(theta):
+        x, y = record(theta.shape[0])
+        return sim.grads.clipped_sum(theta, x.unsqueeze(1), y.unsqueeze(1), torch.ones(theta.shape[0], 1),
+                                     algorithm.clip)
+
+    def loss(theta):
+        return sim.grads.example_losses(theta, *record(theta.shape[0]))
+
+    return Canary((World(train.x, y_out, grads), World(x_in, y_in, grads)), gradient, loss)
+
+
+def run_trials(sim, observer: str, trials: int, **options) -> tuple[np.ndarray, np.ndarray]:
+    """Scores of ``observer`` in ``trials`` runs without (world 0) and with (world 1) the canary."""
+    return run_trials_all(sim, (observer,), trials, **options)[observer]
+
+
+def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind: str = "dirac",
+                   score: str = "white-box", release: str = "every_round", scale: float = 1.0,
+                   canary_client: int = 0, canary_record: int = 0, silo: int | None = None, silo_weight: float = 1.0,
+                   progress: bool = False) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{observer: (scores without, scores with the canary)} from the same ``trials`` runs of ``rounds`` rounds per
+    world (``distinguisher``: the views and scores; ``release``: which models the third party sees)."""
+    algorithm, train = _auditable(sim)
     for observer in observers:
-        distinguisher.check_view(observer, sim.boundary.name, population)
+        distinguisher.check_view(observer, sim.boundary.name, train.num_clients, score)
+    if release not in RELEASES:
+        raise ConfigError("privacy.release", release, f"one of {list(RELEASES)}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ConfigError("--rounds", rounds, "an integer >= 1")
+    if score == "loss" and canary_kind != "input":
+        raise ConfigError("--score", score, "'white-box' with --canary dirac (a Dirac canary has no loss; the "
+                          "black-box score needs --canary input)")
+    target = make_canary(sim, canary_kind, scale, canary_client, canary_record)
     silo = (1 if canary_client == 0 else 0) if silo is None else silo
-    grads = canary.DiracCanaryGradients(sim.grads, scale)
-    x0 = grads.initial_params()
-    server = algorithm.init_state(x0, 1).server
-    declared = [noise_of(e) for e in algorithm.release(0, sim.state, train).step_events]
-    marks = (canary.neighbour_mark(algorithm.neighboring), canary.CANARY)
     fixed = sim.clients.scheme != "poisson"
+    dc_weight = algorithm.local_lr * algorithm.local_steps
+
+    def at_the_end(observer: str) -> bool:  # scored from the last model alone
+        return score == "loss" or (observer == THIRD_PARTY and release == "final")
+
     out: dict[str, list] = {observer: [] for observer in observers}
-    for world, label in enumerate(marks):
-        cohorts = _cohorts(sim, world, trials)
-        clients = torch.cat(cohorts)
-        trial_of_row = torch.repeat_interleave(torch.arange(trials), torch.tensor([c.numel() for c in cohorts]))
-        ids = (world * trials + trial_of_row) * population + clients
-        chunk = sim.chunk_size(max(int(clients.numel()), 1))
-        messages: dict[str, list] = {}
-        for start in range(0, clients.numel(), chunk):
-            rows = clients[start:start + chunk]
-            y = train.y[rows].clone()
-            y[(rows == canary_client), canary_record] = label
-            data = ClientData(train.x[rows], y, train.counts[rows])
-            state = algorithm.init_state(x0, rows.numel())
-            result = algorithm.client_round(0, server, state.rows(torch.arange(rows.numel())), data,
-                                            ClientContext(grads, sim.seed, 0, ids[start:start + chunk]))
-            check_drawn(0, result.events, declared)
-            for name, value in result.messages.items():
-                messages.setdefault(name, []).append(value)
-        joined = {name: torch.cat(parts) for name, parts in messages.items()}
+    for index, world in enumerate(target.worlds):
+        totals = {observer: torch.zeros(trials, dtype=torch.float64) for observer in observers}
+
+        def observe(view):
+            g = target.gradient(view.before["x"])
+            for observer in observers:
+                if not at_the_end(observer):
+                    seen = distinguisher.observed_updates(observer, sim.boundary.name, view, canary_client, silo,
+                                                          fixed, silo_weight)
+                    totals[observer] += distinguisher.white_box_score(seen, g, dc_weight)
+
+        final = run_world(sim, world, index, trials, rounds, observe, progress)["x"]
+        x0 = world.grads.initial_params().expand(trials, -1)
         for observer in observers:
-            out[observer].append(distinguisher.scores(observer, sim.boundary.name, algorithm, server, trial_of_row,
-                                                      clients, joined, trials, population, canary_client, silo,
-                                                      fixed, grads.coordinate, silo_weight).numpy())
+            if score == "loss":
+                totals[observer] = -target.loss(final).double()
+            elif at_the_end(observer):
+                totals[observer] = distinguisher.white_box_score({"x": final - x0}, target.gradient(x0), dc_weight)
+            out[observer].append(totals[observer].detach().numpy())
     return {observer: (scores[0], scores[1]) for observer, scores in out.items()}
 
 
-def audit(sim, observer: str, trials: int, *, confidence: float = 0.95, scale: float = 1.0,
-          claim_events: dict | None = None, seed: int = 0, selection_fraction: float = 0.5,
-          silo_weight: float = 1.0) -> AuditResult:
-    """The many-run audit of one round of ``sim``'s configuration towards ``observer`` (module docstring).
-    ``seed`` draws the split into selection and evaluation runs (``bounds.many_run_lower_bound``)."""
-    return audit_all(sim, (observer,), trials, confidence=confidence, scale=scale, claim_events=claim_events,
-                     seed=seed, selection_fraction=selection_fraction, silo_weight=silo_weight)[observer]
+def audit(sim, observer: str, trials: int, **options) -> AuditResult:
+    """The many-run audit of ``sim``'s configuration towards ``observer`` (module docstring; ``audit_all``)."""
+    return audit_all(sim, (observer,), trials, **options)[observer]
 
 
-def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, scale: float = 1.0,
-              claim_events: dict | None = None, seed: int = 0,
-              selection_fraction: float = 0.5, silo_weight: float = 1.0) -> dict[str, AuditResult]:
-    """``audit`` of several observers from the same runs (each bound holds with ``confidence`` on its own)."""
-    if trials < MIN_TRIALS:
-        raise ConfigError("--trials", trials, f"at least {MIN_TRIALS} runs per world (half of them choose the "
-                          "test, half count its errors; a useful bound needs thousands)")
-    for observer in observers:
-        distinguisher.check_view(observer, sim.boundary.name, sim.train.num_clients)
+def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, rounds: int = 1, canary_kind: str = "dirac",
+              score: str = "white-box", release: str = "every_round", scale: float = 1.0,
+              claim_events: dict | None = None, silo_weight: float = 1.0,
+              progress: bool = False) -> dict[str, AuditResult]:
+    """``audit`` of several observers from the same runs (each bound holds with ``confidence`` on its own), each
+    bound's rank test planned at that observer's claim (``bounds.many_run_lower_bound``)."""
+    if not 0 < confidence < 1:
+        raise ConfigError("--confidence", confidence, "a number in (0, 1)")
+    needed = bounds.fewest_runs(sim.ledger.delta, confidence)
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < needed:
+        raise ConfigError("--trials", trials, f"at least {needed} runs per world at confidence {confidence:g}: with "
+                          "fewer, even a perfect distinguisher certifies no epsilon > 0 (a useful bound needs "
+                          "thousands)")
     started = time.perf_counter()
-    scores = run_trials_all(sim, observers, trials, scale=scale, silo_weight=silo_weight)
+    scores = run_trials_all(sim, observers, trials, rounds=rounds, canary_kind=canary_kind, score=score,
+                            release=release, scale=scale, silo_weight=silo_weight, progress=progress)
     seconds = time.perf_counter() - started
-    results = {}
+    results, claimed = {}, claims(sim, claim_events, rounds)
     for observer in observers:
         negatives, positives = scores[observer]
+        claim = claimed[observer]
         bound = bounds.many_run_lower_bound(negatives, positives, sim.ledger.delta, confidence,
-                                            np.random.default_rng(seed), selection_fraction=selection_fraction)
-        results[observer] = AuditResult(observer, claimed_epsilon(sim, observer, claim_events), sim.ledger.delta,
-                                        bound, trials, "runs", seconds, negatives, positives)
+                                            claimed_epsilon=claim)
+        results[observer] = AuditResult(observer, claim, sim.ledger.delta, bound, trials, "runs", seconds, negatives,
+                                        positives, canary_kind, score, rounds, release)
     return results
 
 
@@ -271,5 +333,5 @@ def one_run_audit(sim, observer: str, canaries: int = 1000, guesses: int | None 
                         canaries, guesses, correct, time.perf_counter() - started)
 
 
-__all__ = ["MIN_TRIALS", "AuditResult", "OneRunResult", "claimed_epsilon", "run_trials", "run_trials_all", "audit",
-           "audit_all", "one_run_scores", "one_run_audit"]
+__all__ = ["CANARIES", "RELEASES", "AuditResult", "Canary", "OneRunResult", "claims", "claimed_epsilon", "make_canary",
+           "run_trials", "run_trials_all", "audit", "audit_all", "one_run_scores", "one_run_audit"]

@@ -1,4 +1,4 @@
-"""The `dpfl` command line: run | demo | plot | audit | account | calibrate | plan (and `dpfl --version`).
+"""The `dpfl` command line: run | demo | config | plot | audit | account | calibrate | plan (and `dpfl --version`).
 
 `account` and `calibrate` have one subcommand per accountant, `plan` one per planner. Each lives in its own module
 of this package named `account_<name>.py`, `calibrate_<name>.py` or `plan_<name>.py` and defines
@@ -8,19 +8,24 @@ of this package named `account_<name>.py`, `calibrate_<name>.py` or `plan_<name>
     configure(parser) -> None          # adds its arguments
     execute(args) -> dict              # computes the answer; the CLI prints it (as JSON with --json)
 
-so adding an accountant or a planner to the CLI touches no other file.
+so adding an accountant or a planner to the CLI touches no other file. Warnings raised while a subcommand computes
+(dp_accounting's absl log lines, e.g. a series that did not converge at some RDP order, and Python warnings) are
+collected and summarised once, under ``warnings`` in its result, instead of leaking line by line.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import decimal
 import importlib
 import json
+import logging
 import math
 import os
 import pkgutil
 import sys
+import warnings
 
 from dpfl.errors import DpflError
 
@@ -33,7 +38,7 @@ def _subcommand_modules(prefix: str):
 
 #: Printed results are rounded to 6 significant digits towards the safe side, since users copy them: noise, epsilon
 #: and delta up; these keys (a largest admissible value) down. JSON prints every value at full precision.
-ROUNDED_DOWN = ("epsilon0",)
+ROUNDED_DOWN = ("epsilon0", "rounds")
 
 
 def _print_result(result: dict, as_json: bool) -> None:
@@ -65,6 +70,64 @@ def safe_round(value, down: bool = False, digits: int = 6) -> str:
     return f"{rounded.normalize():f}" if -5 <= rounded.adjusted() < digits else f"{rounded.normalize():E}"
 
 
+def _summarised(execute, args) -> dict:
+    """``execute(args)``, with the warnings it raised summarised under ``warnings`` (one line per kind, counted)."""
+    with _collected_warnings() as collected:
+        result = execute(args)
+    if collected:
+        result = {**result, "warnings": [text + (f" (and {n - 1} more like it)" if n > 1 else "")
+                                         for text, n in collected.values()]}
+    return result
+
+
+@contextlib.contextmanager
+def _collected_warnings():
+    """Yields {kind: [first message, count]}, filled by absl's logger (dp_accounting logs through it) and by Python
+    warnings while the block runs; neither reaches stderr."""
+    collected: dict = {}
+
+    def note(kind, text: str) -> None:
+        collected.setdefault(kind, [text, 0])[1] += 1
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            note(("absl", record.msg), f"dp_accounting: {record.getMessage()}")
+
+    absl = logging.getLogger("absl")
+    handler, propagate = Collect(logging.WARNING), absl.propagate
+    absl.addHandler(handler)
+    absl.propagate = False
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield collected
+        for w in caught:
+            note((w.category, str(w.message)), f"{w.category.__name__}: {w.message}")
+    finally:
+        absl.removeHandler(handler)
+        absl.propagate = propagate
+
+
+def with_default_accountant(compute, accountant: str | None, pld_cannot: str | None = None):
+    """``(compute(accountant), note)``. With no accountant named, PLD (the tight default), or RDP where PLD cannot
+    answer: ``pld_cannot`` says why before anything is computed (e.g. fixed-size sampling), and a PLD too large to
+    build (``pld.PldTooLargeError``) says why when the search meets it; ``note`` (None for PLD) states the switch. A
+    named accountant is used as it is (PLD then refuses such events with its own error)."""
+    from dpfl.accounting.pld import PldTooLargeError
+
+    if accountant is not None:
+        return compute(accountant), None
+    if pld_cannot is not None:
+        return compute("rdp"), f"accountant rdp, not the default pld: {pld_cannot}"
+    try:
+        return compute("pld"), None
+    except PldTooLargeError as err:
+        return compute("rdp"), (
+            f"accountant rdp, not the default pld: the PLD would span about {err.points:.2g} grid points (privacy "
+            f"losses up to about {err.losses:.3g}), too many to build in seconds; RDP is an upper bound too, within a "
+            "few per cent of PLD at such epsilons")
+
+
 def version() -> str:
     """The installed distribution's version (importlib.metadata), else the package's ``__version__``."""
     from importlib import metadata
@@ -84,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     from dpfl.cli import run as run_cmd  # local import: keeps `dpfl account` free of torch start-up cost
 
     run_cmd.configure(commands)
+    from dpfl.cli import config as config_cmd
+
+    config_cmd.configure(commands)
     from dpfl.cli import plot as plot_cmd
 
     plot_cmd.configure(commands)
@@ -92,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit_cmd.configure(commands)
     for group, prefix, metavar, help_text in (
         ("account", "account_", "ACCOUNTANT", "epsilon of a mechanism or algorithm, without training"),
-        ("calibrate", "calibrate_", "ACCOUNTANT", "noise (or rounds) for a target epsilon"),
+        ("calibrate", "calibrate_", "ACCOUNTANT", "the noise multiplier, number of rounds (run --solve rounds) or "
+                                                  "local epsilon0 (shuffle) that meets a target epsilon"),
         ("plan", "plan_", "PLANNER", "hyperparameters that minimise a paper's convergence bound, before training"),
     ):
         group_parser = commands.add_parser(group, help=help_text, description=help_text)
@@ -101,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
             sub = subs.add_parser(module.NAME, help=module.HELP, description=module.HELP)
             module.configure(sub)
             sub.add_argument("--json", action="store_true", help="print the result as JSON")
-            sub.set_defaults(handler=lambda args, m=module: _print_result(m.execute(args), args.json))
+            sub.set_defaults(handler=lambda args, m=module: _print_result(_summarised(m.execute, args), args.json))
     return parser
 
 

@@ -2,15 +2,21 @@
 
 ``--sampling fixed`` (a batch of exactly rate x dataset records, without replacement) is analysed under replace-one
 neighbouring, and only by the RDP accountant; ``poisson`` and ``none`` under add/remove. The output says which.
+Without ``--accountant`` the answer is PLD's, or RDP's where PLD cannot answer (fixed-size sampling, or a PLD too large
+to build in seconds), with a ``note`` saying so.
 """
 
 from __future__ import annotations
 
 from dpfl.accounting.accountant import ACCOUNTANTS, SAMPLINGS, account, gaussian_event
 from dpfl.accounting.conversion import CONVERSIONS
+from dpfl.cli import with_default_accountant
 
 NAME = "gaussian"
 HELP = "epsilon of the Gaussian mechanism with Poisson, fixed-size or no sampling, composed over steps"
+
+#: Why the default accountant (pld) does not analyse ``--sampling fixed``.
+FIXED_NEEDS_RDP = "--sampling fixed (without replacement, replace-one) is analysed only by RDP (Wang et al. 2019)"
 
 
 def add_mechanism_arguments(parser) -> None:
@@ -20,7 +26,9 @@ def add_mechanism_arguments(parser) -> None:
     parser.add_argument("--dataset-size", type=int, help="records to sample from (fixed only; default 10^9)")
     parser.add_argument("--steps", type=int, required=True, help="number of compositions (steps or rounds)")
     parser.add_argument("--delta", type=float, required=True, help="target delta in (0, 1)")
-    parser.add_argument("--accountant", choices=ACCOUNTANTS, default="pld", help="default pld (tight)")
+    parser.add_argument("--accountant", choices=ACCOUNTANTS, default=None,
+                        help="default pld (tight), or rdp where pld cannot answer (--sampling fixed, or epsilons so "
+                             "large that the PLD would take minutes): the output's note says so")
     parser.add_argument("--conversion", choices=CONVERSIONS, default="classic", help="RDP -> DP conversion (rdp)")
 
 
@@ -34,6 +42,15 @@ def event_maker(args):
     return lambda noise: gaussian_event(noise, args.steps, args.sampling, args.sampling_rate, args.dataset_size)
 
 
+def accounted(args, compute):
+    """``with_default_accountant`` for these arguments: ``compute(accountant, options)`` with options the
+    (delta, accountant, conversion, neighbouring) of ``account``."""
+    def run(accountant):
+        return compute((args.delta, accountant, args.conversion, neighboring(args.sampling)))
+
+    return with_default_accountant(run, args.accountant, FIXED_NEEDS_RDP if args.sampling == "fixed" else None)
+
+
 def configure(parser) -> None:
     parser.add_argument("--noise-multiplier", type=float, required=True, help="noise std / l2 sensitivity")
     add_mechanism_arguments(parser)
@@ -41,5 +58,5 @@ def configure(parser) -> None:
 
 def execute(args) -> dict:
     event = event_maker(args)(args.noise_multiplier)
-    result = account(event, args.delta, args.accountant, args.conversion, neighboring(args.sampling))
-    return {**result.to_dict(), "neighboring": neighboring(args.sampling)}
+    result, note = accounted(args, lambda options: account(event, *options))
+    return {**result.to_dict(), "neighboring": neighboring(args.sampling), **({"note": note} if note else {})}

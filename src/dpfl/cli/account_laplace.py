@@ -1,13 +1,15 @@
 """`dpfl account laplace`: epsilon of the Laplace mechanism composed over steps.
 
 Without ``--delta`` the answer is pure epsilon-DP by basic composition, steps x sensitivity / scale (Dwork & Roth
-2014, Thm 3.16); with ``--delta`` it is (epsilon, delta)-DP by the accountant (PLD by default), which is smaller.
+2014, Thm 3.16); with ``--delta`` it is (epsilon, delta)-DP by the accountant (PLD by default, RDP where the PLD
+would be too large to build in seconds, with a ``note``), which is smaller.
 """
 
 from __future__ import annotations
 
 from dpfl.accounting.accountant import ACCOUNTANTS, account, laplace_event, pure_epsilon
 from dpfl.accounting.conversion import CONVERSIONS
+from dpfl.cli import with_default_accountant
 from dpfl.errors import ConfigError
 
 NAME = "laplace"
@@ -19,7 +21,7 @@ def configure(parser) -> None:
     parser.add_argument("--sensitivity", type=float, required=True, help="l1 sensitivity of the statistic")
     parser.add_argument("--steps", type=int, required=True, help="number of compositions")
     parser.add_argument("--delta", type=float, help="target delta in (0, 1); omitted: pure DP (delta = 0)")
-    parser.add_argument("--accountant", choices=ACCOUNTANTS, help="with --delta; default pld")
+    parser.add_argument("--accountant", choices=ACCOUNTANTS, help="with --delta; default pld (rdp where pld would take minutes)")
     parser.add_argument("--conversion", choices=CONVERSIONS, default="classic", help="RDP -> DP conversion (rdp)")
 
 
@@ -35,4 +37,6 @@ def execute(args) -> dict:
             "conversion": None,
             "note": "pure epsilon-DP (delta = 0) by basic composition: steps x sensitivity / scale",
         }
-    return account(event, args.delta, args.accountant or "pld", args.conversion).to_dict()
+    result, note = with_default_accountant(lambda accountant: account(event, args.delta, accountant, args.conversion),
+                                           args.accountant)
+    return {**result.to_dict(), **({"note": note} if note else {})}

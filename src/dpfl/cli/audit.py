@@ -1,11 +1,12 @@
-"""`dpfl audit CONFIG --observer NAME --method runs|one-run --canary dirac [--trials N | --canaries M [--guesses R]]
-[--json] [--out DIR]`.
+"""`dpfl audit CONFIG --observer NAME --method runs|one-run --canary dirac|input [--score white-box|loss]
+[--rounds R] [--trials N | --canaries M [--guesses R]] [--json] [--out DIR] [--roc FILE.png]`.
 
-``--method runs``: runs round 0 of the config's algorithm N times with a Dirac canary and N times with its neighbour
-(``dpfl.audit``), and prints the observer's claimed epsilon for that round beside a lower bound on epsilon that holds
-with the given confidence. A lower bound above the claim means the claim is wrong. Writes DIR/audit.json and
-DIR/roc.png. ``--method one-run``: ONE run of round 0 with M canaries, each included with probability 1/2; R guesses
-(half on the highest scores, half on the lowest) and the Steinke-Nasr-Jagielski bound; writes DIR/audit.json.
+``--method runs``: runs R rounds (default 1) of the config's algorithm N times with a canary and N times with its
+neighbour (``dpfl.audit.runs``), and prints the observer's claimed epsilon for those R rounds beside a lower bound on
+epsilon that holds with the given confidence. A lower bound above the claim means the claim is wrong. Writes
+DIR/audit.json and the ROC curve (DIR/roc.png, or --roc FILE). Progress goes to stderr for long audits.
+``--method one-run``: ONE run of round 0 with M Dirac canaries, each included with probability 1/2; R guesses (half
+on the highest scores, half on the lowest) and the Steinke-Nasr-Jagielski bound; writes DIR/audit.json.
 """
 
 from __future__ import annotations
@@ -14,24 +15,35 @@ import json
 from pathlib import Path
 
 METHODS = ("runs", "one-run")
-CANARIES = ("dirac",)
+#: An audit of at least this many client rounds (trials x rounds) reports its progress on stderr.
+LONG_AUDIT = 5000
 
 
 def configure(commands) -> None:
-    from dpfl.audit.distinguisher import OBSERVERS
+    from dpfl.audit.distinguisher import OBSERVERS, SCORES
+    from dpfl.audit.runs import CANARIES
 
     audit = commands.add_parser(
-        "audit", help="empirical lower bound on epsilon towards one observer (many runs of one round)",
-        description="Run round 0 of CONFIG's algorithm TRIALS times with a Dirac canary and TRIALS times with its "
-                    "neighbour; print the claimed epsilon of that round and a lower bound that holds with the given "
+        "audit", help="empirical lower bound on epsilon towards one observer (many runs, or one run with many "
+                      "canaries)",
+        description="Run R rounds of CONFIG's algorithm TRIALS times with a canary and TRIALS times with its "
+                    "neighbour; print the claimed epsilon of those rounds and a lower bound that holds with the given "
                     "confidence (a lower bound above the claim is a bug).")
     audit.add_argument("config", help="path of the TOML config (a LocalSGD-family algorithm with a fixed clip)")
     audit.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key (repeatable)")
     audit.add_argument("--observer", required=True, choices=OBSERVERS, help="whose view is audited")
-    audit.add_argument("--method", default="runs", choices=METHODS, help="runs: many independent runs; one-run: one run with --canaries canaries")
+    audit.add_argument("--method", default="runs", choices=METHODS,
+                       help="runs: many independent runs; one-run: one run with --canaries canaries")
     audit.add_argument("--canary", default="dirac", choices=CANARIES,
-                       help="dirac: a gradient C e along a coordinate no other record touches")
+                       help="dirac: a gradient C e along a coordinate no other record touches (white-box); input: a "
+                            "real record far from the data with a rare label, in one client's data")
+    audit.add_argument("--score", default="white-box", choices=SCORES,
+                       help="white-box: the observed updates against the canary's gradient; loss: minus the canary's "
+                            "loss on the released model (third party, --canary input)")
+    audit.add_argument("--rounds", type=int, default=1,
+                       help="runs: rounds per trial; the claim is the R-round epsilon (privacy.release decides whether "
+                            "the third party sees every model or the last)")
     audit.add_argument("--trials", type=int, default=1000, help="runs with, and as many without, the canary")
     audit.add_argument("--canaries", type=int, default=1000,
                        help="one-run: canaries, each included with probability 1/2 (each replaces one record)")
@@ -40,6 +52,10 @@ def configure(commands) -> None:
     audit.add_argument("--confidence", type=float, default=0.95, help="of the lower bound (default 0.95)")
     audit.add_argument("--out", default=None, help="where to write audit.json and roc.png (default: "
                                                    "runs/<config name>-audit-<observer>)")
+    audit.add_argument("--roc", default=None, metavar="FILE.png", help="runs: write the ROC curve here (default: "
+                                                                     "roc.png in --out)")
+    audit.add_argument("--progress", action="store_true", help="report every round of the trials on stderr (default: "
+                       f"for audits of at least {LONG_AUDIT} trials x rounds)")
     audit.add_argument("--json", action="store_true", help="print the result as JSON")
     audit.set_defaults(handler=_audit)
 
@@ -53,6 +69,9 @@ def _audit(args) -> None:
 
     if not 0 < args.confidence < 1:
         raise ConfigError("--confidence", args.confidence, "a number in (0, 1)")
+    if args.method == "one-run" and (args.canary, args.score, args.rounds) != ("dirac", "white-box", 1):
+        raise ConfigError("--method", args.method, "'runs' for --canary input, --score loss or --rounds > 1 (the "
+                          "one-run audit carries Dirac canaries through round 0)")
     config = load_config(args.config, args.overrides)
     sim = build_simulation(config)
     out = Path(args.out) if args.out else Path("runs") / f"{Path(args.config).stem}-audit-{args.observer}"
@@ -61,18 +80,23 @@ def _audit(args) -> None:
                                      confidence=args.confidence).to_dict()
         out.mkdir(parents=True, exist_ok=True)
     else:
-        result = runs.audit(sim, args.observer, args.trials, confidence=args.confidence)
+        result = runs.audit(sim, args.observer, args.trials, confidence=args.confidence, rounds=args.rounds,
+                            canary_kind=args.canary, score=args.score, release=config["privacy"]["release"],
+                            progress=args.progress or args.trials * args.rounds >= LONG_AUDIT)
         out.mkdir(parents=True, exist_ok=True)
+        roc = Path(args.roc) if args.roc else out / "roc.png"
+        roc.parent.mkdir(parents=True, exist_ok=True)
         summary = result.to_dict()
-        summary["roc"] = str(out / "roc.png")
-        plot_roc(result, out / "roc.png")
+        summary["roc"] = str(roc)
+        plot_roc(result, roc)
     (out / "audit.json").write_text(json.dumps(summary, indent=2) + "\n")
     _print_result(summary, args.json)
 
 
 def plot_roc(result, path: Path) -> None:
-    """The observer's ROC curve (both directions of the score) on log axes, with the curve an (eps, delta)-DP
-    mechanism at the claimed epsilon cannot go above (TPR <= e^eps FPR + delta)."""
+    """The observer's empirical ROC curve (the score is oriented so that the canary raises it) on log axes, with the
+    boundary of the claimed (eps, delta) region: an (eps, delta)-DP mechanism has TPR <= e^eps FPR + delta and
+    TPR <= 1 - e^-eps (1 - delta - FPR) (Kairouz et al. 2015)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -82,15 +106,15 @@ def plot_roc(result, path: Path) -> None:
     from dpfl.audit.bounds import roc_curve
 
     fpr, tpr = roc_curve(result.negatives, result.positives)
-    fpr_b, tpr_b = roc_curve(-result.negatives, -result.positives)
     fig, ax = plt.subplots(figsize=(5, 5))
     floor = 1.0 / (2 * result.trials)
-    ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), label="score above t")
-    ax.plot(np.maximum(fpr_b, floor), np.maximum(tpr_b, floor), label="score below t")
+    ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), label=f"{result.score} score ({result.canary} canary)")
     grid = np.logspace(np.log10(floor), 0, 200)
     claim = result.claimed_epsilon
     if np.isfinite(claim):
-        ax.plot(grid, np.minimum(1, np.exp(claim) * grid + result.delta), "k--",
+        region = np.minimum(np.exp(claim) * grid + result.delta,
+                            1 - np.exp(-claim) * np.maximum(1 - result.delta - grid, 0))
+        ax.plot(grid, np.minimum(region, 1), "k--",
                 label=f"claimed eps = {claim:.3g} (delta = {result.delta:.2g})")
     ax.plot(grid, grid, ":", color="grey")
     ax.set_xscale("log")
@@ -98,7 +122,7 @@ def plot_roc(result, path: Path) -> None:
     ax.set_xlabel("false positive rate")
     ax.set_ylabel("true positive rate")
     ax.set_title(f"{result.observer}: lower bound {result.bound.epsilon:.3g} ({result.bound.confidence:.0%}), "
-                 f"{result.trials} trials")
+                 f"{result.trials} trials, {result.rounds} round(s)")
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

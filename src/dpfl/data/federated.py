@@ -1,4 +1,4 @@
-"""Federated datasets as stacked tensors: clients are the leading axis (ARCHITECTURE principle 3).
+"""Federated datasets as stacked tensors: clients are the leading axis (docs/architecture.md).
 
 Every client's records are padded with zeros to the largest client's size, so one batched computation serves the
 whole cohort; ``counts`` (and the derived ``mask``) say which rows are real. Samplers must draw record indices below

@@ -151,6 +151,10 @@ class CohortGradients:
 
     # -- evaluation ----------------------------------------------------------------------------------------------
     @torch.no_grad()
+    def example_losses(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """[clients]: the cross-entropy of one example per model (theta [clients, P], x [clients, ...], y [clients])."""
+        return vmap(self._example_loss)(theta, x, y)
+
     def loss_and_accuracy(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, chunk: int = 65536):
         """Mean cross-entropy and accuracy of one model [P] on examples x [N, ...], y [N]."""
         params = self.unflatten(theta)

@@ -1,4 +1,4 @@
-"""Noise mechanisms that carry their privacy event (ARCHITECTURE principle 1).
+"""Noise mechanisms that carry their privacy event (docs/architecture.md).
 
 A mechanism object binds the noise it adds to the event that describes it: the simulator reads ``.event`` to account
 for a round *before* it runs (so a budget can stop it), and every call returns the event its noise was drawn from,

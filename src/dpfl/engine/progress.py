@@ -49,8 +49,25 @@ class Progress:
             self._bar.close()
 
 
+class Heartbeat:
+    """A line on stderr every ``every_s`` seconds once a computation has run ``after_s`` seconds, silent when it is
+    quick: call it with the latest step's values, and ``describe`` turns them into the line (a calibration's trials)."""
+
+    def __init__(self, describe, after_s: float = 2.0, every_s: float = 2.0, stream=None):
+        self.describe, self.after_s, self.every_s = describe, after_s, every_s
+        self.stream = stream
+        self._start = time.monotonic()
+        self._last = -float("inf")
+
+    def __call__(self, *values) -> None:
+        now = time.monotonic()
+        if now - self._start >= self.after_s and now - self._last >= self.every_s:
+            self._last = now
+            print(self.describe(*values), file=self.stream or sys.stderr, flush=True)
+
+
 def _fmt(eps) -> str:
     return "inf" if eps is None else f"{eps:.3g}"
 
 
-__all__ = ["Progress", "LINE_EVERY_S"]
+__all__ = ["Progress", "Heartbeat", "LINE_EVERY_S"]

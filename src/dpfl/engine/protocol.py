@@ -13,9 +13,12 @@ server steps run in this process (clients as a tensor axis) or on other machines
   the chunk's rows of client state, its data and its randomness; returns the messages that cross the boundary (named
   tensors with a leading client axis), the chunk's new client state, and the events of the noise actually drawn (the
   simulator checks them against the declaration).
+  An algorithm may also accept a server state with a leading row axis (one server state per row, as in
+  ``server_update`` below): the empirical audit (``dpfl.audit.trials``) runs independent trials of a run as rows.
 * ``server_update(t, server, delivered)``: the new server state from what the boundary delivers
   (``dpfl.engine.boundary.Delivery``: per-client rows behind a plain boundary, only their sums behind secure
-  aggregation).
+  aggregation); row-wise where the state and the delivered sums carry a leading row axis (one independent trial per
+  row, all delivering the same count).
 
 The engine imports no algorithm; algorithms register themselves (``dpfl.algorithms.registry``).
 """

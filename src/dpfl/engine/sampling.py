@@ -1,12 +1,12 @@
 """Who takes part and which records they use: user sampling and record sampling, each with its privacy event.
 
 Sampling is part of the mechanism: an accountant that assumes Poisson sampling while the simulator samples fixed-size
-batches is a classic accounting bug (notes/anchors.md, pitfalls). So every sampler here states the dp_accounting event
+batches is a classic accounting bug. So every sampler here states the dp_accounting event
 of the sampling it really performs, and the simulator wraps the noise event with exactly that.
 
 * fixed size without replacement (Noble et al. 2022 Alg. 1: |C_t| = floor(lM), |S| = floor(sR)): replace-one neighbouring,
   amplified with Wang, Balle, Kasiviswanathan 2019;
-* Poisson (each one independently with probability q; Heikkila's joint-noise paper): zero-out neighbouring (one
+* Poisson (each one independently with probability q; Heikkilä 2024): zero-out neighbouring (one
   record replaced by a null record that contributes nothing). A record is in the batch when its uniform key is below
   q; the batch is gathered into a dense tensor. Not add/remove: the divisor q n_i is the client's expected batch size,
   and adding or removing a record would change n_i, hence the divisor and the noise's scale, which the Gaussian
@@ -94,7 +94,8 @@ class RecordSampler:
 
     def divisor(self, counts: torch.Tensor) -> torch.Tensor:
         """What each client divides its clipped sum by: the batch size, or for Poisson the EXPECTED batch size (a
-        constant, so the sensitivity stays C/(q n_i); dividing by the realised size would be data dependent, Heikkilä)."""
+        constant, so the sensitivity stays C/(q n_i); dividing by the realised size would be data dependent,
+        Heikkilä 2024)."""
         return self.batch_sizes(counts).double()
 
     def mean_sensitivity(self, clip, counts: torch.Tensor) -> torch.Tensor:
@@ -103,8 +104,8 @@ class RecordSampler:
         Fixed size (replace-one neighbours): swapping one record changes one term of norm <= C into another, so the
         sum moves by at most 2C and the mean by 2C / floor(s n_i) (Noble et al. 2022 Alg. 1: noise (2C/(sR)) N(0, sigma_g^2)).
         Poisson (zero-out neighbours): a record replaced by a null one moves the sum by at most C, and the divisor is
-        the constant expected size q n_i (n_i does not change under zero-out), so C / (q n_i) (Heikkilä Sec. 4, with
-        the expected batch size).
+        the constant expected size q n_i (n_i does not change under zero-out), so C / (q n_i) (Heikkilä 2024, Sec. 4,
+        with the expected batch size).
         """
         changed_terms = 2.0 if self.scheme == "fixed" else 1.0
         return changed_terms * clip / self.divisor(counts)

@@ -30,6 +30,7 @@ import torch
 from dp_accounting import dp_event
 
 from dpfl.accounting.ledger import PrivacyLedger
+from dpfl.accounting.observers import Release
 from dpfl.engine import checkpoint
 from dpfl.engine.boundary import Boundary
 from dpfl.engine.grads import CohortGradients, memory_per_example
@@ -88,12 +89,12 @@ class Simulation:
         return self.state.server["x"]
 
     # -- privacy ------------------------------------------------------------------------------------------------
-    def round_privacy(self, round_index: int | None = None, release=None) -> dict[str, dp_event.DpEvent]:
+    def round_privacy(self, round_index: int | None = None) -> dict[str, dp_event.DpEvent]:
         """Each observer's event of a round (default: the next), from the algorithm's declared release, the
         boundary and the client sampler's participation (or the release's own cohort, when it fixes one)."""
         t = self.next_round if round_index is None else round_index
-        release = release or self.algorithm.release(t, self.state, self.train)
-        return self.boundary.views(release, release.cohort or self.clients.cohort(t), self.ledger.analysis)
+        return declare_round(self.algorithm, self.boundary, self.clients, self.ledger.analysis, t, self.state,
+                             self.train)[1]
 
     # -- one round ----------------------------------------------------------------------------------------------
     def client_bytes(self) -> int:
@@ -110,8 +111,9 @@ class Simulation:
     def step(self) -> None:
         t = self.next_round
         cohort = self.clients.sample(t, self.seed)
-        release = self.algorithm.release(t, self.state, self.train)
-        self.ledger.record(t, self.round_privacy(t, release), self._fingerprint(t))
+        release, views = declare_round(self.algorithm, self.boundary, self.clients, self.ledger.analysis, t,
+                                       self.state, self.train)
+        self.ledger.record(t, views, self._fingerprint(t))
         if self.checkpoint_dir is not None:  # spent before any noise is drawn: persist it first
             Path(self.checkpoint_dir).mkdir(parents=True, exist_ok=True)
             self.ledger.save(Path(self.checkpoint_dir) / "ledger.json")
@@ -164,8 +166,9 @@ class Simulation:
 
     # -- the loop -----------------------------------------------------------------------------------------------
     def run(self, rounds: int, progress: bool = False) -> list[RoundMetrics]:
-        """Runs until ``rounds`` rounds are done (counting rounds done before a resume), a budget stops it, or Ctrl-C
-        does: then the round in progress completes, the run checkpoints (with a checkpoint_dir) and returns with
+        """Runs until ``rounds`` rounds are done (counting rounds done before a resume), a budget stops it (before
+        the round that would exceed it), the model or the train loss diverges, or Ctrl-C stops it: then the round in
+        progress completes, the run checkpoints (with a checkpoint_dir) and returns with
         ``interrupted`` set and ``stopped_reason`` saying so (a second Ctrl-C raises KeyboardInterrupt at once)."""
         bar = Progress(rounds, self.next_round, progress)
         started = time.perf_counter()
@@ -242,6 +245,16 @@ class Simulation:
         self.ledger = spent
 
 
+def declare_round(algorithm: Algorithm, boundary: Boundary, clients: ClientSampler, analysis: str, round_index: int,
+                  state, train) -> tuple[Release, dict[str, dp_event.DpEvent]]:
+    """Round ``round_index``'s release (the algorithm's declared draws, before any noise) and each observer's event of
+    it (the boundary's views under the client sampler's participation, or the release's own cohort when it fixes
+    one): what the ledger records before the round, and
+    what calibration composes without training (``dpfl.experiments.calibration``)."""
+    release = algorithm.release(round_index, state, train)
+    return release, boundary.views(release, release.cohort or clients.cohort(round_index), analysis)
+
+
 def noise_of(event: dp_event.DpEvent) -> dp_event.DpEvent:
     """The noise inside a record-level step event (the sampling around it is the sampler's, not drawn noise)."""
     while isinstance(event, (dp_event.SampledWithoutReplacementDpEvent, dp_event.PoissonSampledDpEvent)):
@@ -289,4 +302,4 @@ class _StopOnCtrlC:
 
 
 
-__all__ = ["Simulation", "RoundMetrics", "noise_of", "check_drawn"]
+__all__ = ["Simulation", "RoundMetrics", "declare_round", "noise_of", "check_drawn"]

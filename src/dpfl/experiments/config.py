@@ -44,7 +44,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
                                                          "data.num_clients)"),
         "split_column": ((str, type(None)), None, None, "csv: the column marking each record 'train' or 'test' "
                                                         "(None: a random split by data.test_fraction)"),
-        "alpha": (_NUMBER, 0.0, None, "synthetic: model heterogeneity"),
+        "alpha": (_NUMBER, 0.0, None, "synthetic: Li et al. 2020's alpha (as specified, it changes "
+                                      "the draws but not their distribution: dpfl.data.synthetic)"),
         "beta": (_NUMBER, 0.0, None, "synthetic: feature heterogeneity"),
         "num_clients": ((int, type(None)), None, None, f"M, the clients (None: {NUM_CLIENTS}, or the data's own clients: "
                                                        "data.client_column, an npz 'client' array)"),

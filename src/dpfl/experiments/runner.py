@@ -13,7 +13,8 @@ delta), "privacy" (accountant, conversion, observers, what each sees),
   rounds (dpfl.engine.checkpoint).
 
 The release config is everything that decides what a round releases: the config minus the run-only keys
-(``RUN_ONLY_KEYS``: how many rounds, the budget, how often to evaluate and checkpoint). ``resume=True`` continues the
+(``RUN_ONLY_KEYS``: how many rounds, the budget, how often to evaluate and checkpoint), except those the algorithm's
+release depends on (its spec's ``release_keys``, e.g. the rounds when its noise is calibrated to a total budget). ``resume=True`` continues the
 run only with the same release config (so a replayed round can never draw the same noise onto a different
 computation) and never forgets privacy already spent; a new run never overwrites a directory that holds one
 (``restart=True`` archives it first).
@@ -48,9 +49,42 @@ RUN_ONLY_KEYS = ("algorithm.rounds", "privacy.budget", "run.eval_every", "run.ch
 RUN_FILES = ("ledger.json", "checkpoint.pt", "results.json", "run.json")
 
 
+def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
+    """The run ``config`` describes, ready to run; refused before the data is built when building it would not fit
+    in the machine's memory, and before any round when one client's work does not fit in run.memory_mb."""
+    privacy_cfg, run_cfg = config["privacy"], config["run"]
+    threads = run_cfg["threads"]
+    if threads is not None:
+        torch.set_num_threads(check_range("run.threads", threads, 1, integer=True))
+    dataset = build_data(config)
+    model = build_initial_model(config, dataset)
+    clients = build_clients(config, dataset)
+    delta = run_delta(config, dataset)
+    algorithm = build_algorithm(config, dataset, delta)
+    check_warm_rounds(config, algorithm)
+    boundary = Boundary(privacy_cfg["boundary"])
+    ledger = build_ledger(config, boundary, delta, algorithm, budget=True)
+    sim = Simulation(
+        dataset.train, dataset.test, CohortGradients(model), algorithm, clients, ledger, seed=run_cfg["seed"],
+        boundary=boundary, eval_every=check_range("run.eval_every", run_cfg["eval_every"], 1, integer=True),
+        memory_budget_bytes=check_range("run.memory_mb", run_cfg["memory_mb"], 1, integer=True) * 2**20,
+        checkpoint_dir=out_dir, checkpoint_every=check_range("run.checkpoint_every", run_cfg["checkpoint_every"], 1,
+                                                             integer=True),
+        release=release_hash(config), data=dataset.info,
+    )
+    one_client = sim.client_bytes()
+    if one_client > sim.memory_budget_bytes:
+        raise ConfigError("run.memory_mb", run_cfg["memory_mb"],
+                          f"at least {math.ceil(one_client / 2**20)}: the cohort is worked through in chunks of "
+                          f"run.memory_mb, and one client's work (its largest minibatch, "
+                          f"{algorithm.examples_per_client(dataset.train.counts)} records) takes {size(one_client)}")
+    return sim
+
+
+# -- the parts of a run, each from the config (calibration builds those that decide the privacy, and no more) ------
 def build_data(config: dict) -> FederatedDataset:
-    """The federated dataset of a config's ``data`` section; refused before it is built when building it would not
-    fit in the machine's memory (``footprint.check_data_memory``)."""
+    """The config's federated data set (train and test splits); refused before it is built when building it would
+    not fit in the machine's memory (``footprint.check_data_memory``), and if no record is left for testing."""
     data_cfg = config["data"]
     check_data_memory(data_cfg)
     dataset = build_dataset(**data_cfg)
@@ -69,55 +103,58 @@ def build_initial_model(config: dict, dataset: FederatedDataset) -> torch.nn.Mod
                        **{k: v for k, v in model_cfg.items() if k != "name"})
 
 
-def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
-    """The run ``config`` describes, ready to run; refused before any round when one client's work does not fit in
-    run.memory_mb."""
-    algo_cfg, privacy_cfg, run_cfg = config["algorithm"], config["privacy"], config["run"]
+def cohort_sampling(config: dict, num_clients: int) -> tuple[float, str]:
+    """(client rate, scheme): algorithm.client_rate and client_sampling, or the family's own cohort keys."""
+    algo_cfg = config["algorithm"]
+    spec = registry.spec_of(algo_cfg["name"])
+    if spec.cohort is None:
+        return algo_cfg["client_rate"], algo_cfg["client_sampling"]
+    section = spec.config(**{k: algo_cfg[k] for k in spec.keys(algo_cfg["name"])})
+    return spec.client_sampling(section, num_clients)
+
+
+def build_clients(config: dict, dataset: FederatedDataset) -> ClientSampler:
+    return ClientSampler(dataset.num_clients, *cohort_sampling(config, dataset.num_clients))
+
+
+def run_delta(config: dict, dataset: FederatedDataset) -> float:
+    """``privacy.delta``, by default 1 / (M R_train) (Noble et al. 2022)."""
+    delta = config["privacy"]["delta"]
+    return 1.0 / float(dataset.train.counts.sum()) if delta is None else delta
+
+
+def build_algorithm(config: dict, dataset: FederatedDataset, delta: float):
+    """The registered algorithm of ``algorithm.name``, built from its section and the run's ``registry.Setting``."""
+    algo_cfg, privacy_cfg = config["algorithm"], config["privacy"]
     check_range("algorithm.rounds", algo_cfg["rounds"], 1, integer=True)
-    threads = run_cfg["threads"]
-    if threads is not None:
-        torch.set_num_threads(check_range("run.threads", threads, 1, integer=True))
-    dataset = build_data(config)
-    model = build_initial_model(config, dataset)
-    delta = privacy_cfg["delta"]
-    if delta is None:  # Noble et al. 2022: delta = 1 / (M R_train)
-        delta = 1.0 / float(dataset.train.counts.sum())
     spec = registry.spec_of(algo_cfg["name"])
     section = spec.config(**{k: algo_cfg[k] for k in spec.keys(algo_cfg["name"])})
-    if spec.cohort is None:
-        client_rate, client_sampling = algo_cfg["client_rate"], algo_cfg["client_sampling"]
-    else:
-        client_rate, client_sampling = spec.client_sampling(section, dataset.num_clients)
-    clients = ClientSampler(dataset.num_clients, client_rate, client_sampling)
+    client_rate, client_sampling = cohort_sampling(config, dataset.num_clients)
     setting = registry.Setting(
         client_rate=client_rate, client_sampling=client_sampling,
         num_clients=dataset.num_clients, train_counts=tuple(int(c) for c in dataset.train.counts),
-        rounds=algo_cfg["rounds"], delta=delta, epsilon=privacy_cfg["epsilon"], seed=run_cfg["seed"],
+        rounds=algo_cfg["rounds"], delta=delta, epsilon=privacy_cfg["epsilon"], seed=config["run"]["seed"],
         analysis=privacy_cfg["analysis"])
-    algorithm = spec.build(algo_cfg["name"], section, setting)
+    return spec.build(algo_cfg["name"], section, setting)
+
+
+def check_warm_rounds(config: dict, algorithm) -> None:
+    """A run must go past the algorithm's warm-start rounds (which leave the model unchanged)."""
     warm_rounds = getattr(algorithm, "warm_rounds", 0)
-    if warm_rounds >= algo_cfg["rounds"]:
-        raise ConfigError("algorithm.rounds", algo_cfg["rounds"],
+    rounds = config["algorithm"]["rounds"]
+    if warm_rounds >= rounds:
+        raise ConfigError("algorithm.rounds", rounds,
                           f"more than the {warm_rounds} warm-start rounds (round(4 / client_rate)) of "
-                          f"{algo_cfg['name']}")
-    boundary = Boundary(privacy_cfg["boundary"])
-    ledger = PrivacyLedger(boundary.observers, delta, _budget(privacy_cfg["budget"]), privacy_cfg["conversion"],
-                           privacy_cfg["analysis"], algorithm.neighboring, getattr(algorithm, "accountant", None))
-    sim = Simulation(
-        dataset.train, dataset.test, CohortGradients(model), algorithm, clients, ledger, seed=run_cfg["seed"],
-        boundary=boundary, eval_every=check_range("run.eval_every", run_cfg["eval_every"], 1, integer=True),
-        memory_budget_bytes=check_range("run.memory_mb", run_cfg["memory_mb"], 1, integer=True) * 2**20,
-        checkpoint_dir=out_dir, checkpoint_every=check_range("run.checkpoint_every", run_cfg["checkpoint_every"], 1,
-                                                             integer=True),
-        release=release_hash(config), data=dataset.info,
-    )
-    one_client = sim.client_bytes()
-    if one_client > sim.memory_budget_bytes:
-        raise ConfigError("run.memory_mb", run_cfg["memory_mb"],
-                          f"at least {math.ceil(one_client / 2**20)}: the cohort is worked through in chunks of "
-                          f"run.memory_mb, and one client's work (its largest minibatch, "
-                          f"{algorithm.examples_per_client(dataset.train.counts)} records) takes {size(one_client)}")
-    return sim
+                          f"{config['algorithm']['name']}")
+
+
+def build_ledger(config: dict, boundary: Boundary, delta: float, algorithm, budget: bool) -> PrivacyLedger:
+    """The run's privacy ledger: the boundary's observers, the run's delta, analysis, conversion, the algorithm's
+    neighbouring relation and accountant, if it names one (and ``privacy.budget`` when ``budget``)."""
+    privacy_cfg = config["privacy"]
+    return PrivacyLedger(boundary.observers, delta, _budget(privacy_cfg["budget"]) if budget else None,
+                         privacy_cfg["conversion"], privacy_cfg["analysis"], algorithm.neighboring,
+                         getattr(algorithm, "accountant", None))
 
 
 def with_threads(config: dict) -> dict:

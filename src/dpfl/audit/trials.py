@@ -1,0 +1,130 @@
+"""Independent trials of R rounds of a run, batched as rows of the real ``client_round`` and ``server_update``.
+
+The pattern of ``dpfl.algorithms.worst_case``, extended over rounds: every trial keeps its own server state (a
+leading trial axis: ``dpfl.engine.protocol`` lets an algorithm take one server state per row) and its own client
+states (one per (trial, client)); in round t every trial draws its own cohort with the run's client sampler (from its
+own seed, so client sampling is audited too), and every cohort member of every trial becomes one row of ONE batched
+``client_round`` call (chunked to ``run.memory_mb``) with its own client id, (world * N + trial) * M + client, so that
+its record and noise streams (named by (seed, round, client id, purpose), ``dpfl.engine.randomness``) are
+independent of every other row's and of every other round's. The noise actually drawn is checked against the
+declared release, as the simulator does. The server step runs once per distinct cohort size (all trials of a fixed
+cohort at once), on each trial's sums of the messages.
+
+After each round the caller's ``observe`` gets a ``RoundView`` (each trial's server state before and after, and the
+round's message rows) and reads from it what its observer sees (``dpfl.audit.distinguisher``).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from dpfl.engine.boundary import Delivery
+from dpfl.engine.protocol import ClientContext, ClientData
+from dpfl.engine.simulator import check_drawn, noise_of
+
+#: Spawn-key tag of the trials' cohort seeds (distinct from the run's own streams).
+_COHORT_KEY = 0xA0D17
+
+
+@dataclass(frozen=True)
+class World:
+    """One side of the audit: the training records as they are in this world, and the gradient oracle."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    grads: object
+
+
+@dataclass
+class RoundView:
+    """Round ``round`` of every trial: server states [trials, ...] before and after it, and its message rows (one row
+    per (trial, cohort member): ``trial_of_row``, ``client_of_row``)."""
+
+    round: int
+    before: dict[str, torch.Tensor]
+    after: dict[str, torch.Tensor]
+    messages: dict[str, torch.Tensor]
+    trial_of_row: torch.Tensor
+    client_of_row: torch.Tensor
+    counts: torch.Tensor
+    trials: int
+
+    def sums(self, name: str) -> torch.Tensor:
+        """[trials, P]: each trial's sum of the message ``name`` over its cohort."""
+        value = self.messages[name]
+        return torch.zeros(self.trials, value.shape[1], dtype=value.dtype).index_add_(0, self.trial_of_row, value)
+
+    def own(self, name: str, client: int) -> torch.Tensor:
+        """[trials, P]: client ``client``'s message ``name`` in each trial (0 where it is not in the cohort)."""
+        value = self.messages[name]
+        rows = self.client_of_row == client
+        return torch.zeros(self.trials, value.shape[1], dtype=value.dtype).index_add_(
+            0, self.trial_of_row[rows], value[rows])
+
+
+def cohorts(sim, world: int, round_index: int, trials: int) -> list[torch.Tensor]:
+    """Each trial's cohort of round ``round_index`` (the run's client sampler, seeded per (world, trial))."""
+    seeds = np.random.SeedSequence(sim.seed, spawn_key=(_COHORT_KEY, world)).generate_state(trials, np.uint64) >> 1
+    return [sim.clients.sample(round_index, int(s)) for s in seeds]
+
+
+def run_world(sim, world: World, index: int, trials: int, rounds: int, observe: Callable[[RoundView], None],
+              progress: bool = False) -> dict[str, torch.Tensor]:
+    """Runs ``trials`` independent trials of rounds 0..``rounds`` - 1 in ``world`` (number ``index``, which names
+    its streams), calling ``observe`` after each round; returns each trial's final server state."""
+    algorithm, train = sim.algorithm, sim.train
+    population = train.num_clients
+    x0 = world.grads.initial_params()
+    initial = algorithm.init_state(x0, trials * population)
+    server = {name: value.unsqueeze(0).repeat(trials, *([1] * value.dim())) for name, value in initial.server.items()}
+    states = initial.clients  # row trial * M + client
+    started = time.perf_counter()
+    for t in range(rounds):
+        members = cohorts(sim, index, t, trials)
+        clients = torch.cat(members) if members else torch.zeros(0, dtype=torch.long)
+        trial_of_row = torch.repeat_interleave(torch.arange(trials), torch.tensor([c.numel() for c in members]))
+        ids = (index * trials + trial_of_row) * population + clients
+        declared = [noise_of(e) for e in algorithm.release(t, sim.state, train).step_events]
+        chunk = sim.chunk_size(max(int(clients.numel()), 1))
+        parts: dict[str, list] = {}
+        for start in range(0, clients.numel(), chunk):
+            rows, trial_rows = clients[start:start + chunk], trial_of_row[start:start + chunk]
+            state_rows = trial_rows * population + rows
+            result = algorithm.client_round(
+                t, {name: value[trial_rows] for name, value in server.items()},
+                {name: value[state_rows] for name, value in states.items()},
+                ClientData(world.x[rows], world.y[rows], train.counts[rows]),
+                ClientContext(world.grads, sim.seed, t, ids[start:start + chunk]))
+            check_drawn(t, result.events, declared)
+            for name, value in result.messages.items():
+                parts.setdefault(name, []).append(value)
+            for name, value in result.state.items():
+                states[name][state_rows] = value
+        messages = {name: torch.cat(value) for name, value in parts.items()}
+        counts = torch.bincount(trial_of_row, minlength=trials)
+        view = RoundView(t, server, {}, messages, trial_of_row, clients, counts, trials)
+        sums = {name: view.sums(name) for name in messages}
+        after = {name: value.clone() for name, value in server.items()}
+        for count in torch.unique(counts).tolist():  # one server step per distinct cohort size
+            same = counts == count
+            updated = algorithm.server_update(t, {name: value[same] for name, value in server.items()},
+                                              Delivery({name: value[same] for name, value in sums.items()},
+                                                       int(count), population))
+            for name, value in updated.items():
+                after[name][same] = value.to(after[name].dtype)
+        view.after = after
+        observe(view)
+        server = after
+        if progress:
+            print(f"audit: world {index + 1}/2, round {t + 1}/{rounds}, {trials} trials "
+                  f"({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
+    return server
+
+
+__all__ = ["World", "RoundView", "cohorts", "run_world"]
