@@ -196,6 +196,13 @@ def _standardize(p):  # client: each client's training features are centred with
         assert (worst < 1e-4) == centred, worst
 
 
+def _scale(p):  # digits' pixels 0..16 times 1/16: every feature, train and test, exactly; a public constant
+    for split in ("train", "test"):
+        scaled, raw = getattr(p.sim, split).x, getattr(p.base, split).x
+        assert torch.equal(scaled, raw * 0.0625) and float(raw.max()) == 16.0
+    assert p.sim.data["preprocessing"][-1] == {"step": "scale", "factor": 0.0625, "private": True}
+
+
 def _test_fraction(p):
     assert (p.sim.test.counts == 15).all() and (p.sim.train.counts == 15).all()
     assert (p.base.test.counts == 6).all()
@@ -522,6 +529,7 @@ TABLE: dict[str, list[Row]] = {
     "data.partition_param": [Row("3", _partition_param, (*DIGITS, "data.partition='k_labels'",
                                                          "data.partition_param=2"))],
     "data.standardize": [Row("'client'", _standardize, DIGITS)],
+    "data.scale": [Row("0.0625", _scale, DIGITS)],
     "data.test_fraction": [Row("0.5", _test_fraction)],
     "data.seed": [Row("1", _data_seed)],
     "model.name": [Row("'mlp'", _model_name)],

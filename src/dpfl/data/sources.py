@@ -18,6 +18,7 @@ from sklearn import datasets as sklearn_datasets
 from dpfl.data.federated import TEST_FRACTION, FederatedDataset
 from dpfl.data.files import load_csv, load_npz
 from dpfl.data.pooled import check_common, federate, require_natural
+from dpfl.data.preprocess import rescale
 from dpfl.data.synthetic import synthetic_dataset
 from dpfl.errors import ConfigError, check_range
 
@@ -42,6 +43,7 @@ def build_dataset(
     label_column: str = "label",
     client_column: str | None = None,
     split_column: str | None = None,
+    scale: float = 1.0,
 ) -> FederatedDataset:
     """The federated dataset a config's ``data.*`` keys describe.
 
@@ -53,10 +55,12 @@ def build_dataset(
     privacy analysis), "client" or "pooled" (both NON-PRIVATE: statistics of the data are used without noise) (see
     ``preprocess.py``). ``npz`` and ``csv`` read the file at ``path`` (``files.py``; csv: ``label_column``,
     ``client_column``, ``split_column``): partitioned like the packaged sets unless the file names each record's
-    client, split by ``test_fraction`` (default 0.2) unless it marks each record train or test.
+    client, split by ``test_fraction`` (default 0.2) unless it marks each record train or test. Last, every feature
+    is multiplied by ``scale``, a public constant (``preprocess.rescale``).
     """
     if name not in DATASETS:
         raise ConfigError("data.name", name, f"one of {DATASETS}")
+    check_range("data.scale", scale, 0.0, float("inf"), low_open=True, high_open=True)
     if num_clients is not None or name not in ("npz", "csv"):
         check_range("data.num_clients", num_clients, 1, integer=True)
     if name == "synthetic":
@@ -64,7 +68,7 @@ def build_dataset(
         check_range("data.beta", beta, 0, float("inf"), high_open=True)
         require_natural(partition, partition_param, "for data.name = 'synthetic': each generated user is a client")
         samples_per_client, seed = check_common(samples_per_client, seed, test_fraction, standardize)
-        return synthetic_dataset(
+        return rescale(synthetic_dataset(
             int(num_clients),
             samples_per_client or SYNTHETIC_SAMPLES_PER_CLIENT,
             alpha,
@@ -72,7 +76,7 @@ def build_dataset(
             seed=seed,
             test_fraction=TEST_FRACTION if test_fraction is None else test_fraction,
             standardize_scope=standardize,
-        )
+        ), scale)
     for field, value in (("data.alpha", alpha), ("data.beta", beta)):
         if value != 0:
             raise ConfigError(field, value, f"0 for data.name = {name!r} (alpha and beta only shape 'synthetic')")
@@ -83,11 +87,11 @@ def build_dataset(
         if not path:
             raise ConfigError("data.path", path, f"the path of the {name} file (data.name = {name!r})")
         if name == "npz":
-            return load_npz(path, **options)
-        return load_csv(path, label_column, client_column, split_column, **options)
+            return rescale(load_npz(path, **options), scale)
+        return rescale(load_csv(path, label_column, client_column, split_column, **options), scale)
     bunch = _SKLEARN_LOADERS[name]()
     source = {"name": name, "provider": f"sklearn.datasets.load_{name}", "num_records": len(bunch.target)}
-    return federate(bunch.data, bunch.target, name=name, source=source, **options)
+    return rescale(federate(bunch.data, bunch.target, name=name, source=source, **options), scale)
 
 
 __all__ = ["DATASETS", "SYNTHETIC_SAMPLES_PER_CLIENT", "build_dataset", "load_npz", "load_csv"]

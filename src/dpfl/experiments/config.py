@@ -53,6 +53,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "partition": ((str, type(None)), None, None, "how records are split over clients (packaged data sets)"),
         "partition_param": (_OPTIONAL_NUMBER, None, None, "the partition's parameter"),
         "standardize": (str, "none", ("none", "client", "pooled"), "non-private preprocessing, if not 'none'"),
+        "scale": (_NUMBER, 1.0, None, "a public constant multiplying every feature (e.g. 1/16 for digits' pixels "
+                                      "0..16): data-independent, so private"),
         "test_fraction": (_OPTIONAL_NUMBER, None, None, f"each client's test split (None: {TEST_FRACTION}, or the "
                                                         "data's own split: data.split_column, an npz 'split' array)"),
         "seed": (int, 0, None, "the data's seed"),

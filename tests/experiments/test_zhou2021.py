@@ -1,0 +1,60 @@
+"""The Zhou et al. (2021) digits experiment on a tiny grid: its outputs' shape, the planned point it runs (T* = 0 is
+the initial model, evaluated), the privacy each run spent, and its plan agreeing with `dpfl plan queries-replies`."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from dpfl.cli import main as dpfl_main
+from dpfl.experiments.papers import zhou2021
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _toml(overrides: list[str]) -> str:
+    """section.key=value overrides as a TOML file's tables."""
+    sections: dict[str, list[str]] = {}
+    for item in overrides:
+        key, value = item.split("=", 1)
+        section, name = key.split(".")
+        sections.setdefault(section, []).append(f"{name} = {value}")
+    return "\n".join(f"[{s}]\n" + "\n".join(lines) for s, lines in sections.items()) + "\n"
+
+
+def test_a_tiny_grid_writes_every_run_the_table_and_the_figure(tmp_path, capsys):
+    out = tmp_path / "out"
+    result = zhou2021.main(["--out", str(out), "--repeats", "1", "--epsilons", "1", "--rounds", "2", "--clients", "1",
+                            "--gaussian-epsilons", ""])
+    plans = result["plans"]["laplace eps=1"]
+    joint, per_b = plans[zhou2021.JOINT], plans["T*(b=1)"]
+    # eps = 1 on digits: the bound is least with (almost) no training, as the planner's T* says
+    assert (joint["clients_per_round"], joint["rounds"]) == (10, 0) and per_b["rounds"] == 2
+    with open(out / "runs.csv") as file:
+        runs = list(csv.DictReader(file))
+    # two points: the grid's (b=1, T=2), which is also T*(b=1), and the joint plan (b=10, T=0)
+    assert [(r["clients_per_round"], r["rounds"], r["sources"]) for r in runs] == [
+        ("1", "2", f"{zhou2021.GRID};T*(b=1)"), ("10", "0", zhou2021.JOINT)]
+    trained, initial = runs
+    assert 0 < float(trained["epsilon_spent"]) <= 1 + 1e-9 and float(initial["epsilon_spent"]) == 0
+    assert 2.0 < float(initial["train_loss"]) < 2.6  # ln 10 = 2.30 near a small random initialisation
+    stored = json.loads((out / "results.json").read_text())
+    assert stored["runs"] == result["runs"] and len(stored["summary"]) == 2
+    assert stored["constants"]["mu"] == pytest.approx(0.01, rel=1e-6)  # mu = the weight decay (no bias)
+    assert "WITHOUT privacy" in stored["nonprivate"]
+    table = (out / "table.md").read_text().splitlines()
+    assert len(table) == 3 and table[2].startswith("| 1 | (10, 0) |")
+    assert (out / "zhou2021.png").read_bytes()[:4] == b"\x89PNG"
+    assert table[2] in capsys.readouterr().out
+
+    # the same constants and plan through the CLI, from a config of the same setting
+    config = tmp_path / "digits.toml"
+    setup = zhou2021.Setup()
+    config.write_text(_toml([*setup.overrides(), f"algorithm.clip={setup.clip_laplace!r}", "privacy.epsilon=1.0",
+                             "algorithm.rounds=2"]))
+    assert dpfl_main(["plan", "queries-replies", str(config), "--solve", "rounds", "--b", "1", "--json"]) in (0, None)
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["rounds"] == per_b["rounds"] and planned["continuous_rounds"] == pytest.approx(
+        per_b["continuous_rounds"], rel=1e-6)
