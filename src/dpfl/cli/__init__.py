@@ -1,4 +1,5 @@
-"""The `dpfl` command line: run | demo | config | plot | audit | account | calibrate | plan (and `dpfl --version`).
+"""The `dpfl` command line: run | demo | config | plot | audit | flower-app | account | calibrate | plan (and
+`dpfl --version`).
 
 `account` and `calibrate` have one subcommand per accountant, `plan` one per planner. Each lives in its own module
 of this package named `account_<name>.py`, `calibrate_<name>.py` or `plan_<name>.py` and defines
@@ -158,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     from dpfl.cli import audit as audit_cmd
 
     audit_cmd.configure(commands)
+    from dpfl.cli import flower_app as flower_app_cmd
+
+    flower_app_cmd.configure(commands)
     for group, prefix, metavar, help_text in (
         ("account", "account_", "ACCOUNTANT", "epsilon of a mechanism or algorithm, without training"),
         ("calibrate", "calibrate_", "ACCOUNTANT", "the noise multiplier, number of rounds (run --solve rounds) or "

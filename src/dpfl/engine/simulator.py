@@ -34,7 +34,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from dp_accounting import dp_event
@@ -45,7 +45,7 @@ from dpfl.engine import checkpoint
 from dpfl.engine.boundary import Boundary
 from dpfl.engine.grads import CohortGradients, memory_per_example
 from dpfl.engine.progress import Progress
-from dpfl.engine.protocol import Algorithm, ClientContext, ClientData
+from dpfl.engine.protocol import Algorithm, ClientContext, ClientData, ClientOutput
 from dpfl.engine.sampling import ClientSampler
 from dpfl.errors import BudgetExceededError, DpflError, RunDirectoryError, TrainingDivergedError
 
@@ -80,6 +80,10 @@ class Simulation:
     checkpoint_every: int = 10
     release: str = ""  # sha256 of the run's release config (see dpfl.experiments.runner.release_config)
     data: dict = field(default_factory=dict)  # the data's provenance (FederatedDataset.info), for results.json
+    #: where the cohort's client work runs: None, in this process (``in_process``); otherwise a callable with its
+    #: signature (simulation, round index, cohort ids) yielding (client ids, ClientOutput), e.g. one client per Flower
+    #: SuperNode (``dpfl.flower``). The round's ledger entry is saved before it is called, its draws checked after.
+    workers: Callable | None = None
     history: list = field(default_factory=list)
 
     def __post_init__(self):
@@ -131,12 +135,8 @@ class Simulation:
             self.ledger.save(Path(self.checkpoint_dir) / "ledger.json")
         declared = [noise_of(e) for e in release.step_events]
         messages = []
-        chunk = self.chunk_size(max(cohort.numel(), 1))
-        for start in range(0, cohort.numel(), chunk):
-            ids = cohort[start : start + chunk]
-            data = ClientData(self.train.x[ids], self.train.y[ids], self.train.counts[ids])
-            out = self.algorithm.client_round(t, self.state.server, self.state.rows(ids), data,
-                                              ClientContext(self.grads, self.seed, t, ids))
+        outputs = self.in_process(t, cohort) if self.workers is None else self.workers(self, t, cohort)
+        for ids, out in outputs:
             check_drawn(t + 1, out.events, declared)
             messages.append(out.messages)
             for name, rows in out.state.items():
@@ -147,6 +147,16 @@ class Simulation:
         if not bool(torch.isfinite(self.model).all()):
             raise TrainingDivergedError(f"round {t + 1}: the global model has non-finite parameters (diverged); "
                                         f"{self._divergence_hint()}")
+
+    def in_process(self, t: int, cohort: torch.Tensor) -> Iterator[tuple[torch.Tensor, ClientOutput]]:
+        """The cohort's client work in this process: clients as a tensor axis, in chunks of ``memory_budget_bytes``;
+        yields (the chunk's client ids, its ``ClientOutput``)."""
+        chunk = self.chunk_size(max(cohort.numel(), 1))
+        for start in range(0, cohort.numel(), chunk):
+            ids = cohort[start : start + chunk]
+            data = ClientData(self.train.x[ids], self.train.y[ids], self.train.counts[ids])
+            yield ids, self.algorithm.client_round(t, self.state.server, self.state.rows(ids), data,
+                                                   ClientContext(self.grads, self.seed, t, ids))
 
     def _fingerprint(self, round_index: int) -> str:
         """What round t releases is fixed by the run's release config, its seed (which names every random stream),

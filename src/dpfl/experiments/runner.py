@@ -56,9 +56,11 @@ RUN_ONLY_KEYS = ("algorithm.rounds", "privacy.budget", "run.eval_every", "run.ch
 RUN_FILES = ("ledger.json", "checkpoint.pt", "results.json", "run.json")
 
 
-def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
+def build_simulation(config: dict, out_dir: Path | None = None, workers=None) -> Simulation:
     """The run ``config`` describes, ready to run; refused before the data is built when building it would not fit
-    in the machine's memory, and before any round when one client's work does not fit in run.memory_mb."""
+    in the machine's memory, and before any round when one client's work does not fit in run.memory_mb.
+    ``workers(config, dataset, delta)``, when given, builds where the cohort's client work runs
+    (``Simulation.workers``; default: in this process)."""
     privacy_cfg, run_cfg = config["privacy"], config["run"]
     validate(config)  # every range check that needs no data, before the data is built
     threads = run_cfg["threads"]
@@ -76,7 +78,7 @@ def build_simulation(config: dict, out_dir: Path | None = None) -> Simulation:
         dataset.train, dataset.test, CohortGradients(model), algorithm, clients, ledger, seed=run_cfg["seed"],
         boundary=boundary, eval_every=run_cfg["eval_every"], memory_budget_bytes=run_cfg["memory_mb"] * 2**20,
         checkpoint_dir=out_dir, checkpoint_every=run_cfg["checkpoint_every"], release=release_hash(config),
-        data=dataset.info,
+        data=dataset.info, workers=None if workers is None else workers(config, dataset, delta),
     )
     one_client = sim.client_bytes()
     if one_client > sim.memory_budget_bytes:
@@ -131,18 +133,23 @@ def run_delta(config: dict, dataset: FederatedDataset) -> float:
 
 def build_algorithm(config: dict, dataset: FederatedDataset, delta: float):
     """The registered algorithm of ``algorithm.name``, built from its section and the run's ``registry.Setting``."""
-    algo_cfg, privacy_cfg = config["algorithm"], config["privacy"]
+    algo_cfg = config["algorithm"]
     spec = registry.spec_of(algo_cfg["name"])
     section = spec.config(**{k: algo_cfg[k] for k in spec.keys(algo_cfg["name"])})
-    client_rate, client_sampling = cohort_sampling(config, dataset.num_clients)
     spec.check_rounds(section, dataset.num_clients, algo_cfg["rounds"], algo_cfg["name"])
-    setting = registry.Setting(
+    return spec.build(algo_cfg["name"], section, build_setting(config, dataset, delta))
+
+
+def build_setting(config: dict, dataset: FederatedDataset, delta: float) -> registry.Setting:
+    """What the algorithm's builder knows besides its [algorithm] keys (``registry.Setting``)."""
+    algo_cfg, privacy_cfg = config["algorithm"], config["privacy"]
+    client_rate, client_sampling = cohort_sampling(config, dataset.num_clients)
+    return registry.Setting(
         client_rate=client_rate, client_sampling=client_sampling,
         num_clients=dataset.num_clients, train_counts=tuple(int(c) for c in dataset.train.counts),
         rounds=algo_cfg["rounds"], delta=delta, epsilon=privacy_cfg["epsilon"], seed=config["run"]["seed"],
         analysis=privacy_cfg["analysis"], conversion=privacy_cfg["conversion"], release=privacy_cfg["release"],
         model=dict(config["model"]), num_classes=dataset.num_classes)
-    return spec.build(algo_cfg["name"], section, setting)
 
 
 def check_warm_rounds(config: dict, algorithm) -> None:
@@ -198,7 +205,7 @@ def with_threads(config: dict) -> dict:
 
 
 def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bool = False,
-                   resume: bool = False, restart: bool = False) -> dict:
+                   resume: bool = False, restart: bool = False, workers=None) -> dict:
     """Runs ``config`` and returns its results (also written to out_dir/results.json after every evaluated round and
     at the end, when out_dir is given).
 
@@ -220,7 +227,7 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
         check_resumable(out, config)
     elif out is not None and not restart:
         check_free(out)
-    sim = build_simulation(config, out)  # builds data and model: only after the checks above
+    sim = build_simulation(config, out, workers)  # builds data and model: only after the checks above
     rounds = config["algorithm"]["rounds"]
     if resume:
         sim.load_checkpoint(out)

@@ -1,0 +1,12 @@
+"""dpfl's algorithms on Flower (``pip install dpfl[flower]``): when the silos are real machines.
+
+Flower moves the messages (a SuperLink, one SuperNode per silo); dpfl brings the algorithm, the noise and the
+per-observer ledger, exactly as in ``dpfl run``: the ServerApp (``dpfl.flower.server_app``) is ``dpfl run``'s round
+loop (``dpfl.engine.simulator.Simulation``) with the cohort's client work sent to the silos' ClientApps
+(``dpfl.flower.client_app``), which run the algorithm's ``client_round`` on their own data with their own random
+streams (named by (seed, round, client, purpose): ``dpfl.engine.randomness``), so a Flower run draws exactly the noise
+the simulation draws. The round is recorded in the ledger before any client is asked to train.
+
+``silo`` (reading a silo's file), ``records`` (tensors as Flower records) and ``app_dir`` (``dpfl flower-app``) import
+without flwr; ``server_app`` and ``client_app`` need it.
+"""

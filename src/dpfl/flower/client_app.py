@@ -1,0 +1,105 @@
+"""The ClientApp: one silo, on its own SuperNode, runs the algorithm's ``client_round`` on its own records.
+
+Its node config names its data (``data-path``: a silo file, ``dpfl.flower.silo``; optional ``client-column``) and its
+dpfl client id (``client-id``; else the file's client column; else Flower's ``partition-id``, which the simulation
+runtime sets). In the simulation runtime the run config's ``silo-path`` (e.g. "silos/{partition-id}.npz") stands in
+for a per-node ``data-path``.
+
+* query: replies with its client id and number of training records (the ServerApp maps clients to nodes and checks
+  the counts the ledger is computed from).
+* train: builds the algorithm from the job's config and ``Setting`` (cached per job), runs ``client_round`` for its
+  client with its own random streams (``ClientContext``: (seed, round, client id, purpose)), and replies with the
+  messages, its new state rows and the events of the noise it drew.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import torch
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+
+from dpfl.algorithms import registry
+from dpfl.engine.grads import CohortGradients
+from dpfl.engine.protocol import ClientContext, ClientData
+from dpfl.errors import ConfigError
+from dpfl.flower import records
+from dpfl.flower.silo import Silo, load_silo
+from dpfl.models import build_model
+
+@functools.lru_cache(maxsize=4)
+def silo_of(path: str, client_column: str | None) -> Silo:
+    return load_silo(path, client_column)
+
+
+def node_silo(context: Context, run_config: dict | None = None) -> tuple[int, Silo]:
+    """This node's client id and records (see the module docstring); ``run_config`` under Flower's."""
+    node = context.node_config
+    path = node.get("data-path")
+    if path is None:
+        template = {**(run_config or {}), **context.run_config}.get("silo-path")
+        if template is None:
+            raise ConfigError("data-path", None, "the node config's path to this silo's data (or the run config's "
+                                                 "silo-path template in a simulation)")
+        path = str(template).replace("{partition-id}", str(node.get("partition-id")))
+    silo = silo_of(str(path), node.get("client-column"))
+    client = node.get("client-id", silo.client if silo.client is not None else node.get("partition-id"))
+    if client is None:
+        raise ConfigError("client-id", None, "the node config's dpfl client id (or a client column in its data)")
+    return int(client), silo
+
+
+@functools.lru_cache(maxsize=2)
+def algorithm_of(config_json: str, setting_json: str, num_features: int):
+    """The algorithm and the gradient oracle the job describes (the same builder ``dpfl run`` uses)."""
+    config, setting = json.loads(config_json), json.loads(setting_json)
+    setting["train_counts"] = tuple(setting["train_counts"])
+    algo_cfg, model_cfg = config["algorithm"], config["model"]
+    spec = registry.spec_of(algo_cfg["name"])
+    section = spec.config(**{k: algo_cfg[k] for k in spec.keys(algo_cfg["name"])})
+    algorithm = spec.build(algo_cfg["name"], section, registry.Setting(**setting))
+    model = build_model(model_cfg["name"], num_features, setting["num_classes"],
+                        **{k: v for k, v in model_cfg.items() if k != "name"})
+    if config["run"]["threads"] is not None:
+        torch.set_num_threads(config["run"]["threads"])  # the same float rounding as the run it mirrors
+    return algorithm, CohortGradients(model)
+
+
+def identify(msg: Message, context: Context, run_config: dict | None = None) -> Message:
+    """The reply to a query: this node's client id and number of training records."""
+    client, silo = node_silo(context, run_config)
+    return Message(RecordDict({records.JOB: ConfigRecord({"client": client, "records": int(silo.y.numel())})}),
+                   reply_to=msg)
+
+
+def train(msg: Message, context: Context, run_config: dict | None = None) -> Message:
+    """The reply to a train message: the client's work of the round (see the module docstring)."""
+    client, silo = node_silo(context, run_config)
+    job = msg.content[records.JOB]
+    if int(job["client"]) != client:
+        raise ConfigError("client-id", client, f"the client the ServerApp addressed ({job['client']})")
+    algorithm, grads = algorithm_of(str(job["config"]), str(job["setting"]), silo.x[0].numel())
+    t, ids = int(job["round"]), torch.tensor([client])
+    data = ClientData(silo.x.unsqueeze(0), silo.y.unsqueeze(0), torch.tensor([silo.y.numel()]))
+    out = algorithm.client_round(t, records.tensors_of(msg.content[records.SERVER]),
+                                 records.tensors_of(msg.content[records.CLIENT]), data,
+                                 ClientContext(grads, int(json.loads(str(job["config"]))["run"]["seed"]), t, ids))
+    return Message(RecordDict({records.MESSAGES: records.tensors_record(out.messages),
+                               records.CLIENT: records.tensors_record(out.state),
+                               records.DRAWN: records.events_record(out.events)}), reply_to=msg)
+
+
+def client_app(run_config: dict | None = None) -> ClientApp:
+    """A ClientApp answering ``identify`` and ``train``, with ``run_config`` under the one Flower passes (the
+    simulation runtime passes none: give it the silo-path template here)."""
+    application = ClientApp()
+    application.query()(lambda msg, context: identify(msg, context, run_config))
+    application.train()(lambda msg, context: train(msg, context, run_config))
+    return application
+
+
+app = client_app()
+
+__all__ = ["app", "client_app", "identify", "train", "node_silo", "algorithm_of"]

@@ -1,0 +1,40 @@
+"""What crosses Flower's wire: named tensors as ArrayRecords, the round's job and the drawn noise as ConfigRecords.
+
+A train message from the ServerApp holds the records "job" (ConfigRecord: the resolved dpfl config and the
+algorithm's ``registry.Setting`` as JSON, the round index, the client id), "server" (ArrayRecord: the broadcast
+server state) and "client" (ArrayRecord: the client's own state rows, leading axis 1). The reply holds "messages"
+(ArrayRecord: what crosses the boundary, leading axis 1), "client" (the new state rows) and "drawn" (ConfigRecord:
+the events of the noise the client drew, JSON, which the ServerApp checks against the declaration).
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from dp_accounting import dp_event
+from flwr.app import ArrayRecord, ConfigRecord
+
+from dpfl.accounting.events import event_from_dict, event_to_dict
+
+JOB, SERVER, CLIENT, MESSAGES, DRAWN = "job", "server", "client", "messages", "drawn"
+
+
+def tensors_record(tensors: dict[str, torch.Tensor]) -> ArrayRecord:
+    return ArrayRecord(torch_state_dict={name: value.detach().contiguous() for name, value in tensors.items()})
+
+
+def tensors_of(record: ArrayRecord) -> dict[str, torch.Tensor]:
+    return dict(record.to_torch_state_dict())
+
+
+def events_record(events: list[dp_event.DpEvent]) -> ConfigRecord:
+    return ConfigRecord({"events": json.dumps([event_to_dict(e) for e in events])})
+
+
+def events_of(record: ConfigRecord) -> list[dp_event.DpEvent]:
+    return [event_from_dict(d) for d in json.loads(record["events"])]
+
+
+__all__ = ["JOB", "SERVER", "CLIENT", "MESSAGES", "DRAWN", "tensors_record", "tensors_of", "events_record",
+           "events_of"]

@@ -1,0 +1,129 @@
+"""The ServerApp: ``dpfl run``'s round loop, with the cohort's client work done by the silos' ClientApps.
+
+The run config's ``dpfl-config`` is the resolved dpfl config as JSON (written by ``dpfl flower-app`` from the TOML,
+the single source of truth) and ``out`` the run directory. ``run_experiment`` builds the run exactly as ``dpfl run``
+does (data for evaluation and the clients' record counts, model, algorithm, ClientSampler, boundary, ledger) and runs
+it with ``FlowerCohort`` as ``Simulation.workers``: each round the cohort is sampled and the round recorded in the
+ledger (saved; a budget stops the run here) BEFORE any client is asked to train; then each sampled client's node gets
+a train message, the drawn noise is checked against the declaration, the boundary sums the messages, the algorithm's
+``server_update`` runs, the model is evaluated and checkpointed, and results.json and ledger.json are written as by
+``dpfl run``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import Iterator
+
+import torch
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+from dpfl.data import FederatedDataset
+from dpfl.engine.protocol import ClientOutput
+from dpfl.errors import ConfigError, DpflError
+from dpfl.experiments.runner import build_setting, run_experiment
+from dpfl.flower import records
+
+class FlowerCohort:
+    """``Simulation.workers`` over a Flower grid: client i's work runs on the node that holds silo i."""
+
+    def __init__(self, grid: Grid, config: dict, dataset: FederatedDataset, delta: float,
+                 timeout: float | None = None):
+        self.grid, self.timeout = grid, timeout
+        self.counts = [int(c) for c in dataset.train.counts]
+        self.job = {"config": json.dumps(config, sort_keys=True),
+                    "setting": json.dumps(dataclasses.asdict(build_setting(config, dataset, delta)))}
+        self.node_of: dict[int, int] | None = None
+
+    def connect(self) -> dict[int, int]:
+        """{client id: node id}, from each node's reply to a query; DpflError unless every client of the config is
+        held by exactly one node with the number of training records the ledger was computed from."""
+        deadline = time.monotonic() + (self.timeout or 60.0)
+        nodes = list(self.grid.get_node_ids())
+        while len(nodes) < len(self.counts) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            nodes = list(self.grid.get_node_ids())
+        replies = self._exchange([(node, "query", RecordDict({records.JOB: ConfigRecord({})})) for node in nodes])
+        node_of = {}
+        for node, reply in replies.items():
+            client, count = int(reply[records.JOB]["client"]), int(reply[records.JOB]["records"])
+            if not 0 <= client < len(self.counts) or client in node_of:
+                raise DpflError(f"node {node} holds client {client}: expected each of the clients 0..."
+                                f"{len(self.counts) - 1} on exactly one node")
+            if count != self.counts[client]:
+                raise DpflError(f"node {node} holds {count} training records of client {client}; the config's data "
+                                f"has {self.counts[client]} (the privacy ledger is computed from those)")
+            node_of[client] = node
+        missing = sorted(set(range(len(self.counts))) - set(node_of))
+        if missing:
+            raise DpflError(f"no node holds the clients {missing[:10]} ({len(node_of)} of {len(self.counts)} found)")
+        return node_of
+
+    def __call__(self, sim, t: int, cohort: torch.Tensor) -> Iterator[tuple[torch.Tensor, ClientOutput]]:
+        if self.node_of is None:
+            self.node_of = self.connect()
+        clients = cohort.tolist()
+        jobs = []
+        for client in clients:
+            ids = torch.tensor([client])
+            content = RecordDict({records.JOB: ConfigRecord({**self.job, "round": t, "client": client}),
+                                  records.SERVER: records.tensors_record(sim.state.server),
+                                  records.CLIENT: records.tensors_record(sim.state.rows(ids))})
+            jobs.append((self.node_of[client], "train", content))
+        replies = self._exchange(jobs, round_number=t + 1)
+        for client in clients:  # in cohort order, as the simulation sums them
+            reply = replies[self.node_of[client]]
+            yield torch.tensor([client]), ClientOutput(records.tensors_of(reply[records.MESSAGES]),
+                                                       records.tensors_of(reply[records.CLIENT]),
+                                                       records.events_of(reply[records.DRAWN]))
+
+    def _exchange(self, jobs: list, round_number: int | None = None) -> dict[int, RecordDict]:
+        """Sends each (node, message type, content) and returns {node: reply content}; DpflError for a node that
+        replied with an error or not at all (the round stays recorded in the ledger: its noise may have been drawn)."""
+        messages = [Message(content, dst_node_id=node, message_type=kind) for node, kind, content in jobs]
+        replies = {}
+        for reply in self.grid.send_and_receive(messages, timeout=self.timeout):
+            node = reply.metadata.src_node_id
+            if reply.has_error():
+                raise DpflError(f"{_when(round_number)}node {node} replied with an error: {reply.error.reason}")
+            replies[node] = reply.content
+        silent = sorted({node for node, _, _ in jobs} - set(replies))
+        if silent:
+            raise DpflError(f"{_when(round_number)}no reply from the nodes {silent[:10]} within "
+                            f"{self.timeout} seconds")
+        return replies
+
+
+def _when(round_number: int | None) -> str:
+    return "" if round_number is None else f"round {round_number}: "
+
+
+def serve(grid: Grid, run_config: dict) -> dict:
+    """Runs the dpfl config in ``run_config`` (see the module docstring) over ``grid``; its results (``dpfl run``'s)."""
+    if "dpfl-config" not in run_config or "out" not in run_config:
+        raise ConfigError("tool.flwr.app.config", sorted(run_config), "the keys dpfl-config (the resolved dpfl config "
+                                                                      "as JSON) and out (the run directory)")
+    config = json.loads(str(run_config["dpfl-config"]))
+    timeout = float(run_config["round-timeout"]) if "round-timeout" in run_config else None
+    return run_experiment(config, str(run_config["out"]), restart=bool(run_config.get("restart", False)),
+                          workers=lambda cfg, dataset, delta: FlowerCohort(grid, cfg, dataset, delta, timeout))
+
+
+def server_app(run_config: dict | None = None) -> ServerApp:
+    """A ServerApp serving the run config Flower passes (``flwr run``), over ``run_config`` (the simulation runtime's
+    ``run_simulation`` passes none)."""
+    application = ServerApp()
+
+    @application.main()
+    def main(grid: Grid, context: Context) -> None:
+        serve(grid, {**(run_config or {}), **context.run_config})
+
+    return application
+
+
+app = server_app()
+
+__all__ = ["app", "server_app", "serve", "FlowerCohort"]

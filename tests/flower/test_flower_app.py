@@ -1,0 +1,74 @@
+"""`dpfl flower-app` and the silo files a ClientApp reads: these need no flwr."""
+
+import json
+import tomllib
+
+import numpy as np
+import pytest
+
+from dpfl.cli import main
+from dpfl.errors import ConfigError
+from dpfl.experiments.config import load_config
+from dpfl.flower.silo import load_silo
+
+CONFIG = '[data]\nname = "synthetic"\nnum_clients = 3\nsamples_per_client = 40\n\n[algorithm]\nname = "dp-fedavg"\n' \
+         'rounds = 2\nclient_rate = 1.0\n\n[run]\nthreads = 1\n'
+
+
+def test_flower_app_writes_a_flower_project_carrying_the_config(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text(CONFIG)
+    out = tmp_path / "app"
+    assert main(["flower-app", str(path), "--out", str(out), "--set", "algorithm.rounds=5"]) == 0
+    project = tomllib.loads((out / "pyproject.toml").read_text())
+    app = project["tool"]["flwr"]["app"]
+    assert app["components"] == {"serverapp": "dpfl_app.server_app:app", "clientapp": "dpfl_app.client_app:app"}
+    expected = load_config(path, ["algorithm.rounds=5"])
+    assert json.loads(app["config"]["dpfl-config"]) == expected
+    assert app["config"]["out"] == str((out / "run").resolve())
+    assert project["project"]["dependencies"] == ["dpfl[flower]"]
+    assert (out / "dpfl.toml").read_text() == CONFIG
+    assert "from dpfl.flower.server_app import app" in (out / "dpfl_app" / "server_app.py").read_text()
+    assert main(["flower-app", str(path), "--out", str(out)]) == 0  # regenerating over its own app is allowed
+    (out / "notes.txt").write_text("mine")
+    assert main(["flower-app", str(path), "--out", str(out)]) == 2  # another folder's files are not overwritten
+
+
+def test_flower_app_is_a_valid_flower_project(tmp_path):
+    pytest.importorskip("flwr")
+    from flwr.common.config import validate_fields_in_config
+
+    path = tmp_path / "c.toml"
+    path.write_text(CONFIG)
+    assert main(["flower-app", str(path), "--out", str(tmp_path / "app")]) == 0
+    valid, errors, _ = validate_fields_in_config(tomllib.loads((tmp_path / "app" / "pyproject.toml").read_text()))
+    assert valid, errors
+
+
+def test_silo_npz_keeps_its_training_records_and_names_its_client(tmp_path):
+    x = np.arange(12, dtype=np.float64).reshape(6, 2)
+    np.savez(tmp_path / "s.npz", x=x, y=np.array([0, 1, 2, 0, 1, 2]), client=np.full(6, 4),
+             split=np.array(["train", "test"] * 3))
+    silo = load_silo(tmp_path / "s.npz")
+    assert silo.client == 4 and silo.y.tolist() == [0, 2, 1] and silo.x[:, 0].tolist() == [0.0, 4.0, 8.0]
+
+
+def test_silo_csv_with_and_without_a_client_column(tmp_path):
+    (tmp_path / "s.csv").write_text("a,b,label,site\n1,2,0,7\n3,4,1,7\n")
+    silo = load_silo(tmp_path / "s.csv", client_column="site")
+    assert silo.client == 7 and silo.x.tolist() == [[1.0, 2.0], [3.0, 4.0]] and silo.y.tolist() == [0, 1]
+    assert load_silo(tmp_path / "s.csv").x.shape == (2, 3)  # without a client column "site" is a feature
+    assert load_silo(tmp_path / "s.csv").client is None
+
+
+@pytest.mark.parametrize("write, message", [
+    (lambda p: np.savez(p / "s.npz", x=np.ones((2, 2)), y=[0, 1], client=[1, 2]), "one integer client id"),
+    (lambda p: np.savez(p / "s.npz", x=np.ones((2, 2)), y=["cat", "dog"]), "class indices"),
+    (lambda p: (p / "s.txt").write_text("x"), "a .npz or .csv file"),
+])
+def test_unusable_silo_files_are_refused_naming_the_node_config_key(tmp_path, write, message):
+    write(tmp_path)
+    path = next(tmp_path.iterdir())
+    with pytest.raises(ConfigError, match=message) as err:
+        load_silo(path)
+    assert "data-path" in str(err.value)
