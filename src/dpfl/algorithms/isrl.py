@@ -202,6 +202,8 @@ def build_isrl(name: str, config: ISRLConfig, setting: Setting) -> ISRL:
     check_range("algorithm.lr", config.lr, 0.0, low_open=True)
     check_range("algorithm.clip", config.clip, 0.0, low_open=True)
     regularizer = Regularizer(config.regularizer, config.reg_strength, config.l1_ratio, config.radius)
+    check_range("algorithm.local_steps", config.local_steps, 1, integer=True)
+    minibatches = RecordSampler(config.sample_rate, config.record_sampling)  # validated for every name
     counts = torch.tensor(setting.train_counts, dtype=torch.long)
     local_steps = config.local_steps if name == "isrl-local-sgd" else 1
     if name == "isrl-prox-sgd":
@@ -212,7 +214,7 @@ def build_isrl(name: str, config: ISRLConfig, setting: Setting) -> ISRL:
         sampler = RecordSampler(1.0 / rounds, "fixed")
         z = calibrated_noise(dp_event.GaussianDpEvent, 1, sampler.neighboring, epsilon, setting.delta)
     else:
-        sampler = RecordSampler(config.sample_rate, config.record_sampling)
+        sampler = minibatches
         z = calibrated_noise(lambda z: sampler.event(dp_event.GaussianDpEvent(z), counts),
                              rounds * local_steps, sampler.neighboring, epsilon, setting.delta)
     steps = LocalSGD(local_steps=local_steps, lr=config.lr * sampler.rate * local_steps, sampler=sampler,
