@@ -37,8 +37,8 @@ def simulation(name: str):
 def test_every_registered_algorithm_is_audited_towards_every_observer(name):
     sim = simulation(name)
     target = runs.make_canary(sim, "dirac")
-    moved = [any(w for tensor, w in weights.items() if tensor != response.MOVE)  # some message carries the canary
-             for weights in response.round_weights(sim, target, 5)]
-    rounds = moved.index(True) + 1
+    rounds = next(t + 1 for t in range(5)  # the first round in which some message carries the canary
+                  if any(w for tensor, w in response.score_weights(response.responses(sim, target, t, 0)).items()
+                         if tensor != response.MOVE))
     for result in runs.audit_all(sim, sim.ledger.observers, 40, rounds=rounds).values():  # every observer the run has
         assert 0 <= result.bound.epsilon <= result.claimed_epsilon
