@@ -161,24 +161,34 @@ class ISRL:
 
 
 @dataclass(frozen=True)
-class ISRLConfig:
-    """The ``[algorithm]`` keys of the ISRL-DP family (beyond name, rounds, client_rate, client_sampling)."""
+class ISRLKeys:
+    """The ``[algorithm]`` keys every ISRL-DP algorithm has (beyond name, rounds, client_rate, client_sampling)."""
 
     lr: float = field(default=0.1, metadata={"help": "eta, the step size of every (local) step"})
     clip: float = field(default=1.0, metadata={"help": "C, the per-example l2 clip norm of the whole gradient"})
-    local_steps: int = field(default=5, metadata={"help": "K, local steps per round (isrl-local-sgd only)",
-                                                   "min": 1})
-    sample_rate: float = field(default=0.2, metadata={"help": "s, the minibatch of isrl-mb-sgd / isrl-local-sgd "
-                                                               "(isrl-prox-sgd: floor(n_i / R) disjoint records)"})
+    sample_rate: float = field(default=0.2, metadata={"help": "s, each minibatch is floor(s n_i) records (fixed) or "
+                                                               "each record with probability s (poisson); "
+                                                               "isrl-prox-sgd: floor(n_i / R) disjoint records"})
     record_sampling: str = field(default="fixed", metadata={"choices": ("fixed", "poisson"),
-                                                             "help": "minibatches of the baselines: fixed size "
-                                                                     "without replacement or Poisson"})
+                                                             "help": "minibatches: fixed size without replacement "
+                                                                     "or Poisson"})
     regularizer: str = field(default="none", metadata={"choices": REGULARIZERS,
                                                         "help": "f1, applied by a prox step on the server"})
     reg_strength: float = field(default=0.0, metadata={"help": "lambda of the l1 / l2 / elastic_net f1"})
     l1_ratio: float = field(default=0.5, metadata={"help": "alpha: elastic_net f1 = lambda (alpha |w|_1 + "
                                                            "(1 - alpha) |w|^2 / 2)"})
     radius: float = field(default=1.0, metadata={"help": "rho of the l2_ball / box [-rho, rho]^d constraint"})
+
+    def regularizer_of(self) -> Regularizer:
+        return Regularizer(self.regularizer, self.reg_strength, self.l1_ratio, self.radius)
+
+
+@dataclass(frozen=True)
+class ISRLConfig(ISRLKeys):
+    """The keys of isrl-prox-sgd, isrl-mb-sgd and isrl-local-sgd."""
+
+    local_steps: int = field(default=5, metadata={"help": "K, local steps per round (isrl-local-sgd only)",
+                                                   "min": 1})
 
 
 def calibrated_noise(event_of, releases: int, neighboring: str, epsilon: float, delta: float) -> float:
@@ -201,7 +211,7 @@ def build_isrl(name: str, config: ISRLConfig, setting: Setting) -> ISRL:
     rounds = check_range("algorithm.rounds", setting.rounds, 1, integer=True)
     check_range("algorithm.lr", config.lr, 0.0, low_open=True)
     check_range("algorithm.clip", config.clip, 0.0, low_open=True)
-    regularizer = Regularizer(config.regularizer, config.reg_strength, config.l1_ratio, config.radius)
+    regularizer = config.regularizer_of()
     check_range("algorithm.local_steps", config.local_steps, 1, integer=True)
     minibatches = RecordSampler(config.sample_rate, config.record_sampling)  # validated for every name
     counts = torch.tensor(setting.train_counts, dtype=torch.long)
