@@ -48,6 +48,7 @@ PNS = ("algorithm.name='projected-noisy-sgd'", "data.num_clients=6", "data.sampl
 ISRL = ("algorithm.name='isrl-prox-sgd'", "data.num_clients=6", "data.samples_per_client=30", "algorithm.rounds=4",
         "algorithm.client_rate=1.0", "privacy.epsilon=2.0")
 ISRL_LOCAL = (*ISRL, "algorithm.name='isrl-local-sgd'")
+ISRL_SPIDER = (*ISRL, "algorithm.name='isrl-spider'", "algorithm.rounds=6")
 OWN = "$OWN"  # in a row's value or extra keys: the folder the probe writes the user's own files to (write_own_files)
 CSV = ("data.name='csv'", f"data.path='{OWN}/own.csv'")
 SITE_SIZES = (180, 120, 60)  # own.csv's records per site (its client column)
@@ -393,6 +394,24 @@ def _isrl_local_steps(p):  # K local steps: K non-additive draws per round, each
     assert p.sim.algorithm.steps.mechanism.noise_multiplier < p.base.algorithm.steps.mechanism.noise_multiplier
 
 
+def _period(p):  # q = 3: checkpoints in rounds 1 and 4 (z1), differences between (z2); default q = 5
+    sim, base = p.sim.algorithm, p.base.algorithm
+    assert [sim.is_checkpoint(t) for t in range(6)] == [True, False, False] * 2
+    assert [base.is_checkpoint(t) for t in range(6)] == [True, False, False, False, False, True]
+    events = [p.release(p.sim).step_events[0]]
+    p.sim.run(2)
+    events.append(p.release(p.sim).step_events[0])
+    assert "GaussianDpEvent(noise_multiplier=%r)" % sim.checkpoint.noise_multiplier in str(events[0])
+    assert "GaussianDpEvent(noise_multiplier=%r)" % sim.difference.noise_multiplier in str(events[1])
+    assert sim.checkpoint.noise_multiplier != sim.difference.noise_multiplier
+
+
+def _spider_feature_clip(p):  # logreg on features of norm <= 0.5, clip 2 >= sqrt(2 (R^2 + 1)): beta = (0.25 + 1)/2
+    assert p.sim.algorithm.smoothness == pytest.approx(0.625) and p.base.algorithm.smoothness is None
+    assert p.sim.algorithm.feature_clip == 0.5
+    p.sim.run(2)  # the difference stream's noise is scaled to min(2C, beta ||w_1 - w_0||)
+
+
 def _convex(p):  # verified (logreg, features of norm <= 1, a clip that never binds): the diameter 2 rho
     assert p.sim.algorithm.smoothness == pytest.approx((1 + 1) / 2 + 0.01)
     assert not p.release().hidden.nonconvex and p.release(p.base).hidden.nonconvex
@@ -606,7 +625,10 @@ TABLE: dict[str, list[Row]] = {
     "algorithm.l1_ratio": [Row("0.25", _l1_ratio, ("algorithm.regularizer='elastic_net'", "algorithm.reg_strength=2.0"),
                                base=ISRL)],
     "algorithm.convex": [Row("true", _convex, ("algorithm.feature_clip=1.0", "algorithm.clip=2.0"), base=PNS)],
-    "algorithm.feature_clip": [Row("0.5", _feature_clip, ("algorithm.convex=true", "algorithm.clip=2.0"), base=PNS)],
+    "algorithm.feature_clip": [Row("0.5", _feature_clip, ("algorithm.convex=true", "algorithm.clip=2.0"), base=PNS),
+                               Row("0.5", _spider_feature_clip, ("algorithm.clip=2.0",),
+                                   base=ISRL_SPIDER)],
+    "algorithm.period": [Row("3", _period, base=ISRL_SPIDER)],
     "privacy.analysis": [Row("'paper'", _analysis)],
     "privacy.conversion": [Row("'classic'", _conversion)],
     "privacy.boundary": [Row("'trusted'", _boundary_trusted), Row("'secagg'", _boundary_secagg)],
