@@ -3,6 +3,7 @@ on the server, and end-to-end runs through ``dpfl.cli.main`` whose server and ot
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -17,8 +18,11 @@ from dpfl.algorithms.isrl import ISRLConfig, build_isrl, disjoint_keys, zcdp_noi
 from dpfl.algorithms.registry import Setting
 from dpfl.cli import main
 from dpfl.engine.boundary import Delivery
+from dpfl.engine.noise import GaussianMechanism
 from dpfl.engine.sampling import RecordSampler
-from dpfl.errors import ConfigError
+from dpfl.errors import ConfigError, DpflError
+from dpfl.experiments.config import load_config
+from dpfl.experiments.runner import build_simulation
 
 DELTA = 1e-5
 
@@ -102,3 +106,25 @@ def test_a_minimal_config_runs_and_meets_the_budget_towards_server_and_other_sil
         assert 0 < final["epsilon"][observer] <= 1.5
     if name == "isrl-prox-sgd":  # every record's one Gaussian, charged in round 1
         assert rounds[0]["epsilon"]["server"] == final["epsilon"]["server"] == pytest.approx(1.5, rel=1e-3)
+
+
+@pytest.mark.parametrize("name", ["isrl-prox-sgd", "isrl-mb-sgd", "isrl-local-sgd"])
+def test_a_mechanism_swapped_after_the_declaration_is_caught(name):
+    """The contract's swap test reaches the mechanism through the algorithm's own field; ISRL's is in its steps."""
+    sim = build_simulation(load_config(None, [f"algorithm.name='{name}'", "data.num_clients=4",
+                                              "data.samples_per_client=30", "algorithm.rounds=3",
+                                              "algorithm.client_rate=1.0", "privacy.epsilon=2.0"]))
+    inner = sim.algorithm
+    mechanism = GaussianMechanism(2 * inner.steps.mechanism.noise_multiplier)
+    other = dataclasses.replace(inner, steps=dataclasses.replace(inner.steps, mechanism=mechanism))
+
+    class Swapped:
+        def __getattr__(self, attribute):
+            return getattr(inner, attribute)
+
+        def client_round(self, *args):
+            return other.client_round(*args)
+
+    sim.algorithm = Swapped()
+    with pytest.raises(DpflError, match="declared"):
+        sim.step()

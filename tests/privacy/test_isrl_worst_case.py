@@ -8,7 +8,10 @@ be run from theta = 0 and the rounds' messages are the transcript). All records 
   coupled transcripts (same seeds) differ in exactly one round, by eta 2C/K; that round's message is Gaussian with std
   z eta 2C/K. An observer that knows the permutation (no credit for it is claimed) sees mu = 1/z.
 * isrl-mb-sgd with s = 1 (the whole silo in every batch), R = 4: every round moves by eta 2C/n with std z eta 2C/n,
-  so the sum over the rounds has mu = sqrt(R)/z.
+  so the sum over the rounds has mu = sqrt(R)/z; isrl-local-sgd with K = 2 steps: R K draws, mu = sqrt(R K)/z.
+* isrl-spider with s = 1, q = 2: the checkpoint rounds (0 and 2) move h_i by 2C/n with std z1 2C/n; the difference rounds
+  carry no signal (a linear loss has the same gradient at both iterates) but their noise is declared and composed,
+  so the claim covers mu = sqrt(2)/z1 with room to spare.
 
 No other silo's noise is credited (ISRL-DP), so the server's and another silo's claim must both be at least the
 exact Gaussian epsilon of that mu (Dong, Roth, Su 2022), and the single-release claim of Prox-SGD is exactly it.
@@ -27,6 +30,7 @@ from dpfl.accounting import exact as ex
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import OTHER_SILO, SERVER, observer_events
 from dpfl.algorithms.isrl import ISRLConfig, build_isrl
+from dpfl.algorithms.isrl_spider import SpiderConfig, build_spider
 from dpfl.algorithms.registry import Setting
 from dpfl.algorithms.worst_case import LinearQuadraticOracle
 from dpfl.engine.protocol import ClientContext, ClientData
@@ -39,10 +43,11 @@ TRIALS, ALPHA = 2000, 1e-4
 
 
 def algorithm(name: str):
-    config = ISRLConfig(lr=ETA, clip=CLIP, sample_rate=1.0)
     setting = Setting(client_rate=1.0, num_clients=1, train_counts=(RECORDS,), rounds=ROUNDS, delta=DELTA,
                       epsilon=EPSILON)
-    return build_isrl(name, config, setting)
+    if name == "isrl-spider":
+        return build_spider(name, SpiderConfig(lr=ETA, clip=CLIP, sample_rate=1.0, period=2), setting)
+    return build_isrl(name, ISRLConfig(lr=ETA, clip=CLIP, sample_rate=1.0, local_steps=2), setting)
 
 
 def transcript(alg, value: float, seed: int) -> torch.Tensor:
@@ -52,11 +57,11 @@ def transcript(alg, value: float, seed: int) -> torch.Tensor:
     x[:, 0, 0] = value
     data = ClientData(x, torch.zeros(TRIALS, RECORDS, dtype=torch.long), torch.full((TRIALS,), RECORDS))
     ids = torch.arange(TRIALS)
-    rounds = []
+    rounds, server = [], alg.init_state(torch.zeros(1), 1).server
     for r in range(ROUNDS):
-        out = alg.client_round(r, {"x": torch.zeros(1)}, {}, data, ClientContext(LinearQuadraticOracle(1, ETA), seed,
-                                                                                 r, ids))
-        rounds.append(out.messages["dy"][:, 0].double())
+        out = alg.client_round(r, server, {}, data, ClientContext(LinearQuadraticOracle(1, ETA), seed, r, ids))
+        (message,) = out.messages.values()
+        rounds.append(message[:, 0].double())
     return torch.stack(rounds, dim=1)
 
 
@@ -96,16 +101,35 @@ def test_prox_sgd_uses_each_record_in_one_round_and_claims_the_exact_gaussian():
         assert eps <= EPSILON
 
 
-def test_minibatch_sgd_composes_its_rounds():
-    alg = algorithm("isrl-mb-sgd")
+@pytest.mark.parametrize("name, steps", [("isrl-mb-sgd", 1), ("isrl-local-sgd", 2)])
+def test_the_baselines_compose_their_draws(name, steps):
+    alg = algorithm(name)
     z = alg.steps.mechanism.noise_multiplier
     plus, minus = transcript(alg, CLIP, 1), transcript(alg, -CLIP, 1)
-    assert (plus - minus).flatten().tolist() == pytest.approx([-ETA * 2 * CLIP / RECORDS] * TRIALS * ROUNDS,
+    assert (plus - minus).flatten().tolist() == pytest.approx([-steps * ETA * 2 * CLIP / RECORDS] * TRIALS * ROUNDS,
                                                               rel=1e-5)
     total = plus.sum(1)
-    low, high = interval(ROUNDS * ETA * 2 * CLIP / RECORDS, total)
-    truth = math.sqrt(ROUNDS) / z
+    low, high = interval(ROUNDS * steps * ETA * 2 * CLIP / RECORDS, total)
+    truth = math.sqrt(ROUNDS * steps) / z
     assert low <= truth <= high, (low, truth, high)
     for observer, eps in claimed(alg).items():
         assert eps >= ex.gdp_epsilon(truth, DELTA) * (1 - 1e-6), observer
-        assert eps <= EPSILON
+        assert eps == pytest.approx(EPSILON, rel=1e-3)  # s = 1: no amplification, the exact composed Gaussian
+
+
+def test_spider_composes_both_streams():
+    alg = algorithm("isrl-spider")
+    z1, z2 = alg.checkpoint.noise_multiplier, alg.difference.noise_multiplier
+    assert z2 == pytest.approx(z1)  # q = 2 over 4 rounds: 2 checkpoints, 2 differences, equal halves
+    plus, minus = transcript(alg, CLIP, 2), transcript(alg, -CLIP, 2)
+    shift = (plus - minus)[0].tolist()
+    assert shift == pytest.approx([2 * CLIP / RECORDS, 0, 2 * CLIP / RECORDS, 0], abs=1e-6)  # h_i, no step
+    checkpoints = plus[:, 0] + plus[:, 2]
+    low, high = interval(2 * 2 * CLIP / RECORDS, checkpoints)
+    truth = math.sqrt(2) / z1
+    assert low <= truth <= high, (low, truth, high)
+    # the difference rounds' noise: std z2 2 (2C) / n (no verified smoothness: B_r = 2C)
+    assert float(plus[:, 1].std()) == pytest.approx(z2 * 2 * 2 * CLIP / RECORDS, rel=0.1)
+    for observer, eps in claimed(alg).items():
+        assert eps >= ex.gdp_epsilon(truth, DELTA), observer
+        assert eps == pytest.approx(ex.gdp_epsilon(2 / z1, DELTA), rel=1e-3)  # all four Gaussians composed

@@ -135,7 +135,7 @@ class ISRL:
         """Messages {dy}: the silo's model change. Prox-SGD: -eta g_i on round r's block of the silo's permutation
         (drawn from the records stream of round 0, so the same permutation in every round)."""
         if not self.disjoint:
-            out = self.steps.client_round(round_index, {"x": server["x"], "c": server["x"]}, {}, data, ctx)
+            out = self.steps.client_round(round_index, {"x": server["x"]}, {}, data, ctx)  # no control variates
             return ClientOutput({"dy": out.messages["dy"]}, {}, out.events)
         x = server["x"]
         n, P = data.counts.shape[0], x.shape[-1]
