@@ -1,7 +1,7 @@
 """ISRL-DP federated learning without a trusted server (Lowy, Ghafelebashi, Razaviyayn 2023): every silo's messages
 are private against the server AND the other silos.
 
-Inter-silo record-level DP (ISRL-DP, Lowy et al. Def. 1.1): for every silo i and every pair of its datasets that
+Inter-silo record-level DP (ISRL-DP, Lowy et al. Definition 2): for every silo i and every pair of its datasets that
 differ in one record, the whole transcript of messages silo i sends is (eps, delta)-DP, conditional on everything
 else. So no silo is credited with another silo's noise: every draw is declared non-additive (``Release.additive``
 all False), and the server (plain boundary), the other silos and a third party are each charged the silo's own
