@@ -44,6 +44,11 @@ JOINT = ("algorithm.name='dp-fedavg-joint'", "data.num_clients=6", "data.samples
 #: A tiny projected noisy SGD run (one pass over 6 clients; trusted aggregator, only the final model released).
 PNS = ("algorithm.name='projected-noisy-sgd'", "data.num_clients=6", "data.samples_per_client=30",
        "algorithm.rounds=3", "algorithm.noise_multiplier=1.0")
+#: A tiny ISRL-DP Prox-SGD run (noise calibrated to privacy.epsilon; 4 rounds over each silo's 24 train records).
+ISRL = ("algorithm.name='isrl-prox-sgd'", "data.num_clients=6", "data.samples_per_client=30", "algorithm.rounds=4",
+        "algorithm.client_rate=1.0", "privacy.epsilon=2.0")
+ISRL_LOCAL = (*ISRL, "algorithm.name='isrl-local-sgd'")
+ISRL_SPIDER = (*ISRL, "algorithm.name='isrl-spider'", "algorithm.rounds=6")
 OWN = "$OWN"  # in a row's value or extra keys: the folder the probe writes the user's own files to (write_own_files)
 CSV = ("data.name='csv'", f"data.path='{OWN}/own.csv'")
 SITE_SIZES = (180, 120, 60)  # own.csv's records per site (its client column)
@@ -360,6 +365,53 @@ def _radius(p):  # every iterate stays in the ball of radius 0.05
     assert p.release().hidden.radius == 0.05
 
 
+def _regularizer(p):  # a strong L1 prox (threshold eta lambda = 0.5) zeroes coordinates exactly; none does not
+    assert p.sim.algorithm.regularizer.name == "l1" and p.base.algorithm.regularizer.name == "none"
+    p.sim.run(2), p.base.run(2)
+    assert int((p.sim.model == 0).sum()) > p.sim.model.numel() // 2 and int((p.base.model == 0).sum()) == 0
+
+
+def _reg_strength(p):  # l2: the server's prox divides by 1 + eta lambda = 1.2
+    one = torch.ones(3)
+    assert p.sim.algorithm.regularizer.prox(one, 0.1).tolist() == pytest.approx([1 / 1.2] * 3)
+    assert p.base.algorithm.regularizer.prox(one, 0.1).tolist() == [1.0] * 3
+
+
+def _l1_ratio(p):  # elastic net lambda (alpha |w|_1 + (1 - alpha) |w|^2 / 2) with lambda = 2, alpha = 0.25
+    assert (p.sim.algorithm.regularizer.l1, p.sim.algorithm.regularizer.l2) == (0.5, 1.5)
+    assert (p.base.algorithm.regularizer.l1, p.base.algorithm.regularizer.l2) == (1.0, 1.0)
+
+
+def _isrl_radius(p):  # the server's projection keeps every iterate in the l2 ball of radius 0.05 (default 1)
+    assert p.sim.algorithm.regularizer.radius == 0.05 and p.base.algorithm.regularizer.radius == 1.0
+    p.sim.run(2)
+    assert float(p.sim.model.norm()) <= 0.05 * (1 + 1e-6)
+
+
+def _isrl_local_steps(p):  # K local steps: K non-additive draws per round, each calibrated into R K compositions
+    assert len(p.release().step_events) == 3 and len(p.release(p.base).step_events) == 5
+    assert not any(p.release().additive)
+    assert p.sim.algorithm.steps.mechanism.noise_multiplier < p.base.algorithm.steps.mechanism.noise_multiplier
+
+
+def _period(p):  # q = 3: checkpoints in rounds 1 and 4 (z1), differences between (z2); default q = 5
+    sim, base = p.sim.algorithm, p.base.algorithm
+    assert [sim.is_checkpoint(t) for t in range(6)] == [True, False, False] * 2
+    assert [base.is_checkpoint(t) for t in range(6)] == [True, False, False, False, False, True]
+    events = [p.release(p.sim).step_events[0]]
+    p.sim.run(2)
+    events.append(p.release(p.sim).step_events[0])
+    assert "GaussianDpEvent(noise_multiplier=%r)" % sim.checkpoint.noise_multiplier in str(events[0])
+    assert "GaussianDpEvent(noise_multiplier=%r)" % sim.difference.noise_multiplier in str(events[1])
+    assert sim.checkpoint.noise_multiplier != sim.difference.noise_multiplier
+
+
+def _spider_feature_clip(p):  # logreg on features of norm <= 0.5, clip 2 >= sqrt(2 (R^2 + 1)): beta = (0.25 + 1)/2
+    assert p.sim.algorithm.smoothness == pytest.approx(0.625) and p.base.algorithm.smoothness is None
+    assert p.sim.algorithm.feature_clip == 0.5
+    p.sim.run(2)  # the difference stream's noise is scaled to min(2C, beta ||w_1 - w_0||)
+
+
 def _convex(p):  # verified (logreg, features of norm <= 1, a clip that never binds): the diameter 2 rho
     assert p.sim.algorithm.smoothness == pytest.approx((1 + 1) / 2 + 0.01)
     assert not p.release().hidden.nonconvex and p.release(p.base).hidden.nonconvex
@@ -540,7 +592,7 @@ TABLE: dict[str, list[Row]] = {
     "algorithm.rounds": [Row("3", _rounds)],
     "algorithm.client_rate": [Row("1.0", _client_rate)],
     "algorithm.client_sampling": [Row("'poisson'", _client_sampling)],
-    "algorithm.local_steps": [Row("3", _local_steps)],
+    "algorithm.local_steps": [Row("3", _local_steps), Row("3", _isrl_local_steps, base=ISRL_LOCAL)],
     "algorithm.sample_rate": [Row("0.4", _sample_rate)],
     "algorithm.record_sampling": [Row("'poisson'", _record_sampling)],
     "algorithm.lr": [Row("0.3", _lr)],
@@ -565,9 +617,18 @@ TABLE: dict[str, list[Row]] = {
     "algorithm.client_epsilons": [Row("[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]", _client_epsilons, base=DPC)],
     "algorithm.drop_remainder": [Row("true", _drop_remainder, ("algorithm.clients_per_round=4", "algorithm.rounds=1"),
                                      base=PNS)],
-    "algorithm.radius": [Row("0.05", _radius, ("algorithm.lr=1.0",), base=PNS)],
+    "algorithm.radius": [Row("0.05", _radius, ("algorithm.lr=1.0",), base=PNS),
+                         Row("0.05", _isrl_radius, ("algorithm.regularizer='l2_ball'",), base=ISRL)],
+    "algorithm.regularizer": [Row("'l1'", _regularizer, ("algorithm.reg_strength=5.0", "algorithm.lr=0.1"),
+                                  base=ISRL)],
+    "algorithm.reg_strength": [Row("2.0", _reg_strength, ("algorithm.regularizer='l2'",), base=ISRL)],
+    "algorithm.l1_ratio": [Row("0.25", _l1_ratio, ("algorithm.regularizer='elastic_net'", "algorithm.reg_strength=2.0"),
+                               base=ISRL)],
     "algorithm.convex": [Row("true", _convex, ("algorithm.feature_clip=1.0", "algorithm.clip=2.0"), base=PNS)],
-    "algorithm.feature_clip": [Row("0.5", _feature_clip, ("algorithm.convex=true", "algorithm.clip=2.0"), base=PNS)],
+    "algorithm.feature_clip": [Row("0.5", _feature_clip, ("algorithm.convex=true", "algorithm.clip=2.0"), base=PNS),
+                               Row("0.5", _spider_feature_clip, ("algorithm.clip=2.0",),
+                                   base=ISRL_SPIDER)],
+    "algorithm.period": [Row("3", _period, base=ISRL_SPIDER)],
     "privacy.analysis": [Row("'paper'", _analysis)],
     "privacy.conversion": [Row("'classic'", _conversion)],
     "privacy.boundary": [Row("'trusted'", _boundary_trusted), Row("'secagg'", _boundary_secagg)],

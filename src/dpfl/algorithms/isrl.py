@@ -1,0 +1,242 @@
+"""ISRL-DP federated learning without a trusted server (Lowy, Ghafelebashi, Razaviyayn 2023): every silo's messages
+are private against the server AND the other silos.
+
+Inter-silo record-level DP (ISRL-DP, Lowy et al. Definition 2): for every silo i and every pair of its datasets that
+differ in one record, the whole transcript of messages silo i sends is (eps, delta)-DP, conditional on everything
+else. So no silo is credited with another silo's noise: every draw is declared non-additive (``Release.additive``
+all False), and the server (plain boundary), the other silos and a third party are each charged the silo's own
+messages. The composite loss is f(w, x) = f0(w, x) + f1(w), f0 handled by clipped noisy gradients and f1 by a proximal
+step on the server after aggregation (``dpfl.algorithms.prox``, ``algorithm.regularizer``).
+
+Three algorithms, one round: every silo in the cohort S_r computes noisy gradient steps from w_r with per-example
+clipping of the whole gradient at C (l2), and the server averages and takes the prox:
+
+* ``isrl-prox-sgd``, Noisy ISRL-DP Prox-SGD (Lowy et al. Sec. 2, Thm 2.1): one step per round on a batch of
+  K_i = floor(n_i / R) records DISJOINT from every other round's,
+
+      g_i = (1/K_i) sum_{x in B_i^r} clip_C(grad f0(w_r, x)) + u_i,   u_i ~ N(0, (z 2C/K_i)^2 I)
+      w_{r+1} = prox_{eta f1}(w_r - eta mean_{i in S_r} g_i)
+
+  The batches B_i^0, ..., B_i^{R-1} are consecutive blocks of one uniform permutation of silo i's records, drawn from
+  the run's seed before any data is read. Parallel composition: a record lies in exactly one batch, so the rounds
+  that do not use it release nothing about it beyond what earlier outputs already did (their mechanism, conditioned
+  on the past transcript, does not depend on the record). A record's privacy is therefore ONE Gaussian release of a
+  mean of K_i clipped gradients, l2 sensitivity 2C/K_i under replace-one. The ledger cannot express "the round in
+  which this record is used", so the release declares that one Gaussian in round 0 (``Cohort.scheduled``, taking
+  part with probability 1) and nothing in later rounds: the same total, charged early, and no credit for the secret
+  permutation (which would amplify) nor for silo sampling. z is the smallest noise multiplier whose single Gaussian
+  has epsilon <= privacy.epsilon at privacy.delta (the ledger's tightest accountant: the exact Gaussian curve).
+  Lowy et al.'s closed form (derived: the round made eps^2/(8 ln(1/delta))-zCDP, Bun-Steinke Prop. 1.3 then gives
+  (eps, delta)-DP for eps <= 2 ln(1/delta), and the Gaussian of sensitivity 2L/K is Delta^2/(2 sigma^2)-zCDP):
+
+      sigma^2 = 16 L^2 ln(1/delta) / (eps^2 K^2),  i.e.  z = sigma / (2L/K) = 2 sqrt(ln(1/delta)) / eps,
+
+  which ``zcdp_noise_multiplier(eps, delta, 1)`` returns; the calibrated z is never larger (``theory.
+  isrl_prox_sgd_sigma`` holds the paper's sigma).
+* ``isrl-mb-sgd``, the ISRL-DP minibatch SGD baseline (Lowy et al. Sec. 4; Alg. 3 with q = 1): one step per round on
+  a fresh minibatch (``record_sampling`` fixed: floor(s n_i) records without replacement, replace-one sensitivity
+  2C/floor(s n_i); Poisson: rate s, zero-out sensitivity C/(s n_i)); the R rounds are composed, with record-sampling
+  amplification, and z is calibrated so that the R-fold composition has epsilon <= privacy.epsilon.
+* ``isrl-local-sgd``, the ISRL-DP Local SGD baseline (FedAvg): K local steps of size eta per round, each on a fresh
+  minibatch and noised; the server averages the models and takes prox_{K eta f1}; R K draws composed.
+
+The two baselines are ``LocalSGD`` (``dpfl.algorithms.local_sgd``, one step at w_r, or K moving steps) with the
+ISRL release and the prox on the server; Prox-SGD reuses its noisy gradient with the disjoint batches. The closed
+form for R K composed draws without amplification is z = 2 sqrt(R K ln(1/delta)) / eps (zCDP composition), an upper
+bound on the calibrated z of every name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import torch
+from dp_accounting import dp_event
+
+from dpfl.accounting import accountants
+from dpfl.accounting.accountant import NEIGHBORING
+from dpfl.accounting.calibrate import solve_noise
+from dpfl.accounting.observers import Cohort, Release
+from dpfl.accounting.theory import isrl_zcdp_budget
+from dpfl.algorithms.local_sgd import LocalSGD
+from dpfl.algorithms.prox import REGULARIZERS, Regularizer
+from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
+from dpfl.engine.boundary import Delivery
+from dpfl.engine.noise import GaussianMechanism
+from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
+from dpfl.engine.sampling import ClientSampler, RecordSampler
+from dpfl.errors import ConfigError, check_range
+
+NAMES = ("isrl-prox-sgd", "isrl-mb-sgd", "isrl-local-sgd")
+
+
+def zcdp_noise_multiplier(epsilon: float, delta: float, releases: int) -> float:
+    """Lowy et al.'s closed form: ``releases`` Gaussian draws, each z in units of its sensitivity, composed to
+    eps^2/(8 ln(1/delta))-zCDP (each 1/(2 z^2)-zCDP): z = sqrt(releases / (2 rho)) = 2 sqrt(releases ln(1/delta)) /
+    eps. Valid for eps <= 2 ln(1/delta) (``theory.isrl_zcdp_budget``)."""
+    rho = isrl_zcdp_budget(epsilon, delta)
+    return math.sqrt(check_range("releases", releases, 1, integer=True) / (2.0 * rho))
+
+
+def disjoint_keys(keys: torch.Tensor, counts: torch.Tensor, round_index: int, batch: torch.Tensor) -> torch.Tensor:
+    """Keys [clients, width] whose batch_i smallest are the records at ranks [r batch_i, (r + 1) batch_i) of ``keys``
+    (one uniform permutation per client, +inf on padding): round r's block. The rest keep their order after it."""
+    rank = torch.argsort(torch.argsort(keys, dim=1), dim=1).double()
+    n = counts.double().unsqueeze(1)
+    shifted = torch.remainder(rank - round_index * batch.double().unsqueeze(1), n) / n
+    return torch.where(torch.isfinite(keys), shifted, keys)
+
+
+@dataclass(frozen=True)
+class ISRL:
+    """An ISRL-DP algorithm (see the module docstring): the silos' noisy steps, the prox on the server."""
+
+    name: str
+    steps: LocalSGD
+    regularizer: Regularizer
+    population: int
+    cohort_size: int
+    accountant: str = "tightest"
+
+    @property
+    def neighboring(self) -> str:
+        return self.steps.neighboring
+
+    @property
+    def disjoint(self) -> bool:
+        return self.name == "isrl-prox-sgd"
+
+    @property
+    def server_lr(self) -> float:
+        """The prox step: eta per local step, K eta for K local steps."""
+        return self.steps.local_lr * self.steps.local_steps
+
+    def release(self, round_index: int, state: State, train) -> Release:
+        """No additive draws (ISRL-DP: no credit for another silo's noise). Prox-SGD: one Gaussian, charged in round 0
+        for every record (parallel composition, module docstring); the baselines: K sampled Gaussians per round."""
+        divisors = self.steps.sampler.divisor(train.counts)
+        ratio = float(divisors.min() / divisors.max())
+        if self.disjoint:
+            cohort = Cohort.scheduled(self.population, self.cohort_size, 1, round_index == 0)
+            return Release((self.steps.mechanism.event,), (False,), ratio, cohort)
+        step = self.steps.sampler.event(self.steps.mechanism.event, train.counts)
+        return Release((step,) * self.steps.local_steps, (False,) * self.steps.local_steps, ratio)
+
+    def init_state(self, x0: torch.Tensor, num_clients: int) -> State:
+        return State({"x": x0.clone()})
+
+    def examples_per_client(self, counts: torch.Tensor) -> int:
+        return self.steps.examples_per_client(counts)
+
+    def client_round(self, round_index: int, server: dict, clients: dict, data: ClientData,
+                     ctx: ClientContext) -> ClientOutput:
+        """Messages {dy}: the silo's model change. Prox-SGD: -eta g_i on round r's block of the silo's permutation
+        (drawn from the records stream of round 0, so the same permutation in every round)."""
+        if not self.disjoint:
+            out = self.steps.client_round(round_index, {"x": server["x"]}, {}, data, ctx)  # no control variates
+            return ClientOutput({"dy": out.messages["dy"]}, {}, out.events)
+        x = server["x"]
+        n, P = data.counts.shape[0], x.shape[-1]
+        permutation = dataclasses.replace(ctx, round=0).streams("records").uniform(
+            [(int(c),) for c in data.counts])
+        keys = disjoint_keys(permutation, data.counts, round_index, self.steps.sampler.batch_sizes(data.counts))
+        noise = ctx.streams("noise").normal((P,))
+        g, event = self.steps.noisy_gradient(ctx.grads, x.expand(n, P), data, keys, noise)
+        return ClientOutput({"dy": -self.steps.local_lr * g}, {}, [event])
+
+    def server_update(self, round_index: int, server: dict, delivered: Delivery) -> dict:
+        """w_{r+1} = prox_{eta f1}(w_r + mean dy) (row-wise where the state carries a leading row axis)."""
+        if delivered.count == 0:
+            return server
+        return {"x": self.regularizer.prox(server["x"] + delivered.sum("dy") / delivered.count, self.server_lr)}
+
+    def regulariser(self, x: torch.Tensor) -> float:
+        """f1(x), the non-smooth part of the train objective the runs report."""
+        return self.regularizer.value(x)
+
+    def divergence_hint(self, counts: torch.Tensor) -> str:
+        return "lower algorithm.lr, or raise privacy.epsilon (less noise per step)"
+
+
+@dataclass(frozen=True)
+class ISRLKeys:
+    """The ``[algorithm]`` keys every ISRL-DP algorithm has (beyond name, rounds, client_rate, client_sampling)."""
+
+    lr: float = field(default=0.1, metadata={"help": "eta, the step size of every (local) step"})
+    clip: float = field(default=1.0, metadata={"help": "C, the per-example l2 clip norm of the whole gradient"})
+    sample_rate: float = field(default=0.2, metadata={"help": "s, each minibatch is floor(s n_i) records (fixed) or "
+                                                               "each record with probability s (poisson); "
+                                                               "isrl-prox-sgd: floor(n_i / R) disjoint records"})
+    record_sampling: str = field(default="fixed", metadata={"choices": ("fixed", "poisson"),
+                                                             "help": "minibatches: fixed size without replacement "
+                                                                     "or Poisson"})
+    regularizer: str = field(default="none", metadata={"choices": REGULARIZERS,
+                                                        "help": "f1, applied by a prox step on the server"})
+    reg_strength: float = field(default=0.0, metadata={"help": "lambda of the l1 / l2 / elastic_net f1"})
+    l1_ratio: float = field(default=0.5, metadata={"help": "alpha: elastic_net f1 = lambda (alpha |w|_1 + "
+                                                           "(1 - alpha) |w|^2 / 2)"})
+    radius: float = field(default=1.0, metadata={"help": "rho of the l2_ball / box [-rho, rho]^d constraint"})
+
+    def regularizer_of(self) -> Regularizer:
+        return Regularizer(self.regularizer, self.reg_strength, self.l1_ratio, self.radius)
+
+
+@dataclass(frozen=True)
+class ISRLConfig(ISRLKeys):
+    """The keys of isrl-prox-sgd, isrl-mb-sgd and isrl-local-sgd."""
+
+    local_steps: int = field(default=5, metadata={"help": "K, local steps per round (isrl-local-sgd only)",
+                                                   "min": 1})
+
+
+def calibrated_noise(event_of, releases: int, neighboring: str, epsilon: float, delta: float) -> float:
+    """The smallest z whose ``releases``-fold composition of ``event_of(z)`` has epsilon <= ``epsilon`` at ``delta``
+    (the ledger's tightest accountant)."""
+    def epsilon_of(z: float) -> float:
+        accountant = accountants.make("tightest", NEIGHBORING[neighboring])
+        accountant.compose(event_of(z), releases)
+        return accountant.get_epsilon(delta)
+
+    return solve_noise(epsilon_of, epsilon, initial_noise=max(1.0, 2.0 * math.sqrt(releases) / epsilon))
+
+
+def build_isrl(name: str, config: ISRLConfig, setting: Setting) -> ISRL:
+    if name not in NAMES:
+        raise ConfigError("algorithm.name", name, f"one of {list(NAMES)}")
+    if setting.epsilon is None:
+        raise ConfigError("privacy.epsilon", None, f"a positive number: {name} calibrates every silo's noise to it")
+    epsilon = check_range("privacy.epsilon", setting.epsilon, 0.0, low_open=True)
+    rounds = check_range("algorithm.rounds", setting.rounds, 1, integer=True)
+    check_range("algorithm.lr", config.lr, 0.0, low_open=True)
+    check_range("algorithm.clip", config.clip, 0.0, low_open=True)
+    regularizer = config.regularizer_of()
+    check_range("algorithm.local_steps", config.local_steps, 1, integer=True)
+    minibatches = RecordSampler(config.sample_rate, config.record_sampling)  # validated for every name
+    counts = torch.tensor(setting.train_counts, dtype=torch.long)
+    local_steps = config.local_steps if name == "isrl-local-sgd" else 1
+    if name == "isrl-prox-sgd":
+        if rounds > int(counts.min()):
+            raise ConfigError("algorithm.rounds", rounds, f"at most {int(counts.min())} for 'isrl-prox-sgd' (the "
+                                                          "smallest silo's records: each round uses floor(n_i / R) "
+                                                          ">= 1 records no other round uses)")
+        sampler = RecordSampler(1.0 / rounds, "fixed")
+        z = calibrated_noise(dp_event.GaussianDpEvent, 1, sampler.neighboring, epsilon, setting.delta)
+    else:
+        sampler = minibatches
+        z = calibrated_noise(lambda z: sampler.event(dp_event.GaussianDpEvent(z), counts),
+                             rounds * local_steps, sampler.neighboring, epsilon, setting.delta)
+    steps = LocalSGD(local_steps=local_steps, lr=config.lr * sampler.rate * local_steps, sampler=sampler,
+                     mechanism=GaussianMechanism(z), clip=config.clip, weight_decay=0.0,
+                     move_locally=name == "isrl-local-sgd")
+    clients = ClientSampler(setting.num_clients, setting.client_rate, setting.client_sampling)
+    return ISRL(name, steps, regularizer, setting.num_clients, clients.cohort_size)
+
+
+register(AlgorithmSpec(
+    names=NAMES, config=ISRLConfig, build=build_isrl, private=lambda name: True,
+    help="ISRL-DP Prox-SGD (disjoint batches), minibatch SGD and Local SGD, private against the server and the "
+         "other silos, calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023)",
+    release_keys=("algorithm.rounds",), noise_key=None,
+))

@@ -1,0 +1,135 @@
+"""Worst-case instances for the ISRL-DP algorithms, run through the real ``ISRL.client_round``.
+
+One silo of n = 12 records with 1-D linear losses <theta, x_j> (gradient x_j, independent of theta, so every round can
+be run from theta = 0 and the rounds' messages are the transcript). All records are 0 except the owner's record,
++C or -C on the two neighbouring datasets (replace-one: the mean over a batch of K moves by 2C/K, its sensitivity).
+
+* isrl-prox-sgd, R = 4 rounds, K = floor(12 / 4) = 3: the record lies in exactly one round's disjoint batch, so the
+  coupled transcripts (same seeds) differ in exactly one round, by eta 2C/K; that round's message is Gaussian with std
+  z eta 2C/K. An observer that knows the permutation (no credit for it is claimed) sees mu = 1/z.
+* isrl-mb-sgd with s = 1 (the whole silo in every batch), R = 4: every round moves by eta 2C/n with std z eta 2C/n,
+  so the sum over the rounds has mu = sqrt(R)/z; isrl-local-sgd with K = 2 steps: R K draws, mu = sqrt(R K)/z.
+* isrl-spider with s = 1, q = 2: the checkpoint rounds (0 and 2) move h_i by 2C/n with std z1 2C/n; the difference rounds
+  carry no signal (a linear loss has the same gradient at both iterates) but their noise is declared and composed,
+  so the claim covers mu = sqrt(2)/z1 with room to spare.
+
+No other silo's noise is credited (ISRL-DP), so the server's and another silo's claim must both be at least the
+exact Gaussian epsilon of that mu (Dong, Roth, Su 2022), and the single-release claim of Prox-SGD is exactly it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+import torch
+from scipy import stats
+
+from dpfl.accounting import exact as ex
+from dpfl.accounting.ledger import PrivacyLedger
+from dpfl.accounting.observers import OTHER_SILO, SERVER, observer_events
+from dpfl.algorithms.isrl import ISRLConfig, build_isrl
+from dpfl.algorithms.isrl_spider import SpiderConfig, build_spider
+from dpfl.algorithms.registry import Setting
+from dpfl.algorithms.worst_case import LinearQuadraticOracle
+from dpfl.engine.protocol import ClientContext, ClientData
+from dpfl.engine.sampling import ClientSampler
+
+logging.getLogger("absl").setLevel(logging.ERROR)
+
+RECORDS, ROUNDS, CLIP, ETA, DELTA, EPSILON = 12, 4, 1.0, 0.1, 1e-5, 1.0
+TRIALS, ALPHA = 2000, 1e-4
+
+
+def algorithm(name: str):
+    setting = Setting(client_rate=1.0, num_clients=1, train_counts=(RECORDS,), rounds=ROUNDS, delta=DELTA,
+                      epsilon=EPSILON)
+    if name == "isrl-spider":
+        return build_spider(name, SpiderConfig(lr=ETA, clip=CLIP, sample_rate=1.0, period=2), setting)
+    return build_isrl(name, ISRLConfig(lr=ETA, clip=CLIP, sample_rate=1.0, local_steps=2), setting)
+
+
+def transcript(alg, value: float, seed: int) -> torch.Tensor:
+    """dy [trials, rounds] of TRIALS independent copies of the silo (one stream per row); the owner's record is
+    ``value``."""
+    x = torch.zeros(TRIALS, RECORDS, 1)
+    x[:, 0, 0] = value
+    data = ClientData(x, torch.zeros(TRIALS, RECORDS, dtype=torch.long), torch.full((TRIALS,), RECORDS))
+    ids = torch.arange(TRIALS)
+    rounds, server = [], alg.init_state(torch.zeros(1), 1).server
+    for r in range(ROUNDS):
+        out = alg.client_round(r, server, {}, data, ClientContext(LinearQuadraticOracle(1, ETA), seed, r, ids))
+        (message,) = out.messages.values()
+        rounds.append(message[:, 0].double())
+    return torch.stack(rounds, dim=1)
+
+
+def claimed(alg) -> dict[str, float]:
+    counts = type("Train", (), {"counts": torch.tensor([RECORDS])})()
+    cohort = ClientSampler(1, 1.0).cohort
+    rounds = []
+    for r in range(ROUNDS):
+        release = alg.release(r, None, counts)
+        rounds.append(observer_events(release, release.cohort or cohort(r), "plain"))
+    ledger = PrivacyLedger((SERVER, OTHER_SILO), DELTA, None, None, "sound", alg.neighboring, alg.accountant)
+    return ledger.epsilon_after(rounds, [SERVER, OTHER_SILO])
+
+
+def interval(shift: float, sample: torch.Tensor) -> tuple[float, float]:
+    """(1 - ALPHA) chi-square interval of mu = shift / std."""
+    std, n = float(sample.std()), sample.numel()
+    upper, lower = stats.chi2.ppf(1 - ALPHA / 2, n - 1), stats.chi2.ppf(ALPHA / 2, n - 1)
+    return shift / (std * math.sqrt((n - 1) / lower)), shift / (std * math.sqrt((n - 1) / upper))
+
+
+def test_prox_sgd_uses_each_record_in_one_round_and_claims_the_exact_gaussian():
+    alg = algorithm("isrl-prox-sgd")
+    z = alg.steps.mechanism.noise_multiplier
+    plus, minus = transcript(alg, CLIP, 0), transcript(alg, -CLIP, 0)
+    differs = (plus - minus).abs() > 0
+    assert differs.sum(1).tolist() == [1] * TRIALS  # parallel composition: exactly one round sees the record
+    assert 0 < int(differs[:, 0].sum()) < TRIALS  # the round is the permutation's, not always round 0
+    assert (plus - minus)[differs].abs().tolist() == pytest.approx([ETA * 2 * CLIP / 3] * TRIALS, rel=1e-5)
+    used = plus[differs]  # the round that uses the record, per trial
+    low, high = interval(ETA * 2 * CLIP / 3, used - used.mean())
+    assert low <= 1 / z <= high, (low, 1 / z, high)
+    truth = ex.gdp_epsilon(1 / z, DELTA)
+    for observer, eps in claimed(alg).items():
+        assert eps >= truth * (1 - 1e-6), observer
+        assert eps == pytest.approx(truth, rel=1e-3)  # one Gaussian, accounted exactly
+        assert eps <= EPSILON
+
+
+@pytest.mark.parametrize("name, steps", [("isrl-mb-sgd", 1), ("isrl-local-sgd", 2)])
+def test_the_baselines_compose_their_draws(name, steps):
+    alg = algorithm(name)
+    z = alg.steps.mechanism.noise_multiplier
+    plus, minus = transcript(alg, CLIP, 1), transcript(alg, -CLIP, 1)
+    assert (plus - minus).flatten().tolist() == pytest.approx([-steps * ETA * 2 * CLIP / RECORDS] * TRIALS * ROUNDS,
+                                                              rel=1e-5)
+    total = plus.sum(1)
+    low, high = interval(ROUNDS * steps * ETA * 2 * CLIP / RECORDS, total)
+    truth = math.sqrt(ROUNDS * steps) / z
+    assert low <= truth <= high, (low, truth, high)
+    for observer, eps in claimed(alg).items():
+        assert eps >= ex.gdp_epsilon(truth, DELTA) * (1 - 1e-6), observer
+        assert eps == pytest.approx(EPSILON, rel=1e-3)  # s = 1: no amplification, the exact composed Gaussian
+
+
+def test_spider_composes_both_streams():
+    alg = algorithm("isrl-spider")
+    z1, z2 = alg.checkpoint.noise_multiplier, alg.difference.noise_multiplier
+    assert z2 == pytest.approx(z1)  # q = 2 over 4 rounds: 2 checkpoints, 2 differences, equal halves
+    plus, minus = transcript(alg, CLIP, 2), transcript(alg, -CLIP, 2)
+    shift = (plus - minus)[0].tolist()
+    assert shift == pytest.approx([2 * CLIP / RECORDS, 0, 2 * CLIP / RECORDS, 0], abs=1e-6)  # h_i, no step
+    checkpoints = plus[:, 0] + plus[:, 2]
+    low, high = interval(2 * 2 * CLIP / RECORDS, checkpoints)
+    truth = math.sqrt(2) / z1
+    assert low <= truth <= high, (low, truth, high)
+    # the difference rounds' noise: std z2 2 (2C) / n (no verified smoothness: B_r = 2C)
+    assert float(plus[:, 1].std()) == pytest.approx(z2 * 2 * 2 * CLIP / RECORDS, rel=0.1)
+    for observer, eps in claimed(alg).items():
+        assert eps >= ex.gdp_epsilon(truth, DELTA), observer
+        assert eps == pytest.approx(ex.gdp_epsilon(2 / z1, DELTA), rel=1e-3)  # all four Gaussians composed
