@@ -150,7 +150,7 @@ def test_demo_table(tmp_path):
     for page, real in zip(shown[1:3], printed[1:3]):
         assert page.split()[:-1] == real.split()[:-1], f"README.md line {start + shown.index(page)}: {real}"
     assert printed[3] == shown[3]
-    gap = int(_search(r"drift correction is worth (\d+) points").group(1))
+    gap = int(_search(r"drift\s+correction is worth (\d+) points").group(1))
     accuracies = [float(line.split()[1]) for line in printed[1:3]]
     assert gap == round(100 * (accuracies[0] - accuracies[1]))
 
