@@ -719,6 +719,8 @@ def test_unknown_sections_and_keys_are_rejected():
 def _warm_rounds(config: dict) -> int:
     algo = config["algorithm"]
     spec = registry.spec_of(algo["name"])
+    if spec.cohort is not None or spec.noise_key is None:  # built from the data (own cohort, calibrated noise)
+        return 0  # ... and no family of that kind has warm-up rounds
     section = spec.config(**{k: algo[k] for k in spec.keys(algo["name"])})
     return getattr(spec.build(algo["name"], section, registry.Setting(algo["client_rate"])), "warm_rounds", 0)
 
