@@ -74,3 +74,24 @@ def test_planted_bug_difference_stream_left_out_of_the_accounting_is_caught(monk
     assert buggy.claimed_epsilon == pytest.approx(runs.claimed_epsilon(sim, "server"))  # round 0's event alone
     assert buggy.claimed_epsilon < 0.7 * honest.claimed_epsilon
     assert buggy.bound.epsilon > buggy.claimed_epsilon
+    fixed = runs.audit(sim, "server", 5000, rounds=2, canary_kind="dirac")
+    assert fixed.claimed_epsilon == buggy.claimed_epsilon and fixed.bound.epsilon < 0.8 * fixed.claimed_epsilon
+
+
+def test_cli_audits_spider_with_the_flipping_canary(tmp_path, capsys):
+    """`dpfl audit --canary flip` through the real entry point: two rounds of the correct SPIDER stay at or below the
+    two-round claim (privacy.epsilon = 2)."""
+    import json
+
+    from dpfl.cli import main
+
+    config = tmp_path / "spider.toml"
+    config.write_text("\n".join([
+        "[data]", "num_clients = 1", "samples_per_client = 20", "[algorithm]", "name = 'isrl-spider'", "rounds = 2",
+        "period = 2", "sample_rate = 1.0", "client_rate = 1.0", "[privacy]", "epsilon = 2.0", "delta = 0.01"]) + "\n")
+    assert main(["audit", str(config), "--observer", "server", "--canary", "flip", "--rounds", "2", "--trials", "1000",
+                 "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["canary"] == "flip" and printed["rounds"] == 2
+    assert printed["claimed_epsilon"] == pytest.approx(2.0, abs=1e-3)
+    assert 0.5 < printed["lower_bound"] <= printed["claimed_epsilon"]
