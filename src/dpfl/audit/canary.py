@@ -29,7 +29,8 @@ is any map of the model into the C-ball, so this is as admissible as the fixed o
 gradient DIFFERENCE g(w_r) - g(w_{r-1}) between the initial model and the next (norm 2C, the bound B_r of
 FedProx-SPIDER without a verified smoothness, ``dpfl.algorithms.isrl_spider``), which a fixed-direction canary
 leaves at 0: with it, SPIDER's difference stream carries the canary, and an accounting that leaves that stream out
-is caught (tests/audit/test_spider_audit.py).
+is caught (tests/audit/test_spider_audit.py). It is not smooth, so it does not audit a sensitivity that relies on a
+verified smoothness (SPIDER with ``feature_clip``).
 
 A marked record's own features are ignored (its model gradient is replaced, not added to). ``scale`` multiplies the
 canary's gradient (``scale = 10``: a planted bug, clipping skipped for a record of norm 10 C).
