@@ -23,6 +23,15 @@ any other coordinate. A record is marked through its label (the data's labels ar
   zero-out sensitivity. (Really deleting it would change n_i, the divisor and the noise scale: an add/remove claim
   does not hold for Poisson record sampling, tests/audit/test_findings.py.)
 
+The **flipping** Dirac canary (``flip``) reverses its gradient once the model has left the initial point along e:
+-C e at theta_e = 0 (the initial model), +C e anywhere else, and its neighbour the opposite. A per-example gradient
+is any map of the model into the C-ball, so this is as admissible as the fixed one; it is the worst case of a
+gradient DIFFERENCE g(w_r) - g(w_{r-1}) between the initial model and the next (norm 2C, the bound B_r of
+FedProx-SPIDER without a verified smoothness, ``dpfl.algorithms.isrl_spider``), which a fixed-direction canary
+leaves at 0: with it, SPIDER's difference stream carries the canary, and an accounting that leaves that stream out
+is caught (tests/audit/test_spider_audit.py). It is not smooth, so it does not audit a sensitivity that relies on a
+verified smoothness (SPIDER with ``feature_clip``).
+
 A marked record's own features are ignored (its model gradient is replaced, not added to). ``scale`` multiplies the
 canary's gradient (``scale = 10``: a planted bug, clipping skipped for a record of norm 10 C).
 """
@@ -41,8 +50,8 @@ class DiracCanaryGradients:
     """The run's gradient oracle with one extra coordinate e (index ``base.num_params``) for the canary (module
     docstring). Duck-typed like ``CohortGradients`` for ``LocalSGD``: ``initial_params``, ``clipped_sum``."""
 
-    def __init__(self, base, scale: float = 1.0):
-        self.base, self.scale = base, float(scale)
+    def __init__(self, base, scale: float = 1.0, flip: bool = False):
+        self.base, self.scale, self.flip = base, float(scale), bool(flip)
         self.num_params = int(base.initial_params().shape[0]) + 1
 
     @property
@@ -68,11 +77,19 @@ class DiracCanaryGradients:
         base = self.base.clipped_sum(theta[:, :-1], x, y_base, mask_base, clip, **kwargs)
         bound = torch.ones(theta.shape[0], dtype=torch.float64) if clip is None else \
             torch.as_tensor(clip, dtype=torch.float64).expand(theta.shape[0])
-        along_e = self.scale * signs.sum(1) * bound
+        along_e = self.scale * signs.sum(1) * bound * direction(theta, self.flip)
         return torch.cat([base, along_e.to(base.dtype).unsqueeze(1)], dim=1)
 
     def example_norms(self, theta, x, y, mask, **kwargs):
         raise NotImplementedError("the Dirac canary audits a fixed clip bound (algorithm.clip_heuristic = 'fixed')")
+
+
+def direction(theta: torch.Tensor, flip: bool) -> torch.Tensor:
+    """[rows]: the sign of the canary's gradient along e at models ``theta`` [rows, P + 1] (e last): +1, or for the
+    flipping canary -1 at the initial point theta_e = 0 and +1 once the model has moved along e (module
+    docstring)."""
+    ones = torch.ones(theta.shape[0], dtype=torch.float64)
+    return torch.where(theta[:, -1] == 0, -ones, ones) if flip else ones
 
 
 #: One-run canaries are marked ``FIRST_OF_MANY - i`` (canary i, i = 0..m-1): below every single-canary mark.
@@ -167,5 +184,5 @@ def neighbour_mark(neighboring: str) -> int:
     raise ValueError(f"neighboring = {neighboring!r}: expected 'replace_one', 'zero_out' or 'add_remove'")
 
 
-__all__ = ["CANARY", "OPPOSITE", "ABSENT", "SIGNS", "FIRST_OF_MANY", "DiracCanaryGradients", "ManyDiracCanaryGradients",
+__all__ = ["CANARY", "OPPOSITE", "ABSENT", "SIGNS", "FIRST_OF_MANY", "DiracCanaryGradients", "direction", "ManyDiracCanaryGradients",
            "NullRecordGradients", "input_canary", "mark", "neighbour_mark"]

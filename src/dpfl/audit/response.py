@@ -1,8 +1,8 @@
 """How each observed tensor responds to the canary: the weights of the white-box score, measured through the real
 ``client_round`` and ``server_update`` of any registered algorithm (nothing family-specific).
 
-A *paired probe*: the canary's client runs round t in both worlds (the canary; its neighbour) from the initial server
-state with the SAME random streams, so its minibatch and noise draws are the same in both and the difference of a
+A *paired probe*: the canary's client runs round t in both worlds (the canary; its neighbour) from the same state
+with the SAME random streams, so its minibatch and noise draws are the same in both and the difference of a
 message between the worlds is the canary's own effect (the noise cancels exactly when it is additive). Projected on
 the canary's gradient g and averaged over a few probe rows,
 
@@ -17,8 +17,11 @@ coherently. Examples: LocalSGD's dy = y - x (r = -eta_l K Delta) and SCAFFOLD's 
 ratio -1 : eta_l K; FedSGD-DPC's dx = -eta_t d_i (g_i + w_i) gets -1 / (eta_t d_i Delta), Delta the sensitivity of
 the client's mean gradient.
 
-The probe's streams come from a seed of their own (disjoint from every audited trial's) and it starts from the initial
-model, so the weights are fixed before any audited run: the score is a fixed function of the observer's view, and the
+The state round t starts from is the probe's own run of rounds 0..t-1 in the neighbour's world (the initial state for
+t = 0): a round whose message depends on where the model has been, such as SPIDER's gradient difference
+g(w_t) - g(w_{t-1}) (``dpfl.algorithms.isrl_spider``), is probed where w_t != w_{t-1}, not at the initial model
+where every difference is 0. The probe's streams come from a seed of their own (disjoint from every audited trial's),
+so the weights are fixed before any audited run: the score is a fixed function of the observer's view, and the
 bound stays honest whatever the weights.
 """
 
@@ -59,16 +62,24 @@ def responses(sim, target, round_index: int, client: int = 0, probes: int = 4) -
     server = {name: value.unsqueeze(0).repeat(probes, *([1] * value.dim())) for name, value in initial.server.items()}
     seed = int(np.random.SeedSequence(sim.seed, spawn_key=(_PROBE_KEY,)).generate_state(1, np.uint64)[0] >> 1)
     streams = torch.arange(probes) * population + client
-    seen = []
-    for world in target.worlds:
+    clients = initial.rows(rows)
+
+    def step(t: int, world, server: dict, clients: dict):
         try:
-            out = algorithm.client_round(round_index, server, initial.rows(rows),
-                                         ClientData(world.x[rows], world.y[rows], train.counts[rows]),
-                                         ClientContext(world.grads, seed, round_index, rows, streams))
+            out = algorithm.client_round(t, server, clients, ClientData(world.x[rows], world.y[rows],
+                                                                        train.counts[rows]),
+                                         ClientContext(world.grads, seed, t, rows, streams))
         except NotImplementedError as err:  # the canary's oracle cannot give what the algorithm asked for
             raise no_canary_path(algorithm, str(err)) from None
-        moved = algorithm.server_update(round_index, server, Delivery(dict(out.messages), 1, population))[MOVE]
-        seen.append({**out.messages, MOVE: moved - server[MOVE]})
+        return out, algorithm.server_update(t, server, Delivery(dict(out.messages), 1, population))
+
+    for t in range(round_index):  # the state round t starts from: earlier rounds of the neighbour's world
+        out, server = step(t, target.worlds[0], server, clients)
+        clients = {**clients, **out.state}
+    seen = []
+    for world in target.worlds:
+        out, after = step(round_index, world, server, clients)
+        seen.append({**out.messages, MOVE: after[MOVE] - server[MOVE]})
     g = target.gradient(server[MOVE]).double()
     return {name: float(((seen[1][name] - seen[0][name]).double() * g).sum(1).mean())
             for name in seen[0] if seen[0][name].dim() == 2 and seen[0][name].shape[1] == g.shape[1]}

@@ -14,6 +14,9 @@ the relation the accountant assumes (``canary.neighbour_mark``):
 
 * ``dirac`` (white-box; Nasr et al. 2023): a gradient C e along an extra coordinate no other record touches; its
   neighbour -C e (replace-one) or a null record (zero-out). Its gradient at every model is C e.
+* ``flip``: the Dirac canary whose gradient reverses once the model has left the initial point along e
+  (``canary.DiracCanaryGradients``, flip): it carries the canary into a gradient difference between iterates
+  (FedProx-SPIDER's difference stream), where a fixed gradient cancels.
 * ``input``: a real record (``canary.input_canary``: far from the data, with a rare label) in place of the record
   (replace-one: the neighbour is the original record) or against a null record (zero-out); its gradient is the model's
   clipped gradient of that record at the round's model. Scored white-box or, towards the third party, black-box by
@@ -44,7 +47,7 @@ from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.engine.simulator import check_drawn, noise_of
 from dpfl.errors import ConfigError
 
-CANARIES = ("dirac", "input")
+CANARIES = ("dirac", "flip", "input")
 RELEASES = ("every_round", "final")
 
 
@@ -108,7 +111,8 @@ class Canary:
 
 
 def make_canary(sim, kind: str, scale: float = 1.0, canary_client: int = 0, canary_record: int = 0) -> Canary:
-    """The ``kind`` canary of ``sim``'s run (module docstring); ``scale`` (Dirac only) multiplies its gradient."""
+    """The ``kind`` canary of ``sim``'s run (module docstring); ``scale`` (Dirac and flip only) multiplies its
+    gradient."""
     algorithm, train = sim.algorithm, sim.train
     if kind not in CANARIES:
         raise ConfigError("--canary", kind, f"one of {list(CANARIES)}")
@@ -116,13 +120,14 @@ def make_canary(sim, kind: str, scale: float = 1.0, canary_client: int = 0, cana
         raise ConfigError("canary_record", canary_record, f"a record of client {canary_client} "
                           f"(0..{int(train.counts[canary_client]) - 1})")
     out_mark = _neighbour_mark(algorithm)
-    if kind == "dirac":
-        grads = canary.DiracCanaryGradients(sim.grads, scale)
+    if kind in ("dirac", "flip"):
+        flip = kind == "flip"
+        grads = canary.DiracCanaryGradients(sim.grads, scale, flip)
         worlds = tuple(World(train.x, canary.mark(train.y, canary_client, canary_record, label), grads)
                        for label in (out_mark, canary.CANARY))
         e = torch.zeros(grads.num_params)
         e[grads.coordinate] = 1.0
-        return Canary(worlds, lambda theta: e.expand(theta.shape[0], -1), None)
+        return Canary(worlds, lambda theta: e * canary.direction(theta, flip).to(e.dtype).unsqueeze(1), None)
     if scale != 1.0:
         raise ConfigError("scale", scale, "1 for an input canary (its gradient is the model's)")
     features, label = canary.input_canary(train, sim.seed)

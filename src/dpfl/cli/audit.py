@@ -37,8 +37,9 @@ def configure(commands) -> None:
     audit.add_argument("--method", default="runs", choices=METHODS,
                        help="runs: many independent runs; one-run: one run with --canaries canaries")
     audit.add_argument("--canary", default="dirac", choices=CANARIES,
-                       help="dirac: a gradient C e along a coordinate no other record touches (white-box); input: a "
-                            "real record far from the data with a rare label, in one client's data")
+                       help="dirac: a gradient C e along a coordinate no other record touches (white-box); flip: the "
+                            "same, -C e at the initial model (it moves gradient differences between iterates); input: "
+                            "a real record far from the data with a rare label, in one client's data")
     audit.add_argument("--score", default="white-box", choices=SCORES,
                        help="white-box: the observed updates against the canary's gradient; loss: minus the canary's "
                             "loss on the released model (third party, --canary input)")
