@@ -202,15 +202,22 @@ def calibrated_noise(event_of, releases: int, neighboring: str, epsilon: float, 
     return solve_noise(epsilon_of, epsilon, initial_noise=max(1.0, 2.0 * math.sqrt(releases) / epsilon))
 
 
-def build_isrl(name: str, config: ISRLConfig, setting: Setting) -> ISRL:
-    if name not in NAMES:
-        raise ConfigError("algorithm.name", name, f"one of {list(NAMES)}")
+def checked_target(name: str, config, setting: Setting) -> tuple[float, int]:
+    """(privacy.epsilon, algorithm.rounds) of an ISRL-DP family, with its lr and clip checked: every silo's noise is
+    calibrated to that epsilon over those rounds."""
     if setting.epsilon is None:
         raise ConfigError("privacy.epsilon", None, f"a positive number: {name} calibrates every silo's noise to it")
     epsilon = check_range("privacy.epsilon", setting.epsilon, 0.0, low_open=True)
     rounds = check_range("algorithm.rounds", setting.rounds, 1, integer=True)
     check_range("algorithm.lr", config.lr, 0.0, low_open=True)
     check_range("algorithm.clip", config.clip, 0.0, low_open=True)
+    return epsilon, rounds
+
+
+def build_isrl(name: str, config: ISRLConfig, setting: Setting) -> ISRL:
+    if name not in NAMES:
+        raise ConfigError("algorithm.name", name, f"one of {list(NAMES)}")
+    epsilon, rounds = checked_target(name, config, setting)
     regularizer = config.regularizer_of()
     check_range("algorithm.local_steps", config.local_steps, 1, integer=True)
     minibatches = RecordSampler(config.sample_rate, config.record_sampling)  # validated for every name

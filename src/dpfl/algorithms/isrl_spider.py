@@ -40,7 +40,7 @@ import torch
 from dp_accounting import dp_event
 
 from dpfl.accounting.observers import Release
-from dpfl.algorithms.isrl import ISRLKeys, calibrated_noise
+from dpfl.algorithms.isrl import ISRLKeys, calibrated_noise, checked_target
 from dpfl.algorithms.projected_noisy_sgd import scale_to_norm, verified_smoothness
 from dpfl.algorithms.prox import Regularizer
 from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
@@ -48,7 +48,7 @@ from dpfl.engine.boundary import Delivery
 from dpfl.engine.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
 from dpfl.engine.sampling import RecordSampler
-from dpfl.errors import ConfigError, check_range
+from dpfl.errors import check_range
 
 
 @dataclass(frozen=True)
@@ -153,12 +153,7 @@ def stream_counts(rounds: int, period: int) -> tuple[int, int]:
 
 
 def build_spider(name: str, config: SpiderConfig, setting: Setting) -> ISRLSpider:
-    if setting.epsilon is None:
-        raise ConfigError("privacy.epsilon", None, f"a positive number: {name} calibrates every silo's noise to it")
-    epsilon = check_range("privacy.epsilon", setting.epsilon, 0.0, low_open=True)
-    rounds = check_range("algorithm.rounds", setting.rounds, 1, integer=True)
-    check_range("algorithm.lr", config.lr, 0.0, low_open=True)
-    check_range("algorithm.clip", config.clip, 0.0, low_open=True)
+    epsilon, rounds = checked_target(name, config, setting)
     period = check_range("algorithm.period", config.period, 1, integer=True)
     if config.feature_clip is not None:
         check_range("algorithm.feature_clip", config.feature_clip, 0.0, low_open=True)
