@@ -7,7 +7,7 @@ Setting (``Setup``): breast cancer (569 records, 30 features) in N = 2 silos, on
 (``data.partition = 'one_class'``), 80/20 split per silo; the paper's MLP 30 -> 5 -> 2 (``model.name = 'mlp'``,
 ``hidden = [5]``); every silo in every round (M = N); R rounds, minibatches of floor(s n_i) records with the paper's
 code's s = sqrt(24) / (2 sqrt(R)); delta = 1 / n^2 with n the smaller silo's training records; eps in
-{0.75, 1, 1.5, 3, 6, 12, 18}. SPIDER takes a checkpoint gradient every q rounds; Local SGD K local steps per round.
+{0.75, 1, 1.5, 3, 6, 12, 18}. SPIDER takes a checkpoint gradient every q rounds (q tuned in {2, 5}); Local SGD K local steps per round.
 
 Private algorithms (their noise calibrated to privacy.epsilon): ``isrl-spider``, ``isrl-mb-sgd``,
 ``isrl-local-sgd``. Their non-private versions, one test error each (no eps): ``fedsgd`` (MB-SGD without noise nor
@@ -51,8 +51,9 @@ NONPRIVATE = {"isrl-spider": ("isrl-spider", 1e6), "isrl-mb-sgd": ("fedsgd", Non
               "isrl-local-sgd": ("fedavg", None)}
 NONPRIVATE_NOTE = ("features standardised with the pooled training data (non-private preprocessing); every point's "
                    "step size and clip chosen by the least mean TEST error (non-private tuning)")
-LRS = (0.03, 0.1, 0.3, 1.0)
-CLIPS = (1.0, 5.0)
+LRS = (0.01, 0.03, 0.1, 0.3, 1.0)
+CLIPS = (0.1, 1.0, 5.0)
+PERIODS = (2, 5)  # SPIDER's q (q = 1 would be MB-SGD)
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,6 @@ class Setup:
     """What every run shares (module docstring)."""
 
     rounds: int = 50
-    period: int = 5  # q of SPIDER
     local_steps: int = 5  # K of Local SGD
 
     @property
@@ -79,7 +79,7 @@ class Setup:
 
 
 def run_one(setup: Setup, delta: float, name: str, epsilon: float | None, lr: float, clip: float | None,
-            seed: int) -> dict:
+            period: int | None, seed: int) -> dict:
     """One run; its final test error and training loss."""
     local_steps = setup.local_steps if name in ("isrl-local-sgd", "fedavg") else 1
     step_lr = lr * setup.sample_rate * local_steps if name in ("fedsgd", "fedavg") else lr  # their step: lr / (s K)
@@ -92,28 +92,28 @@ def run_one(setup: Setup, delta: float, name: str, epsilon: float | None, lr: fl
     else:
         overrides += [f"algorithm.clip={clip!r}", f"privacy.epsilon={epsilon!r}"]
     if name == "isrl-spider":
-        overrides += [f"algorithm.period={setup.period}"]
+        overrides += [f"algorithm.period={period}"]
     if name == "isrl-local-sgd":
         overrides += [f"algorithm.local_steps={local_steps}"]
     started = time.perf_counter()
     final = build_simulation(load_config(None, overrides)).run(setup.rounds)[-1]
     spent = max((e for e in final.epsilon.values() if e is not None), default=None)
     loss = final.train_loss if math.isfinite(final.train_loss) else float("inf")
-    return {"algorithm": name, "epsilon": epsilon, "lr": lr, "clip": clip, "seed": seed,
+    return {"algorithm": name, "epsilon": epsilon, "lr": lr, "clip": clip, "period": period, "seed": seed,
             "test_error": 1.0 - final.test_accuracy, "train_loss": loss, "epsilon_spent": spent,
             "seconds": round(time.perf_counter() - started, 3)}
 
 
 def tuned(runs: list[dict]) -> list[dict]:
-    """Per (algorithm, eps): the (eta, C) of least mean test error over seeds (non-private tuning), with its mean and
+    """Per (algorithm, eps): the (eta, C, q) of least mean test error over seeds (non-private tuning), with its mean and
     standard deviation."""
     groups: dict[tuple, list[dict]] = {}
     for r in runs:
-        groups.setdefault((r["algorithm"], r["epsilon"], r["lr"], r["clip"]), []).append(r)
+        groups.setdefault((r["algorithm"], r["epsilon"], r["lr"], r["clip"], r["period"]), []).append(r)
     best: dict[tuple, dict] = {}
-    for (name, eps, lr, clip), rs in groups.items():
+    for (name, eps, lr, clip, period), rs in groups.items():
         errors = [r["test_error"] for r in rs]
-        row = {"algorithm": name, "epsilon": eps, "lr": lr, "clip": clip, "repeats": len(rs),
+        row = {"algorithm": name, "epsilon": eps, "lr": lr, "clip": clip, "period": period, "repeats": len(rs),
                "test_error": statistics.fmean(errors),
                "test_error_std": statistics.stdev(errors) if len(errors) > 1 else 0.0}
         if (name, eps) not in best or row["test_error"] < best[(name, eps)]["test_error"]:
@@ -138,7 +138,8 @@ def table(summary: list[dict], epsilons) -> str:
 
     def cell(row: dict) -> str:
         clip = "no clip" if row["clip"] is None else f"C {row['clip']:g}"
-        return f"{row['test_error']:.3f} ± {row['test_error_std']:.3f} (eta {row['lr']:g}, {clip})"
+        period = "" if row["period"] is None else f", q {row['period']}"
+        return f"{row['test_error']:.3f} ± {row['test_error_std']:.3f} (eta {row['lr']:g}, {clip}{period})"
 
     for eps in epsilons:
         lines.append(f"| {eps:g} | " + " | ".join(cell(_find(summary, n, eps)) for n in PRIVATE) + " |")
@@ -182,8 +183,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="a smoke test: eps 1 and 18, two step sizes, one clip, "
                                                         "10 rounds, one repeat")
     p.add_argument("--epsilons", type=_numbers, default=EPSILONS, help="eps (0.75,1,1.5,3,6,12,18)")
-    p.add_argument("--lrs", type=_numbers, default=LRS, help="the step-size grid (0.03,0.1,0.3,1)")
-    p.add_argument("--clips", type=_numbers, default=CLIPS, help="the clip grid (1,5)")
+    p.add_argument("--lrs", type=_numbers, default=LRS, help="the step-size grid (0.01,0.03,0.1,0.3,1)")
+    p.add_argument("--clips", type=_numbers, default=CLIPS, help="the clip grid (0.1,1,5)")
+    p.add_argument("--periods", type=lambda t: tuple(int(v) for v in t.split(",")), default=PERIODS,
+                   help="SPIDER's q grid (2,5)")
     for f in dataclasses.fields(Setup):
         p.add_argument(f"--{f.name.replace('_', '-')}", type=int, default=f.default, help=f"(default {f.default})")
     return p
@@ -192,30 +195,37 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> dict:
     args = parser().parse_args(argv)
     if args.quick:
-        args.epsilons, args.lrs, args.clips, args.repeats, args.rounds = (1.0, 18.0), (0.1, 1.0), (1.0,), 1, 10
+        args.epsilons, args.lrs, args.clips, args.periods, args.repeats, args.rounds = (1.0, 18.0), (0.1, 1.0), (1.0,), \
+            (5,), 1, 10
     setup = Setup(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Setup)})
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     delta = setup.delta()
-    todo = [(name, eps, lr, clip) for name in PRIVATE for eps in args.epsilons for lr in args.lrs for clip in args.clips]
-    todo += [(*NONPRIVATE[name], lr, clip) for name in PRIVATE for lr in args.lrs
-             for clip in (args.clips if NONPRIVATE[name][1] is not None else (None,))]
+    def grid(name: str, eps) -> list[tuple]:
+        """(name, eps, eta, C, q): no C for the unclipped fedsgd / fedavg, q for SPIDER only."""
+        clips = args.clips if name.startswith("isrl-") else (None,)
+        periods = args.periods if name == "isrl-spider" else (None,)
+        return [(name, eps, lr, clip, q) for lr in args.lrs for clip in clips for q in periods]
+
+    todo = [point for name in PRIVATE for eps in args.epsilons for point in grid(name, eps)]
+    todo += [point for name in PRIVATE for point in grid(*NONPRIVATE[name])]
     total = len(todo) * args.repeats
     print(f"{len(todo)} points x {args.repeats} seeds, delta = {delta:.3g}", file=sys.stderr)
     runs = []
     for seed in range(args.repeats):
-        for name, eps, lr, clip in todo:
-            runs.append(run_one(setup, delta, name, eps, lr, clip, seed))
+        for name, eps, lr, clip, period in todo:
+            runs.append(run_one(setup, delta, name, eps, lr, clip, period, seed))
             r, elapsed = runs[-1], time.perf_counter() - started
-            print(f"[{len(runs)}/{total}] {name} eps={eps} eta={lr:g} C={clip} seed={seed}: error "
+            print(f"[{len(runs)}/{total}] {name} eps={eps} eta={lr:g} C={clip} q={period} seed={seed}: error "
                   f"{r['test_error']:.3f} ({elapsed:.0f}s elapsed, about {elapsed / len(runs) * (total - len(runs)):.0f}s"
                   " left)", file=sys.stderr, flush=True)
     summary = tuned(runs)
     check = claim(summary, args.epsilons)
     result = {"setup": {**dataclasses.asdict(setup), "sample_rate": setup.sample_rate, "delta": delta,
-                        "lrs": list(args.lrs), "clips": list(args.clips), "repeats": args.repeats},
+                        "lrs": list(args.lrs), "clips": list(args.clips),
+                        "periods": list(args.periods), "repeats": args.repeats},
               "nonprivate": NONPRIVATE_NOTE, "nonprivate_versions": NONPRIVATE,
               "command": "python -m dpfl.experiments.papers.lowy2023 " + " ".join(argv if argv is not None
                                                                                   else sys.argv[1:]),
