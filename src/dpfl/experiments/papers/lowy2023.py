@@ -12,7 +12,8 @@ code's s = sqrt(24) / (2 sqrt(R)); delta = 1 / n^2 with n the smaller silo's tra
 Private algorithms (their noise calibrated to privacy.epsilon): ``isrl-spider``, ``isrl-mb-sgd``,
 ``isrl-local-sgd``. Their non-private versions, one test error each (no eps): ``fedsgd`` (MB-SGD without noise nor
 clipping), ``fedavg`` (Local SGD without noise nor clipping, its lr set so that the local step is eta) and SPIDER
-without privacy, which dpfl has no name for: ``isrl-spider`` at eps = 1e6 (noise std below 1e-5 C / K: negligible).
+without privacy, which dpfl has no name for: ``isrl-spider`` at eps = 1e6 (its noise negligible, its
+clip kept).
 
 NOT PRIVATE, and said in the outputs: (1) features are standardised with the pooled training data's mean and
 standard deviation (``data.standardize = 'pooled'``; the paper standardises per silo, which with one class per silo
