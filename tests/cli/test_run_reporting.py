@@ -257,3 +257,16 @@ def test_an_empty_config_names_the_defaults_it_runs_before_it_runs(tmp_path, mon
 def test_a_config_that_sets_keys_gets_no_note(config, tmp_path, no_data, capsys):
     assert run(config, tmp_path / "run", "--set", "run.eval_every=0") == 2
     assert "defaults" not in capsys.readouterr().err
+
+
+def test_dp_accountings_log_lines_are_summarised_once_on_stderr(tmp_path, capsys):
+    """The joint-noise family's RDP accountant makes dp_accounting log one line per fractional order whose series
+    does not converge; `dpfl run` prints one note with the count instead of a line each."""
+    config = tmp_path / "joint.toml"
+    config.write_text("[data]\nname = 'digits'\nnum_clients = 10\n[algorithm]\nname = 'dp-fedavg-joint'\n"
+                      "local_steps = 2\nrounds = 1\n")
+    assert run(config, tmp_path / "run", "--no-progress") == 0
+    err = capsys.readouterr().err
+    notes = [line for line in err.splitlines() if line.startswith("dpfl run: note: dp_accounting:")]
+    assert len(notes) == 1 and "more like it)" in notes[0], err
+    assert "WARNING:absl" not in err and "failed to converge" not in err.replace(notes[0], "")

@@ -76,15 +76,19 @@ def _summarised(execute, args) -> dict:
     with _collected_warnings() as collected:
         result = execute(args)
     if collected:
-        result = {**result, "warnings": [text + (f" (and {n - 1} more like it)" if n > 1 else "")
-                                         for text, n in collected.values()]}
+        result = {**result, "warnings": summarised(collected)}
     return result
 
 
+def summarised(collected: dict) -> list[str]:
+    """One line per kind of collected warning, with how many more like it came."""
+    return [text + (f" (and {n - 1} more like it)" if n > 1 else "") for text, n in collected.values()]
+
+
 @contextlib.contextmanager
-def _collected_warnings():
-    """Yields {kind: [first message, count]}, filled by absl's logger (dp_accounting logs through it) and by Python
-    warnings while the block runs; neither reaches stderr."""
+def _collected_warnings(python_warnings: bool = True):
+    """Yields {kind: [first message, count]}, filled by absl's logger (dp_accounting logs through it) and, with
+    ``python_warnings``, by Python warnings while the block runs; what is collected does not reach stderr."""
     collected: dict = {}
 
     def note(kind, text: str) -> None:
@@ -100,6 +104,9 @@ def _collected_warnings():
     absl.propagate = False
     absl.setLevel(logging.WARNING)  # collect them even where a caller has silenced absl
     try:
+        if not python_warnings:
+            yield collected
+            return
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             yield collected

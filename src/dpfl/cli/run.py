@@ -83,6 +83,7 @@ def configure(commands) -> None:
 
 
 def _run(args) -> int | None:
+    from dpfl.cli import _collected_warnings, summarised
     from dpfl.experiments.config import defaults_in_use, load_config, read_toml
     from dpfl.experiments.runner import run_experiment
 
@@ -98,8 +99,11 @@ def _run(args) -> int | None:
     resume = shlex.join(["dpfl", "run", args.config, *[a for o in args.overrides for a in ("--set", o)],
                          "--out", str(out), "--resume"])
     try:
-        results = run_experiment(config, out, progress=not args.no_progress, resume=args.resume,
-                                 restart=args.restart)
+        with _collected_warnings(python_warnings=False) as collected:  # dp_accounting's log lines, summarised
+            results = run_experiment(config, out, progress=not args.no_progress, resume=args.resume,
+                                     restart=args.restart)
+        for line in summarised(collected):
+            print(f"dpfl run: note: {line}", file=sys.stderr)
     except RunInterrupted as stop:
         print(f"interrupted after round {stop.rounds_done}; results so far: {out / 'results.json'}; resume with: "
               f"{resume}", file=sys.stderr)
