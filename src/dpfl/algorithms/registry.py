@@ -103,6 +103,10 @@ class AlgorithmSpec:
             raise ConfigError("algorithm.rounds", rounds, f"at most {most} for {name!r}: it makes one pass over the "
                                                           f"{num_clients} clients, each in exactly one round")
 
+    def section(self, algorithm: dict):
+        """The config dataclass of a resolved [algorithm] table (its keys that apply to ``algorithm["name"]``)."""
+        return self.config(**{k: algorithm[k] for k in self.keys(algorithm["name"])})
+
     def keys(self, name: str) -> dict[str, dataclasses.Field]:
         """The section's keys that apply to ``name`` (a private-only key does not apply to a non-private name)."""
         return {f.name: f for f in dataclasses.fields(self.config)

@@ -49,7 +49,7 @@ from dpfl.engine.grads import CohortGradients
 from dpfl.engine.sampling import ClientSampler
 from dpfl.engine.simulator import Simulation
 from dpfl.errors import ConfigError, RunDirectoryError, RunInterrupted, json_problem
-from dpfl.experiments.validate import budget_of, validate
+from dpfl.experiments.validate import budget_of, check_warm_rounds, cohort_sampling, validate
 from dpfl.models import build_model
 
 RUN_ONLY_KEYS = ("algorithm.rounds", "privacy.budget", "run.eval_every", "run.checkpoint_every")
@@ -111,16 +111,6 @@ def build_initial_model(config: dict, dataset: FederatedDataset) -> torch.nn.Mod
                        **{k: v for k, v in model_cfg.items() if k != "name"})
 
 
-def cohort_sampling(config: dict, num_clients: int) -> tuple[float, str]:
-    """(client rate, scheme): algorithm.client_rate and client_sampling, or the family's own cohort keys."""
-    algo_cfg = config["algorithm"]
-    spec = registry.spec_of(algo_cfg["name"])
-    if spec.cohort is None:
-        return algo_cfg["client_rate"], algo_cfg["client_sampling"]
-    section = spec.config(**{k: algo_cfg[k] for k in spec.keys(algo_cfg["name"])})
-    return spec.client_sampling(section, num_clients)
-
-
 def build_clients(config: dict, dataset: FederatedDataset) -> ClientSampler:
     return ClientSampler(dataset.num_clients, *cohort_sampling(config, dataset.num_clients))
 
@@ -135,7 +125,7 @@ def build_algorithm(config: dict, dataset: FederatedDataset, delta: float):
     """The registered algorithm of ``algorithm.name``, built from its section and the run's ``registry.Setting``."""
     algo_cfg = config["algorithm"]
     spec = registry.spec_of(algo_cfg["name"])
-    section = spec.config(**{k: algo_cfg[k] for k in spec.keys(algo_cfg["name"])})
+    section = spec.section(algo_cfg)
     spec.check_rounds(section, dataset.num_clients, algo_cfg["rounds"], algo_cfg["name"])
     return spec.build(algo_cfg["name"], section, build_setting(config, dataset, delta))
 
@@ -150,16 +140,6 @@ def build_setting(config: dict, dataset: FederatedDataset, delta: float) -> regi
         rounds=algo_cfg["rounds"], delta=delta, epsilon=privacy_cfg["epsilon"], seed=config["run"]["seed"],
         analysis=privacy_cfg["analysis"], conversion=privacy_cfg["conversion"], release=privacy_cfg["release"],
         model=dict(config["model"]), num_classes=dataset.num_classes)
-
-
-def check_warm_rounds(config: dict, algorithm) -> None:
-    """A run must go past the algorithm's warm-start rounds (which leave the model unchanged)."""
-    warm_rounds = getattr(algorithm, "warm_rounds", 0)
-    rounds = config["algorithm"]["rounds"]
-    if warm_rounds >= rounds:
-        raise ConfigError("algorithm.rounds", rounds,
-                          f"more than the {warm_rounds} warm-start rounds (round(4 / client_rate)) of "
-                          f"{config['algorithm']['name']}")
 
 
 def boundary_name(privacy_cfg: dict) -> str:

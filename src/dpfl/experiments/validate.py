@@ -37,32 +37,42 @@ def validate(config: dict) -> None:
     rounds = check_range("algorithm.rounds", algo_cfg["rounds"], 1, integer=True)
     num_clients = data_cfg["num_clients"]
     spec = registry.spec_of(algo_cfg["name"])
-    section = spec.config(**{k: algo_cfg[k] for k in spec.keys(algo_cfg["name"])})
+    section = spec.section(algo_cfg)
     if num_clients is not None:  # None (data with its own clients): the sampler is checked once the data is built
         check_range("data.num_clients", num_clients, 1, integer=True)
-        if spec.cohort is None:
-            ClientSampler(num_clients, algo_cfg["client_rate"], algo_cfg["client_sampling"])
-        else:
-            ClientSampler(num_clients, *spec.client_sampling(section, num_clients))
+        ClientSampler(num_clients, *cohort_sampling(config, num_clients))
         spec.check_rounds(section, num_clients, rounds, algo_cfg["name"])
-    if spec.cohort is not None or spec.noise_key is None:
-        # a family that sizes its cohort or calibrates its noise from the data is checked when it is built on it
-        Boundary(privacy_cfg["boundary"], released=privacy_cfg["release"])
-        build_model(model_cfg["name"], *_SHAPE_STAND_IN, **{k: v for k, v in model_cfg.items() if k != "name"})
-        return
-    algorithm = spec.build(algo_cfg["name"], section, registry.Setting(
-        client_rate=algo_cfg["client_rate"], client_sampling=algo_cfg["client_sampling"],
-        num_clients=num_clients, rounds=rounds, delta=privacy_cfg["delta"],
-        epsilon=privacy_cfg["epsilon"], seed=run_cfg["seed"], analysis=privacy_cfg["analysis"]))
-    warm_rounds = getattr(algorithm, "warm_rounds", 0)
-    if warm_rounds >= rounds:
-        raise ConfigError("algorithm.rounds", rounds, f"more than the {warm_rounds} warm-start rounds "
-                                                      f"(round(4 / client_rate)) of {algo_cfg['name']}")
     boundary = Boundary(privacy_cfg["boundary"], released=privacy_cfg["release"])
-    delta = _DELTA_STAND_IN if privacy_cfg["delta"] is None else privacy_cfg["delta"]
-    PrivacyLedger(boundary.observers, delta, budget_of(privacy_cfg["budget"]), privacy_cfg["conversion"],
-                  privacy_cfg["analysis"], algorithm.neighboring)
+    # a family that sizes its cohort or calibrates its noise from the data is built (and checked) on the data
+    if spec.cohort is None and spec.noise_key is not None:
+        algorithm = spec.build(algo_cfg["name"], section, registry.Setting(
+            client_rate=algo_cfg["client_rate"], client_sampling=algo_cfg["client_sampling"],
+            num_clients=num_clients, rounds=rounds, delta=privacy_cfg["delta"],
+            epsilon=privacy_cfg["epsilon"], seed=run_cfg["seed"], analysis=privacy_cfg["analysis"]))
+        check_warm_rounds(config, algorithm)
+        delta = _DELTA_STAND_IN if privacy_cfg["delta"] is None else privacy_cfg["delta"]
+        PrivacyLedger(boundary.observers, delta, budget_of(privacy_cfg["budget"]), privacy_cfg["conversion"],
+                      privacy_cfg["analysis"], algorithm.neighboring)
     build_model(model_cfg["name"], *_SHAPE_STAND_IN, **{k: v for k, v in model_cfg.items() if k != "name"})
+
+
+def cohort_sampling(config: dict, num_clients: int) -> tuple[float, str]:
+    """(client rate, scheme): algorithm.client_rate and client_sampling, or the family's own cohort keys."""
+    algo_cfg = config["algorithm"]
+    spec = registry.spec_of(algo_cfg["name"])
+    if spec.cohort is None:
+        return algo_cfg["client_rate"], algo_cfg["client_sampling"]
+    return spec.client_sampling(spec.section(algo_cfg), num_clients)
+
+
+def check_warm_rounds(config: dict, algorithm) -> None:
+    """A run must go past the algorithm's warm-start rounds (which leave the model unchanged)."""
+    warm_rounds = getattr(algorithm, "warm_rounds", 0)
+    rounds = config["algorithm"]["rounds"]
+    if warm_rounds >= rounds:
+        raise ConfigError("algorithm.rounds", rounds,
+                          f"more than the {warm_rounds} warm-start rounds (round(4 / client_rate)) of "
+                          f"{config['algorithm']['name']}")
 
 
 def budget_of(budget) -> dict | None:
@@ -72,4 +82,4 @@ def budget_of(budget) -> dict | None:
     return {THIRD_PARTY: budget}
 
 
-__all__ = ["validate", "budget_of"]
+__all__ = ["validate", "cohort_sampling", "check_warm_rounds", "budget_of"]

@@ -58,7 +58,7 @@ def algorithm_of(config_json: str, setting_json: str, num_features: int):
     setting["train_counts"] = tuple(setting["train_counts"])
     algo_cfg, model_cfg = config["algorithm"], config["model"]
     spec = registry.spec_of(algo_cfg["name"])
-    section = spec.config(**{k: algo_cfg[k] for k in spec.keys(algo_cfg["name"])})
+    section = spec.section(algo_cfg)
     algorithm = spec.build(algo_cfg["name"], section, registry.Setting(**setting))
     model = build_model(model_cfg["name"], num_features, setting["num_classes"],
                         **{k: v for k, v in model_cfg.items() if k != "name"})
