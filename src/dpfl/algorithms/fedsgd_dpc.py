@@ -181,8 +181,8 @@ class FedSGDDPC:
         event = self._mechanism().event
         if self.mechanism == "gaussian":  # Laplace: pure DP by basic composition, no credit for record sampling
             event = self.sampler.event(event, counts)
-        sigmas = self.noise * self.sensitivity(counts).to(self.noise.dtype)
-        ratio = float(sigmas.min() / (self.least_noise * self.sensitivity(counts).max()))
+        sensitivity = self.sensitivity(counts).to(self.noise.dtype)
+        ratio = float((self.noise * sensitivity).min() / (self.least_noise * sensitivity.max()))
         cohort = Cohort.scheduled(len(counts), self.cohort_size, self.cohort_size,
                                   self.schedule.charged[round_index] if round_index < len(self.schedule.charged)
                                   else True)
