@@ -103,7 +103,7 @@ def test_laplace_noise_is_always_finite():
 
 def test_noise_is_drawn_only_from_an_event():
     """Defect 9 of the soundness review: the noise's scale comes from the declared event in one place. No module of
-    dpfl other than engine/noise.py may draw Gaussian, Laplace or Skellam (Poisson) noise (a second place could drift
+    dpfl other than engine/noise.py may draw Gaussian, Laplace, Skellam (Poisson) or binomial noise (a second place could drift
     from its event); engine/randomness.py draws the clients' standard streams, which it never scales."""
     import pathlib
     import re
@@ -111,7 +111,7 @@ def test_noise_is_drawn_only_from_an_event():
     import dpfl
 
     package = pathlib.Path(dpfl.__file__).parent
-    drawing = re.compile(r"\b(randn|randn_like|normal_|\.normal\(|exponential_|Laplace\(|laplace\(|torch\.poisson\()")
+    drawing = re.compile(r"\b(randn|randn_like|normal_|\.normal\(|exponential_|Laplace\(|laplace\(|torch\.poisson\(|binomial\()")
     offenders = [str(path.relative_to(package)) for path in package.rglob("*.py")
                  if path.name not in ("noise.py", "randomness.py") and drawing.search(path.read_text())]
     assert offenders == []

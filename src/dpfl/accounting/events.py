@@ -20,6 +20,9 @@ Algorithm 1) towards an observer who sees only the model the run finally release
 (``dpfl.accounting.accountants``, Theorem 2 / Corollary 3) composes a run's steps in order; it also carries what the
 step would cost if its iterate were released too, for the composition baseline reported beside it.
 
+``BinomialSumDpEvent`` is one run of Cheu et al.'s (2021) binomial vector summation seen by an observer of the
+shuffled messages: approximately RDP (Bin(m, p) noise has finite support), see ``dpfl.accounting.binomial``.
+
 ``event_to_dict`` / ``event_from_dict`` turn any event of ``dp_accounting.dp_event`` or of this module into plain
 dicts (a ``"type"`` tag plus the fields, recursively) and back; the tag is looked up in a fixed registry, so a JSON
 file can never make dpfl import arbitrary code.
@@ -150,6 +153,29 @@ class ProjectedStepDpEvent(dp_event.DpEvent):
         return (self.population, self.batch_size, self.lipschitz, self.radius, self.random_stop, self.horizon)
 
 
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class BinomialSumDpEvent(dp_event.DpEvent):
+    """One shuffled binomial vector summation (Cheu et al. 2021, P_vec) under a change of one user's vector.
+
+    The observer sees per-coordinate counts: the users' randomly rounded integers plus Bin(trials, probability) noise
+    per coordinate. Its curve and its delta0 are ``dpfl.accounting.binomial.binomial_sum_rdp`` / ``_tail``.
+
+    Attributes:
+      trials: m = U b, the noise bits per coordinate the observer does not know (U users, b bits each).
+      probability: p, each bit's chance of being 1.
+      dimension: d, the coordinates.
+      grid: g, the rounding grid (a coordinate in [-L, L] becomes an integer in 0..g).
+      l2_shift: S = g D / (2L), the l2 distance of two neighbouring users' vectors in grid units (D = 2C for
+        C-clipped vectors and L = C: S = g).
+    """
+
+    trials: int
+    probability: float
+    dimension: int
+    grid: int
+    l2_shift: float
+
+
 def _registry() -> dict[str, type]:
     classes = {
         name: cls
@@ -160,6 +186,7 @@ def _registry() -> dict[str, type]:
     classes[DisjointUnionDpEvent.__name__] = DisjointUnionDpEvent
     classes[ParticipationDpEvent.__name__] = ParticipationDpEvent
     classes[ProjectedStepDpEvent.__name__] = ProjectedStepDpEvent
+    classes[BinomialSumDpEvent.__name__] = BinomialSumDpEvent
     return classes
 
 
@@ -199,4 +226,4 @@ def event_from_dict(d: dict) -> dp_event.DpEvent:
     return EVENT_TYPES[d["type"]](**fields)
 
 
-__all__ = ["SkellamDpEvent", "DisjointUnionDpEvent", "ParticipationDpEvent", "ProjectedStepDpEvent", "skellam_l1_bound", "EVENT_TYPES", "event_to_dict", "event_from_dict"]
+__all__ = ["SkellamDpEvent", "BinomialSumDpEvent", "DisjointUnionDpEvent", "ParticipationDpEvent", "ProjectedStepDpEvent", "skellam_l1_bound", "EVENT_TYPES", "event_to_dict", "event_from_dict"]

@@ -26,6 +26,11 @@ of dpfl's events (``dpfl.accounting.events``):
   log(1 + p (exp((a - 1) eps_in(a)) - 1)) / (a - 1) of its inner curve, under the inner event's own relation;
 * ``DisjointUnionDpEvent`` (parallel composition over disjoint data) takes the pointwise maximum of its parts;
 * ``SkellamDpEvent``: Agarwal et al. 2021 at integer orders, interpolated as above at non-integer ones;
+* ``BinomialSumDpEvent`` (Cheu et al.'s shuffled binomial summation) is only *approximately* RDP: its curve (integer
+  orders, interpolated as above) holds for a distribution within ``tail_delta(event)`` of the mechanism's
+  (``dpfl.accounting.binomial``). ``tail_delta`` of a composition is the sum of its parts' (a participation mixture:
+  p times the inner one, a disjoint union: the largest), and ``RdpAccountant`` converts at delta minus the composed
+  tails. Subsampling records around it (without replacement or Poisson) is refused: no tail bound is proved here;
 * ``PoissonSampledDpEvent`` around an event dp_accounting has no Poisson bound for (Skellam, Laplace, compositions,
   ...): Zhu, Wang 2019, Thm 6 (``dpfl.accounting.skellam``) on the inner curve under add/remove, interpolated as
   above; with bound "tight" (default) the smaller of it and the mixture bound of ``participation_rdp`` (joint
@@ -49,7 +54,8 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from scipy.special import gammaln, logsumexp
 
 from dpfl.accounting.conversion import CONVERSIONS, rdp_to_epsilon
-from dpfl.accounting.events import DisjointUnionDpEvent, ParticipationDpEvent, SkellamDpEvent
+from dpfl.accounting.binomial import binomial_sum_rdp, binomial_sum_tail
+from dpfl.accounting.events import BinomialSumDpEvent, DisjointUnionDpEvent, ParticipationDpEvent, SkellamDpEvent
 from dpfl.accounting.skellam import poisson_subsampled_rdp, skellam_rdp
 from dpfl.errors import ConfigError
 
@@ -99,6 +105,13 @@ def composition_error(event: dp_event.DpEvent, neighboring_relation=None) -> str
     """Why ``rdp_curve`` cannot account for ``event`` under ``neighboring_relation``, or None if it can."""
     if isinstance(event, (dp_event.NoOpDpEvent, SkellamDpEvent)):
         return None
+    if isinstance(event, BinomialSumDpEvent):
+        if neighboring_relation not in (None, NeighborRel.REPLACE_ONE):
+            return f"{event}: the binomial summation is accounted under REPLACE_ONE (one user's vector replaced)"
+        return None
+    if isinstance(event, (dp_event.SampledWithoutReplacementDpEvent, dp_event.PoissonSampledDpEvent)) and \
+            tail_delta(event.event):
+        return f"{event}: no subsampling bound for an approximately RDP event (a tail delta) here"
     if isinstance(event, (dp_event.SelfComposedDpEvent, ParticipationDpEvent)):
         return composition_error(event.event, neighboring_relation)
     if isinstance(event, (dp_event.ComposedDpEvent, DisjointUnionDpEvent)):
@@ -134,6 +147,7 @@ class RdpAccountant(privacy_accountant.PrivacyAccountant):
             raise ConfigError("conversion", conversion, f"one of {CONVERSIONS}")
         self._orders = _check_orders(DEFAULT_ORDERS if orders is None else orders)
         self._rdp = np.zeros_like(self._orders)
+        self._tail = 0.0
         self._conversion = conversion
 
     def _maybe_compose(self, event, count, do_compose):
@@ -143,11 +157,15 @@ class RdpAccountant(privacy_accountant.PrivacyAccountant):
         if do_compose and count:
             self._rdp = self._rdp + count * rdp_curve(event, self._orders, self.neighboring_relation,
                                                       self._subsampling_bound)
+            self._tail += count * tail_delta(event)
         return None
 
     def get_epsilon_and_optimal_order(self, target_delta: float) -> tuple[float, float]:
-        """(epsilon, optimal order) of everything composed so far, with this accountant's conversion."""
-        return rdp_to_epsilon(self._orders, self._rdp, target_delta, self._conversion)
+        """(epsilon, optimal order) of everything composed so far, with this accountant's conversion, at
+        target_delta minus the composed tails of approximately RDP events (+inf when they use it all)."""
+        if self._tail >= target_delta:
+            return math.inf, float(self._orders[0])
+        return rdp_to_epsilon(self._orders, self._rdp, target_delta - self._tail, self._conversion)
 
     def get_epsilon(self, target_delta: float) -> float:
         return self.get_epsilon_and_optimal_order(target_delta)[0]
@@ -217,10 +235,33 @@ def _compute_curve(event, orders: np.ndarray, relation, bound: str) -> np.ndarra
         return _sampled_without_replacement_curve(event, orders, bound)
     if isinstance(event, SkellamDpEvent):
         return _interpolate_integer_orders(lambda ints: skellam_rdp(event, ints), orders)
+    if isinstance(event, BinomialSumDpEvent):
+        return _interpolate_integer_orders(lambda ints: binomial_sum_rdp(*_binomial_fields(event), ints), orders)
     if _general_poisson(event, relation):
         return _poisson_sampled_curve(event, orders, bound)
     accountant = rdp_privacy_accountant.RdpAccountant(orders, _leaf_relation(event, relation))
     return accountant.compose(event).rdp
+
+
+def _binomial_fields(event: BinomialSumDpEvent) -> tuple:
+    return event.trials, event.probability, event.dimension, event.grid, event.l2_shift
+
+
+def tail_delta(event: dp_event.DpEvent) -> float:
+    """The delta an event's RDP curve leaves out (approximate RDP, Bun & Steinke 2016 Def. 8.1; adaptive composition
+    adds them, Lemma 8.3): 0 for every RDP event, ``binomial_sum_tail`` for ``BinomialSumDpEvent``. A participation
+    mixture (1 - p) R + p P with P <= G + t is <= (1 - p) R + p G + p t: p t."""
+    if isinstance(event, BinomialSumDpEvent):
+        return binomial_sum_tail(*_binomial_fields(event))
+    if isinstance(event, dp_event.SelfComposedDpEvent):
+        return event.count * tail_delta(event.event)
+    if isinstance(event, dp_event.ComposedDpEvent):
+        return sum(tail_delta(e) for e in event.events)
+    if isinstance(event, DisjointUnionDpEvent):
+        return max((tail_delta(e) for e in event.events), default=0.0)
+    if isinstance(event, ParticipationDpEvent):
+        return event.probability * tail_delta(event.event)
+    return 0.0
 
 
 def _leaf_relation(event, relation):
@@ -329,5 +370,5 @@ def _interpolate_integer_orders(integer_curve, orders: np.ndarray) -> np.ndarray
     return interpolated / (orders - 1)
 
 
-__all__ = ["SUBSAMPLING_BOUNDS", "DEFAULT_ORDERS", "rdp_curve", "composition_error", "RdpAccountant",
+__all__ = ["SUBSAMPLING_BOUNDS", "DEFAULT_ORDERS", "rdp_curve", "composition_error", "tail_delta", "RdpAccountant",
            "participation_rdp", "wang_subsampled_rdp"]

@@ -22,7 +22,8 @@ delta0)-DP whenever the eps0-DP analysis gives (eps, delta). Statement as transc
 (``utilities/shuffling.rs``, "theorem 3.8"); the paper text itself was not readable from this workplace.
 
 Binomial vector summation (Cheu, Joseph, Mao, Peng, "Shuffle private stochastic convex optimization", ICLR 2022,
-arXiv 2106.09805): the protocol P_vec that Lowy et al. (Thm D.2) uses for its SDP algorithms.
+arXiv 2106.09805): the protocol P_vec that Lowy et al. (Thm D.2) uses for its SDP algorithms
+(``dpfl.protocols.shuffler``), its parameters calibrated by dpfl's own proof (``dpfl.accounting.binomial``).
 """
 
 from __future__ import annotations
@@ -185,7 +186,7 @@ def shuffle_epsilon(
 
 @dataclass(frozen=True)
 class BinomialSummationParameters:
-    """Parameters of P_vec and the exact mean-squared error they give (see ``binomial_summation_parameters``)."""
+    """Parameters of P_vec for n users and the exact error they give (see ``binomial_summation_parameters``)."""
 
     epsilon: float
     delta: float
@@ -200,49 +201,72 @@ class BinomialSummationParameters:
     mean_squared_error: float  # upper bound on E||P_vec(X) - sum_i x_i||^2 (rounding + binomial noise)
 
 
-def binomial_summation_parameters(
-    epsilon: float, delta: float, n: int, dim: int, bound: float, *, trials_constant: float
-) -> BinomialSummationParameters:
-    """Parameters of Cheu et al.'s (2021) shuffle vector-summation protocol P_vec for n vectors of l2 norm <= L.
+def default_grid(dim: int) -> int:
+    """g = ceil(sqrt(d)): the rounding's extra shift (up to 1 in every coordinate, sqrt(d) in l2) costs at most a
+    factor (1 + sqrt(d)/g)^2 = 4 in noise variance over the grid's own shift g, with few trials to account."""
+    return max(1, math.ceil(math.sqrt(check_range("dim", dim, 1, integer=True))))
 
-    Protocol (Cheu et al. Alg. "R_1D"/"A_1D" run per coordinate, messages labelled by coordinate; Lowy et al. Alg. 4-5):
-    user i maps coordinate j to w = (x_ij + L)/(2L) in [0, 1], rounds w g to floor(w g) + Bern(w g - floor(w g)),
-    adds eta ~ Bin(b, p) and sends that many 1-messages (padded with 0-messages to g + b) labelled j. The analyzer
-    returns 2L/g (sum of the j-messages - n b p) - n L per coordinate: unbiased, with
+
+def binomial_event(users: int, trials: int, probability: float, dim: int, grid: int):
+    """The event of one P_vec run seen by an observer who does not know ``users`` users' bits, under replacing one
+    user's vector by another of the same l2 bound L (distance 2L, so l2_shift = g)."""
+    from dpfl.accounting.events import BinomialSumDpEvent
+
+    return BinomialSumDpEvent(int(users) * int(trials), float(probability), int(dim), int(grid), float(grid))
+
+
+def smallest_trials(epsilon_of_trials, target_epsilon: float, initial_trials: float) -> int:
+    """The smallest b (within 2%) with ``epsilon_of_trials(b) <= target_epsilon`` (epsilon decreases in b: adding
+    independent bits is post-processing); the returned b is checked to meet the target."""
+    from dpfl.accounting.calibrate import solve_noise
+
+    found = solve_noise(lambda b: epsilon_of_trials(max(1, math.ceil(b))), target_epsilon,
+                        initial_noise=max(1.0, initial_trials), rtol=0.02)
+    trials = max(1, math.ceil(found))
+    while epsilon_of_trials(trials) > target_epsilon:  # never entered unless bisection stopped just short
+        trials = math.ceil(trials * 1.02) + 1
+    return trials
+
+
+def gaussian_trials_guess(epsilon: float, delta: float, users: int, dim: int, grid: int, probability: float) -> float:
+    """b for which Bin(U b, p) has the variance of a Gaussian of l2 sensitivity g + sqrt(d) at (eps, delta)
+    (Dwork & Roth 2014, Thm A.1): only the calibration's starting point."""
+    sigma = (grid + math.sqrt(dim)) * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
+    return sigma**2 / (users * probability * (1.0 - probability))
+
+
+def binomial_summation_parameters(epsilon: float, delta: float, n: int, dim: int, bound: float, *,
+                                  grid: int | None = None, probability: float = 0.5) -> BinomialSummationParameters:
+    """Parameters of Cheu et al.'s (2021) shuffle vector-summation protocol P_vec for n vectors of l2 norm <= L, with
+    the noise bits b calibrated so that the shuffled messages are (epsilon, delta)-DP under replacing one vector.
+
+    Protocol: ``dpfl.protocols.shuffler``. Privacy: the RDP accountant on ``BinomialSumDpEvent`` (its proof is
+    ``dpfl.accounting.binomial``: the shuffled view is the per-coordinate counts; approximate RDP of the worst
+    allocation of the rounded shifts). g defaults to ``default_grid``. The estimate is unbiased with
 
         E||P_vec - sum_i x_i||^2 <= d (2L/g)^2 (n/4 + n b p (1 - p)).
-
-    Parameter choice (the structure of Cheu et al.'s theorem, O(d L^2 log^2(d/delta)/eps^2) error, as implemented in
-    the public code of Chowdhury & Zhou, ICML 2022, which cites Cheu et al.):
-
-        g = max(2 sqrt(n), d, 4),   p = 1/4,   b = ceil(trials_constant * g^2 log^2(d/delta) / (eps^2 n)).
-
-    UNRESOLVED CONSTANT: the numerical constant in b for which Cheu et al. prove (eps, delta)-shuffle DP could not be
-    recovered from the sources readable here (Lowy et al. Thm D.2 only states that suitable parameters exist; the
-    Chowdhury & Zhou code uses a hand-tuned "scale" of 1 or 10, which is not a privacy proof). The caller must pass
-    ``trials_constant`` from the paper; the privacy guarantee holds only with the paper's constant.
     """
+    from dpfl.accounting import accountants
+    from dpfl.accounting.accountant import NEIGHBORING
+
     check_range("epsilon", epsilon, 0.0, low_open=True)
     check_range("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
     n = check_range("n", n, 1, integer=True)
     dim = check_range("dim", dim, 1, integer=True)
     check_range("bound", bound, 0.0, low_open=True)
-    check_range("trials_constant", trials_constant, 0.0, low_open=True)
-    grid = max(math.ceil(2.0 * math.sqrt(n)), dim, 4)
-    probability = 0.25
-    trials = math.ceil(trials_constant * grid**2 * math.log(dim / delta) ** 2 / (epsilon**2 * n))
+    check_range("probability", probability, 0.0, 1.0, low_open=True, high_open=True)
+    grid = default_grid(dim) if grid is None else check_range("grid", grid, 1, integer=True)
+
+    def epsilon_of(trials: int) -> float:
+        accountant = accountants.make("tightest", NEIGHBORING["replace_one"])
+        accountant.compose(binomial_event(n, trials, probability, dim, grid))
+        return accountant.get_epsilon(delta)
+
+    trials = smallest_trials(epsilon_of, epsilon, gaussian_trials_guess(epsilon, delta, n, dim, grid, probability))
     scale = 2.0 * bound / grid
     noise_variance = scale**2 * n * trials * probability * (1.0 - probability)
     return BinomialSummationParameters(
-        epsilon=epsilon,
-        delta=delta,
-        n=n,
-        dim=dim,
-        bound=bound,
-        grid=grid,
-        trials=trials,
-        probability=probability,
-        messages_per_user=dim * (grid + trials),
-        noise_variance_per_coordinate=noise_variance,
+        epsilon=epsilon, delta=delta, n=n, dim=dim, bound=bound, grid=grid, trials=trials, probability=probability,
+        messages_per_user=dim * (grid + trials), noise_variance_per_coordinate=noise_variance,
         mean_squared_error=dim * (scale**2 * n / 4.0 + noise_variance),
     )

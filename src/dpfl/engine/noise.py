@@ -3,8 +3,9 @@
 A mechanism object binds the noise it adds to the event that describes it: the simulator reads ``.event`` to account
 for a round *before* it runs (so a budget can stop it), and every call returns the event its noise was drawn from,
 which the simulator checks against what was declared. The noise's scale is read from that event in one place,
-``gaussian_noise`` / ``laplace_noise`` / ``skellam_noise`` (the only functions of dpfl that draw noise; a test scans
-the package for others), so the noise cannot change without its event changing.
+``gaussian_noise`` / ``laplace_noise`` / ``skellam_noise`` / ``BinomialBits`` and ``randomised_rounding`` (the only
+functions of dpfl that draw noise; a test scans the package for others), so the noise cannot change without its event
+changing.
 
 Noise is calibrated to a per-client sensitivity Delta_i (a [clients] tensor: clients may have different batch sizes)
 and a noise multiplier z: std_i = z * Delta_i, so every client's release is the same mechanism Gaussian(z) in
@@ -68,6 +69,35 @@ def skellam_noise(event: SkellamDpEvent, like: torch.Tensor, generator: torch.Ge
     rate = torch.full((2, *like.shape), event.scale**2 * event.variance / (2 * shares), dtype=torch.float64)
     counts = torch.poisson(rate, generator=generator)
     return (counts[0] - counts[1]).to(torch.int64)
+
+
+def randomised_rounding(values: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Unbiased randomised rounding to int64: floor(y) + 1[u < y - floor(y)], u ~ U[0, 1) from ``generator``
+    (E = y; the coins of Cheu et al.'s 2021 local randomiser, whose privacy ``dpfl.accounting.binomial`` proves)."""
+    values = values.double()
+    low = torch.floor(values)
+    coins = torch.rand(values.shape, generator=generator, dtype=torch.float64)
+    return (low + (coins < values - low).double()).to(torch.int64)
+
+
+@dataclass(frozen=True)
+class BinomialBits:
+    """b Bernoulli(p) noise bits per coordinate (Cheu et al. 2021): the count of 1-bits, Bin(b, p), per entry.
+
+    Its event depends on how many users' bits an observer does not know, so the caller declares it
+    (``dpfl.accounting.events.BinomialSumDpEvent`` with trials = U b)."""
+
+    trials: int
+    probability: float
+
+    def __post_init__(self):
+        check_range("trials", self.trials, 1, integer=True)
+        check_range("probability", self.probability, 0.0, 1.0, low_open=True, high_open=True)
+
+    def __call__(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+        """int64 counts of ``shape``, each ~ Bin(b, p), from ``generator``."""
+        count = torch.full(shape, float(self.trials), dtype=torch.float64)
+        return torch.binomial(count, torch.full_like(count, self.probability), generator=generator).to(torch.int64)
 
 
 @dataclass(frozen=True)
