@@ -118,33 +118,38 @@ def test_bad_input_names_the_parameter(kwargs, field):
     assert err.value.field == field
 
 
-def test_binomial_summation_parameter_formulas():
-    params = binomial_summation_parameters(1.0, 1e-6, 10**4, 50, 2.0, trials_constant=1.0)
-    assert params.grid == 200  # max(2 sqrt(1e4), 50, 4)
-    assert params.probability == 0.25
-    assert params.trials == math.ceil(200**2 * math.log(50 / 1e-6) ** 2 / 10**4)
-    assert params.messages_per_user == 50 * (200 + params.trials)
-    variance = (4.0 / 200) ** 2 * 10**4 * params.trials * 0.25 * 0.75
+def test_binomial_summation_parameters_meet_the_target_with_few_trials_to_spare():
+    """b is the smallest (within 2%) for which the accountant gives epsilon <= target; the error formula follows."""
+    from dpfl.accounting import accountants
+    from dpfl.accounting.accountant import NEIGHBORING
+    from dpfl.accounting.shuffle import binomial_event
+
+    params = binomial_summation_parameters(2.0, 1e-5, 20, 9, 1.0)
+    assert (params.grid, params.probability) == (3, 0.5)  # ceil(sqrt(9))
+
+    def epsilon(trials):
+        accountant = accountants.make("tightest", NEIGHBORING["replace_one"])
+        accountant.compose(binomial_event(20, trials, 0.5, 9, 3))
+        return accountant.get_epsilon(1e-5)
+
+    assert epsilon(params.trials) <= 2.0 < epsilon(math.floor(params.trials / 1.03))
+    variance = (2.0 / 3) ** 2 * 20 * params.trials / 4
     assert params.noise_variance_per_coordinate == pytest.approx(variance)
-    assert params.mean_squared_error == pytest.approx(50 * ((4.0 / 200) ** 2 * 10**4 / 4 + variance))
-    with pytest.raises(TypeError):
-        binomial_summation_parameters(1.0, 1e-6, 10**4, 50, 2.0)  # the paper's constant must be given
+    assert params.mean_squared_error == pytest.approx(9 * ((2.0 / 3) ** 2 * 20 / 4 + variance))
+    assert params.messages_per_user == 9 * (3 + params.trials)
 
 
-def test_binomial_summation_protocol_is_unbiased_with_the_stated_error():
-    rng = np.random.default_rng(0)
-    n, dim, bound, reps = 40, 3, 1.0, 4000
-    params = binomial_summation_parameters(2.0, 1e-3, n, dim, bound, trials_constant=0.05)
-    x = rng.normal(size=(n, dim))
-    x *= bound * rng.uniform(size=(n, 1)) / np.linalg.norm(x, axis=1, keepdims=True)
-    scaled = (x + bound) / (2 * bound) * params.grid
-    rounded = np.floor(scaled) + (rng.uniform(size=(reps, n, dim)) < scaled - np.floor(scaled))
-    noise = rng.binomial(n * params.trials, params.probability, size=(reps, dim))
-    count = rounded.sum(axis=1) + noise
-    estimate = 2 * bound / params.grid * (count - n * params.trials * params.probability) - n * bound
-    error = estimate - x.sum(axis=0)
-    assert np.abs(error.mean(axis=0)).max() < 4 * error.std(axis=0).max() / math.sqrt(reps)
-    assert (error**2).sum(axis=1).mean() <= 1.05 * params.mean_squared_error
+def test_binomial_summation_epsilon_decreases_in_the_trials():
+    from dpfl.accounting import accountants
+    from dpfl.accounting.accountant import NEIGHBORING
+    from dpfl.accounting.shuffle import binomial_event
+
+    epsilons = []
+    for trials in (20, 40, 80, 160):
+        accountant = accountants.make("rdp", NEIGHBORING["replace_one"])
+        accountant.compose(binomial_event(10, trials, 0.5, 4, 2))
+        epsilons.append(accountant.get_epsilon(1e-6))
+    assert all(a > b for a, b in zip(epsilons, epsilons[1:]))
 
 
 def test_cli_prints_json(capsys):
