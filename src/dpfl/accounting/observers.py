@@ -68,7 +68,7 @@ from dataclasses import dataclass
 import attr
 from dp_accounting import dp_event
 
-from dpfl.accounting.events import ParticipationDpEvent, ProjectedStepDpEvent
+from dpfl.accounting.events import BinomialSumDpEvent, ParticipationDpEvent, ProjectedStepDpEvent
 from dpfl.errors import ConfigError
 
 THIRD_PARTY = "third_party"
@@ -307,11 +307,15 @@ def _paper_events(release: Release, cohort: Cohort, boundary: str):
 def scale_noise(event: dp_event.DpEvent, factor: float) -> dp_event.DpEvent:
     """Returns ``event`` with every Gaussian noise multiplier multiplied by ``factor``.
 
-    Describes the sum of independent Gaussian noise shares (their variances add). Other noise (Laplace) does not sum
-    to a mechanism of its family: a ValueError, so that the caller charges the owner's own message instead.
+    Describes the sum of independent Gaussian noise shares (their variances add). Binomial noise bits sum too
+    (Bin(m, p) + Bin(m', p) = Bin(m + m', p)): a ``BinomialSumDpEvent``'s trials, the multiplier of its variance, are
+    multiplied by factor^2 (rounded down). Other noise (Laplace) does not sum to a mechanism of its family: a
+    ValueError, so that the caller charges the owner's own message instead.
     """
     if isinstance(event, dp_event.GaussianDpEvent):
         return dp_event.GaussianDpEvent(event.noise_multiplier * factor)
+    if isinstance(event, BinomialSumDpEvent):
+        return attr.evolve(event, trials=math.floor(event.trials * factor**2 + 1e-9))
     if isinstance(event, (dp_event.NoOpDpEvent, dp_event.NonPrivateDpEvent)):
         return event
     if isinstance(event, dp_event.ComposedDpEvent):

@@ -103,11 +103,7 @@ class ISRLSpider:
         return int(self.sampler.batch_sizes(counts).max())
 
     def difference_bound(self, x: torch.Tensor, x_prev: torch.Tensor) -> torch.Tensor:
-        """B_r = min(2C, beta ||w_r - w_{r-1}||) (2C without a verified beta), per row of the server state."""
-        bound = torch.full(x.shape[:-1], 2.0 * self.clip, dtype=torch.float64)
-        if self.smoothness is None:
-            return bound
-        return torch.minimum(bound, self.smoothness * (x - x_prev).double().norm(dim=-1))
+        return difference_bound(x, x_prev, self.clip, self.smoothness)
 
     def client_round(self, round_index: int, server: dict, clients: dict, data: ClientData,
                      ctx: ClientContext) -> ClientOutput:
@@ -144,6 +140,14 @@ class ISRLSpider:
 
     def divergence_hint(self, counts: torch.Tensor) -> str:
         return "lower algorithm.lr, lower algorithm.period, or raise privacy.epsilon (less noise per step)"
+
+
+def difference_bound(x: torch.Tensor, x_prev: torch.Tensor, clip: float, smoothness: float | None) -> torch.Tensor:
+    """B_r = min(2C, beta ||w_r - w_{r-1}||) (2C without a verified beta), per row of the server state."""
+    bound = torch.full(x.shape[:-1], 2.0 * clip, dtype=torch.float64)
+    if smoothness is None:
+        return bound
+    return torch.minimum(bound, smoothness * (x - x_prev).double().norm(dim=-1))
 
 
 def stream_counts(rounds: int, period: int) -> tuple[int, int]:

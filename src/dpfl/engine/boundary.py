@@ -11,6 +11,12 @@ per-observer events are derived). The server's step reads only the ``Delivery`` 
 * ``shuffler``: the server sees the messages as an unlabelled multiset (a uniform permutation, drawn from the
   round's own stream). Charged as plain towards the server: one record-level message is no more private for lacking
   its sender unless the messages are local randomisers (the shuffle accountant, ``dpfl.accounting.shuffle``).
+  With ``shuffle="real"`` (privacy.shuffler) the stage is the real shuffler of labelled bits
+  (``dpfl.protocols.shuffler``, Cheu et al. 2021): every client sends messages ``ones`` [clients, d] (its 1-bits
+  per coordinate) and ``slots`` [clients] (its messages per coordinate), the stage expands them into (label, bit)
+  messages, permutes ALL of them uniformly (the server's "shuffle" stream) and hands the server only what the
+  shuffled multiset says: the 1-bits per label and the messages per label. That is a function of the cohort's sums
+  alone, so every observer is charged as behind secure aggregation (the aggregate).
 * ``trusted``: a trusted aggregator; the server sees every message but is no observer, only released models are.
 
 ``released`` (privacy.release) says which models a third party sees: every round's, or only the run's final one
@@ -29,6 +35,10 @@ from dpfl.engine import randomness
 from dpfl.engine.protocol import Messages
 from dpfl.engine.secure_sum import SecureAggregation
 from dpfl.errors import ConfigError
+from dpfl.protocols.shuffler import shuffled_sum
+
+#: privacy.shuffler: the simulated permutation of whole messages, or the real shuffler of labelled bits
+SHUFFLES = ("simulated", "real")
 
 
 @dataclass
@@ -53,14 +63,19 @@ class Delivery:
 class Boundary:
     """One of ``BOUNDARIES`` (see the module docstring)."""
 
-    def __init__(self, name: str = "plain", secure: SecureAggregation | None = None, released: str = "every_round"):
+    def __init__(self, name: str = "plain", secure: SecureAggregation | None = None, released: str = "every_round",
+                 shuffle: str = "simulated"):
         if name not in BOUNDARIES:
             raise ConfigError("privacy.boundary", name, f"one of {list(BOUNDARIES)}")
         if secure is not None and name != "secagg":
             raise ConfigError("privacy.boundary", name, "'secagg' with privacy.secure_aggregation = true")
         if released not in RELEASES:
             raise ConfigError("privacy.release", released, f"one of {list(RELEASES)}")
-        self.name, self.secure, self.released = name, secure, released
+        if shuffle not in SHUFFLES:
+            raise ConfigError("privacy.shuffler", shuffle, f"one of {list(SHUFFLES)}")
+        if shuffle == "real" and name != "shuffler":
+            raise ConfigError("privacy.boundary", name, "'shuffler' with privacy.shuffler = 'real'")
+        self.name, self.secure, self.released, self.shuffle = name, secure, released, shuffle
 
     @property
     def observers(self) -> tuple[str, ...]:
@@ -68,7 +83,8 @@ class Boundary:
 
     def views(self, release: Release, cohort: Cohort, analysis: str) -> dict[str, dp_event.DpEvent]:
         """Each observer's event of the round (``dpfl.accounting.observers.observer_events``)."""
-        return observer_events(release, cohort, self.name, analysis, self.released)
+        seen_as = "secagg" if self.shuffle == "real" else self.name  # the real shuffler delivers sums only
+        return observer_events(release, cohort, seen_as, analysis, self.released)
 
     def collect(self, chunks: list[Messages], population: int, seed: int, round_index: int,
                 clients: torch.Tensor | None = None) -> Delivery:
@@ -82,6 +98,8 @@ class Boundary:
                 raise ValueError(f"secure aggregation needs the ids of the {count} clients whose messages these are")
             sums, contributors = self.secure.sum(rows, clients, seed, round_index)
             return Delivery(sums, len(contributors), population)
+        if self.shuffle == "real" and count:
+            return self._shuffled(rows, count, population, seed, round_index)
         sums = {name: value.sum(0) for name, value in rows.items()}  # one sum over the cohort: chunking cannot change it
         if self.name in ("secagg", "trusted"):
             return Delivery(sums, count, population)
@@ -91,5 +109,16 @@ class Boundary:
             rows = {name: value[order] for name, value in rows.items()}
         return Delivery(sums, count, population, rows)
 
+    @staticmethod
+    def _shuffled(rows: Messages, count: int, population: int, seed: int, round_index: int) -> Delivery:
+        """The real shuffle stage (module docstring): labelled bits in, what their shuffled multiset says out."""
+        if set(rows) != {"ones", "slots"}:
+            raise ConfigError("privacy.shuffler", "real", "'simulated' for an algorithm whose messages are not "
+                                                          f"labelled bits ('ones', 'slots'; got {sorted(rows)}): "
+                                                          "the sdp-* algorithms")
+        ones, slots = shuffled_sum(rows["ones"], rows["slots"],
+                                   randomness.generator(seed, round_index, randomness.SERVER, "shuffle"))
+        return Delivery({"ones": ones, "slots": torch.tensor(slots)}, count, population)
 
-__all__ = ["Boundary", "Delivery", "SecureAggregation"]
+
+__all__ = ["SHUFFLES", "Boundary", "Delivery", "SecureAggregation"]

@@ -91,6 +91,13 @@ class CohortGradients:
         weights = mask if clip is None else mask * _clip_factor(clip, _norms(g, norm))
         return torch.einsum("cb,cbp->cp", weights, g)
 
+    def clipped_examples(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
+                         clip: float) -> torch.Tensor:
+        """[clients, batch, P]: each example's gradient clipped to l2 norm <= C, 0 on masked examples (for local
+        randomisers that encode every example's vector, e.g. the shuffle model's)."""
+        g = self._per_example_grads(theta, x, y)
+        return (mask * _clip_factor(clip, _norms(g, "l2"))).unsqueeze(-1) * g
+
     def example_norms(self, theta, x, y, mask, norm: str = "l2") -> torch.Tensor:
         """[clients, batch] norms of the per-example gradients (0 on masked examples)."""
         _check_norm(norm)

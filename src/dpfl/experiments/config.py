@@ -71,6 +71,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
                                                   "2017: quantise, mask, sum mod 2^secagg_bits, decode); the boundary "
                                                   "is then 'secagg'"),
         "secagg_bits": (int, 32, None, "the ring Z_(2^bits) of privacy.secure_aggregation"),
+        "shuffler": (str, "simulated", ("simulated", "real"), "boundary 'shuffler': permute whole messages "
+                                                              "(simulated) or shuffle labelled bits for real (sdp-*)"),
         "release": (str, "every_round", ("every_round", "final"), "which models a third party sees"),
     },
     "run": {

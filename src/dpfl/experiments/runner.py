@@ -152,7 +152,7 @@ def build_boundary(privacy_cfg: dict, algorithm, counts: torch.Tensor) -> Bounda
     boundary is 'secagg'; 'plain', the default, is read as 'secagg')."""
     name = privacy_cfg["boundary"]
     if not privacy_cfg["secure_aggregation"]:
-        return Boundary(name, released=privacy_cfg["release"])
+        return Boundary(name, released=privacy_cfg["release"], shuffle=privacy_cfg["shuffler"])
     if name not in ("plain", "secagg"):
         raise ConfigError("privacy.boundary", name, "'secagg' (or the default) with privacy.secure_aggregation = true")
     bound = getattr(algorithm, "message_bound", None)
@@ -161,7 +161,8 @@ def build_boundary(privacy_cfg: dict, algorithm, counts: torch.Tensor) -> Bounda
                           "false for this algorithm: secure aggregation encodes messages into a finite ring, which "
                           "needs an algorithm that bounds its messages (dp-fedavg-joint)")
     return Boundary("secagg", SecureAggregation(bound(counts), privacy_cfg["secagg_bits"],
-                                                getattr(algorithm, "min_clients", None)), privacy_cfg["release"])
+                                                getattr(algorithm, "min_clients", None)), privacy_cfg["release"],
+                    shuffle=privacy_cfg["shuffler"])
 
 
 def build_ledger(config: dict, boundary: Boundary, delta: float, algorithm, budget: bool) -> PrivacyLedger:

@@ -42,7 +42,7 @@ def validate(config: dict) -> None:
         check_range("data.num_clients", num_clients, 1, integer=True)
         ClientSampler(num_clients, *cohort_sampling(config, num_clients))
         spec.check_rounds(section, num_clients, rounds, algo_cfg["name"])
-    boundary = Boundary(privacy_cfg["boundary"], released=privacy_cfg["release"])
+    boundary = Boundary(privacy_cfg["boundary"], released=privacy_cfg["release"], shuffle=privacy_cfg["shuffler"])
     # a family that sizes its cohort or calibrates its noise from the data is built (and checked) on the data
     if spec.cohort is None and spec.noise_key is not None:
         algorithm = spec.build(algo_cfg["name"], section, registry.Setting(

@@ -62,12 +62,7 @@ class BinomialVectorSum:
     def messages(self, counts: torch.Tensor) -> torch.Tensor:
         """The users' messages, all of them: int64 [users * d * (g + b), 2] rows (coordinate label, bit), each user's
         g + b messages per coordinate in order (the shuffler hides that order and the sender)."""
-        users, dim = counts.shape
-        per = self.messages_per_coordinate
-        position = torch.arange(per).expand(users, dim, per)
-        bits = (position < counts.unsqueeze(-1)).to(torch.int64)
-        labels = torch.arange(dim).view(1, dim, 1).expand(users, dim, per)
-        return torch.stack([labels.reshape(-1), bits.reshape(-1)], dim=1)
+        return labelled_bits(counts, torch.full((counts.shape[0],), self.messages_per_coordinate))
 
     def estimate(self, ones: torch.Tensor, users: int) -> torch.Tensor:
         """The analyser: (2L/g) (c_j - U b p) - U L from the per-coordinate counts c [d] of U users' 1-messages."""
@@ -85,8 +80,7 @@ class BinomialVectorSum:
         if shuffled.shape != (expected, 2):
             raise ConfigError("messages", tuple(shuffled.shape), f"[{expected}, 2] rows: {users} users x {dim} "
                                                                 f"coordinates x {self.messages_per_coordinate}")
-        labels, bits = shuffled[:, 0], shuffled[:, 1]
-        return self.estimate(torch.bincount(labels[bits == 1], minlength=dim), users)
+        return self.estimate(count_labelled_bits(shuffled, dim)[0], users)
 
     def noise_variance(self, users: int) -> float:
         """Var of the binomial noise in one coordinate of the estimate: (2L/g)^2 U b p (1 - p)."""
@@ -97,9 +91,37 @@ class BinomialVectorSum:
         return (2.0 * self.bound / self.grid) ** 2 * users / 4.0 + self.noise_variance(users)
 
 
+def labelled_bits(ones: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """Messages (label j, bit) of senders that each send ``slots[i]`` messages per coordinate, ``ones[i, j]`` of them
+    1: int64 [sum_i d slots_i, 2] rows (a sender's multiset of labelled bits is exactly its counts)."""
+    senders, dim = ones.shape
+    if slots.shape != (senders,) or bool((ones < 0).any()) or bool((ones > slots.unsqueeze(1)).any()):
+        raise ConfigError("ones", tuple(ones.shape), f"per-sender counts in [0, slots] with one slot count per sender "
+                                                    f"(slots of shape {tuple(slots.shape)})")
+    widest = int(slots.max()) if senders else 0
+    position = torch.arange(widest).expand(senders, dim, widest)
+    sent = position < slots.view(-1, 1, 1)
+    bits = (position < ones.unsqueeze(-1)).to(torch.int64)[sent]
+    labels = torch.arange(dim).view(1, dim, 1).expand(senders, dim, widest)[sent]
+    return torch.stack([labels, bits], dim=1)
+
+
+def count_labelled_bits(messages: torch.Tensor, dim: int) -> tuple[torch.Tensor, int]:
+    """What a multiset of labelled bits says: the 1-bits per label [d] and the messages per label (the same for
+    every label when each sender sends the same number per coordinate; the first label's count is returned)."""
+    labels, bits = messages[:, 0], messages[:, 1]
+    return torch.bincount(labels[bits == 1], minlength=dim), int((labels == 0).sum())
+
+
 def shuffle(messages: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """The shuffler: a uniform permutation of all the round's message rows (senders are not part of a message)."""
     return messages[torch.randperm(messages.shape[0], generator=generator)]
 
 
-__all__ = ["BinomialVectorSum", "shuffle"]
+def shuffled_sum(ones: torch.Tensor, slots: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+    """The real shuffle stage of a round: every sender's labelled bits (``labelled_bits``), one uniform permutation of
+    all of them, and what the analyser can read from the shuffled multiset (``count_labelled_bits``)."""
+    return count_labelled_bits(shuffle(labelled_bits(ones, slots), generator), ones.shape[1])
+
+
+__all__ = ["BinomialVectorSum", "labelled_bits", "count_labelled_bits", "shuffle", "shuffled_sum"]
