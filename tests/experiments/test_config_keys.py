@@ -49,6 +49,9 @@ ISRL = ("algorithm.name='isrl-prox-sgd'", "data.num_clients=6", "data.samples_pe
         "algorithm.client_rate=1.0", "privacy.epsilon=2.0")
 ISRL_LOCAL = (*ISRL, "algorithm.name='isrl-local-sgd'")
 ISRL_SPIDER = (*ISRL, "algorithm.name='isrl-spider'", "algorithm.rounds=6")
+#: A tiny SDP Prox-SGD run (P_vec's noise bits calibrated to privacy.epsilon; 3 rounds over 24 train records).
+SDP = ("algorithm.name='sdp-prox-sgd'", "data.num_clients=6", "data.samples_per_client=30", "algorithm.rounds=3",
+       "algorithm.client_rate=0.5", "privacy.epsilon=4.0")
 OWN = "$OWN"  # in a row's value or extra keys: the folder the probe writes the user's own files to (write_own_files)
 CSV = ("data.name='csv'", f"data.path='{OWN}/own.csv'")
 SITE_SIZES = (180, 120, 60)  # own.csv's records per site (its client column)
@@ -548,6 +551,23 @@ def _secure_aggregation(p):  # the real protocol computes the sum: the same mode
     torch.testing.assert_close(p.sim.model, p.base.model, rtol=0, atol=1e-6)
 
 
+def _shuffler(p):  # the real shuffler of labelled bits: the same model as the summed counts; the server sees the sum
+    assert p.sim.boundary.shuffle == "real" and p.base.boundary.shuffle == "simulated"
+    events, base = p.sim.round_privacy(0), p.base.round_privacy(0)
+    assert events["server"] == events["third_party"] and base["server"] != base["third_party"]
+    p.sim.run(1)
+    p.base.run(1)
+    assert torch.equal(p.sim.model, p.base.model)
+
+
+def _grid(p):  # P_vec's grid: g = 2 instead of ceil(sqrt(d))
+    dimension = p.sim.model.numel()
+    assert p.sim.algorithm.summation(dimension).grid == 2 and p.base.algorithm.summation(dimension).grid == \
+        math.ceil(math.sqrt(dimension)) > 2
+    declared = p.sim.algorithm.release(0, p.sim.state, p.sim.train).step_events[0]
+    assert (declared.grid, declared.l2_shift, declared.dimension) == (2, 2.0, dimension)
+
+
 def _secagg_bits(p):  # the ring sets the scale: at 8 bits 6 values of 0.3 (bound B ~ 10) round to steps of ~0.5
     assert p.sim.boundary.secure.bits == 8 and p.base.boundary.secure.bits == 32
     rows, ids = {"dy": torch.full((6, 400), 0.3)}, torch.arange(6)
@@ -634,6 +654,8 @@ TABLE: dict[str, list[Row]] = {
     "privacy.boundary": [Row("'trusted'", _boundary_trusted), Row("'secagg'", _boundary_secagg)],
     "privacy.release": [Row("'final'", _release)],
     "privacy.secure_aggregation": [Row("true", _secure_aggregation, ("privacy.boundary='secagg'",), base=JOINT)],
+    "privacy.shuffler": [Row("'real'", _shuffler, ("privacy.boundary='shuffler'",), base=SDP)],
+    "algorithm.grid": [Row("2", _grid, base=SDP)],
     "privacy.secagg_bits": [Row("8", _secagg_bits, ("privacy.secure_aggregation=true",), base=JOINT)],
     "algorithm.trust": [Row("'coalition'", _trust, ("algorithm.colluders=2",), base=JOINT)],
     "algorithm.colluders": [Row("3", _colluders, ("algorithm.trust='coalition'", "algorithm.colluders=2"), base=JOINT)],

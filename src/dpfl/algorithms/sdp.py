@@ -176,7 +176,7 @@ class SDPConfig(ISRLKeys):
     """The keys of sdp-prox-sgd: the ISRL-DP family's, and P_vec's grid."""
 
     grid: int | None = field(default=None, metadata={"help": "g, P_vec's rounding grid (None: ceil(sqrt(d)), d the "
-                                                             "model's parameters)"})
+                                                             "model's parameters)", "min": 1})
 
 
 def checked_grid(grid: int | None) -> int | None:
@@ -196,6 +196,7 @@ def build_sdp(name: str, config: SDPConfig, setting: Setting) -> SDPProxSGD:
         raise ConfigError("algorithm.rounds", rounds, f"at most {int(counts.min())} for {name!r} (the smallest "
                                                       "silo's records: each round uses floor(n_i / R) >= 1 records no "
                                                       "other round uses)")
+    RecordSampler(config.sample_rate, config.record_sampling)  # the family's keys, validated for every name
     sampler = RecordSampler(1.0 / rounds, "fixed")
     model, cohort_size = shuffle_model(setting, epsilon, int(sampler.batch_sizes(counts).min()),
                                        checked_grid(config.grid))

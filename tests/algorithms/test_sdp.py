@@ -1,0 +1,87 @@
+"""SDP algorithms (Lowy et al. 2023) with Cheu et al.'s binomial vector summation through a real shuffler."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from dpfl.accounting.events import BinomialSumDpEvent
+from dpfl.accounting.observers import Cohort, Release, observer_events, scale_noise
+from dpfl.cli import main
+from dpfl.errors import ConfigError
+from dpfl.experiments.config import load_config
+from dpfl.experiments.runner import build_simulation
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+TINY = ["data.num_clients=6", "data.samples_per_client=30", "algorithm.rounds=3", "algorithm.client_rate=0.5",
+        "privacy.epsilon=4.0"]
+
+
+def run_cli(tmp_path, name: str, *overrides: str) -> dict:
+    path = tmp_path / "run.toml"
+    path.write_text(f'[data]\nname = "breast_cancer"\nnum_clients = 5\nscale = 0.001\n[algorithm]\nname = "{name}"\n'
+                    'rounds = 4\nclient_rate = 0.6\nlr = 0.5\n[privacy]\nepsilon = 3.0\nboundary = "shuffler"\n'
+                    'shuffler = "real"\n')
+    assert main(["run", str(path), "--out", str(tmp_path / "run"), "--no-progress",
+                 *(a for o in overrides for a in ("--set", o))]) == 0
+    return json.loads((tmp_path / "run" / "results.json").read_text())
+
+
+@pytest.mark.parametrize("name", ["sdp-prox-sgd"])
+def test_breast_cancer_through_the_real_shuffler_meets_the_budget(name, tmp_path):
+    """dpfl run end to end: every observer of the shuffled messages within privacy.epsilon, the model trains."""
+    results = run_cli(tmp_path, name)
+    final = results["final"]
+    for observer in ("third_party", "server", "other_silo"):
+        assert 0 < final["epsilon"][observer] <= 3.0
+    assert final["epsilon"]["server"] == final["epsilon"]["third_party"]  # the server sees the shuffled sum only
+    assert final["train_loss"] < math.log(2)  # below the initial model's (w = 0)
+
+
+def test_the_count_path_and_the_real_shuffler_train_the_same_model():
+    """privacy.shuffler = 'real' expands the silos' counts into labelled bits, shuffles and counts them again: the same
+    sums as the simulated shuffler's, so the same model; only the server's charge differs (it sees one silo's row
+    behind the simulated shuffler)."""
+    real = build_simulation(load_config(None, ["algorithm.name='sdp-prox-sgd'", *TINY, "privacy.boundary='shuffler'",
+                                               "privacy.shuffler='real'"]))
+    simulated = build_simulation(load_config(None, ["algorithm.name='sdp-prox-sgd'", *TINY,
+                                                    "privacy.boundary='shuffler'"]))
+    real.run(2)
+    simulated.run(2)
+    assert torch.equal(real.model, simulated.model)
+    eps_real, eps_simulated = real.ledger.epsilon(), simulated.ledger.epsilon()
+    assert eps_real["server"] <= 4.0 < eps_simulated["server"]
+    assert eps_real["other_silo"] == pytest.approx(eps_simulated["other_silo"])
+
+
+def trials(event) -> int:
+    """The noise bits of the one binomial summation inside an observer's event."""
+    while not isinstance(event, BinomialSumDpEvent):
+        event = event.event
+    return event.trials
+
+
+def test_other_silos_are_credited_with_the_cohorts_bits_but_not_their_own():
+    own = BinomialSumDpEvent(40, 0.5, 10, 4, 4.0)
+    views = observer_events(Release((own,), (True,)), Cohort.fixed(10, 5), "secagg")
+    assert trials(views["server"]) == trials(views["third_party"]) == 5 * 40
+    assert trials(views["other_silo"]) == 4 * 40
+    assert scale_noise(own, math.sqrt(2.5)).trials == 100
+    plain = observer_events(Release((own,), (True,)), Cohort.fixed(10, 5), "plain")
+    assert trials(plain["server"]) == 40
+
+
+def test_bad_settings_name_the_field():
+    with pytest.raises(ConfigError) as caught:
+        build_simulation(load_config(None, ["algorithm.name='sdp-prox-sgd'", *TINY, "privacy.shuffler='real'"]))
+    assert caught.value.field == "privacy.boundary"
+    sim = build_simulation(load_config(None, ["algorithm.name='dp-fedavg'", "algorithm.noise_multiplier=1.0",
+                                              "privacy.boundary='shuffler'", "privacy.shuffler='real'"]))
+    with pytest.raises(ConfigError) as caught:
+        sim.step()
+    assert caught.value.field == "privacy.shuffler"
+    with pytest.raises(ConfigError) as caught:
+        build_simulation(load_config(None, ["algorithm.name='sdp-prox-sgd'", *TINY, "algorithm.rounds=25"]))
+    assert caught.value.field == "algorithm.rounds"
