@@ -216,15 +216,15 @@ def binomial_event(users: int, trials: int, probability: float, dim: int, grid: 
 
 
 def smallest_trials(epsilon_of_trials, target_epsilon: float, initial_trials: float) -> int:
-    """The smallest b (within 2%) with ``epsilon_of_trials(b) <= target_epsilon`` (epsilon decreases in b: adding
+    """The smallest b (within 5%) with ``epsilon_of_trials(b) <= target_epsilon`` (epsilon decreases in b: adding
     independent bits is post-processing); the returned b is checked to meet the target."""
     from dpfl.accounting.calibrate import solve_noise
 
     found = solve_noise(lambda b: epsilon_of_trials(max(1, math.ceil(b))), target_epsilon,
-                        initial_noise=max(1.0, initial_trials), rtol=0.02)
+                        initial_noise=max(1.0, initial_trials), rtol=0.05)
     trials = max(1, math.ceil(found))
     while epsilon_of_trials(trials) > target_epsilon:  # never entered unless bisection stopped just short
-        trials = math.ceil(trials * 1.02) + 1
+        trials = math.ceil(trials * 1.05) + 1
     return trials
 
 
