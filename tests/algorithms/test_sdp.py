@@ -89,3 +89,22 @@ def test_bad_settings_name_the_field():
     with pytest.raises(ConfigError) as caught:
         build_simulation(load_config(None, ["algorithm.name='sdp-prox-sgd'", *TINY, "algorithm.rounds=25"]))
     assert caught.value.field == "algorithm.rounds"
+
+
+def test_spider_streams_share_the_budget_and_compose_to_the_target():
+    """sdp-spider: Q = 2 checkpoint rounds with b1 bits, D = 1 difference round with b2 = ceil(b1 D / Q); after all
+    R = 3 rounds every shuffle-model observer is within privacy.epsilon, and the difference round's P_vec bound is
+    B_r = 2C (no verified smoothness)."""
+    sim = build_simulation(load_config(None, ["algorithm.name='sdp-spider'", *TINY, "algorithm.period=2",
+                                              "algorithm.clip=0.5", "privacy.boundary='shuffler'",
+                                              "privacy.shuffler='real'"]))
+    algorithm, dimension = sim.algorithm, sim.model.numel()
+    b1, b2 = algorithm.trials(0, dimension), algorithm.trials(1, dimension)
+    assert b2 == math.ceil(b1 / 2) and algorithm.trials(2, dimension) == b1
+    per_silo = algorithm.model.per_silo
+    declared = [algorithm.release(r, sim.state, sim.train).step_events[0].trials for r in range(3)]
+    assert declared == [per_silo * b1, per_silo * b2, per_silo * b1]
+    sim.run(3)
+    assert all(0 < eps <= 4.0 for eps in sim.ledger.epsilon().values())
+    assert algorithm.summation(1, {"x": sim.model, "x_prev": sim.model + 1.0}).bound == 1.0  # 2C
+    assert algorithm.summation(0, sim.state.server).bound == 0.5  # C
