@@ -105,3 +105,15 @@ def test_knapsack_bound_is_never_below_the_brute_force(dimension, grid):
     assert np.all(bound >= exact - 1e-12)
     if capacity(float(grid)) <= dimension:  # the heavy-item knapsack is exact then
         assert np.allclose(bound, exact)
+
+
+def test_every_rdp_entry_point_charges_the_tail():
+    """account() and delta_for_epsilon() convert the same curve as the ledger's accountant: at delta minus the tail
+    delta0, and delta0 added back."""
+    from dpfl.accounting.accountant import account, delta_for_epsilon
+
+    event = BinomialSumDpEvent(6, 0.5, 1, 2, 2.0)  # delta0 = 7/64
+    epsilon = account(event, 0.2, "rdp", "modern", "replace_one").epsilon
+    assert epsilon == pytest.approx(accountant_epsilon(event, 0.2))
+    assert account(event, 0.1, "rdp", neighboring="replace_one").epsilon == math.inf
+    assert delta_for_epsilon(event, epsilon, "rdp", "modern", "replace_one").delta == pytest.approx(0.2, rel=1e-2)

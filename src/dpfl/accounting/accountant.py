@@ -25,7 +25,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpfl.accounting import pld
 from dpfl.accounting.conversion import CONVERSIONS, rdp_to_epsilon
-from dpfl.accounting.rdp import DEFAULT_ORDERS, composition_error, rdp_curve
+from dpfl.accounting.rdp import DEFAULT_ORDERS, composition_error, rdp_curve, tail_delta
 from dpfl.errors import ConfigError, check_range
 
 ACCOUNTANTS = ("pld", "rdp")
@@ -89,7 +89,11 @@ def account(
     relation = check_options(accountant, conversion, neighboring)
     if accountant == "pld":
         return AccountingResult(pld.pld_epsilon(event, delta, relation, value_discretization_interval), delta, "pld")
-    epsilon, order = rdp_to_epsilon(orders, _rdp(event, relation, orders, subsampling_bound), delta, conversion)
+    curve = _rdp(event, relation, orders, subsampling_bound)
+    tail = tail_delta(event)  # approximately RDP events (dpfl.accounting.rdp): their curve holds at delta - tail
+    if tail >= delta:
+        return AccountingResult(math.inf, delta, "rdp", conversion, float(np.asarray(orders, dtype=float)[0]))
+    epsilon, order = rdp_to_epsilon(orders, curve, delta - tail, conversion)
     return AccountingResult(epsilon, delta, "rdp", conversion, order)
 
 
@@ -119,7 +123,7 @@ def delta_for_epsilon(
         delta, order = math.exp(min(0.0, log_deltas[best])), DEFAULT_ORDERS[best]
     else:
         delta, order = rdp_privacy_accountant.compute_delta(DEFAULT_ORDERS, np.nan_to_num(curve, nan=np.inf), epsilon)
-    delta = 1.0 if math.isnan(delta) else min(1.0, float(delta))
+    delta = 1.0 if math.isnan(delta) else min(1.0, float(delta) + tail_delta(event))  # + approximate RDP's tails
     return AccountingResult(epsilon, delta, "rdp", conversion, float(order))
 
 
