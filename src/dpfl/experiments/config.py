@@ -72,7 +72,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
                                                   "is then 'secagg'"),
         "secagg_bits": (int, 32, None, "the ring Z_(2^bits) of privacy.secure_aggregation"),
         "shuffler": (str, "simulated", ("simulated", "real"), "boundary 'shuffler': permute whole messages "
-                                                              "(simulated) or shuffle labelled bits for real (sdp-*)"),
+                                                              "(simulated) or shuffle labelled bits for real (sdp-*; "
+                                                              "d U (g + b) messages of 8 bytes a round)"),
         "release": (str, "every_round", ("every_round", "final"), "which models a third party sees"),
     },
     "run": {

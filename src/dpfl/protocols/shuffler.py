@@ -93,17 +93,17 @@ class BinomialVectorSum:
 
 def labelled_bits(ones: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     """Messages (label j, bit) of senders that each send ``slots[i]`` messages per coordinate, ``ones[i, j]`` of them
-    1: int64 [sum_i d slots_i, 2] rows (a sender's multiset of labelled bits is exactly its counts)."""
+    1: int32 [sum_i d slots_i, 2] rows (a sender's multiset of labelled bits is exactly its counts), 8 bytes each."""
     senders, dim = ones.shape
     if slots.shape != (senders,) or bool((ones < 0).any()) or bool((ones > slots.unsqueeze(1)).any()):
         raise ConfigError("ones", tuple(ones.shape), f"per-sender counts in [0, slots] with one slot count per sender "
                                                     f"(slots of shape {tuple(slots.shape)})")
-    widest = int(slots.max()) if senders else 0
-    position = torch.arange(widest).expand(senders, dim, widest)
-    sent = position < slots.view(-1, 1, 1)
-    bits = (position < ones.unsqueeze(-1)).to(torch.int64)[sent]
-    labels = torch.arange(dim).view(1, dim, 1).expand(senders, dim, widest)[sent]
-    return torch.stack([labels, bits], dim=1)
+    block = slots.repeat_interleave(dim)  # messages of each (sender, label), sender-major
+    start = torch.cumsum(block, 0) - block
+    owner = torch.repeat_interleave(torch.arange(senders * dim, dtype=torch.int32), block)  # message -> its block
+    position = torch.arange(int(block.sum()), dtype=torch.int64) - start[owner]
+    bits = (position < ones.reshape(-1)[owner]).to(torch.int32)
+    return torch.stack([owner % dim, bits], dim=1)
 
 
 def count_labelled_bits(messages: torch.Tensor, dim: int) -> tuple[torch.Tensor, int]:
