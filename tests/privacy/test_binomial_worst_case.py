@@ -117,3 +117,19 @@ def test_every_rdp_entry_point_charges_the_tail():
     assert epsilon == pytest.approx(accountant_epsilon(event, 0.2))
     assert account(event, 0.1, "rdp", neighboring="replace_one").epsilon == math.inf
     assert delta_for_epsilon(event, epsilon, "rdp", "modern", "replace_one").delta == pytest.approx(0.2, rel=1e-2)
+
+
+def test_silo_participation_never_below_the_exact_mixture():
+    """The owner's silo takes part with probability p = 0.3; when it does not, the counts come from a common
+    distribution R (here: any other user's view). For every pair x, x' and every R on the grid, the exact hockey-stick
+    divergence of (1 - p) R + p P_x vs (1 - p) R + p P_x' at the accountant's epsilon is at most delta."""
+    from dpfl.accounting.events import ParticipationDpEvent
+
+    trials, p, delta, q = 60, 0.5, 1e-3, 0.3
+    epsilon = accountant_epsilon(ParticipationDpEvent(q, BinomialSumDpEvent(trials, p, 1, 2, 2.0)), delta)
+    assert epsilon < accountant_epsilon(BinomialSumDpEvent(trials, p, 1, 2, 2.0), delta)  # amplified
+    views = np.array([view(x, 2, trials, p) for x in np.linspace(-1, 1, 17)])  # [17, support]
+    mixtures = (1 - q) * views[:, None, :] + q * views[None, :, :]  # [R, x, support]
+    worst = max(float(np.maximum(mixtures[r, i] - math.exp(epsilon) * mixtures[r, j], 0).sum())
+                for r in range(17) for i in range(17) for j in range(17))
+    assert 0 < worst <= delta
