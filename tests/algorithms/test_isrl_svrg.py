@@ -24,7 +24,9 @@ from dpfl.engine.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.engine.randomness import ClientStreams
 from dpfl.engine.sampling import RecordSampler
-from dpfl.errors import ConfigError
+from dpfl.errors import ConfigError, DpflError
+from dpfl.experiments.config import load_config
+from dpfl.experiments.runner import build_simulation
 
 DELTA = 1e-5
 COUNTS = (4, 6)
@@ -183,3 +185,27 @@ def test_a_minimal_breast_cancer_run_meets_the_budget(tmp_path):
     for observer in ("server", "other_silo"):
         assert 0 < final["epsilon"][observer] <= 1.5 and math.isfinite(final["epsilon"][observer])
     assert math.isfinite(final["train_loss"])
+
+
+@pytest.mark.parametrize("stream", ["checkpoint", "difference"])
+def test_a_mechanism_swapped_after_the_declaration_is_caught(stream):
+    """The contract's swap test looks for a ``mechanism`` field; these have one per stream (the same z)."""
+    sim = build_simulation(load_config(None, ["algorithm.name='isrl-prox-svrg'", "data.num_clients=4",
+                                              "data.samples_per_client=30", "algorithm.rounds=4",
+                                              "algorithm.period=2", "algorithm.client_rate=1.0",
+                                              "privacy.epsilon=2.0"]))
+    inner = sim.algorithm
+    other = dataclasses.replace(inner, **{stream: GaussianMechanism(2 * inner.checkpoint.noise_multiplier)})
+
+    class Swapped:
+        def __getattr__(self, attribute):
+            return getattr(inner, attribute)
+
+        def client_round(self, *args):
+            return other.client_round(*args)
+
+    sim.algorithm = Swapped()
+    if stream == "difference":
+        sim.step()  # round 1 is a snapshot: drawn as declared
+    with pytest.raises(DpflError, match="declared"):
+        sim.step()
