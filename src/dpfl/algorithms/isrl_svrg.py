@@ -92,7 +92,8 @@ def run_starts(rounds: int, restarts: int) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class ISRLSVRG(ISRLSpider):
     """ISRL-DP Prox-SVRG / Prox-PL-SVRG (see the module docstring): ``ISRLSpider``'s round with the snapshot as the
-    reference point, a full-batch snapshot stream, and the epochs, runs and output rule of Alg. 1 and 2."""
+    reference point, a full-batch snapshot stream, and the epochs, runs and output rule of Alg. 1 and 2.
+    ``checkpoint`` is the snapshot stream's mechanism and ``difference`` the inner stream's (the same z)."""
 
     rounds: int = 1
     starts: tuple[int, ...] = (0,)
