@@ -268,3 +268,21 @@ def test_flower_secure_aggregation_of_10000_parameters_costs(tmp_path, flower_ta
             sent[node] = sent.get(node, 0) + len(reply.content[secure_sum.SECAGG]["message"])
     d = 40 * 200 + 200 + 200 * 10 + 10
     assert all(8 * d < b < 8 * d + 1000 for b in sent.values()), (d, sent)
+
+
+@pytest.mark.slow
+def test_flower_simulation_runtime_with_secure_aggregation_gives_dpfl_runs_model(tmp_path, reference):
+    """The same on Flower's simulation runtime (Ray; each node's context.state kept by the runtime between the
+    round's messages): the ledger and the model of `dpfl run` with privacy.secure_aggregation = true."""
+    pytest.importorskip("ray")
+    from flwr.simulation import run_simulation
+
+    from dpfl.flower.server_app import server_app
+
+    _, config = write_config(tmp_path)
+    run_config = {"dpfl-config": json.dumps(config), "out": str(tmp_path / "flower"), "round-timeout": 120.0}
+    run_simulation(server_app(run_config), client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}),
+                   num_supernodes=3, backend_config={"client_resources": {"num_cpus": 1}})
+    ledger, checkpoint = outputs(tmp_path / "flower")
+    assert ledger == reference[0] and checkpoint["next_round"] == 2
+    assert torch.equal(checkpoint["state"]["server"]["x"], reference[1]["state"]["server"]["x"])
