@@ -10,7 +10,9 @@ What ``Boundary.collect`` runs when ``privacy.secure_aggregation = true`` (the s
    values can never wrap around (``check_headroom``);
 3. summed by the Bonawitz et al. 2017 protocol (``dpfl.protocols.secagg.simulate_round``: every message is bytes,
    keys from the operating system; the server learns only the sum of the clients whose masked input arrived), with
-   the protocol's threshold t = ``min_clients`` (None: every invited client must finish);
+   the protocol's threshold t = ``min_clients`` (None: every invited client must finish); on Flower the parties are
+   apart: each node encodes its own messages (``encode``) and the protocol runs across the nodes
+   (``dpfl.flower.secure_sum``);
 4. decoded to a signed sum and divided by s.
 
 The decoded sum differs from the simulated one by the rounding, below n / s per coordinate (n^2 max B / 2^(bits-1)).

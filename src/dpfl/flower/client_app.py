@@ -9,7 +9,9 @@ for a per-node ``data-path``.
   the counts the ledger is computed from).
 * train: builds the algorithm from the job's config and ``Setting`` (cached per job), runs ``client_round`` for its
   client with its own random streams (``ClientContext``: (seed, round, client id, purpose)), and replies with the
-  messages, its new state rows and the events of the noise it drew.
+  messages, its new state rows and the events of the noise it drew. With ``privacy.secure_aggregation`` it keeps
+  its messages, encoded, on the node and replies with their layout instead (``dpfl.flower.secure_sum.keep_input``).
+* query "secagg": one stage of the secure aggregation round (``dpfl.flower.secure_sum.respond``).
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ the single source of truth) and ``out`` the run directory. ``run_experiment`` bu
 does (data for evaluation and the clients' record counts, model, algorithm, ClientSampler, boundary, ledger) and runs
 it with ``FlowerCohort`` as ``Simulation.workers``: each round the cohort is sampled and the round recorded in the
 ledger (saved; a budget stops the run here) BEFORE any client is asked to train; then each sampled client's node gets
-a train message, the drawn noise is checked against the declaration, the boundary sums the messages, the algorithm's
-``server_update`` runs, the model is evaluated and checkpointed, and results.json and ledger.json are written as by
+a train message, the drawn noise is checked against the declaration, the boundary sums the messages (with
+``privacy.secure_aggregation``: the nodes keep their messages and the sum comes from the secure aggregation protocol
+run with them, ``dpfl.flower.secure_sum``), the algorithm's ``server_update`` runs, the model is evaluated and checkpointed, and results.json and ledger.json are written as by
 ``dpfl run``.
 """
 
