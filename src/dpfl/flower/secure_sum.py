@@ -42,7 +42,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from dpfl.engine.secure_sum import SecureAggregation
 from dpfl.flower import records
-from dpfl.protocols.messages import SecAggError
+from dpfl.protocols.messages import SecAggError, read_header
 from dpfl.protocols.primitives import SeededRandomBytes
 from dpfl.protocols.secagg import SecAggClient, SecAggConfig, SecAggServer, SecureSum, Stage
 
@@ -109,12 +109,14 @@ class FlowerSecureSum:
             if reply.has_error():
                 dropped[client] = (stage.name, f"its node replied with an error: {reply.error.reason}")
                 continue
-            sender = server.receive(bytes(reply.content[SECAGG]["message"]))
+            message = bytes(reply.content[SECAGG]["message"])
+            sender = read_header(message, server.config.round_id, "server").sender
             if sender != client:
                 raise SecAggError(server.config.round_id, "server", f"the node of client {client} sent a message "
-                                                                    f"signed by client {sender}")
+                                                                    f"in the name of client {sender}")
+            server.receive(message)
         for client in sorted(set(outgoing) - answered):
-            dropped[client] = (stage.name, f"no reply within {self.cohort.timeout} seconds")
+            dropped[client] = (stage.name, f"no reply within the round timeout ({self.cohort.timeout} s)")
 
 
 def placeholders(reply: RecordDict) -> dict[str, torch.Tensor]:
@@ -140,7 +142,8 @@ def respond(msg: Message, context: Context, client: int) -> Message:
     the server counts this client as dropped out) for a stage out of order or for a round it has no input of."""
     request = msg.content[SECAGG]
     stage, setup = Stage[str(request["stage"])], str(request["config"])
-    config = SecAggConfig(**{**json.loads(setup), "clients": tuple(json.loads(setup)["clients"])})
+    fields = json.loads(setup)
+    config = SecAggConfig(**{**fields, "clients": tuple(fields["clients"])})
     if KEPT not in context.state:
         raise SecAggError(config.round_id, f"client {client}", f"{stage.name} for a round this client did not train")
     kept = context.state[KEPT]
