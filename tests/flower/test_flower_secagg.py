@@ -5,6 +5,7 @@ The fast tests drive the real ServerApp code (``serve``) and the real ClientApp 
 Message and Context objects, one Context per node whose state persists between messages as on a SuperNode, every
 message delivered in this process. The slow one runs Flower's simulation runtime (Ray)."""
 
+import dataclasses
 import hashlib
 import json
 import types
@@ -16,7 +17,7 @@ import torch
 from dpfl.cli import main
 from dpfl.engine.simulator import Simulation
 from dpfl.experiments.config import load_config
-from dpfl.experiments.runner import build_data
+from dpfl.experiments.runner import build_data, build_simulation
 
 flwr = pytest.importorskip("flwr")
 
@@ -219,6 +220,24 @@ def test_a_node_that_drops_after_masking_is_unmasked_by_the_survivors(tmp_path, 
     assert torch.equal(checkpoint["state"]["server"]["x"], reference[1]["state"]["server"]["x"])
 
 
+def test_a_node_that_drops_before_masking_is_left_out_as_in_dpfl_runs_simulated_dropout(tmp_path, flower_task,
+                                                                                       seeded_keys, reference):
+    """Client 2's masked input is lost in both rounds: the sum and the mean are over clients 0 and 1, and the model is
+    that of `dpfl run`'s secure aggregation with client 2 dropping out at MASKED_INPUT (one client at a time)."""
+    _, config = write_config(tmp_path)
+    _, error = flower_run(tmp_path, config, lost=lambda m: stage_of(m) == "MASKED_INPUT"
+                          and m.metadata.dst_node_id == 103)
+    assert error is None
+    simulated = build_simulation(config)
+    simulated.boundary.secure = dataclasses.replace(simulated.boundary.secure, dropouts={2: "masked_input"})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Simulation, "chunk_size", lambda self, cohort_size: 1)
+        simulated.run(2)
+    _, checkpoint = outputs(tmp_path / "flower")
+    assert torch.equal(checkpoint["state"]["server"]["x"], simulated.model)
+    assert not torch.equal(simulated.model, reference[1]["state"]["server"]["x"])  # without client 2's updates
+
+
 def test_too_few_survivors_stop_the_round_with_its_privacy_charged_and_no_update(tmp_path, flower_task, seeded_keys,
                                                                                  reference):
     """Clients 1 and 2 drop out after masking in round 2: 1 survivor < t = 2, so the round stops with an error that
@@ -254,7 +273,7 @@ def test_a_node_answers_each_stage_once_and_forgets_the_round_after_unmasking(tm
     assert secure_sum.KEPT not in grid.contexts[101].state and secure_sum.KEPT_INPUT not in grid.contexts[101].state
 
 
-def test_flower_secure_aggregation_of_10000_parameters_costs(tmp_path, flower_task, seeded_keys):
+def test_at_10000_parameters_a_client_sends_8_bytes_a_parameter_and_a_few_hundred_more(tmp_path, flower_task, seeded_keys):
     """The per-round cost at 3 nodes x 10^4 parameters (an MLP with 200 hidden units): the bytes each client sends in
     the protocol, which are 8 d for its masked vector plus O(n) for keys and shares."""
     _, config = write_config(tmp_path, JOINT.replace("[run]", '[model]\nname = "mlp"\nhidden = [200]\n\n[run]')
