@@ -132,7 +132,7 @@ def outputs(run_dir):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """`dpfl run` of JOINT, one client at a time (as each Flower node works): (folder, its ledger and checkpoint)."""
+    """`dpfl run` of JOINT, one client at a time (as each Flower node works): its ledger and checkpoint."""
     folder = tmp_path_factory.mktemp("reference")
     path, _ = write_config(folder)
     with pytest.MonkeyPatch.context() as patch:
