@@ -160,6 +160,11 @@ class Release:
       additive: for each draw, whether it enters the released aggregate additively with nothing computed after it,
         in this round or a later one: the only draws another client's noise share may be credited to.
       sensitivity_ratio: min_j Delta_j / max_j Delta_j over the clients' sensitivities (1 when all are equal).
+      share_ratios: when clients' noise is not their sensitivity times one multiplier z (Heikkilä et al.'s appendix:
+        client-specific learning rates, clips and shares), each client's noise std s_j in units of z max_o Delta_o,
+        z the owner's declared multiplier (the smallest s_o / Delta_o): another client's share adds at least
+        (r_j z)^2 to the owner's variance in its own units, and the k credited shares are the k smallest (the
+        worst the cohort can hold); empty: every share at ``sensitivity_ratio``.
       cohort: how the owner takes part in this round, when the algorithm fixes it: an algorithm that calibrates its
         noise to each client's number of replies under a data-independent schedule (drawn from the run's seed before
         the first round) accounts conditionally on that schedule, which is sound towards every observer (knowing the
@@ -171,6 +176,8 @@ class Release:
       hidden: the round as one step of projected noisy SGD over disjoint batches (a ``ProjectedStepDpEvent``,
         its ``composed`` left out), for an observer who sees only the final model; None: the round's iterate is
         accounted by composition only.
+      assumes: what ``analysis="paper"`` assumes of this release beyond the paper's own assumptions (reported with
+        ``unproven``).
     """
 
     step_events: tuple
@@ -181,10 +188,16 @@ class Release:
     colluders: int = 1
     paper: str = "noble"
     hidden: ProjectedStepDpEvent | None = None
+    share_ratios: tuple = ()
+    assumes: tuple = ()
 
     def __post_init__(self):
         object.__setattr__(self, "step_events", tuple(self.step_events))
         object.__setattr__(self, "additive", tuple(bool(a) for a in self.additive))
+        object.__setattr__(self, "share_ratios", tuple(sorted(float(r) for r in self.share_ratios)))
+        object.__setattr__(self, "assumes", tuple(self.assumes))
+        if any(not r >= 0 for r in self.share_ratios):
+            raise ValueError(f"share_ratios = {self.share_ratios}: noise stds are non-negative")
         if len(self.step_events) != len(self.additive):
             raise ValueError(f"a release needs one additive flag per noise draw: {len(self.step_events)} draws, "
                              f"{len(self.additive)} flags")
@@ -207,7 +220,16 @@ class Release:
         """What ``analysis="paper"`` assumes of this release that does not hold for general losses."""
         if self.paper == "noble":
             return PAPER_UNPROVEN
-        return () if all(self.additive) else JOINT_PAPER_UNPROVEN
+        return (() if all(self.additive) else JOINT_PAPER_UNPROVEN) + self.assumes
+
+    def credited_variance(self, others: int) -> float:
+        """The variance ``others`` more clients' shares add at least, in units of the owner's (z Delta)^2: k r^2, or
+        the sum of the k smallest ``share_ratios`` squared."""
+        if not self.share_ratios:
+            return others * self.sensitivity_ratio**2
+        if others > len(self.share_ratios):
+            raise ValueError(f"{others} other shares credited, but only {len(self.share_ratios)} share ratios")
+        return sum(r * r for r in self.share_ratios[:others])
 
     def own(self) -> dp_event.DpEvent:
         """Every draw at the owner's own noise (what the owner's message alone releases)."""
@@ -215,7 +237,7 @@ class Release:
 
     def credited(self, others: int) -> dp_event.DpEvent:
         """The additive draws with ``others`` more clients' shares summed in, the rest at the owner's own noise."""
-        factor = math.sqrt(1 + others * self.sensitivity_ratio**2)
+        factor = math.sqrt(1 + self.credited_variance(others))
         return _compose([_summed(e, factor) if additive and others > 0 else e
                          for e, additive in zip(self.step_events, self.additive)])
 
