@@ -160,11 +160,11 @@ class Release:
       additive: for each draw, whether it enters the released aggregate additively with nothing computed after it,
         in this round or a later one: the only draws another client's noise share may be credited to.
       sensitivity_ratio: min_j Delta_j / max_j Delta_j over the clients' sensitivities (1 when all are equal).
-      share_ratios: when clients' noise is not their sensitivity times one multiplier z (Heikkilä et al.'s appendix:
-        client-specific learning rates, clips and shares), each client's noise std s_j in units of z max_o Delta_o,
-        z the owner's declared multiplier (the smallest s_o / Delta_o): another client's share adds at least
-        (r_j z)^2 to the owner's variance in its own units, and the k credited shares are the k smallest (the
-        worst the cohort can hold); empty: every share at ``sensitivity_ratio``.
+      shares: when clients' noise is not their sensitivity times one multiplier (Heikkilä et al.'s appendix:
+        client-specific learning rates, clips and shares), every client's (noise std s_j, sensitivity Delta_j) of
+        an additive draw, in one unit; the declared draws are at z = min_j s_j / Delta_j. k other shares are
+        credited as the worst owner o and the k smallest other shares: ``credited_variance``; empty: every share at
+        ``sensitivity_ratio``.
       cohort: how the owner takes part in this round, when the algorithm fixes it: an algorithm that calibrates its
         noise to each client's number of replies under a data-independent schedule (drawn from the run's seed before
         the first round) accounts conditionally on that schedule, which is sound towards every observer (knowing the
@@ -188,16 +188,16 @@ class Release:
     colluders: int = 1
     paper: str = "noble"
     hidden: ProjectedStepDpEvent | None = None
-    share_ratios: tuple = ()
+    shares: tuple = ()
     assumes: tuple = ()
 
     def __post_init__(self):
         object.__setattr__(self, "step_events", tuple(self.step_events))
         object.__setattr__(self, "additive", tuple(bool(a) for a in self.additive))
-        object.__setattr__(self, "share_ratios", tuple(sorted(float(r) for r in self.share_ratios)))
+        object.__setattr__(self, "shares", tuple((float(s), float(d)) for s, d in self.shares))
         object.__setattr__(self, "assumes", tuple(self.assumes))
-        if any(not r >= 0 for r in self.share_ratios):
-            raise ValueError(f"share_ratios = {self.share_ratios}: noise stds are non-negative")
+        if any(not (s > 0 and d > 0) for s, d in self.shares):
+            raise ValueError(f"shares = {self.shares}: noise stds and sensitivities are positive")
         if len(self.step_events) != len(self.additive):
             raise ValueError(f"a release needs one additive flag per noise draw: {len(self.step_events)} draws, "
                              f"{len(self.additive)} flags")
@@ -223,13 +223,21 @@ class Release:
         return (() if all(self.additive) else JOINT_PAPER_UNPROVEN) + self.assumes
 
     def credited_variance(self, others: int) -> float:
-        """The variance ``others`` more clients' shares add at least, in units of the owner's (z Delta)^2: k r^2, or
-        the sum of the k smallest ``share_ratios`` squared."""
-        if not self.share_ratios:
+        """The variance k = ``others`` more clients' shares add at least, in units of the owner's (z Delta)^2: k r^2,
+        or with ``shares`` min_o (s_o^2 + the k smallest s_j^2 of j != o) / (z Delta_o)^2 - 1 (the worst owner, the
+        weakest k others the cohort can hold)."""
+        if not self.shares:
             return others * self.sensitivity_ratio**2
-        if others > len(self.share_ratios):
-            raise ValueError(f"{others} other shares credited, but only {len(self.share_ratios)} share ratios")
-        return sum(r * r for r in self.share_ratios[:others])
+        if others >= len(self.shares):
+            raise ValueError(f"{others} other shares credited, but only {len(self.shares)} clients")
+        z = min(s / d for s, d in self.shares)
+        variances = sorted(s * s for s, _ in self.shares)
+        weakest, next_one = sum(variances[:others]), variances[others]
+
+        def others_of(std: float) -> float:  # the k smallest variances without the owner's own
+            return weakest - std * std + next_one if std * std <= variances[others - 1] else weakest
+
+        return min((s * s + (others_of(s) if others else 0.0)) / (z * d) ** 2 for s, d in self.shares) - 1
 
     def own(self) -> dp_event.DpEvent:
         """Every draw at the owner's own noise (what the owner's message alone releases)."""

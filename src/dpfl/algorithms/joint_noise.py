@@ -163,10 +163,10 @@ class JointNoise(LocalSGD):
         shares' contributors, colluders and ratios (``joint_relaxations``), under Heikkilä et al.'s paper analysis."""
         relaxed = self.relaxations
         step = relaxed.sampler(self.sampler).event(self.step_noise_event, train.counts)
-        ratios = relaxed.share_ratios(self.sampler, train.counts)
-        return Release((step,) * self.local_steps, self.additive_steps, min(min(ratios), 1.0),
-                       contributors=self.shares.contributors, colluders=max(self.shares.untrusted, 1),
-                       paper="heikkila", share_ratios=ratios, assumes=FUSED_UNPROVEN if relaxed.fuses else ())
+        return Release((step,) * self.local_steps, self.additive_steps, contributors=self.shares.contributors,
+                       colluders=max(self.shares.untrusted, 1), paper="heikkila",
+                       shares=relaxed.shares(self.shares.share, self.sampler, train.counts),
+                       assumes=FUSED_UNPROVEN if relaxed.fuses else ())
 
     def client_round(self, round_index: int, server: dict, clients: dict, data: ClientData,
                      ctx: ClientContext) -> ClientOutput:

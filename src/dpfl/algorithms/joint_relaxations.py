@@ -18,19 +18,20 @@ the round is post-processing of the same S noisy sums: the release, and the ledg
 
 **Client-specific learning rates, clips and shares** (Eq. 22-25): the sum of the clients' step-s updates is
 gamma_s (sum_i g_i mean_i + xi) with xi ~ N(0, sum_i s_i^2 / gamma_s^2): the sum-dominating mechanism has the noise
-of Eq. 25 (Eq. 24 when C_i = C, sigma_i = sigma) and a record of client o moves it by at most Delta_o <= max_i
-Delta_i. In the owner's units the credited noise multiplier is sqrt(s_o^2 + sum_{j in K} s_j^2) / Delta_o for the
-set K of other clients whose shares reach the sum. The release declares a lower bound that holds for every owner
-and every K of k clients (``Release.share_ratios``):
+of Eq. 25 (Eq. 24 when C_i = C, sigma_i = sigma) and a record of client o moves it by at most Delta_o. In the
+owner's units the credited noise multiplier is sqrt(s_o^2 + sum_{j in K} s_j^2) / Delta_o for the set K of other
+clients whose shares reach the sum. The release declares every client's (s_i, Delta_i) (``Release.shares``); an
+observer credited k other shares gets the worst owner and the weakest k others the cohort can hold:
 
-    z = min_i sigma_i  (the owner's own draw, every step),     r_j = s_j / (z max_i Delta_i),
-    credited multiplier  z sqrt(1 + sum of the k smallest r_j^2)  <=  sqrt(s_o^2 + sum_{j in K} s_j^2) / Delta_o,
+    z = min_i sigma_i  (the owner's own draw, on every step),
+    credited multiplier  min_o sqrt(s_o^2 + the k smallest s_j^2, j != o) / Delta_o,
 
-since s_o / Delta_o = sigma_o >= z and s_j / Delta_o >= s_j / max Delta = r_j z. With C_i = C and sigma_i = sigma it
-is Eq. 24 exactly (z = sigma, r_j = g_j / max g, and the N - 1 smallest leave out the largest, 1); with unequal
-(C_i, sigma_i) it is at most Eq. 25's sqrt(sum_i s_i^2) / max Delta. Both analyses use it: "sound" credits it to the
-last step only, "paper" to every step (``dpfl.accounting.observers``). Each client's noise std is z times
-(sigma_i / z) C_i / (q n_i), i.e. the declared Gaussian(z) with more noise (post-processing).
+both lower bounds for every owner o (sigma_o >= z), so the composition of a round is (post-processing aside) at least
+as noisy as declared. With k = N - 1 (every other share) the minimum is sqrt(sum_i s_i^2) / max_i Delta_i: Eq. 25,
+and Eq. 24 when C_i = C and sigma_i = sigma. Both analyses use it: "sound" credits it to the last step only, with k
+the shares that surely reach the sum less those the observer knows, "paper" to every step
+(``dpfl.accounting.observers``). Client i's noise std is z times (sigma_i / z) C_i / (q n_i): the declared
+Gaussian(z) with more noise.
 
 **Different numbers of local steps** (Eq. 26-27): client i fuses k_i local steps, clips at C_i / k_i and adds its
 noise share on the last of each k_i, so the fused step's k_i clipped means sum to at most C_i n_i / (q n_i) = the
@@ -117,12 +118,12 @@ class ClientRelaxations:
         _, clip, noise, _ = self.rows(ids)
         return noise / min(self.noise) * sampler.mean_sensitivity(clip, counts)
 
-    def share_ratios(self, sampler: RecordSampler, counts: torch.Tensor) -> tuple[float, ...]:
-        """r_j = s_j / (z max_i Delta_i) of every client (``Release.share_ratios``; module docstring)."""
+    def shares(self, share: float, sampler: RecordSampler, counts: torch.Tensor) -> tuple[tuple[float, float], ...]:
+        """(s_i, Delta_i) / gamma_s of every client (``Release.shares``; module docstring)."""
         ids = torch.arange(counts.shape[0])
         lr, clip, noise, _ = self.rows(ids)
-        sensitivity = lr * sampler.mean_sensitivity(clip, counts)  # Delta_i / gamma_s
-        return tuple((noise * sensitivity / (min(self.noise) * sensitivity.max())).tolist())
+        sensitivity = lr * sampler.mean_sensitivity(clip, counts)
+        return tuple(zip((share * noise * sensitivity).tolist(), sensitivity.tolist()))
 
 
 def per_client(field: str, values, clients: int, default, allowed: str, integer: bool = False) -> tuple:
