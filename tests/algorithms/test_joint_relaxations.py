@@ -61,7 +61,8 @@ def noiseless_round(alg, x, theta0):
     alg = dataclasses.replace(alg, mechanism=GaussianMechanism(0.0))
     n, records = x.shape[0], x.shape[1]
     data = ClientData(x, torch.zeros(n, records, dtype=torch.long), torch.full((n,), records))
-    return alg.client_round(0, {"x": theta0}, {}, data, ClientContext(Quadratic(), 3, 0, torch.arange(n))).messages["dy"]
+    ctx = ClientContext(Quadratic(), 3, 0, torch.arange(n))
+    return alg.client_round(0, {"x": theta0}, {}, data, ctx).messages["dy"]
 
 
 # -- the recursion --------------------------------------------------------------------------------------------------
@@ -113,7 +114,7 @@ def test_each_client_draws_its_share_f_i_sigma_prime_at_its_sensitivity_gamma_g_
     assert len(out.events) == 1 and out.events[0] == dp_event.GaussianDpEvent(pytest.approx(0.8))
 
 
-# -- accounting ---------------------------------------------------------------------------------------------------------
+# -- accounting -------------------------------------------------------------------------------------------------
 def events(alg, counts, analysis, boundary="secagg"):
     return observer_events(alg.release(0, None, Train(counts)), ClientSampler(len(counts), 1.0).cohort(0), boundary,
                            analysis)
@@ -207,8 +208,8 @@ def test_fused_steps_are_refused_under_the_sound_analysis_and_labelled_unproven_
     assert caught.value.field == "algorithm.client_local_steps" and "sensitivity is not C_i" in str(caught.value)
     alg = build((30,) * 3, "paper", local_steps=2, sample_rate=0.1, client_local_steps=[1, 2, 3])
     release = alg.release(0, None, Train([30] * 3))
-    assert release.step_events[0] == dp_event.PoissonSampledDpEvent(pytest.approx(1 - 0.9**3),
-                                                                     dp_event.GaussianDpEvent(pytest.approx(1.0 / 2**0.5)))
+    share = dp_event.GaussianDpEvent(pytest.approx(1.0 / 2**0.5))  # sigma / sqrt(3 - 1)
+    assert release.step_events[0] == dp_event.PoissonSampledDpEvent(pytest.approx(1 - 0.9**3), share)
     assert release.unproven == JOINT_PAPER_UNPROVEN + FUSED_UNPROVEN
 
 

@@ -25,7 +25,8 @@ or a later one. Observers:
    marks those draws: the last local step of FedAvg, every step of FedSGD (all gradients at the round's start
    point), none of SCAFFOLD (its c_i carries the noisy steps into later rounds). For an additive draw of the owner,
    the sum of n_c cohort members' shares has noise multiplier at least z sqrt(1 + (n_c - 1) r^2), r the min/max
-   client sensitivity (client j's std is z Delta_j); every other draw keeps the owner's own multiplier z. The
+   client sensitivity (client j's std is z Delta_j; ``Release.shares`` when clients' noise and sensitivity differ
+   otherwise: the worst owner with the weakest n_c - 1 shares); every other draw keeps the owner's own multiplier z. The
    aggregate is post-processing of (the owner's non-additive draws, the additive sums) together with the other
    clients' data and non-credited noise, which do not depend on the record.
 3. Poisson cohorts have a random size: a cohort may hold the owner alone, so no share is credited.

@@ -27,7 +27,7 @@ client's sensitivity C / (q n_i), zero-out neighbours), with the facts the obser
 = t, ``Release.colluders`` = max(m, 1)). Two analyses (``privacy.analysis``):
 
 * ``"sound"`` (default): only the last step's shares reach the sum intact, so the cohort's shares are credited to the
-  last step (noise multiplier sigma_i sqrt(1 + (t - 1) r^2) >= sigma, r the min/max client sensitivity) and the
+  last step (noise multiplier sqrt(t) sigma_i = sigma with equal clients; ``Release.shares`` otherwise) and the
   first S - 1 steps keep the owner's own sigma_i (``dpfl.accounting.observers``). For S = 1 both analyses agree.
 * ``"paper"``: Heikkilä et al. Thm 4.7: every local step is a central Poisson-subsampled Gaussian with noise
   multiplier sigma, T S compositions, RDP with the classic conversion. Unproven for S > 1 (a client's later steps
@@ -41,9 +41,9 @@ coalition: the other-silo coalition; local: a server that sees each message), wi
 The implementation is ``LocalSGD`` (FedAvg without control variates, Poisson record sampling) with gamma as its local
 step and the share sigma_i as its mechanism's noise multiplier; only the release and the share sizing are new.
 Clients with different n_i have different sensitivities C / (q n_i) (the appendix's client-specific learning rates
-gamma / (q n_i) on the clipped sum): each share is credited at its ratio to the largest sensitivity, the smallest
-first, which is sound. The appendix's relaxations (per-step and per-client learning rates, per-client clips and
-shares, fused local steps) and their accounting: ``dpfl.algorithms.joint_relaxations``.
+gamma / (q n_i) on the clipped sum): the sum is credited for the worst owner and the weakest shares, which is sound.
+The appendix's relaxations (per-step and per-client learning rates, per-client clips and shares, fused local steps)
+and their accounting: ``dpfl.algorithms.joint_relaxations``.
 """
 
 from __future__ import annotations
