@@ -168,16 +168,13 @@ COUNTS, LR, CLIP, NOISE = (40, 80, 40, 20), [1.0, 0.5, 2.0, 1.0], [1.0, 2.0, 0.5
 
 def exact_mu(alg, observer):
     """The largest mu = Delta_o / std of what ``observer`` sees (the sum, less one silo's share for another silo),
-    over owners o (and silos), from the noise the algorithm draws (std s_i = z Delta-units) and Delta_i."""
-    ids = torch.arange(4)
-    lr, clip, _, _ = alg.relaxations.rows(ids)
-    counts = torch.tensor(COUNTS)
-    delta = alg.lr * lr * alg.sampler.mean_sensitivity(clip, counts)
-    std = alg.lr * lr * alg.mechanism.noise_multiplier * alg.relaxations.noise_sensitivity(alg.sampler, counts, ids)
-    total = float(std.square().sum())
+    over owners o (and silos), with Delta_i = gamma g_i C_i / (q n_i) and s_i = f_i sigma' Delta_i (q = 1)."""
+    delta = [alg.lr * g * c / n for g, c, n in zip(LR, CLIP, COUNTS)]
+    std = [f * alg.shares.share * d for f, d in zip(NOISE, delta)]
+    total = sum(s * s for s in std)
     if observer == "third_party":
-        return max(float(d) / math.sqrt(total) for d in delta)
-    return max(float(delta[o]) / math.sqrt(total - float(std[s]) ** 2) for o in range(4) for s in range(4) if s != o)
+        return max(d / math.sqrt(total) for d in delta)
+    return max(delta[o] / math.sqrt(total - std[s] ** 2) for o in range(4) for s in range(4) if s != o)
 
 
 @pytest.mark.parametrize("analysis", ["sound", "paper"])
