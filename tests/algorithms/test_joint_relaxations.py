@@ -198,6 +198,40 @@ def test_client_specific_clips_and_shares_are_never_credited_more_than_the_worst
     assert truth * (1 - 1e-6) <= claimed(release) <= truth * (1 + 1e-4)
 
 
+class Linear:
+    """Per-example loss <theta, x_j>: gradient x_j whatever theta, clipped to ``clip``."""
+
+    def clipped_sum(self, theta, x, y, mask, clip):
+        bound = torch.as_tensor(clip, dtype=x.dtype).reshape(-1, 1, 1)
+        g = x * torch.clamp(bound / x.norm(dim=-1, keepdim=True).clamp_min(1e-30), max=1.0)
+        return (g * mask.unsqueeze(-1)).sum(1)
+
+
+def summed_updates(alg, owner: int, value: float, trials: int, seed: int) -> torch.Tensor:
+    """The sum over the 4 clients of one round's dy, for ``trials`` copies (rows with the clients' ids and streams
+    of their own); the owner's record 0 is ``value`` (clipped to C_owner), every other record 0."""
+    ids = torch.arange(4).repeat(trials)
+    x = torch.zeros(4 * trials, max(COUNTS), 1)
+    x[ids == owner, 0, 0] = value
+    data = ClientData(x, torch.zeros(4 * trials, max(COUNTS), dtype=torch.long), torch.tensor(COUNTS)[ids])
+    ctx = ClientContext(Linear(), seed, 0, ids, torch.arange(4 * trials))
+    return alg.client_round(0, {"x": torch.zeros(1)}, {}, data, ctx).messages["dy"].double().reshape(trials, 4).sum(1)
+
+
+def test_the_eq_25_instance_run_through_client_round_has_the_exact_mu():
+    """The third party's view of the instance above, measured: for each owner the coupled shift (same noise, the
+    record present or zeroed) is Delta_o, and the sum's std over 4,000 copies sqrt(sum s_i^2) (within 5%)."""
+    alg = build(COUNTS, local_steps=1, sample_rate=1.0, noise_multiplier=3.0, trust="aggregator",
+                client_lr=LR, client_clip=CLIP, client_noise=NOISE)
+    delta = [alg.lr * g * c / n for g, c, n in zip(LR, CLIP, COUNTS)]
+    std = math.sqrt(sum((f * alg.shares.share * d) ** 2 for f, d in zip(NOISE, delta)))
+    for owner in range(4):
+        shift = summed_updates(alg, owner, 1e3, 2, 9) - summed_updates(alg, owner, 0.0, 2, 9)
+        assert shift.abs().tolist() == pytest.approx([delta[owner]] * 2, rel=1e-4)
+    assert float(summed_updates(alg, 0, 0.0, 4000, 1).std()) == pytest.approx(std, rel=0.05)
+    assert max(delta) / std == pytest.approx(exact_mu(alg, "third_party"))
+
+
 # -- fused local steps ---------------------------------------------------------------------------------------------
 def test_fused_steps_are_refused_under_the_sound_analysis_and_labelled_unproven_under_the_paper():
     with pytest.raises(ConfigError) as caught:
