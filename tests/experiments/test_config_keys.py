@@ -548,6 +548,41 @@ def _colluders(p):  # 3 colluders: sigma / sqrt(3); the base's 2: sigma / sqrt(4
     assert p.release().colluders == 3
 
 
+def _local_lr_schedule(p):  # gamma_s = lr l_s; the release (and the ledger) unchanged (Heikkilä et al. Eq. 20)
+    alg = p.sim.algorithm
+    assert alg.step_lr == (1.0, 0.25) and alg.gamma(1) == pytest.approx(0.25 * alg.lr)
+    assert p.base.algorithm.step_lr == ()
+    assert p.release() == p.release(p.base)
+
+
+def _client_lr(p):  # g = (1, 0.5, 1, 1, 1, 1), equal n_i: the third party is credited Eq. 24's sqrt(5 + 1/4) shares
+    share = p.sim.algorithm.mechanism.noise_multiplier
+    assert p.sim.algorithm.relaxations.lr == (1.0, 0.5, 1.0, 1.0, 1.0, 1.0)
+    assert len(set(p.sim.train.counts.tolist())) == 1
+    assert _credited(p.sim.round_privacy()["third_party"]) == pytest.approx(share * math.sqrt(5.25))
+    assert _credited(p.base.round_privacy()["third_party"]) == pytest.approx(share * math.sqrt(6))
+
+
+def _client_clip(p):  # C = (2, 1, ..., 1): sensitivity max C_i = 2, noise sqrt(4 + 5) shares: credited 1.5 shares
+    share = p.sim.algorithm.mechanism.noise_multiplier
+    assert p.sim.algorithm.relaxations.clip == (2.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    assert _credited(p.sim.round_privacy()["third_party"]) == pytest.approx(share * 1.5)
+
+
+def _client_noise(p):  # f = (0.5, 1, ...): own draws at z = sigma' / 2, the sum sqrt(0.25 + 5) sigma'
+    share = p.base.algorithm.mechanism.noise_multiplier
+    assert p.sim.algorithm.mechanism.noise_multiplier == pytest.approx(share / 2)
+    assert _credited(p.sim.round_privacy()["third_party"]) == pytest.approx(share * math.sqrt(5.25))
+
+
+def _client_local_steps(p):  # client 0 fuses 2 local steps: in some batch of the 2 w.p. 1 - 0.9^2 (paper only)
+    from dpfl.algorithms.joint_relaxations import FUSED_UNPROVEN
+
+    assert p.sim.algorithm.relaxations.fused == (2, 1, 1, 1, 1, 1)
+    assert p.release().step_events[0].sampling_probability == pytest.approx(0.19)
+    assert p.release().unproven[-1] == FUSED_UNPROVEN[0] and FUSED_UNPROVEN[0] not in p.release(p.base).unproven
+
+
 def _min_clients(p):  # at least 4 of 6 reach the sum: shares sigma / sqrt(4 - 1), 3 others credited
     share = p.sim.algorithm.mechanism.noise_multiplier
     assert share == pytest.approx(1 / math.sqrt(3)) and p.release().contributors == 4
@@ -654,6 +689,12 @@ TABLE: dict[str, list[Row]] = {
     "algorithm.trust": [Row("'coalition'", _trust, ("algorithm.colluders=2",), base=JOINT)],
     "algorithm.colluders": [Row("3", _colluders, ("algorithm.trust='coalition'", "algorithm.colluders=2"), base=JOINT)],
     "algorithm.min_clients": [Row("4", _min_clients, base=JOINT)],
+    "algorithm.local_lr_schedule": [Row("[1.0, 0.25]", _local_lr_schedule, base=JOINT)],
+    "algorithm.client_lr": [Row("[1.0, 0.5, 1.0, 1.0, 1.0, 1.0]", _client_lr, base=JOINT)],
+    "algorithm.client_clip": [Row("[2.0, 1.0, 1.0, 1.0, 1.0, 1.0]", _client_clip, base=JOINT)],
+    "algorithm.client_noise": [Row("[0.5, 1.0, 1.0, 1.0, 1.0, 1.0]", _client_noise, base=JOINT)],
+    "algorithm.client_local_steps": [Row("[2, 1, 1, 1, 1, 1]", _client_local_steps, ("privacy.analysis='paper'",),
+                                         base=JOINT)],
     "run.seed": [Row("5", _run_seed)],
     "run.eval_every": [Row("2", _eval_every)],
     "run.checkpoint_every": [Row("3", _checkpoint_every)],
