@@ -55,7 +55,7 @@ and composed in the ledger. The calibration is ONE multiplier z for both, in uni
 ratio of Lowy et al.'s code constants, Var u1 / Var u2 = (32 C^2 R ln(2/delta)/(n^2 eps^2)) / (8 C^2 R ln(2/delta)/
 (n^2 eps^2)) = 4 = (4C/K)^2 / (2C/K)^2, is the same multiplier on both sensitivities. z is the smallest for which the
 composition of all T record-sampled Gaussians has epsilon <= privacy.epsilon; their code calibrates each stream as if
-it alone spent (eps, delta) (``theory.isrl_alternate_spider_code_sigmas``, beside ``AlternateSpider.sigmas``).
+it alone spent (eps, delta) (``theory.isrl_alternate_spider_code_sigmas``, beside ``ISRLSpider.noise_stds``).
 """
 
 from __future__ import annotations
