@@ -1,7 +1,8 @@
 """Lowy et al.'s alternate SPIDER (2023, Algorithm 11), ``isrl-spider-alt``: with the noise off it is the paper's
 recursion (a gradient round, then a difference on ONE batch at w and one step ahead); both streams are declared,
 composed and calibrated with one multiplier; Lowy et al.'s code constants sit beside the calibrated stds; a
-breast-cancer run through `dpfl run` meets privacy.epsilon towards the server and the other silos."""
+breast-cancer run through `dpfl run` meets privacy.epsilon towards the server and the other silos, and `dpfl plot`
+draws its gradient mapping."""
 
 from __future__ import annotations
 
@@ -162,4 +163,17 @@ def test_a_breast_cancer_run_meets_the_budget_towards_the_server_and_other_silos
     for observer in ("server", "other_silo"):
         assert 0 < final["epsilon"][observer] <= 1.0
     assert [r["round"] for r in results["rounds"]] == [1, 2, 3]
-    assert all(r["gradient_mapping"] > 0 and math.isfinite(r["gradient_mapping"]) for r in results["rounds"])
+    mapping = [r["gradient_mapping"] for r in results["rounds"]]
+    assert all(m > 0 and math.isfinite(m) for m in mapping)
+    # `dpfl plot` draws it in a fourth panel
+    import matplotlib.pyplot as plt
+
+    drawn, original = {}, plt.close
+    plt.close = lambda fig: drawn.setdefault("fig", fig)
+    try:
+        assert main(["plot", str(tmp_path / "run"), "--out", str(tmp_path / "run.png")]) == 0
+    finally:
+        plt.close = original
+    panel = drawn["fig"].axes[3]
+    assert panel.get_yscale() == "log" and list(panel.get_lines()[0].get_ydata()) == pytest.approx(mapping)
+    assert (tmp_path / "run.png").stat().st_size > 0

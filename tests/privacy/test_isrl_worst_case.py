@@ -12,6 +12,8 @@ be run from theta = 0 and the rounds' messages are the transcript). All records 
 * isrl-spider with s = 1, q = 2: the checkpoint rounds (0 and 2) move h_i by 2C/n with std z1 2C/n; the difference rounds
   carry no signal (a linear loss has the same gradient at both iterates) but their noise is declared and composed,
   so the claim covers mu = sqrt(2)/z1 with room to spare.
+* isrl-spider-alt (Lowy et al.'s Algorithm 11) with s = 1: the same rounds (it is the q = 2 recursion), one z for
+  both streams: the gradient rounds 0 and 2 and the difference rounds 1 and 3, the difference noise std z 2(2C)/n.
 
 No other silo's noise is credited (ISRL-DP), so the server's and another silo's claim must both be at least the
 exact Gaussian epsilon of that mu (Dong, Roth, Su 2022), and the single-release claim of Prox-SGD is exactly it.
@@ -29,8 +31,8 @@ from scipy import stats
 from dpfl.accounting import exact as ex
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import OTHER_SILO, SERVER, observer_events
-from dpfl.algorithms.isrl import ISRLConfig, build_isrl
-from dpfl.algorithms.isrl_spider import SpiderConfig, build_spider
+from dpfl.algorithms.isrl import ISRLConfig, ISRLKeys, build_isrl
+from dpfl.algorithms.isrl_spider import SpiderConfig, build_alternate_spider, build_spider
 from dpfl.algorithms.registry import Setting
 from dpfl.algorithms.worst_case import LinearQuadraticOracle
 from dpfl.engine.protocol import ClientContext, ClientData
@@ -47,6 +49,8 @@ def algorithm(name: str):
                       epsilon=EPSILON)
     if name == "isrl-spider":
         return build_spider(name, SpiderConfig(lr=ETA, clip=CLIP, sample_rate=1.0, period=2), setting)
+    if name == "isrl-spider-alt":
+        return build_alternate_spider(name, ISRLKeys(lr=ETA, clip=CLIP, sample_rate=1.0), setting)
     return build_isrl(name, ISRLConfig(lr=ETA, clip=CLIP, sample_rate=1.0, local_steps=2), setting)
 
 
@@ -117,10 +121,11 @@ def test_the_baselines_compose_their_draws(name, steps):
         assert eps == pytest.approx(EPSILON, rel=1e-3)  # s = 1: no amplification, the exact composed Gaussian
 
 
-def test_spider_composes_both_streams():
-    alg = algorithm("isrl-spider")
+@pytest.mark.parametrize("name", ["isrl-spider", "isrl-spider-alt"])
+def test_spider_composes_both_streams(name):
+    alg = algorithm(name)
     z1, z2 = alg.checkpoint.noise_multiplier, alg.difference.noise_multiplier
-    assert z2 == pytest.approx(z1)  # q = 2 over 4 rounds: 2 checkpoints, 2 differences, equal halves
+    assert z2 == pytest.approx(z1)  # q = 2 over 4 rounds: 2 checkpoints, 2 differences, equal halves; alt: one z
     plus, minus = transcript(alg, CLIP, 2), transcript(alg, -CLIP, 2)
     shift = (plus - minus)[0].tolist()
     assert shift == pytest.approx([2 * CLIP / RECORDS, 0, 2 * CLIP / RECORDS, 0], abs=1e-6)  # h_i, no step

@@ -93,7 +93,7 @@ class SpiderConfig(ISRLKeys):
 
 @dataclass(frozen=True)
 class ISRLSpider:
-    """ISRL-DP FedProx-SPIDER (see the module docstring)."""
+    """ISRL-DP FedProx-SPIDER, and with q = 2 and one z the alternate SPIDER (see the module docstring)."""
 
     lr: float
     clip: float
