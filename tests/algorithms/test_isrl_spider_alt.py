@@ -127,7 +127,7 @@ def test_one_multiplier_for_both_streams_composed_over_every_round():
     gradient_rounds.compose(event, 5)  # the gradient stream alone: what calibrating it alone would claim
     assert gradient_rounds.get_epsilon(DELTA) < 0.8
     # the difference noise is twice the gradient noise: one z on sensitivities 4C/K and 2C/K
-    gradient_std, difference_std = alg.noise_stds(counts)
+    gradient_std, difference_std = alg.noise_std(0, counts), alg.noise_std(1, counts)
     assert difference_std.tolist() == pytest.approx((2 * gradient_std).tolist())
     assert gradient_std.tolist() == pytest.approx([z * 2 / 10, z * 2 / 15, z * 2 / 12])
 
@@ -142,7 +142,7 @@ def test_the_papers_code_constants_are_below_the_composed_calibration(n, rounds,
     clip, epsilon, paper_rounds = 1.0, 1.0, (rounds + 1) // 2
     assert batch == min(n, int(n * math.sqrt(24) / (2 * math.sqrt(paper_rounds))))
     alg = build(rounds=rounds, counts=(n,), sample_rate=batch / n, clip=clip, epsilon=epsilon)
-    gradient_std, difference_std = (float(s[0]) for s in alg.noise_stds(torch.tensor([n])))
+    gradient_std, difference_std = (float(alg.noise_std(r, torch.tensor([n]))[0]) for r in (0, 1))
     code_u1, code_u2 = theory.isrl_alternate_spider_code_sigmas(epsilon, DELTA, clip, paper_rounds, n)
     assert code_u1 == pytest.approx(2 * code_u2)
     assert code_u2 == pytest.approx(math.sqrt(8 * paper_rounds * math.log(2 / DELTA)) / (n * epsilon))

@@ -28,7 +28,7 @@ def pooled_gradient(sim, x: torch.Tensor) -> torch.Tensor:
     return theta.grad
 
 
-@pytest.mark.parametrize("name", ["isrl-mb-sgd", "isrl-spider-alt"])
+@pytest.mark.parametrize("name", ["isrl-mb-sgd", "isrl-spider-alt", "isrl-prox-svrg"])
 def test_without_f1_it_is_the_squared_norm_of_the_train_gradient(name):
     sim = simulation(f"algorithm.name='{name}'", "privacy.epsilon=2.0")
     history = sim.run(2)

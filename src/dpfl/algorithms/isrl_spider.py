@@ -55,7 +55,7 @@ and composed in the ledger. The calibration is ONE multiplier z for both, in uni
 ratio of Lowy et al.'s code constants, Var u1 / Var u2 = (32 C^2 R ln(2/delta)/(n^2 eps^2)) / (8 C^2 R ln(2/delta)/
 (n^2 eps^2)) = 4 = (4C/K)^2 / (2C/K)^2, is the same multiplier on both sensitivities. z is the smallest for which the
 composition of all T record-sampled Gaussians has epsilon <= privacy.epsilon; their code calibrates each stream as if
-it alone spent (eps, delta) (``theory.isrl_alternate_spider_code_sigmas``, beside ``ISRLSpider.noise_stds``).
+it alone spent (eps, delta) (``theory.isrl_alternate_spider_code_sigmas``, beside ``ISRLSpider.noise_std``).
 """
 
 from __future__ import annotations
@@ -180,11 +180,11 @@ class ISRLSpider:
         h = mean if self.is_checkpoint(round_index) else server["h"] + mean
         return {"x": self.regularizer.prox(server["x"] - self.lr * h, self.lr), "x_prev": server["x"], "h": h}
 
-    def noise_stds(self, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each silo's noise std [clients] in the checkpoint stream, z1 Delta1, and in the difference stream at the
-        unverified bound B_r = 2C, z2 2 B_r / K (the sigma_u2 and sigma_u1 of Lowy et al.'s Algorithm 11)."""
-        return (self.checkpoint.noise_multiplier * self.sampler.mean_sensitivity(self.clip, counts),
-                self.difference.noise_multiplier * self.sampler.mean_sensitivity(2.0 * self.clip, counts))
+    def noise_std(self, round_index: int, counts: torch.Tensor) -> torch.Tensor:
+        """Each silo's noise std [clients] in the round: z1 Delta1 in a checkpoint round, z2 2 B_r / K at the
+        unverified bound B_r = 2C in a difference round (the alternate SPIDER's sigma_u2 and sigma_u1)."""
+        bound = self.clip if self.is_checkpoint(round_index) else 2.0 * self.clip
+        return self.stream(round_index).noise_multiplier * self.records(round_index).mean_sensitivity(bound, counts)
 
     def regulariser(self, x: torch.Tensor) -> float:
         return self.regularizer.value(x)
