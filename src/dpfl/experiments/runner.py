@@ -7,7 +7,7 @@ results.json is written (atomically) after every evaluated round and when the ru
 the latest results. It holds "config", "data" (where the data came from and how it was made,
 ``FederatedDataset.info``: its source (for a file: path, format, sha256, columns or arrays), classes, partition,
 split, preprocessing), "rounds" (one entry per evaluated round: round, test_accuracy, train_loss,
-epsilon per observer), "final" (the same keys plus delta, for the model after the last round done), "privacy"
+epsilon per observer, and gradient_mapping for an algorithm with a prox step: ``RoundMetrics``), "final" (the same keys plus delta, for the model after the last round done), "privacy"
 (accountant, conversion, observers, what each sees), "status" ("running": the run has not ended, or its process died
 (resume it); "finished": it ran all its rounds; "stopped": see "stopped_by"), "wall_seconds" (the time in the round
 loop over the whole run, across resumes), "session_seconds" (this process's part of it), "stopped_reason" and
