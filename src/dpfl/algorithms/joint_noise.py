@@ -62,6 +62,8 @@ from dpfl.engine.sampling import ClientSampler, RecordSampler
 from dpfl.errors import ConfigError, check_range
 
 TRUST = ("aggregator", "clients", "coalition", "local")
+#: algorithm.noise: real Gaussian shares, or integer Skellam shares (``dpfl.algorithms.joint_skellam``)
+NOISES = ("gaussian", "skellam")
 #: sigma when neither algorithm.noise_multiplier nor privacy.epsilon is given
 DEFAULT_NOISE = 1.0
 #: coordinates of a message beyond this many share standard deviations (per step) are clamped before secure
@@ -183,6 +185,12 @@ class JointNoiseConfig:
     min_clients: int | None = field(default=None, metadata={
         "help": "t, the fewest clients whose update reaches the sum (secure aggregation's dropout threshold, > half "
                 "the cohort; default: the whole cohort)", "min": 1})
+    noise: str = field(default="gaussian", metadata={
+        "choices": NOISES, "help": "the shares: real Gaussian, or integer Skellam after randomised rounding at "
+                                   "skellam_scale (the rounding accounted; dpfl.algorithms.joint_skellam)"})
+    skellam_scale: float = field(default=2.0**16, metadata={
+        "help": "s, integer units per unit of a client's mean clipped gradient (noise = 'skellam'): larger is closer "
+                "to Gaussian, smaller fits privacy.secagg_bits"})
 
 
 def cohort_of(config: JointNoiseConfig, num_clients: int) -> tuple[float, str]:
@@ -196,16 +204,23 @@ def build_joint_noise(name: str, config: JointNoiseConfig, setting: Setting) -> 
     """The algorithm of a config: sigma from algorithm.noise_multiplier or calibrated to privacy.epsilon."""
     if config.trust not in TRUST:
         raise ConfigError("algorithm.trust", config.trust, f"one of {list(TRUST)}")
+    if config.noise not in NOISES:
+        raise ConfigError("algorithm.noise", config.noise, f"one of {list(NOISES)}")
     check_range("algorithm.clip", config.clip, 0.0, low_open=True)
     cohort = ClientSampler(setting.num_clients, setting.client_rate, setting.client_sampling).cohort_size
     sampler = RecordSampler(config.sample_rate, "poisson")
 
     def algorithm(sigma: float) -> JointNoise:
         shares = NoiseShares(sigma, cohort, config.trust, config.colluders, config.min_clients)
-        return JointNoise(local_steps=config.local_steps, lr=config.lr, sampler=sampler,
-                          mechanism=GaussianMechanism(shares.share), clip=config.clip,
-                          weight_decay=config.weight_decay, shares=shares,
-                          accountant="rdp-integer" if setting.analysis == "paper" else "rdp")
+        gaussian = JointNoise(local_steps=config.local_steps, lr=config.lr, sampler=sampler,
+                              mechanism=GaussianMechanism(shares.share), clip=config.clip,
+                              weight_decay=config.weight_decay, shares=shares,
+                              accountant="rdp-integer" if setting.analysis == "paper" else "rdp")
+        if config.noise == "gaussian":
+            return gaussian
+        from dpfl.algorithms.joint_skellam import skellam_variant  # it builds on JointNoise: imported when used
+
+        return skellam_variant(gaussian, config.skellam_scale, setting.dimension, setting.train_counts)
 
     if setting.epsilon is None:
         return algorithm(DEFAULT_NOISE if config.noise_multiplier is None else config.noise_multiplier)
@@ -250,5 +265,5 @@ register(AlgorithmSpec(
     release_keys=("algorithm.rounds",), cohort=cohort_of,
 ))
 
-__all__ = ["TRUST", "NoiseShares", "JointNoise", "JointNoiseConfig", "cohort_of", "build_joint_noise",
+__all__ = ["TRUST", "NOISES", "NoiseShares", "JointNoise", "JointNoiseConfig", "cohort_of", "build_joint_noise",
            "calibrated_noise"]

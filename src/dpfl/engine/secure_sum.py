@@ -17,11 +17,15 @@ The decoded sum differs from the simulated one by the rounding, below n / s per 
 A round with too few clients left, or a malformed, replayed or out-of-round message, raises ``SecAggError`` and the
 server's step does not run (no partial update); the ledger charged the round before any noise was drawn.
 
-Privacy: the ledger charges the continuous Gaussian shares the clients drew (``dpfl.accounting.observers``). The
-server sees the sum of each client's randomly rounded update rather than the rounded sum; the difference (at most
-n / s per coordinate, ~1e-7 of the clamping bound at 32 bits and 50 clients) is not in the accounting. A
-distributed discrete Gaussian or Skellam analysis of the rounded values (Kairouz, Liu, Steinke 2021; Agarwal et al.
-2021) would cover it; dpfl does not do it yet.
+Integer messages (an algorithm that discretises itself, e.g. dp-fedavg-joint with ``noise = "skellam"``) skip steps 1
+and 2: their bounds are in integer units, they are wrapped as they are and the decoded integer sum is exact
+(``_encode_integers`` refuses a round that could wrap around); the algorithm divides by its own scale.
+
+Privacy of real messages: the ledger charges the continuous Gaussian shares the clients drew
+(``dpfl.accounting.observers``). The server sees the sum of each client's randomly rounded update rather than the
+rounded sum; the difference (at most n / s per coordinate, ~1e-7 of the clamping bound at 32 bits and 50 clients) is
+not in the accounting of this Gaussian path. The Skellam path of dp-fedavg-joint (``dpfl.algorithms.joint_skellam``)
+rounds before its noise and has the rounding in its accounting.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import torch
 
 from dpfl.engine.randomness import ClientStreams
 from dpfl.errors import ConfigError, check_range
-from dpfl.protocols.quantize import Discretisation
+from dpfl.protocols.quantize import Discretisation, OverflowRiskError
 from dpfl.protocols.secagg import simulate_round
 
 
@@ -71,25 +75,56 @@ class SecureAggregation:
             raise ConfigError("privacy.secure_aggregation", True,
                               f"an algorithm that bounds every message it sends (no bound for {missing})")
         n = int(clients.numel())
-        flat = torch.cat([rows[k].reshape(n, -1).to(torch.float64) for k in names], 1)
+        integer = [k for k in names if not rows[k].dtype.is_floating_point]
+        if integer and len(integer) != len(names):
+            raise ValueError(f"messages {integer} are integers and the others are not: secure aggregation sums one kind")
+        dtype = torch.int64 if integer else torch.float64
+        flat = torch.cat([rows[k].reshape(n, -1).to(dtype) for k in names], 1)
         widths = [rows[k][0].numel() for k in names]
         limit = torch.cat([torch.full((w,), float(self.bounds[k]), dtype=torch.float64) for k, w in zip(names, widths)])
-        largest = float(limit.max())
+        encoded, ring = self._encode_integers(flat, limit) if integer else self._encode_reals(flat, limit, clients,
+                                                                                             seed, round_index)
+        result = simulate_round(encoded, self.threshold(n), self._leaving(clients), self.bits, None, round_index,
+                                clients.tolist())
+        total = ring.decode(result.total)
+        if integer:
+            total = total.round().to(torch.int64)  # |total| < 2^(bits-1) <= 2^62: exact in float64 below 2^53
+        sums, start = {}, 0
+        for k, width in zip(names, widths):
+            sums[k] = total[start : start + width].reshape(rows[k].shape[1:]).to(rows[k].dtype)
+            start += width
+        return sums, result.contributors
+
+    def _encode_reals(self, flat: torch.Tensor, limit: torch.Tensor, clients: torch.Tensor, seed: int,
+                      round_index: int) -> tuple[torch.Tensor, Discretisation]:
+        """Steps 1 and 2 of the module docstring: clamp, scale, round at random, wrap."""
+        n, largest = flat.shape[0], float(limit.max())
         per_client = (2 ** (self.bits - 1) - 1) // n - 1  # ceil(s B) <= per_client + 1: n of them never wrap
         if per_client < 1:
             raise ConfigError("privacy.secagg_bits", self.bits, f"more bits: {n} clients do not fit in 2^{self.bits}")
         ring = Discretisation(per_client / largest, self.bits)
         ring.check_headroom(largest, n, dimension=flat.shape[1])
         uniform = ClientStreams(seed, round_index, clients, "rounding").uniform([(flat.shape[1],)] * n)
-        encoded = ring.encode(torch.maximum(torch.minimum(flat, limit), -limit), uniform.to(torch.float64))
-        result = simulate_round(encoded, self.threshold(n), self._leaving(clients), self.bits, None, round_index,
-                                clients.tolist())
-        total = ring.decode(result.total)
-        sums, start = {}, 0
-        for k, width in zip(names, widths):
-            sums[k] = total[start : start + width].reshape(rows[k].shape[1:]).to(rows[k].dtype)
-            start += width
-        return sums, result.contributors
+        return ring.encode(torch.maximum(torch.minimum(flat, limit), -limit), uniform.to(torch.float64)), ring
+
+    def _encode_integers(self, flat: torch.Tensor, limit: torch.Tensor) -> tuple[torch.Tensor, Discretisation]:
+        """Integer messages (already discretised by the algorithm, e.g. Skellam shares) are wrapped as they are, with
+        no clamping (which would break their sum): the bounds are in integer units, and a round is refused
+        (``OverflowRiskError``) before anything is sent when n clients' bounds could wrap around mod 2^bits, or when a
+        client's message exceeds its bound (then the sum could wrap: an error, never a wrong decoding)."""
+        n, largest = flat.shape[0], float(limit.max())
+        ring = Discretisation(1.0, self.bits)
+        if n * largest > ring.modulus // 2 - 1:
+            raise OverflowRiskError(
+                f"{n} clients' integer messages of up to {largest:.4g} per coordinate can sum to {n * largest:.4g}, "
+                f"beyond 2^(bits-1) - 1 = {ring.modulus // 2 - 1} for privacy.secagg_bits = {self.bits}: the sum "
+                "would wrap around. Raise privacy.secagg_bits or lower the algorithm's scale (algorithm.skellam_scale)")
+        beyond = flat.abs().to(torch.float64) > limit
+        if bool(beyond.any()):
+            client = int(beyond.any(1).nonzero()[0])
+            raise OverflowRiskError(f"client row {client}'s integer message exceeds the bound it declared (up to "
+                                    f"{float(limit.max()):.4g} per coordinate): its sum could wrap around mod 2^bits")
+        return ring.wrap(flat), ring
 
     def _leaving(self, clients: torch.Tensor) -> dict[int, str]:
         present = set(clients.tolist())
