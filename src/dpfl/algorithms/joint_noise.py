@@ -38,6 +38,10 @@ sigma is ``algorithm.noise_multiplier``, or, with ``privacy.epsilon``, the small
 that epsilon towards the observer the trust setting protects against (aggregator: a third party; clients and
 coalition: the other-silo coalition; local: a server that sees each message), with the ledger's own accountant.
 
+``noise = "skellam"`` makes the shares integers (``dpfl.algorithms.joint_skellam``): every step's gradient is rounded
+at a scale s and given an integer Skellam share, the message is the integer sum of the steps, and the events hold the
+rounding; the sizing of the shares above is the same.
+
 The implementation is ``LocalSGD`` (FedAvg without control variates, Poisson record sampling) with gamma as its local
 step and the share sigma_i as its mechanism's noise multiplier; only the release and the share sizing are new.
 Clients with different n_i have different sensitivities C / (q n_i) (the appendix's client-specific learning rates
