@@ -210,6 +210,7 @@ def build_joint_noise(name: str, config: JointNoiseConfig, setting: Setting) -> 
         raise ConfigError("algorithm.trust", config.trust, f"one of {list(TRUST)}")
     if config.noise not in NOISES:
         raise ConfigError("algorithm.noise", config.noise, f"one of {list(NOISES)}")
+    check_range("algorithm.skellam_scale", config.skellam_scale, 0.0, low_open=True)
     check_range("algorithm.clip", config.clip, 0.0, low_open=True)
     cohort = ClientSampler(setting.num_clients, setting.client_rate, setting.client_sampling).cohort_size
     sampler = RecordSampler(config.sample_rate, "poisson")
