@@ -153,6 +153,21 @@ def test_the_claim_is_never_below_the_exact_curve_of_a_worst_case_1d_instance(un
         assert np.all(claim >= exact * (1 - 1e-9)), (claim - exact).min()
 
 
+@pytest.mark.slow  # ~4 s: a bracket-and-bisection solve over Skellam curves
+def test_privacy_epsilon_calibrates_the_skellam_shares_to_the_ledger_of_the_run():
+    """sigma from privacy.epsilon = 2 over 5 rounds: the Skellam run's ledger spends 2.0 (and needs more noise than
+    the Gaussian path: 4.72 against 3.95 here, S = 3, q = 0.1)."""
+    setting = Setting(client_rate=1.0, num_clients=10, train_counts=(100,) * 10, rounds=5, delta=1e-5, epsilon=2.0,
+                      dimension=1000)
+    alg = build_joint_noise("dp-fedavg-joint", JointNoiseConfig(noise="skellam", local_steps=3), setting)
+    release = alg.release(0, None, Train([100] * 10))
+    event = observer_events(release, ClientSampler(10, 1.0).cohort(0), "secagg", "sound")["other_silo"]
+    ledger = PrivacyLedger(("other_silo",), 1e-5, None, None, "sound", alg.neighboring, alg.accountant)
+    assert ledger.epsilon_after([{"other_silo": event}] * 5, ["other_silo"])["other_silo"] == pytest.approx(2.0,
+                                                                                                         rel=2e-3)
+    assert alg.shares.noise_multiplier == pytest.approx(4.72, abs=0.01)
+
+
 # -- Heikkilä et al., Table 1, Skellam at 32 bits ---------------------------------------------------------------------
 #: Heikkilä et al., Table 1: local steps -> the averaged model's epsilon for 1, 2, 5, 10 parties (q = 0.1, delta =
 #: 1e-5, each party's model (5, 1e-5)-DP), and sigma_total = sqrt(N) sigma_LDP to two decimals.
