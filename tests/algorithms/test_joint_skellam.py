@@ -18,7 +18,7 @@ from scipy.special import gammaln, logsumexp
 
 from dpfl.accounting.conversion import rdp_to_epsilon
 from dpfl.accounting.ledger import PrivacyLedger
-from dpfl.accounting.observers import observer_events, scale_noise
+from dpfl.accounting.observers import observer_events
 from dpfl.accounting.rdp import NeighborRel, rdp_curve
 from dpfl.accounting.skellam import poisson_subsampled_rdp, skellam_rdp
 from dpfl.algorithms.joint_noise import JointNoiseConfig, build_joint_noise
@@ -26,6 +26,7 @@ from dpfl.algorithms.joint_skellam import JointSkellam, SkellamRounding
 from dpfl.algorithms.registry import Setting
 from dpfl.cli import main
 from dpfl.engine.boundary import Boundary
+from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.engine.sampling import ClientSampler
 from dpfl.engine.secure_sum import SecureAggregation
 from dpfl.errors import ConfigError
@@ -139,18 +140,51 @@ def exact_rdp(lam: float, shift: float, offset: float, q: float, orders) -> np.n
 @pytest.mark.parametrize("unit, offset", [(0.5, 0.0), (0.5, 0.7), (2.5, 0.3), (7.0, 0.0), (7.0, 0.5)])
 @pytest.mark.parametrize("q", [1.0, 0.1])
 def test_the_claim_is_never_below_the_exact_curve_of_a_worst_case_1d_instance(unit, offset, q):
-    """d = 1, s D = ``unit`` integer units per sensitivity, noise multiplier 1: the owner's own step, and the same
-    step with 4 more clients' shares summed in (the credited last step). The input moves by the full sensitivity
-    (a record whose clipped gradient is C), from any offset; the claim (the step event the release declares, under
-    zero-out) is at least the exact curve at every order 2..32."""
+    """A 1-D model (d = 1) of 10 clients of 100 records, 2 local steps, sigma = 1 summed over the cohort (trusted
+    aggregator), at a scale giving s D_min = ``unit`` integer units per sensitivity: the third party's two declared
+    step events (the first at the owner's share, the last with the cohort's shares summed in). The exact instance
+    for each: the owner's integer input moves by the full sensitivity (a record whose clipped gradient is C) from any
+    offset, the other clients' rounded inputs are fixed, and the noise is Sk(lam, lam) of the event's variance; the
+    claim is at least the exact curve at every order 2..32."""
     orders = np.arange(2, 33, dtype=float)
-    own = SkellamRounding(scale=unit, dimension=1, unit=1.0).event(1.0)
-    for event, factor in ((own, 1.0), (scale_noise(own, math.sqrt(5)), math.sqrt(5))):
-        lam = (unit * factor) ** 2 / 2
-        claim = rdp_curve(dp_event.PoissonSampledDpEvent(q, event) if q < 1 else event, orders,
-                          NeighborRel.REPLACE_SPECIAL)
+    records = 100 if q < 1 else 10  # D_min = C / (q n) = 0.1
+    alg = build(scale=unit / 0.1, q=q, records=records, dimension=1, trust="aggregator")
+    release = alg.release(0, None, Train([records] * 10))
+    event = observer_events(release, ClientSampler(10, 1.0).cohort(0), "secagg", "sound")["third_party"]
+    for part in event.events:
+        step = part.event  # PoissonSampled(q, Skellam)
+        assert step.event.scale == pytest.approx(unit)
+        lam = step.event.scale**2 * step.event.variance / 2
+        claim = rdp_curve(step, orders, NeighborRel.REPLACE_SPECIAL)
         exact = exact_rdp(lam, unit, offset, q, orders)
         assert np.all(claim >= exact * (1 - 1e-9)), (claim - exact).min()
+
+
+class ZeroGradients:
+    """Duck-typed CohortGradients whose clipped sums are 0: a client's message is its integer noise alone."""
+
+    def clipped_sum(self, theta, x, y, mask, clip):
+        return torch.zeros(theta.shape[0], theta.shape[1], dtype=theta.dtype)
+
+
+def test_the_drawn_integer_shares_have_the_declared_variance():
+    """3 local steps, zero gradients: client i's message is the sum of its 3 shares, of variance 3 (s sigma_i D_i)^2
+    in integer units, D_i = C / (q n_i) (clients of 50 and 100 records: D_i / D_min = 2 and 1); checked on 20,000
+    coordinates, and the sum over the cohort is Sk of the summed variance (its std)."""
+    counts = torch.tensor([50, 100, 100, 100])
+    setting = Setting(client_rate=1.0, num_clients=4, train_counts=tuple(counts.tolist()), rounds=1, delta=1e-5,
+                      dimension=20_000)
+    alg = build_joint_noise("dp-fedavg-joint", JointNoiseConfig(noise="skellam", skellam_scale=16.0, local_steps=3,
+                                                                noise_multiplier=2.0, trust="aggregator"), setting)
+    data = ClientData(torch.zeros(4, 100, 1), torch.zeros(4, 100, dtype=torch.long), counts)
+    out = alg.client_round(0, {"x": torch.zeros(20_000)}, {}, data, ClientContext(ZeroGradients(), 3, 0,
+                                                                                    torch.arange(4)))
+    assert out.events == [alg.step_noise_event] * 3
+    message = out.messages["dy"].double()
+    share_std = 16.0 * 1.0 * 0.1  # s sigma_i D_min: sigma_i = 2 / sqrt(4), D_min = 1 / (0.1 * 100)
+    expected = torch.tensor([2.0, 1.0, 1.0, 1.0]) * share_std * math.sqrt(3)
+    torch.testing.assert_close(message.std(1), expected.double(), rtol=0.02, atol=0)
+    assert float(message.sum(0).std()) == pytest.approx(float(expected.square().sum().sqrt()), rel=0.02)
 
 
 @pytest.mark.slow  # ~4 s: a bracket-and-bisection solve over Skellam curves
