@@ -169,22 +169,22 @@ class ZeroGradients:
 
 def test_the_drawn_integer_shares_have_the_declared_variance():
     """3 local steps, zero gradients: client i's message is the sum of its 3 shares, of variance 3 (s sigma_i D_i)^2
-    in integer units, D_i = C / (q n_i) (clients of 50 and 100 records: D_i / D_min = 2 and 1); checked on 20,000
-    coordinates, and the sum over the cohort is Sk of the summed variance (its std)."""
+    in integer units, D_i = C / (q n_i) (clients of 50 and 100 records: D_i / D_min = 2 and 1); checked on 8,000
+    coordinates (the sample std's relative error is ~0.8%), and the sum over the cohort is Sk of the summed variance."""
     counts = torch.tensor([50, 100, 100, 100])
     setting = Setting(client_rate=1.0, num_clients=4, train_counts=tuple(counts.tolist()), rounds=1, delta=1e-5,
-                      dimension=20_000)
+                      dimension=8_000)
     alg = build_joint_noise("dp-fedavg-joint", JointNoiseConfig(noise="skellam", skellam_scale=16.0, local_steps=3,
                                                                 noise_multiplier=2.0, trust="aggregator"), setting)
     data = ClientData(torch.zeros(4, 100, 1), torch.zeros(4, 100, dtype=torch.long), counts)
-    out = alg.client_round(0, {"x": torch.zeros(20_000)}, {}, data, ClientContext(ZeroGradients(), 3, 0,
+    out = alg.client_round(0, {"x": torch.zeros(8_000)}, {}, data, ClientContext(ZeroGradients(), 3, 0,
                                                                                     torch.arange(4)))
     assert out.events == [alg.step_noise_event] * 3
     message = out.messages["dy"].double()
     share_std = 16.0 * 1.0 * 0.1  # s sigma_i D_min: sigma_i = 2 / sqrt(4), D_min = 1 / (0.1 * 100)
     expected = torch.tensor([2.0, 1.0, 1.0, 1.0]) * share_std * math.sqrt(3)
-    torch.testing.assert_close(message.std(1), expected.double(), rtol=0.02, atol=0)
-    assert float(message.sum(0).std()) == pytest.approx(float(expected.square().sum().sqrt()), rel=0.02)
+    assert message.std(1).tolist() == pytest.approx(expected.tolist(), rel=0.04)
+    assert float(message.sum(0).std()) == pytest.approx(float(expected.square().sum().sqrt()), rel=0.04)
 
 
 @pytest.mark.slow  # ~4 s: a bracket-and-bisection solve over Skellam curves
@@ -300,7 +300,7 @@ def test_a_tiny_noise_run_follows_the_gaussian_run_at_a_huge_scale():
     skellam, gaussian = simulation(*common), simulation(*common, "algorithm.noise='gaussian'")
     skellam.run(2)
     gaussian.run(2)
-    torch.testing.assert_close(skellam.model, gaussian.model, rtol=0, atol=1e-5)
+    assert float((skellam.model - gaussian.model).abs().max()) < 1e-5
     assert not torch.equal(skellam.model, gaussian.model)
 
 

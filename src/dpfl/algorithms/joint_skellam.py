@@ -148,7 +148,8 @@ class JointSkellam(JointNoise):
         keys = ctx.streams("records").uniform([(S, int(c)) for c in data.counts])  # [n, S, max count]
         uniform = ctx.streams("rounding").uniform([(S, P)] * n)  # [n, S, P]
         sensitivity = self.sampler.mean_sensitivity(self.clip, data.counts)
-        noise = torch.stack([skellam_noise(event, uniform[0], generator, ratio=float(d / self.rounding.unit))
+        steps = torch.empty(S, P)  # the shape of one client's shares
+        noise = torch.stack([skellam_noise(event, steps, generator, ratio=float(d / self.rounding.unit))
                              for generator, d in zip(ctx.streams("noise").generators, sensitivity)])  # [n, S, P]
         y = x.expand(n, P).clone()
         message = torch.zeros(n, P, dtype=torch.int64)
