@@ -49,6 +49,7 @@ ISRL = ("algorithm.name='isrl-prox-sgd'", "data.num_clients=6", "data.samples_pe
         "algorithm.client_rate=1.0", "privacy.epsilon=2.0")
 ISRL_LOCAL = (*ISRL, "algorithm.name='isrl-local-sgd'")
 ISRL_SPIDER = (*ISRL, "algorithm.name='isrl-spider'", "algorithm.rounds=6")
+ISRL_SVRG = (*ISRL, "algorithm.name='isrl-prox-pl-svrg'", "algorithm.rounds=6")
 OWN = "$OWN"  # in a row's value or extra keys: the folder the probe writes the user's own files to (write_own_files)
 CSV = ("data.name='csv'", f"data.path='{OWN}/own.csv'")
 SITE_SIZES = (180, 120, 60)  # own.csv's records per site (its client column)
@@ -406,6 +407,19 @@ def _period(p):  # q = 3: checkpoints in rounds 1 and 4 (z1), differences betwee
     assert sim.checkpoint.noise_multiplier != sim.difference.noise_multiplier
 
 
+def _svrg_period(p):  # one run of Alg. 1, a snapshot every Q = 2 rounds (default Q = 5)
+    assert [p.sim.algorithm.is_checkpoint(t) for t in range(6)] == [True, False] * 3
+    assert [p.base.algorithm.is_checkpoint(t) for t in range(6)] == [True, False, False, False, False, True]
+
+
+def _restarts(p):  # S = 2 runs of Alg. 1 over 6 rounds (default min(4, R) = 4); the model ends each at its output
+    assert p.sim.algorithm.starts == (0, 3) and p.base.algorithm.starts == (0, 1, 3, 4)
+    history = p.sim.run(3)
+    output = p.sim.algorithm.outputs[0]
+    assert p.sim.state.server["x"].tolist() == p.sim.state.server["output"].tolist() and output in (0, 1, 2)
+    assert len(history) == 3
+
+
 def _spider_feature_clip(p):  # logreg on features of norm <= 0.5, clip 2 >= sqrt(2 (R^2 + 1)): beta = (0.25 + 1)/2
     assert p.sim.algorithm.smoothness == pytest.approx(0.625) and p.base.algorithm.smoothness is None
     assert p.sim.algorithm.feature_clip == 0.5
@@ -645,7 +659,9 @@ TABLE: dict[str, list[Row]] = {
     "algorithm.feature_clip": [Row("0.5", _feature_clip, ("algorithm.convex=true", "algorithm.clip=2.0"), base=PNS),
                                Row("0.5", _spider_feature_clip, ("algorithm.clip=2.0",),
                                    base=ISRL_SPIDER)],
-    "algorithm.period": [Row("3", _period, base=ISRL_SPIDER)],
+    "algorithm.period": [Row("3", _period, base=ISRL_SPIDER), Row("2", _svrg_period, ("algorithm.restarts=1",),
+                                                                      base=ISRL_SVRG)],
+    "algorithm.restarts": [Row("2", _restarts, base=ISRL_SVRG)],
     "privacy.analysis": [Row("'paper'", _analysis)],
     "privacy.conversion": [Row("'classic'", _conversion)],
     "privacy.boundary": [Row("'trusted'", _boundary_trusted), Row("'secagg'", _boundary_secagg)],

@@ -89,11 +89,20 @@ class ISRLSpider:
         """The round's noise stream: the checkpoint one (z1) or the difference one (z2)."""
         return self.checkpoint if self.is_checkpoint(round_index) else self.difference
 
+    def records(self, round_index: int) -> RecordSampler:
+        """The records a round's message is computed on: a minibatch of ``sampler`` in both streams."""
+        return self.sampler
+
+    def reference(self, server: dict) -> torch.Tensor:
+        """The point the difference rounds subtract the gradient at: the last iterate w_{r-1}."""
+        return server["x_prev"]
+
     def release(self, round_index: int, state: State, train) -> Release:
         """The round's one draw: the checkpoint stream (z1) or the difference stream (z2), record-sampled, not
         additive (ISRL-DP)."""
-        event = self.sampler.event(self.stream(round_index).event, train.counts)
-        divisors = self.sampler.divisor(train.counts)
+        records = self.records(round_index)
+        event = records.event(self.stream(round_index).event, train.counts)
+        divisors = records.divisor(train.counts)
         return Release((event,), (False,), float(divisors.min() / divisors.max()))
 
     def init_state(self, x0: torch.Tensor, num_clients: int) -> State:
@@ -114,20 +123,22 @@ class ISRLSpider:
         """Messages {h}: the silo's noisy checkpoint gradient or noisy gradient difference."""
         x = server["x"]
         n, P = data.counts.shape[0], x.shape[-1]
+        records = self.records(round_index)
         keys = ctx.streams("records").uniform([(int(c),) for c in data.counts])
-        indices, mask = self.sampler.sample(data.counts, keys)
+        indices, mask = records.sample(data.counts, keys)
         xb, yb = data.batch(indices)
         if self.feature_clip is not None:
             xb = scale_to_norm(xb, self.feature_clip)
-        divisor = self.sampler.divisor(data.counts).to(x.dtype).unsqueeze(1)
+        divisor = records.divisor(data.counts).to(x.dtype).unsqueeze(1)
         point = x.expand(n, P)
         value = ctx.grads.clipped_sum(point, xb, yb, mask, self.clip) / divisor
         if self.is_checkpoint(round_index):
-            sensitivity = self.sampler.mean_sensitivity(self.clip, data.counts)
+            sensitivity = records.mean_sensitivity(self.clip, data.counts)
         else:
-            value = value - ctx.grads.clipped_sum(server["x_prev"].expand(n, P), xb, yb, mask, self.clip) / divisor
-            bound = self.difference_bound(x, server["x_prev"]).expand(n)
-            sensitivity = self.sampler.mean_sensitivity(bound, data.counts)
+            reference = self.reference(server)
+            value = value - ctx.grads.clipped_sum(reference.expand(n, P), xb, yb, mask, self.clip) / divisor
+            bound = self.difference_bound(x, reference).expand(n)
+            sensitivity = records.mean_sensitivity(bound, data.counts)
         noisy, event = self.stream(round_index)(value, sensitivity, ctx.streams("noise").normal((P,)))
         return ClientOutput({"h": noisy}, {}, [event])
 

@@ -164,6 +164,7 @@ def _load_builtin() -> None:
     import dpfl.algorithms.projected_noisy_sgd  # noqa: F401
     import dpfl.algorithms.isrl  # noqa: F401
     import dpfl.algorithms.isrl_spider  # noqa: F401
+    import dpfl.algorithms.isrl_svrg  # noqa: F401
 
 
 __all__ = ["COMMON_KEYS", "Setting", "AlgorithmSpec", "register", "spec_of", "names", "specs"]

@@ -47,6 +47,7 @@ from dpfl.data.footprint import check_data_memory, size
 from dpfl.engine.boundary import Boundary, SecureAggregation
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.sampling import ClientSampler
+from dpfl.durable import write_text_atomically
 from dpfl.engine.simulator import Simulation
 from dpfl.errors import ConfigError, RunDirectoryError, RunInterrupted, json_problem
 from dpfl.experiments.validate import budget_of, check_warm_rounds, cohort_sampling, validate
@@ -219,7 +220,8 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
         if archived is not None:
             print(f"archived the previous run in {out} to {archived}", file=sys.stderr)
     if out is not None:
-        _write_atomic(out / "run.json", json.dumps({"config": config, "release_sha256": sim.release}, indent=1))
+        write_text_atomically(out / "run.json", json.dumps({"config": config, "release_sha256": sim.release}, indent=1),
+                              "the run record")
     results_file = None if out is None else ResultsFile(out / "results.json")
     sim.run(rounds, progress=progress,
             on_evaluated=None if results_file is None else lambda s: results_file.write(results_of(s, config)))
@@ -362,22 +364,8 @@ def archive_run(out: Path) -> Path | None:
     return target
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Writes ``text`` to ``path`` through a temporary file flushed to disk, then renamed: never a truncated file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except OSError as err:
-        raise RunDirectoryError(f"cannot write {path}: {err.strerror or err}") from None
-
-
 class ResultsFile:
-    """results.json, rewritten atomically (``_write_atomic``) after every evaluated round and when the run ends.
+    """results.json, rewritten atomically (``dpfl.durable``) after every evaluated round and when the run ends.
 
     Each evaluated round is one line, encoded once: during a run the rounds only grow, so a rewrite encodes the new
     rounds and the other keys, not the whole history again (at 400 rounds, a fraction of a millisecond instead of
@@ -394,8 +382,8 @@ class ResultsFile:
         self._rounds += [json.dumps(r) for r in rounds[len(self._rounds):]]
         listed = "[\n" + ",\n".join(" " + line for line in self._rounds) + "\n]" if self._rounds else "[]"
         entries = [(k, listed if k == "rounds" else json.dumps(v, indent=1)) for k, v in results.items()]
-        _write_atomic(self.path, "{\n" + ",\n".join(f" {json.dumps(k)}: " + text.replace("\n", "\n ")
-                                                    for k, text in entries) + "\n}")
+        write_text_atomically(self.path, "{\n" + ",\n".join(f" {json.dumps(k)}: " + text.replace("\n", "\n ")
+                                                            for k, text in entries) + "\n}", "the results")
 
 
 def results_of(sim: Simulation, config: dict) -> dict:
