@@ -76,6 +76,20 @@ def test_the_step_event_holds_the_rounding_in_its_sensitivities():
     assert event.variance == pytest.approx(alg.mechanism.noise_multiplier**2)  # the share, in units of D_min
 
 
+def test_both_analyses_declare_skellam_events():
+    """Sound: the last of 3 steps credited with the cohort's shares (variance sigma^2 = 4), the others at the owner's
+    share sigma_i^2 = 4 / 10; the paper's analysis (Heikkilä et al., Thm 4.7): every step at sigma^2."""
+    alg = build(steps=3, sigma=2.0, trust="aggregator")
+    release = alg.release(0, None, Train([100] * 10))
+    cohort = ClientSampler(10, 1.0).cohort(0)
+    sound, paper = (observer_events(release, cohort, "secagg", a)["third_party"] for a in ("sound", "paper"))
+    own, credited = (part.event.event for part in sound.events)
+    assert sound.events[0].count == 2 and sound.events[1].count == 1
+    assert own.variance == pytest.approx(0.4) and credited.variance == pytest.approx(4.0)
+    assert own.scale == credited.scale == alg.step_noise_event.scale
+    assert paper.count == 3 and paper.event.event.variance == pytest.approx(4.0)
+
+
 def test_a_huge_scale_costs_what_the_gaussian_curve_costs_under_the_same_subsampling_bound():
     """As s grows the rounding and discretisation vanish: the Skellam run's RDP curve is, to 1e-3, the curve of
     Gaussian shares with Poisson sampling bounded as for Skellam (Zhu & Wang 2019 Thm 6, min the mixture bound), and
