@@ -146,19 +146,20 @@ class JointSkellam(JointNoise):
                              f"{self.rounding.dimension}")
         event = self.step_noise_event
         keys = ctx.streams("records").uniform([(S, int(c)) for c in data.counts])  # [n, S, max count]
-        uniform = ctx.streams("rounding").uniform([(S, P)] * n)  # [n, S, P]
-        sensitivity = self.sampler.mean_sensitivity(self.clip, data.counts)
-        steps = torch.empty(S, P)  # the shape of one client's shares
-        noise = torch.stack([skellam_noise(event, steps, generator, ratio=float(d / self.rounding.unit))
-                             for generator, d in zip(ctx.streams("noise").generators, sensitivity)])  # [n, S, P]
+        # each client's rounding uniforms and shares come step after step from its own two streams (memory O(n P))
+        rounding, noise = ctx.streams("rounding").generators, ctx.streams("noise").generators
+        ratios = (self.sampler.mean_sensitivity(self.clip, data.counts) / self.rounding.unit).tolist()
+        coordinates = torch.empty(P)  # the shape of one client's share
+        divisor = self.sampler.divisor(data.counts).unsqueeze(1)
         y = x.expand(n, P).clone()
         message = torch.zeros(n, P, dtype=torch.int64)
         for j in range(S):
             indices, mask = self.sampler.sample(data.counts, keys[:, j])
             xb, yb = data.batch(indices)
-            divisor = self.sampler.divisor(data.counts).unsqueeze(1)
             mean = ctx.grads.clipped_sum(y, xb, yb, mask, self.clip).to(torch.float64) / divisor
-            step = randomised_round(s * mean, uniform[:, j].to(torch.float64)) + noise[:, j]
+            uniform = torch.stack([torch.rand(P, generator=g, dtype=torch.float64) for g in rounding])
+            shares = torch.stack([skellam_noise(event, coordinates, g, ratio=r) for g, r in zip(noise, ratios)])
+            step = randomised_round(s * mean, uniform) + shares
             message += step
             y -= (self.lr * step.to(torch.float64) / s).to(y.dtype)
         return ClientOutput({"dy": message}, {}, [event] * S)
