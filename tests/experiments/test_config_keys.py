@@ -590,6 +590,23 @@ def _min_clients(p):  # at least 4 of 6 reach the sum: shares sigma / sqrt(4 - 1
     assert p.release(p.base).contributors == 6
 
 
+def _noise(p):  # integer Skellam shares: int64 messages, the steps declared as Skellam events, charged a little more
+    assert p.sim.algorithm.step_noise_event.scale == pytest.approx(2.0**16 * 1.0 / (0.1 * 24))  # s D_min, 24 records
+    assert p.base.algorithm.step_noise_event == dp_event.GaussianDpEvent(p.base.algorithm.mechanism.noise_multiplier)
+    out = next(p.sim.in_process(0, p.sim.clients.sample(0, p.sim.seed)))[1]
+    assert out.messages["dy"].dtype == torch.int64
+    p.sim.run(1)
+    p.base.run(1)
+    assert p.base.ledger.epsilon()["third_party"] < p.sim.ledger.epsilon()["third_party"]
+
+
+def _skellam_scale(p):  # a coarse scale (64 integer units per unit of gradient) is charged much more than 2^16
+    assert p.sim.algorithm.rounding.scale == 64.0 and p.base.algorithm.rounding.scale == 2.0**16
+    p.sim.run(1)
+    p.base.run(1)
+    assert p.sim.ledger.epsilon()["third_party"] > 1.5 * p.base.ledger.epsilon()["third_party"]
+
+
 def _secure_aggregation(p):  # the real protocol computes the sum: the same model as the simulated sum, rounding apart
     assert p.sim.boundary.name == "secagg" and p.sim.boundary.secure is not None and p.base.boundary.secure is None
     p.sim.run(1)
@@ -695,6 +712,8 @@ TABLE: dict[str, list[Row]] = {
     "algorithm.client_noise": [Row("[0.5, 1.0, 1.0, 1.0, 1.0, 1.0]", _client_noise, base=JOINT)],
     "algorithm.client_local_steps": [Row("[2, 1, 1, 1, 1, 1]", _client_local_steps, ("privacy.analysis='paper'",),
                                          base=JOINT)],
+    "algorithm.noise": [Row("'skellam'", _noise, base=JOINT)],
+    "algorithm.skellam_scale": [Row("64.0", _skellam_scale, ("algorithm.noise='skellam'",), base=JOINT)],
     "run.seed": [Row("5", _run_seed)],
     "run.eval_every": [Row("2", _eval_every)],
     "run.checkpoint_every": [Row("3", _checkpoint_every)],

@@ -69,7 +69,7 @@ from dataclasses import dataclass
 import attr
 from dp_accounting import dp_event
 
-from dpfl.accounting.events import ParticipationDpEvent, ProjectedStepDpEvent
+from dpfl.accounting.events import ParticipationDpEvent, ProjectedStepDpEvent, SkellamDpEvent
 from dpfl.errors import ConfigError
 
 THIRD_PARTY = "third_party"
@@ -338,11 +338,14 @@ def _paper_events(release: Release, cohort: Cohort, boundary: str):
 def scale_noise(event: dp_event.DpEvent, factor: float) -> dp_event.DpEvent:
     """Returns ``event`` with every Gaussian noise multiplier multiplied by ``factor``.
 
-    Describes the sum of independent Gaussian noise shares (their variances add). Other noise (Laplace) does not sum
-    to a mechanism of its family: a ValueError, so that the caller charges the owner's own message instead.
+    Describes the sum of independent Gaussian noise shares (their variances add), and likewise of integer Skellam
+    shares on one lattice (the ``SkellamDpEvent``'s variance times ``factor``^2; its scale and sensitivities are
+    the owner's). Other noise (Laplace) does not sum to a mechanism of its family: a ValueError, so that the caller charges the owner's own message instead.
     """
     if isinstance(event, dp_event.GaussianDpEvent):
         return dp_event.GaussianDpEvent(event.noise_multiplier * factor)
+    if isinstance(event, SkellamDpEvent):  # Sk(l1, l1) + Sk(l2, l2) = Sk(l1 + l2, l1 + l2): variances add
+        return attr.evolve(event, variance=event.variance * factor**2)
     if isinstance(event, (dp_event.NoOpDpEvent, dp_event.NonPrivateDpEvent)):
         return event
     if isinstance(event, dp_event.ComposedDpEvent):

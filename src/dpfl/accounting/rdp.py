@@ -27,7 +27,8 @@ of dpfl's events (``dpfl.accounting.events``):
 * ``DisjointUnionDpEvent`` (parallel composition over disjoint data) takes the pointwise maximum of its parts;
 * ``SkellamDpEvent``: Agarwal et al. 2021 at integer orders, interpolated as above at non-integer ones;
 * ``PoissonSampledDpEvent`` around an event dp_accounting has no Poisson bound for (Skellam, Laplace, compositions,
-  ...): Zhu, Wang 2019, Thm 6 (``dpfl.accounting.skellam``) on the inner curve under add/remove, interpolated as
+  ...): Zhu, Wang 2019, Thm 6 (``dpfl.accounting.skellam``) on the inner curve under add/remove (or zero-out, whose
+  null record adds nothing to the sampled statistic, so that it is add/remove for the sampled mechanism), interpolated as
   above; with bound "tight" (default) the smaller of it and the mixture bound of ``participation_rdp`` (joint
   convexity, valid for Poisson sampling too) at every order;
 * anything else (Gaussian, Laplace, Poisson-subsampled Gaussian, ...) is delegated to dp_accounting's
@@ -108,8 +109,11 @@ def composition_error(event: dp_event.DpEvent, neighboring_relation=None) -> str
             return f"{event}: sampling without replacement is accounted under REPLACE_ONE, not {neighboring_relation}"
         return composition_error(event.event, NeighborRel.REPLACE_ONE)
     if _general_poisson(event, neighboring_relation):
-        if neighboring_relation not in (None, NeighborRel.ADD_OR_REMOVE_ONE):
-            return f"{event}: Poisson sampling is accounted under ADD_OR_REMOVE_ONE, not {neighboring_relation}"
+        # zero-out (REPLACE_SPECIAL): the null record adds nothing to the sampled statistic, so the sampled mechanism
+        # on the zeroed dataset is the one on the dataset without the record: add/remove (as dp_accounting's Gaussian)
+        if neighboring_relation not in (None, NeighborRel.ADD_OR_REMOVE_ONE, NeighborRel.REPLACE_SPECIAL):
+            return (f"{event}: Poisson sampling is accounted under ADD_OR_REMOVE_ONE (or zero-out), not "
+                    f"{neighboring_relation}")
         return composition_error(event.event, NeighborRel.ADD_OR_REMOVE_ONE)
     if _leaf_relation(event, neighboring_relation) is None:
         return f"{event}: no RDP bound under {neighboring_relation or 'any neighbouring relation'}"

@@ -38,6 +38,10 @@ sigma is ``algorithm.noise_multiplier``, or, with ``privacy.epsilon``, the small
 that epsilon towards the observer the trust setting protects against (aggregator: a third party; clients and
 coalition: the other-silo coalition; local: a server that sees each message), with the ledger's own accountant.
 
+``noise = "skellam"`` makes the shares integers (``dpfl.algorithms.joint_skellam``): every step's gradient is rounded
+at a scale s and given an integer Skellam share, the message is the integer sum of the steps, and the events hold the
+rounding; the sizing of the shares above is the same.
+
 The implementation is ``LocalSGD`` (FedAvg without control variates, Poisson record sampling) with gamma as its local
 step and the share sigma_i as its mechanism's noise multiplier; only the release and the share sizing are new.
 Clients with different n_i have different sensitivities C / (q n_i) (the appendix's client-specific learning rates
@@ -65,6 +69,10 @@ from dpfl.engine.sampling import ClientSampler, RecordSampler
 from dpfl.errors import ConfigError, check_range
 
 TRUST = ("aggregator", "clients", "coalition", "local")
+#: the appendix relaxations' keys (``joint_relaxations``)
+RELAXATION_KEYS = ("local_lr_schedule", "client_lr", "client_clip", "client_noise", "client_local_steps")
+#: algorithm.noise: real Gaussian shares, or integer Skellam shares (``dpfl.algorithms.joint_skellam``)
+NOISES = ("gaussian", "skellam")
 #: sigma when neither algorithm.noise_multiplier nor privacy.epsilon is given
 DEFAULT_NOISE = 1.0
 #: coordinates of a message beyond this many share standard deviations (per step) are clamped before secure
@@ -243,6 +251,12 @@ class JointNoiseConfig:
     client_local_steps: list | None = field(default=None, metadata={
         "help": "k_i, one per client id: client i fuses k_i local steps (clip C_i / k_i, its share on the last) into "
                 "each of the S steps (Heikkilä et al. Eq. 26-27; privacy.analysis = 'paper' only: unproven)"})
+    noise: str = field(default="gaussian", metadata={
+        "choices": NOISES, "help": "the shares: real Gaussian, or integer Skellam after randomised rounding at "
+                                   "skellam_scale (the rounding accounted; dpfl.algorithms.joint_skellam)"})
+    skellam_scale: float = field(default=2.0**16, metadata={
+        "help": "s, integer units per unit of a client's mean clipped gradient (noise = 'skellam'): larger is closer "
+                "to Gaussian, smaller fits privacy.secagg_bits"})
 
 
 def cohort_of(config: JointNoiseConfig, num_clients: int) -> tuple[float, str]:
@@ -256,18 +270,32 @@ def build_joint_noise(name: str, config: JointNoiseConfig, setting: Setting) -> 
     """The algorithm of a config: sigma from algorithm.noise_multiplier or calibrated to privacy.epsilon."""
     if config.trust not in TRUST:
         raise ConfigError("algorithm.trust", config.trust, f"one of {list(TRUST)}")
+    if config.noise not in NOISES:
+        raise ConfigError("algorithm.noise", config.noise, f"one of {list(NOISES)}")
+    check_range("algorithm.skellam_scale", config.skellam_scale, 0.0, low_open=True)
     check_range("algorithm.clip", config.clip, 0.0, low_open=True)
     cohort = ClientSampler(setting.num_clients, setting.client_rate, setting.client_sampling).cohort_size
     sampler = RecordSampler(config.sample_rate, "poisson")
     step_lr = step_lr_factors(config.local_lr_schedule, config.local_steps)
     relaxations = ClientRelaxations.of_config(config, tuple(setting.train_counts), setting.analysis)
+    relaxed = [key for key in RELAXATION_KEYS if getattr(config, key) is not None]
+    if config.noise == "skellam" and relaxed:
+        raise ConfigError(f"algorithm.{relaxed[0]}", getattr(config, relaxed[0]),
+                          "unset with algorithm.noise = 'skellam' (the Skellam shares are sized and accounted for one "
+                          "learning rate, clip and share size per step: the appendix relaxations are Gaussian only)")
 
     def algorithm(sigma: float) -> JointNoise:
         shares = NoiseShares(sigma, cohort, config.trust, config.colluders, config.min_clients)
-        return JointNoise(local_steps=config.local_steps, lr=config.lr, sampler=sampler,
-                          mechanism=GaussianMechanism(relaxations.own_multiplier(shares.share)), clip=config.clip,
-                          weight_decay=config.weight_decay, shares=shares, step_lr=step_lr, relaxations=relaxations,
-                          accountant="rdp-integer" if setting.analysis == "paper" else "rdp")
+        gaussian = JointNoise(local_steps=config.local_steps, lr=config.lr, sampler=sampler,
+                              mechanism=GaussianMechanism(relaxations.own_multiplier(shares.share)), clip=config.clip,
+                              weight_decay=config.weight_decay, shares=shares, step_lr=step_lr,
+                              relaxations=relaxations,
+                              accountant="rdp-integer" if setting.analysis == "paper" else "rdp")
+        if config.noise == "gaussian":
+            return gaussian
+        from dpfl.algorithms.joint_skellam import skellam_variant  # it builds on JointNoise: imported when used
+
+        return skellam_variant(gaussian, config.skellam_scale, setting.dimension, setting.train_counts)
 
     if setting.epsilon is None:
         return algorithm(DEFAULT_NOISE if config.noise_multiplier is None else config.noise_multiplier)
@@ -312,5 +340,5 @@ register(AlgorithmSpec(
     release_keys=("algorithm.rounds",), cohort=cohort_of,
 ))
 
-__all__ = ["TRUST", "NoiseShares", "JointNoise", "JointNoiseConfig", "cohort_of", "build_joint_noise",
+__all__ = ["TRUST", "NOISES", "NoiseShares", "JointNoise", "JointNoiseConfig", "cohort_of", "build_joint_noise",
            "calibrated_noise"]

@@ -140,7 +140,8 @@ def build_setting(config: dict, dataset: FederatedDataset, delta: float) -> regi
         num_clients=dataset.num_clients, train_counts=tuple(int(c) for c in dataset.train.counts),
         rounds=algo_cfg["rounds"], delta=delta, epsilon=privacy_cfg["epsilon"], seed=config["run"]["seed"],
         analysis=privacy_cfg["analysis"], conversion=privacy_cfg["conversion"], release=privacy_cfg["release"],
-        model=dict(config["model"]), num_classes=dataset.num_classes)
+        model=dict(config["model"]), num_classes=dataset.num_classes,
+        dimension=sum(p.numel() for p in build_initial_model(config, dataset).parameters()))
 
 
 def boundary_name(privacy_cfg: dict) -> str:
