@@ -299,8 +299,9 @@ def parser() -> argparse.ArgumentParser:
                    default=tuple(ALGORITHMS), help="comma-separated (default: every registered one of "
                                                    f"{','.join(ALGORITHMS)})")
     p.add_argument("--repeats", type=int, default=3, help="seeds (splits) per point (default 3)")
-    p.add_argument("--quick", action="store_true", help="a smoke test: eps 1 and 18, the setting's first clip and "
-                                                        "last step size, q = 5, 5 rounds, M = N or 12, one repeat")
+    p.add_argument("--quick", action="store_true", help="a smoke test: eps 0.75 and 1.5 (large noise: fast to "
+                                                        "calibrate), the setting's first clip and last step size, q = 5, "
+                                                        "10 rounds, M = N or 12, one repeat")
     p.add_argument("--epsilons", type=_numbers, default=EPSILONS, help="eps (0.75,1,1.5,3,6,12,18)")
     p.add_argument("--lrs", type=_numbers, help="the step-size grid (default: the setting's)")
     p.add_argument("--clips", type=_numbers, help="the clip grid (default: the setting's)")
@@ -323,7 +324,7 @@ def main(argv=None) -> dict:
     args = parser().parse_args(argv)
     settings = ("breast_cancer", "digits") if args.setting == "both" else (args.setting,)
     if args.quick:
-        args.epsilons, args.periods, args.repeats, args.rounds, args.cohorts = (1.0, 18.0), (5,), 1, (5,), (12,)
+        args.epsilons, args.periods, args.repeats, args.rounds, args.cohorts = (0.75, 1.5), (5,), 1, (10,), (12,)
     names, notes = available(args.algorithms)
     for note in notes:
         print(note, file=sys.stderr)
