@@ -166,3 +166,17 @@ def test_parity_pairs_names_the_client_count_it_needs():
         _run("parity_pairs", num_clients=1, labels=np.zeros(10, dtype=np.int64))
     with pytest.raises(ConfigError, match="data.partition_param = 2"):
         _run("parity_pairs", 2, num_clients=25)
+
+
+def test_the_parity_label_map_is_applied_after_the_partition_and_refused_for_synthetic_data():
+    from dpfl.data import build_dataset
+
+    mapped = build_dataset("digits", num_clients=25, partition="parity_pairs", labels="parity")
+    assert mapped.num_classes == 2 and mapped.info["classes"] == ["odd", "even"]
+    for i in range(25):  # silo 5e + o: digit 2e (label 1) and digit 2o + 1 (label 0), about half each
+        y = mapped.train.y[i, : mapped.train.counts[i]]
+        assert set(y.tolist()) == {0, 1} and 0.35 < float(y.float().mean()) < 0.65
+    with pytest.raises(ConfigError, match="data.labels = 'parity' .*'original' for data.name = 'synthetic'"):
+        build_dataset("synthetic", num_clients=2, labels="parity")
+    with pytest.raises(ConfigError, match=r"data.labels = 'digit' .*one of \('original', 'parity'\)"):
+        build_dataset("digits", num_clients=5, labels="digit")
