@@ -56,6 +56,11 @@ def test_quick_mode_runs_both_settings_and_writes_every_run_the_tuned_tables_and
     for setting in ("breast_cancer", "digits"):
         assert (out / f"{setting}.png").read_bytes()[:4] == b"\x89PNG"
     assert table[6] in capsys.readouterr().out
+    # --merge: the outputs of earlier folders' runs together, no new run (here one folder: the same outputs)
+    merged = lowy2023.main(["--out", str(tmp_path / "merged"), "--merge", str(out)])
+    assert merged["runs"] == result["runs"] and merged["summary"] == result["summary"]
+    assert merged["merged_from"] == [str(out)] and merged["setups"] == stored["setups"]
+    assert (tmp_path / "merged" / "table.md").read_text() == (out / "table.md").read_text()
 
 
 def test_unregistered_algorithms_are_skipped_with_a_note_and_unknown_ones_refused(monkeypatch):

@@ -224,8 +224,9 @@ def table(summary: list[dict], label: str, names, epsilons) -> str:
 
     for eps in epsilons:
         lines.append(f"| {eps:g} | " + " | ".join(cell(_find(summary, label, n, eps)) for n in names) + " |")
-    lines.append("| non-private | " + " | ".join(
-        f"{ALGORITHMS[n].nonprivate[0]}: " + cell(_find(summary, label, *ALGORITHMS[n].nonprivate)) for n in names) + " |")
+    versions = [ALGORITHMS[n].nonprivate for n in names]
+    lines.append("| non-private | " + " | ".join(f"{v[0]}: " + cell(_find(summary, label, *v)) for v in versions)
+                 + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -299,9 +300,9 @@ def parser() -> argparse.ArgumentParser:
                    default=tuple(ALGORITHMS), help="comma-separated (default: every registered one of "
                                                    f"{','.join(ALGORITHMS)})")
     p.add_argument("--repeats", type=int, default=3, help="seeds (splits) per point (default 3)")
-    p.add_argument("--quick", action="store_true", help="a smoke test: eps 0.75 and 1.5 (large noise: fast to "
-                                                        "calibrate), the setting's first clip and last step size, q = 5, "
-                                                        "10 rounds, M = N or 12, one repeat")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke test: eps 0.75 and 1.5 (large noise: fast to calibrate), the setting's first clip "
+                        "and last step size, q = 5, 10 rounds, M = N or 12, one repeat")
     p.add_argument("--epsilons", type=_numbers, default=EPSILONS, help="eps (0.75,1,1.5,3,6,12,18)")
     p.add_argument("--lrs", type=_numbers, help="the step-size grid (default: the setting's)")
     p.add_argument("--clips", type=_numbers, help="the clip grid (default: the setting's)")
@@ -310,6 +311,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=_integers, help="R (default: the setting's, breast cancer 50, digits 25,50)")
     p.add_argument("--cohorts", type=_integers, help="digits' M (default 12,25)")
     p.add_argument("--local-steps", type=int, default=5, help="K of Local SGD (default 5)")
+    p.add_argument("--merge", type=lambda t: tuple(v for v in t.split(",") if v), help="comma-separated folders of "
+                   "earlier outputs: write the outputs of all their runs together (no new run)")
     return p
 
 
@@ -322,6 +325,8 @@ def setups_of(setting: str, args) -> list[Setup]:
 
 def main(argv=None) -> dict:
     args = parser().parse_args(argv)
+    if args.merge:
+        return merge(Path(args.out), args.merge, argv)
     settings = ("breast_cancer", "digits") if args.setting == "both" else (args.setting,)
     if args.quick:
         args.epsilons, args.periods, args.repeats, args.rounds, args.cohorts = (0.75, 1.5), (5,), 1, (10,), (12,)
@@ -330,7 +335,6 @@ def main(argv=None) -> dict:
         print(note, file=sys.stderr)
     torch.set_num_threads(1)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     plans = {}  # per setting: per algorithm, its tuned keys' values
     work = []  # (setup, delta, grid points)
@@ -361,33 +365,58 @@ def main(argv=None) -> dict:
                 print(f"[{len(runs)}/{total}] {setup.label} {name} eps={eps} eta={lr:g} C={clip} "
                       f"{_params_text(params)} seed={seed}: error {r['test_error']:.3f} ({elapsed:.0f}s elapsed, "
                       f"about {elapsed / len(runs) * (total - len(runs)):.0f}s left)", file=sys.stderr, flush=True)
+    setup_rows = [{**dataclasses.asdict(s), "label": s.label, "sample_rate": s.sample_rate, "delta": d}
+                  for s, d, _ in work]
+    grid_info = {"epsilons": list(args.epsilons), "algorithms": plans, "repeats": args.repeats,
+                 **{s: {"lrs": list(args.lrs or SETTINGS[s]["lrs"]), "clips": list(args.clips or SETTINGS[s]["clips"])}
+                    for s in settings}}
+    return report(out, runs, setup_rows, grid_info, notes, _command(argv), round(time.perf_counter() - started, 1))
+
+
+def _command(argv) -> str:
+    return "python -m dpfl.experiments.papers.lowy2023 " + " ".join(argv if argv is not None else sys.argv[1:])
+
+
+def merge(out: Path, folders, argv) -> dict:
+    """The outputs of one invocation over every setup of earlier ones (their results.json), e.g. one per (R, M) run
+    side by side: each run is seeded, so the merge equals the invocation that makes them all."""
+    results = [json.loads((Path(folder) / "results.json").read_text()) for folder in folders]
+    algorithms = {k: v for res in results for k, v in res["grid"]["algorithms"].items()}
+    grid_info = {**results[0]["grid"], "algorithms": algorithms}
+    return report(out, [r for res in results for r in res["runs"]], [s for res in results for s in res["setups"]],
+                  grid_info, results[0]["skipped"], _command(argv), sum(res["wall_seconds"] for res in results),
+                  merged_from=[str(folder) for folder in folders])
+
+
+def report(out: Path, runs: list[dict], setup_rows: list[dict], grid_info: dict, notes: list[str], command: str,
+           wall_seconds: float, **extra) -> dict:
+    """Writes runs.csv, results.json (with the tuned summary, the budget check and the claim's check), table.md and
+    one figure per setting; prints the tables."""
+    fields = {f.name for f in dataclasses.fields(Setup)}
+    setups = [Setup(**{**{k: v for k, v in row.items() if k in fields}, "data": tuple(row["data"])})
+              for row in setup_rows]
+    settings = list(dict.fromkeys(s.setting for s in setups))
+    names = [n for n in ALGORITHMS if any(r["algorithm"] == n for r in runs)]
+    epsilons = grid_info["epsilons"]
     summary = tuned(runs)
-    setups = [setup for setup, _, _ in work]
     labels = [s.label for s in setups]
-    check = claim(summary, labels, args.epsilons)
+    check = claim(summary, labels, epsilons)
     budget = budget_check(runs)
-    result = {"setups": [{**dataclasses.asdict(s), "label": s.label, "sample_rate": s.sample_rate, "delta": d}
-                         for s, d, _ in work],
-              "grid": {"epsilons": list(args.epsilons), "algorithms": plans, "repeats": args.repeats,
-                       **{s: {"lrs": list(args.lrs or SETTINGS[s]["lrs"]), "clips": list(args.clips or
-                                                                                      SETTINGS[s]["clips"])}
-                          for s in settings}},
-              "skipped": notes, "nonprivate": {s: SETTINGS[s]["nonprivate"] for s in settings},
-              "nonprivate_versions": {n: ALGORITHMS[n].nonprivate for n in names},
-              "command": "python -m dpfl.experiments.papers.lowy2023 " + " ".join(argv if argv is not None
-                                                                                  else sys.argv[1:]),
-              "runs": runs, "summary": summary, "budget_check": budget, "claim": check,
-              "wall_seconds": round(time.perf_counter() - started, 1)}
+    result = {"setups": setup_rows, "grid": grid_info, "skipped": notes,
+              "nonprivate": {s: SETTINGS[s]["nonprivate"] for s in settings},
+              "nonprivate_versions": {n: ALGORITHMS[n].nonprivate for n in names}, "command": command, **extra,
+              "runs": runs, "summary": summary, "budget_check": budget, "claim": check, "wall_seconds": wall_seconds}
+    out.mkdir(parents=True, exist_ok=True)
     with open(out / "runs.csv", "w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=list(runs[0]))
         writer.writeheader()
         writer.writerows(runs)
     (out / "results.json").write_text(json.dumps(result, indent=1))
-    text = "\n".join(table(summary, label, names, args.epsilons) for label in labels)
+    text = "\n".join(table(summary, label, names, epsilons) for label in labels)
     text += "\nNOT PRIVATE: " + "; ".join(f"{s}: {SETTINGS[s]['nonprivate']}" for s in settings) + "\n"
     (out / "table.md").write_text(text)
     for setting in settings:
-        plot(summary, [s for s in setups if s.setting == setting], names, args.epsilons, out / f"{setting}.png")
+        plot(summary, [s for s in setups if s.setting == setting], names, epsilons, out / f"{setting}.png")
     print(text)
     print(f"budget: {budget}")
     if check is not None:
