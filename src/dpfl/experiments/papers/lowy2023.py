@@ -34,6 +34,8 @@ Each (setup, algorithm, eps, grid point) runs ``--repeats`` times, repeat r with
 split, initialisation, minibatches and noise). Outputs in ``--out``: runs.csv (one row per run, with every observer's
 spent epsilon), results.json (setups, runs, tuned summary, the budget check, the claim's check), table.md and one
 figure per setting, ``<setting>.png`` (tuned test error against eps, the non-private errors as horizontal lines).
+``--merge a,b`` writes the same outputs for the runs of earlier output folders together (e.g. one per (R, M), run side
+by side).
 """
 
 from __future__ import annotations
