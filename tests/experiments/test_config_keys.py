@@ -191,6 +191,23 @@ def _partition(p):  # one_class: every client holds one label
     assert _labels_per_client(p.sim) == [1] * 6 and max(_labels_per_client(p.base)) > 1
 
 
+def _parity_pairs(p):  # Lowy et al. 2023's silos: client 5e + o holds digits 2e and 2o + 1, and only those
+    assert _labels_per_client(p.sim) == [2] * 25 and max(_labels_per_client(p.base)) > 2
+    train = p.sim.train
+    for i in range(25):
+        assert set(train.y[i, : train.counts[i]].tolist()) == {2 * (i // 5), 2 * (i % 5) + 1}
+
+
+def _labels_parity(p):  # even digits are 1, odd 0; the same records as without the map (it draws nothing)
+    assert p.sim.data["classes"] == ["odd", "even"] and _linear_widths(p.sim)[-1] == 2  # two outputs
+    for split in ("train", "test"):
+        mapped, raw = getattr(p.sim, split), getattr(p.base, split)
+        assert torch.equal(mapped.x, raw.x) and torch.equal(mapped.counts, raw.counts)
+        for i in range(len(raw.counts)):
+            n = int(raw.counts[i])
+            assert torch.equal(mapped.y[i, :n], (raw.y[i, :n] % 2 == 0).to(mapped.y.dtype))
+
+
 def _partition_param(p):  # k_labels with k = 3
     assert _labels_per_client(p.sim) == [3] * 6 and _labels_per_client(p.base) == [2] * 6
 
@@ -643,7 +660,9 @@ TABLE: dict[str, list[Row]] = {
     "data.beta": [Row("1.0", _beta)],
     "data.num_clients": [Row("7", _num_clients)],
     "data.samples_per_client": [Row("40", _samples_per_client)],
-    "data.partition": [Row("'one_class'", _partition, DIGITS)],
+    "data.partition": [Row("'one_class'", _partition, DIGITS),
+                       Row("'parity_pairs'", _parity_pairs, (*DIGITS, "data.num_clients=25"))],
+    "data.labels": [Row("'parity'", _labels_parity, (*DIGITS, "data.partition='parity_pairs'", "data.num_clients=25"))],
     "data.partition_param": [Row("3", _partition_param, (*DIGITS, "data.partition='k_labels'",
                                                          "data.partition_param=2"))],
     "data.standardize": [Row("'client'", _standardize, DIGITS)],
@@ -845,6 +864,7 @@ def test_every_example_loads_and_runs_to_a_finite_epsilon(path, tmp_path):
     (["data.name='digits'", "data.split_column='part'"], "data.split_column", "['csv']"),
     (["data.name='csv'", "data.path='x.csv'", "data.alpha=1.0"], "data.alpha", "['synthetic']"),
     (["data.partition='iid'"], "data.partition", "['digits', 'breast_cancer', 'npz', 'csv']"),
+    (["data.labels='parity'"], "data.labels", "['digits', 'breast_cancer', 'npz', 'csv']"),
 ])
 def test_a_data_key_of_another_source_is_rejected(overrides, field, users):
     with pytest.raises(ConfigError, match=rf"no value: {field} applies to data.name in {re.escape(users)}") as caught:
