@@ -117,7 +117,10 @@ def test_the_mixture_bound_wins_at_large_q_and_noise():
     assert np.any(mixture < paper) and np.any(paper < mixture)
 
 
-def test_poisson_sampling_is_add_remove_only():
+def test_poisson_sampling_is_add_remove_or_zero_out_only():
+    """Zero-out's null record adds nothing to the sampled statistic: add/remove for the sampled mechanism."""
     event = dp_event.PoissonSampledDpEvent(0.1, SkellamDpEvent(1.0, 1.0, 1.0))
     assert composition_error(event) is None
-    assert "ADD_OR_REMOVE_ONE, not" in composition_error(event, NeighborRel.REPLACE_ONE)
+    assert composition_error(event, NeighborRel.REPLACE_SPECIAL) is None
+    np.testing.assert_array_equal(rdp_curve(event, INTS, NeighborRel.REPLACE_SPECIAL), rdp_curve(event, INTS))
+    assert "ADD_OR_REMOVE_ONE (or zero-out), not" in composition_error(event, NeighborRel.REPLACE_ONE)

@@ -138,3 +138,45 @@ def test_unknown_scheme_lists_the_known_ones():
         _run("shards")
     assert error.value.field == "data.partition" and "'shards'" in str(error.value)
     assert all(name in str(error.value) for name in PARTITIONS)
+
+
+def test_parity_pairs_gives_each_even_odd_pair_one_client_and_divides_each_class_equally():
+    labels = _labels(per_class=203)  # 203 = 5 x 40 + 3: three of a class's five holders get one record more
+    parts, _ = _run("parity_pairs", num_clients=25, labels=labels)
+    held = [sorted(set(labels[p].tolist())) for p in parts]
+    assert held == [sorted([2 * e, 2 * o + 1]) for e in range(5) for o in range(5)]
+    joined = np.concatenate(parts)
+    assert len(np.unique(joined)) == len(joined) == len(labels)  # every record, once
+    for c in range(NUM_CLASSES):
+        shares = sorted(int((labels[p] == c).sum()) for p in parts if c in labels[p])
+        assert shares == [40, 40, 41, 41, 41]
+    again, _ = _run("parity_pairs", num_clients=25, labels=labels)
+    other, _ = _run("parity_pairs", num_clients=25, labels=labels, seed=1)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again))
+    assert not all(np.array_equal(a, b) for a, b in zip(parts, other))
+
+
+def test_parity_pairs_names_the_client_count_it_needs():
+    with pytest.raises(ConfigError, match=r"data.num_clients = 24 .*expected 25: .*'parity_pairs'.*\(5 x 5\)"):
+        _run("parity_pairs", num_clients=24)
+    three = np.repeat([0, 1, 2], 10)  # two even classes (0, 2), one odd
+    parts, _ = _run("parity_pairs", num_clients=2, labels=three)
+    assert [sorted(set(three[p].tolist())) for p in parts] == [[0, 1], [1, 2]]
+    with pytest.raises(ConfigError, match=r"data.partition = 'parity_pairs'.* 1 class"):
+        _run("parity_pairs", num_clients=1, labels=np.zeros(10, dtype=np.int64))
+    with pytest.raises(ConfigError, match="data.partition_param = 2"):
+        _run("parity_pairs", 2, num_clients=25)
+
+
+def test_the_parity_label_map_is_applied_after_the_partition_and_refused_for_synthetic_data():
+    from dpfl.data import build_dataset
+
+    mapped = build_dataset("digits", num_clients=25, partition="parity_pairs", labels="parity")
+    assert mapped.num_classes == 2 and mapped.info["classes"] == ["odd", "even"]
+    for i in range(25):  # silo 5e + o: digit 2e (label 1) and digit 2o + 1 (label 0), about half each
+        y = mapped.train.y[i, : mapped.train.counts[i]]
+        assert set(y.tolist()) == {0, 1} and 0.35 < float(y.float().mean()) < 0.65
+    with pytest.raises(ConfigError, match="data.labels = 'parity' .*'original' for data.name = 'synthetic'"):
+        build_dataset("synthetic", num_clients=2, labels="parity")
+    with pytest.raises(ConfigError, match=r"data.labels = 'digit' .*one of \('original', 'parity'\)"):
+        build_dataset("digits", num_clients=5, labels="digit")

@@ -49,6 +49,7 @@ ISRL = ("algorithm.name='isrl-prox-sgd'", "data.num_clients=6", "data.samples_pe
         "algorithm.client_rate=1.0", "privacy.epsilon=2.0")
 ISRL_LOCAL = (*ISRL, "algorithm.name='isrl-local-sgd'")
 ISRL_SPIDER = (*ISRL, "algorithm.name='isrl-spider'", "algorithm.rounds=6")
+ISRL_SVRG = (*ISRL, "algorithm.name='isrl-prox-pl-svrg'", "algorithm.rounds=6")
 #: A tiny SDP Prox-SGD run (P_vec's noise bits calibrated to privacy.epsilon; 3 rounds over 24 train records).
 SDP = ("algorithm.name='sdp-prox-sgd'", "data.num_clients=6", "data.samples_per_client=30", "algorithm.rounds=3",
        "algorithm.client_rate=0.5", "privacy.epsilon=4.0")
@@ -191,6 +192,23 @@ def _samples_per_client(p):
 
 def _partition(p):  # one_class: every client holds one label
     assert _labels_per_client(p.sim) == [1] * 6 and max(_labels_per_client(p.base)) > 1
+
+
+def _parity_pairs(p):  # Lowy et al. 2023's silos: client 5e + o holds digits 2e and 2o + 1, and only those
+    assert _labels_per_client(p.sim) == [2] * 25 and max(_labels_per_client(p.base)) > 2
+    train = p.sim.train
+    for i in range(25):
+        assert set(train.y[i, : train.counts[i]].tolist()) == {2 * (i // 5), 2 * (i % 5) + 1}
+
+
+def _labels_parity(p):  # even digits are 1, odd 0; the same records as without the map (it draws nothing)
+    assert p.sim.data["classes"] == ["odd", "even"] and _linear_widths(p.sim)[-1] == 2  # two outputs
+    for split in ("train", "test"):
+        mapped, raw = getattr(p.sim, split), getattr(p.base, split)
+        assert torch.equal(mapped.x, raw.x) and torch.equal(mapped.counts, raw.counts)
+        for i in range(len(raw.counts)):
+            n = int(raw.counts[i])
+            assert torch.equal(mapped.y[i, :n], (raw.y[i, :n] % 2 == 0).to(mapped.y.dtype))
 
 
 def _partition_param(p):  # k_labels with k = 3
@@ -409,6 +427,19 @@ def _period(p):  # q = 3: checkpoints in rounds 1 and 4 (z1), differences betwee
     assert sim.checkpoint.noise_multiplier != sim.difference.noise_multiplier
 
 
+def _svrg_period(p):  # one run of Alg. 1, a snapshot every Q = 2 rounds (default Q = 5)
+    assert [p.sim.algorithm.is_checkpoint(t) for t in range(6)] == [True, False] * 3
+    assert [p.base.algorithm.is_checkpoint(t) for t in range(6)] == [True, False, False, False, False, True]
+
+
+def _restarts(p):  # S = 2 runs of Alg. 1 over 6 rounds (default min(4, R) = 4); the model ends each at its output
+    assert p.sim.algorithm.starts == (0, 3) and p.base.algorithm.starts == (0, 1, 3, 4)
+    history = p.sim.run(3)
+    output = p.sim.algorithm.outputs[0]
+    assert p.sim.state.server["x"].tolist() == p.sim.state.server["output"].tolist() and output in (0, 1, 2)
+    assert len(history) == 3
+
+
 def _spider_feature_clip(p):  # logreg on features of norm <= 0.5, clip 2 >= sqrt(2 (R^2 + 1)): beta = (0.25 + 1)/2
     assert p.sim.algorithm.smoothness == pytest.approx(0.625) and p.base.algorithm.smoothness is None
     assert p.sim.algorithm.feature_clip == 0.5
@@ -537,11 +568,63 @@ def _colluders(p):  # 3 colluders: sigma / sqrt(3); the base's 2: sigma / sqrt(4
     assert p.release().colluders == 3
 
 
+def _local_lr_schedule(p):  # gamma_s = lr l_s; the release (and the ledger) unchanged (Heikkilä et al. Eq. 20)
+    alg = p.sim.algorithm
+    assert alg.step_lr == (1.0, 0.25) and alg.gamma(1) == pytest.approx(0.25 * alg.lr)
+    assert p.base.algorithm.step_lr == ()
+    assert p.release() == p.release(p.base)
+
+
+def _client_lr(p):  # g = (1, 0.5, 1, 1, 1, 1), equal n_i: the third party is credited Eq. 24's sqrt(5 + 1/4) shares
+    share = p.sim.algorithm.mechanism.noise_multiplier
+    assert p.sim.algorithm.relaxations.lr == (1.0, 0.5, 1.0, 1.0, 1.0, 1.0)
+    assert len(set(p.sim.train.counts.tolist())) == 1
+    assert _credited(p.sim.round_privacy()["third_party"]) == pytest.approx(share * math.sqrt(5.25))
+    assert _credited(p.base.round_privacy()["third_party"]) == pytest.approx(share * math.sqrt(6))
+
+
+def _client_clip(p):  # C = (2, 1, ..., 1): sensitivity max C_i = 2, noise sqrt(4 + 5) shares: credited 1.5 shares
+    share = p.sim.algorithm.mechanism.noise_multiplier
+    assert p.sim.algorithm.relaxations.clip == (2.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    assert _credited(p.sim.round_privacy()["third_party"]) == pytest.approx(share * 1.5)
+
+
+def _client_noise(p):  # f = (0.5, 1, ...): own draws at z = sigma' / 2, the sum sqrt(0.25 + 5) sigma'
+    share = p.base.algorithm.mechanism.noise_multiplier
+    assert p.sim.algorithm.mechanism.noise_multiplier == pytest.approx(share / 2)
+    assert _credited(p.sim.round_privacy()["third_party"]) == pytest.approx(share * math.sqrt(5.25))
+
+
+def _client_local_steps(p):  # client 0 fuses 2 local steps: in some batch of the 2 w.p. 1 - 0.9^2 (paper only)
+    from dpfl.algorithms.joint_relaxations import FUSED_UNPROVEN
+
+    assert p.sim.algorithm.relaxations.fused == (2, 1, 1, 1, 1, 1)
+    assert p.release().step_events[0].sampling_probability == pytest.approx(0.19)
+    assert p.release().unproven[-1] == FUSED_UNPROVEN[0] and FUSED_UNPROVEN[0] not in p.release(p.base).unproven
+
+
 def _min_clients(p):  # at least 4 of 6 reach the sum: shares sigma / sqrt(4 - 1), 3 others credited
     share = p.sim.algorithm.mechanism.noise_multiplier
     assert share == pytest.approx(1 / math.sqrt(3)) and p.release().contributors == 4
     assert _credited(p.sim.round_privacy()["third_party"]) == pytest.approx(share * math.sqrt(4))
     assert p.release(p.base).contributors == 6
+
+
+def _noise(p):  # integer Skellam shares: int64 messages, the steps declared as Skellam events, charged a little more
+    assert p.sim.algorithm.step_noise_event.scale == pytest.approx(2.0**16 * 1.0 / (0.1 * 24))  # s D_min, 24 records
+    assert p.base.algorithm.step_noise_event == dp_event.GaussianDpEvent(p.base.algorithm.mechanism.noise_multiplier)
+    out = next(p.sim.in_process(0, p.sim.clients.sample(0, p.sim.seed)))[1]
+    assert out.messages["dy"].dtype == torch.int64
+    p.sim.run(1)
+    p.base.run(1)
+    assert p.base.ledger.epsilon()["third_party"] < p.sim.ledger.epsilon()["third_party"]
+
+
+def _skellam_scale(p):  # a coarse scale (64 integer units per unit of gradient) is charged much more than 2^16
+    assert p.sim.algorithm.rounding.scale == 64.0 and p.base.algorithm.rounding.scale == 2.0**16
+    p.sim.run(1)
+    p.base.run(1)
+    assert p.sim.ledger.epsilon()["third_party"] > 1.5 * p.base.ledger.epsilon()["third_party"]
 
 
 def _secure_aggregation(p):  # the real protocol computes the sum: the same model as the simulated sum, rounding apart
@@ -597,7 +680,9 @@ TABLE: dict[str, list[Row]] = {
     "data.beta": [Row("1.0", _beta)],
     "data.num_clients": [Row("7", _num_clients)],
     "data.samples_per_client": [Row("40", _samples_per_client)],
-    "data.partition": [Row("'one_class'", _partition, DIGITS)],
+    "data.partition": [Row("'one_class'", _partition, DIGITS),
+                       Row("'parity_pairs'", _parity_pairs, (*DIGITS, "data.num_clients=25"))],
+    "data.labels": [Row("'parity'", _labels_parity, (*DIGITS, "data.partition='parity_pairs'", "data.num_clients=25"))],
     "data.partition_param": [Row("3", _partition_param, (*DIGITS, "data.partition='k_labels'",
                                                          "data.partition_param=2"))],
     "data.standardize": [Row("'client'", _standardize, DIGITS)],
@@ -648,7 +733,9 @@ TABLE: dict[str, list[Row]] = {
     "algorithm.feature_clip": [Row("0.5", _feature_clip, ("algorithm.convex=true", "algorithm.clip=2.0"), base=PNS),
                                Row("0.5", _spider_feature_clip, ("algorithm.clip=2.0",),
                                    base=ISRL_SPIDER)],
-    "algorithm.period": [Row("3", _period, base=ISRL_SPIDER)],
+    "algorithm.period": [Row("3", _period, base=ISRL_SPIDER), Row("2", _svrg_period, ("algorithm.restarts=1",),
+                                                                      base=ISRL_SVRG)],
+    "algorithm.restarts": [Row("2", _restarts, base=ISRL_SVRG)],
     "privacy.analysis": [Row("'paper'", _analysis)],
     "privacy.conversion": [Row("'classic'", _conversion)],
     "privacy.boundary": [Row("'trusted'", _boundary_trusted), Row("'secagg'", _boundary_secagg)],
@@ -660,6 +747,14 @@ TABLE: dict[str, list[Row]] = {
     "algorithm.trust": [Row("'coalition'", _trust, ("algorithm.colluders=2",), base=JOINT)],
     "algorithm.colluders": [Row("3", _colluders, ("algorithm.trust='coalition'", "algorithm.colluders=2"), base=JOINT)],
     "algorithm.min_clients": [Row("4", _min_clients, base=JOINT)],
+    "algorithm.local_lr_schedule": [Row("[1.0, 0.25]", _local_lr_schedule, base=JOINT)],
+    "algorithm.client_lr": [Row("[1.0, 0.5, 1.0, 1.0, 1.0, 1.0]", _client_lr, base=JOINT)],
+    "algorithm.client_clip": [Row("[2.0, 1.0, 1.0, 1.0, 1.0, 1.0]", _client_clip, base=JOINT)],
+    "algorithm.client_noise": [Row("[0.5, 1.0, 1.0, 1.0, 1.0, 1.0]", _client_noise, base=JOINT)],
+    "algorithm.client_local_steps": [Row("[2, 1, 1, 1, 1, 1]", _client_local_steps, ("privacy.analysis='paper'",),
+                                         base=JOINT)],
+    "algorithm.noise": [Row("'skellam'", _noise, base=JOINT)],
+    "algorithm.skellam_scale": [Row("64.0", _skellam_scale, ("algorithm.noise='skellam'",), base=JOINT)],
     "run.seed": [Row("5", _run_seed)],
     "run.eval_every": [Row("2", _eval_every)],
     "run.checkpoint_every": [Row("3", _checkpoint_every)],
@@ -791,6 +886,7 @@ def test_every_example_loads_and_runs_to_a_finite_epsilon(path, tmp_path):
     (["data.name='digits'", "data.split_column='part'"], "data.split_column", "['csv']"),
     (["data.name='csv'", "data.path='x.csv'", "data.alpha=1.0"], "data.alpha", "['synthetic']"),
     (["data.partition='iid'"], "data.partition", "['digits', 'breast_cancer', 'npz', 'csv']"),
+    (["data.labels='parity'"], "data.labels", "['digits', 'breast_cancer', 'npz', 'csv']"),
 ])
 def test_a_data_key_of_another_source_is_rejected(overrides, field, users):
     with pytest.raises(ConfigError, match=rf"no value: {field} applies to data.name in {re.escape(users)}") as caught:

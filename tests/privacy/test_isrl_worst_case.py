@@ -12,6 +12,10 @@ be run from theta = 0 and the rounds' messages are the transcript). All records 
 * isrl-spider with s = 1, q = 2: the checkpoint rounds (0 and 2) move h_i by 2C/n with std z1 2C/n; the difference rounds
   carry no signal (a linear loss has the same gradient at both iterates) but their noise is declared and composed,
   so the claim covers mu = sqrt(2)/z1 with room to spare.
+* isrl-spider-alt (Lowy et al.'s Algorithm 11) with s = 1: the same rounds (it is the q = 2 recursion), one z for
+  both streams: the gradient rounds 0 and 2 and the difference rounds 1 and 3, the difference noise std z 2(2C)/n.
+  With a record whose clipped gradient flips sign with the model (``FlippingOracle``), every round, difference
+  rounds included, moves by its full sensitivity: mu = 2/z, and the claim is exactly its Gaussian epsilon.
 
 No other silo's noise is credited (ISRL-DP), so the server's and another silo's claim must both be at least the
 exact Gaussian epsilon of that mu (Dong, Roth, Su 2022), and the single-release claim of Prox-SGD is exactly it.
@@ -29,8 +33,8 @@ from scipy import stats
 from dpfl.accounting import exact as ex
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import OTHER_SILO, SERVER, observer_events
-from dpfl.algorithms.isrl import ISRLConfig, build_isrl
-from dpfl.algorithms.isrl_spider import SpiderConfig, build_spider
+from dpfl.algorithms.isrl import ISRLConfig, ISRLKeys, build_isrl
+from dpfl.algorithms.isrl_spider import SpiderConfig, build_alternate_spider, build_spider
 from dpfl.algorithms.registry import Setting
 from dpfl.algorithms.worst_case import LinearQuadraticOracle
 from dpfl.engine.protocol import ClientContext, ClientData
@@ -47,6 +51,8 @@ def algorithm(name: str):
                       epsilon=EPSILON)
     if name == "isrl-spider":
         return build_spider(name, SpiderConfig(lr=ETA, clip=CLIP, sample_rate=1.0, period=2), setting)
+    if name == "isrl-spider-alt":
+        return build_alternate_spider(name, ISRLKeys(lr=ETA, clip=CLIP, sample_rate=1.0), setting)
     return build_isrl(name, ISRLConfig(lr=ETA, clip=CLIP, sample_rate=1.0, local_steps=2), setting)
 
 
@@ -117,10 +123,11 @@ def test_the_baselines_compose_their_draws(name, steps):
         assert eps == pytest.approx(EPSILON, rel=1e-3)  # s = 1: no amplification, the exact composed Gaussian
 
 
-def test_spider_composes_both_streams():
-    alg = algorithm("isrl-spider")
+@pytest.mark.parametrize("name", ["isrl-spider", "isrl-spider-alt"])
+def test_spider_composes_both_streams(name):
+    alg = algorithm(name)
     z1, z2 = alg.checkpoint.noise_multiplier, alg.difference.noise_multiplier
-    assert z2 == pytest.approx(z1)  # q = 2 over 4 rounds: 2 checkpoints, 2 differences, equal halves
+    assert z2 == pytest.approx(z1)  # q = 2 over 4 rounds: 2 checkpoints, 2 differences, equal halves; alt: one z
     plus, minus = transcript(alg, CLIP, 2), transcript(alg, -CLIP, 2)
     shift = (plus - minus)[0].tolist()
     assert shift == pytest.approx([2 * CLIP / RECORDS, 0, 2 * CLIP / RECORDS, 0], abs=1e-6)  # h_i, no step
@@ -133,3 +140,46 @@ def test_spider_composes_both_streams():
     for observer, eps in claimed(alg).items():
         assert eps >= ex.gdp_epsilon(truth, DELTA), observer
         assert eps == pytest.approx(ex.gdp_epsilon(2 / z1, DELTA), rel=1e-3)  # all four Gaussians composed
+
+
+class FlippingOracle:
+    """Records x_j = v in {+1, 0, -1} (1-D) with gradient v theta / a, a = 1e-3: at theta = +-1 a record with
+    v = +-1 has clipped gradient v C sign(theta), so its gradient flips with the model (the flipping Dirac canary's
+    worst case)."""
+
+    def clipped_sum(self, theta, x, y, mask, clip):
+        g = x * theta.unsqueeze(1) / 1e-3
+        norm = g.norm(dim=-1, keepdim=True)
+        return (g * torch.clamp(clip / norm, max=1.0) * mask.unsqueeze(-1)).sum(1)
+
+
+def test_the_alternate_spider_is_tight_for_a_record_whose_gradient_flips():
+    """isrl-spider-alt, s = 1, the owner's record v = +1 against v = -1 (replace-one), the others 0, and the iterates
+    (x, x_prev) = (+1, +1), (-1, +1), (-1, -1), (+1, -1) (the composition covers any adaptively chosen ones): the
+    gradient rounds 0, 2 move h_i by their full sensitivity 2C/n, the difference rounds 1, 3 by theirs, 2 (2C)/n, so
+    the transcript's mu is 2/z, exactly the four composed Gaussians the release declares."""
+    alg = algorithm("isrl-spider-alt")
+    z = alg.checkpoint.noise_multiplier
+    iterates = [(1.0, 1.0), (-1.0, 1.0), (-1.0, -1.0), (1.0, -1.0)]
+
+    def run(value: float) -> torch.Tensor:
+        x = torch.zeros(TRIALS, RECORDS, 1)
+        x[:, 0, 0] = value
+        data = ClientData(x, torch.zeros(TRIALS, RECORDS, dtype=torch.long), torch.full((TRIALS,), RECORDS))
+        messages = []
+        for r, (now, before) in enumerate(iterates):
+            server = {"x": torch.tensor([now]), "x_prev": torch.tensor([before]), "h": torch.zeros(1)}
+            out = alg.client_round(r, server, {}, data, ClientContext(FlippingOracle(), 3, r, torch.arange(TRIALS)))
+            messages.append(out.messages["h"][:, 0].double())
+        return torch.stack(messages, dim=1)
+
+    plus, minus = run(1.0), run(-1.0)
+    full = [2 * CLIP / RECORDS, 4 * CLIP / RECORDS, 2 * CLIP / RECORDS, 4 * CLIP / RECORDS]
+    shift = (plus - minus)[0]
+    assert shift.tolist() == pytest.approx([full[0], -full[1], -full[2], full[3]], rel=1e-5)  # each at its sensitivity
+    standardised = (plus * shift.sign() / torch.tensor(full, dtype=torch.float64)).sum(1)  # the likelihood ratio's axis
+    low, high = interval(4 * 1.0, standardised)  # 4 rounds, each shifted by one sensitivity unit, std z each
+    assert low <= 2 / z <= high, (low, 2 / z, high)
+    for observer, eps in claimed(alg).items():
+        assert eps >= ex.gdp_epsilon(2 / z, DELTA) * (1 - 1e-6), observer
+        assert eps == pytest.approx(EPSILON, rel=1e-3)  # s = 1: no amplification, the exact composed Gaussian

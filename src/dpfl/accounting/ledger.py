@@ -48,6 +48,7 @@ from dpfl.accounting.accountant import NEIGHBORING
 from dpfl.accounting.conversion import CONVERSIONS
 from dpfl.accounting.events import ProjectedStepDpEvent, event_from_dict, event_to_dict
 from dpfl.accounting.observers import ANALYSES
+from dpfl.durable import write_text_atomically
 from dpfl.errors import BudgetExceededError, ConfigError, RunDirectoryError, check_range, json_problem
 
 OBSERVER_NAMES = {"third_party": "a third party", "server": "the server", "other_silo": "another silo"}
@@ -281,16 +282,7 @@ class PrivacyLedger:
         """Writes the ledger atomically and durably (a temporary file, flushed to disk, then renamed over ``path``):
         a crash leaves either the old ledger or the new one, never a truncated file. RunDirectoryError if it cannot be
         written (the caller then must not release anything the ledger would not record)."""
-        path = Path(path)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        try:
-            with open(tmp, "w") as file:
-                file.write(json.dumps(self.to_dict(), indent=1))
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(tmp, path)
-        except OSError as err:
-            raise RunDirectoryError(f"cannot write the privacy ledger {path}: {err.strerror or err}") from None
+        write_text_atomically(Path(path), json.dumps(self.to_dict(), indent=1), "the privacy ledger")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "PrivacyLedger":

@@ -25,7 +25,8 @@ or a later one. Observers:
    marks those draws: the last local step of FedAvg, every step of FedSGD (all gradients at the round's start
    point), none of SCAFFOLD (its c_i carries the noisy steps into later rounds). For an additive draw of the owner,
    the sum of n_c cohort members' shares has noise multiplier at least z sqrt(1 + (n_c - 1) r^2), r the min/max
-   client sensitivity (client j's std is z Delta_j); every other draw keeps the owner's own multiplier z. The
+   client sensitivity (client j's std is z Delta_j; ``Release.shares`` when clients' noise and sensitivity differ
+   otherwise: the worst owner with the weakest n_c - 1 shares); every other draw keeps the owner's own multiplier z. The
    aggregate is post-processing of (the owner's non-additive draws, the additive sums) together with the other
    clients' data and non-credited noise, which do not depend on the record.
 3. Poisson cohorts have a random size: a cohort may hold the owner alone, so no share is credited.
@@ -68,7 +69,7 @@ from dataclasses import dataclass
 import attr
 from dp_accounting import dp_event
 
-from dpfl.accounting.events import BinomialSumDpEvent, ParticipationDpEvent, ProjectedStepDpEvent
+from dpfl.accounting.events import BinomialSumDpEvent, ParticipationDpEvent, ProjectedStepDpEvent, SkellamDpEvent
 from dpfl.errors import ConfigError
 
 THIRD_PARTY = "third_party"
@@ -160,6 +161,11 @@ class Release:
       additive: for each draw, whether it enters the released aggregate additively with nothing computed after it,
         in this round or a later one: the only draws another client's noise share may be credited to.
       sensitivity_ratio: min_j Delta_j / max_j Delta_j over the clients' sensitivities (1 when all are equal).
+      shares: when clients' noise is not their sensitivity times one multiplier (Heikkilä et al.'s appendix:
+        client-specific learning rates, clips and shares), every client's (noise std s_j, sensitivity Delta_j) of
+        an additive draw, in one unit; the declared draws are at z = min_j s_j / Delta_j. k other shares are
+        credited as the worst owner o and the k smallest other shares: ``credited_variance``; empty: every share at
+        ``sensitivity_ratio``.
       cohort: how the owner takes part in this round, when the algorithm fixes it: an algorithm that calibrates its
         noise to each client's number of replies under a data-independent schedule (drawn from the run's seed before
         the first round) accounts conditionally on that schedule, which is sound towards every observer (knowing the
@@ -171,6 +177,8 @@ class Release:
       hidden: the round as one step of projected noisy SGD over disjoint batches (a ``ProjectedStepDpEvent``,
         its ``composed`` left out), for an observer who sees only the final model; None: the round's iterate is
         accounted by composition only.
+      assumes: what ``analysis="paper"`` assumes of this release beyond the paper's own assumptions (reported with
+        ``unproven``).
     """
 
     step_events: tuple
@@ -181,10 +189,16 @@ class Release:
     colluders: int = 1
     paper: str = "noble"
     hidden: ProjectedStepDpEvent | None = None
+    shares: tuple = ()
+    assumes: tuple = ()
 
     def __post_init__(self):
         object.__setattr__(self, "step_events", tuple(self.step_events))
         object.__setattr__(self, "additive", tuple(bool(a) for a in self.additive))
+        object.__setattr__(self, "shares", tuple((float(s), float(d)) for s, d in self.shares))
+        object.__setattr__(self, "assumes", tuple(self.assumes))
+        if any(not (s > 0 and d > 0) for s, d in self.shares):
+            raise ValueError(f"shares = {self.shares}: noise stds and sensitivities are positive")
         if len(self.step_events) != len(self.additive):
             raise ValueError(f"a release needs one additive flag per noise draw: {len(self.step_events)} draws, "
                              f"{len(self.additive)} flags")
@@ -207,7 +221,24 @@ class Release:
         """What ``analysis="paper"`` assumes of this release that does not hold for general losses."""
         if self.paper == "noble":
             return PAPER_UNPROVEN
-        return () if all(self.additive) else JOINT_PAPER_UNPROVEN
+        return (() if all(self.additive) else JOINT_PAPER_UNPROVEN) + self.assumes
+
+    def credited_variance(self, others: int) -> float:
+        """The variance k = ``others`` more clients' shares add at least, in units of the owner's (z Delta)^2: k r^2,
+        or with ``shares`` min_o (s_o^2 + the k smallest s_j^2 of j != o) / (z Delta_o)^2 - 1 (the worst owner, the
+        weakest k others the cohort can hold)."""
+        if not self.shares:
+            return others * self.sensitivity_ratio**2
+        if others >= len(self.shares):
+            raise ValueError(f"{others} other shares credited, but only {len(self.shares)} clients")
+        z = min(s / d for s, d in self.shares)
+        variances = sorted(s * s for s, _ in self.shares)
+        weakest, next_one = sum(variances[:others]), variances[others]
+
+        def others_of(std: float) -> float:  # the k smallest variances without the owner's own
+            return weakest - std * std + next_one if std * std <= variances[others - 1] else weakest
+
+        return min((s * s + (others_of(s) if others else 0.0)) / (z * d) ** 2 for s, d in self.shares) - 1
 
     def own(self) -> dp_event.DpEvent:
         """Every draw at the owner's own noise (what the owner's message alone releases)."""
@@ -215,7 +246,7 @@ class Release:
 
     def credited(self, others: int) -> dp_event.DpEvent:
         """The additive draws with ``others`` more clients' shares summed in, the rest at the owner's own noise."""
-        factor = math.sqrt(1 + others * self.sensitivity_ratio**2)
+        factor = math.sqrt(1 + self.credited_variance(others))
         return _compose([_summed(e, factor) if additive and others > 0 else e
                          for e, additive in zip(self.step_events, self.additive)])
 
@@ -307,13 +338,16 @@ def _paper_events(release: Release, cohort: Cohort, boundary: str):
 def scale_noise(event: dp_event.DpEvent, factor: float) -> dp_event.DpEvent:
     """Returns ``event`` with every Gaussian noise multiplier multiplied by ``factor``.
 
-    Describes the sum of independent Gaussian noise shares (their variances add). Binomial noise bits sum too
-    (Bin(m, p) + Bin(m', p) = Bin(m + m', p)): a ``BinomialSumDpEvent``'s trials, the multiplier of its variance, are
-    multiplied by factor^2 (rounded down). Other noise (Laplace) does not sum to a mechanism of its family: a
-    ValueError, so that the caller charges the owner's own message instead.
+    Describes the sum of independent Gaussian noise shares (their variances add), and likewise of integer Skellam
+    shares on one lattice (the ``SkellamDpEvent``'s variance times ``factor``^2; its scale and sensitivities are
+    the owner's) and of binomial noise bits (Bin(m, p) + Bin(m', p) = Bin(m + m', p): a ``BinomialSumDpEvent``'s
+    trials, the multiplier of its variance, times factor^2, rounded down). Other noise (Laplace) does not sum to a
+    mechanism of its family: a ValueError, so that the caller charges the owner's own message instead.
     """
     if isinstance(event, dp_event.GaussianDpEvent):
         return dp_event.GaussianDpEvent(event.noise_multiplier * factor)
+    if isinstance(event, SkellamDpEvent):  # Sk(l1, l1) + Sk(l2, l2) = Sk(l1 + l2, l1 + l2): variances add
+        return attr.evolve(event, variance=event.variance * factor**2)
     if isinstance(event, BinomialSumDpEvent):
         return attr.evolve(event, trials=math.floor(event.trials * factor**2 + 1e-9))
     if isinstance(event, (dp_event.NoOpDpEvent, dp_event.NonPrivateDpEvent)):

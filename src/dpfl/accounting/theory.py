@@ -310,6 +310,40 @@ def isrl_spider_sigmas(
     return sigma_1, sigma_2hat
 
 
+def isrl_svrg_sigmas(
+    epsilon: float, delta: float, lipschitz: float, n: int, batch: int, snapshots: int, inner_steps: int,
+) -> tuple[float, float]:
+    """Lowy et al. ISRL-DP Prox-SVRG / Prox-PL-SVRG (Alg. 1, 2; Thm E.2, derived): (sigma_1, sigma_2) with
+
+        sigma_1^2 = 4096 L^2 k1 ln(4/delta) ln(5 K k1 / (n delta)) / (eps^2 n^2)   (k1 inner steps, sensitivity 4L/K)
+        sigma_2^2 =  256 L^2 k2 ln(4/delta) ln(5 k2 / delta) / (eps^2 n^2)       (k2 snapshots, sensitivity 2L/n)
+
+    Each stream spends (eps/2, delta/2) by advanced composition (DR14 Thm 3.20 in the paper's form: k steps of
+    (eps0, delta0), eps0 = (eps/2) / (2 sqrt(2 k ln(4/delta))), delta0 = delta/(4k), compose to (eps/2, delta/2) when
+    eps <= 4 ln(4/delta)); each snapshot is a classical Gaussian (DR14 Thm A.1) at (eps0, delta0). Each inner step is
+    a classical Gaussian at (eps', delta') = (eps0 n/(2K), delta0 n/K), amplified by sampling K of n records to
+    (2 (K/n) eps', (K/n) delta') (Ullman 2017; e^x - 1 <= 2x for x <= 1), i.e. (eps0, delta0); K = n: no sampling,
+    (eps', delta') = (eps0, delta0). A ValidityWarning when eps' >= 1: the paper's condition on K (K > eps0 n / 2)
+    fails. The paper's counts are k1 = S E Q and k2 = S E; dpfl omits the E S draws at w = w~ (``isrl_svrg``)."""
+    _check_epsilon_delta(epsilon, delta)
+    check_range("lipschitz", lipschitz, 0.0, low_open=True)
+    n = check_range("n", n, 1, integer=True)
+    batch = check_range("batch", batch, 1, n, integer=True)
+    snapshots = check_range("snapshots", snapshots, 1, integer=True)
+    inner_steps = check_range("inner_steps", inner_steps, 1, integer=True)
+
+    def per_step(k: int) -> tuple[float, float]:
+        return epsilon / (4.0 * math.sqrt(2.0 * k * math.log(4.0 / delta))), delta / (4.0 * k)
+
+    eps0, delta0 = per_step(snapshots)
+    sigma_2 = classical_gaussian_sigma(eps0, delta0, 2.0 * lipschitz / n)
+    eps1, delta1 = per_step(inner_steps)
+    rate = batch / n
+    base = (eps1, delta1) if batch == n else (eps1 / (2.0 * rate), delta1 / rate)
+    sigma_1 = classical_gaussian_sigma(*base, 4.0 * lipschitz / batch)
+    return sigma_1, sigma_2
+
+
 def _isrl_code_sigma(factor: float, epsilon: float, delta: float, clip: float, rounds: int, n: int) -> float:
     _check_epsilon_delta(epsilon, delta)
     check_range("clip", clip, 0.0, low_open=True)
@@ -340,6 +374,9 @@ def isrl_alternate_spider_code_sigmas(
 ) -> tuple[float, float]:
     """Lowy et al.'s public code, Alternate SPIDER (Alg. 11): (sigma_u1, sigma_u2) with variances 32 C^2 R ln(2/delta)/(n^2 eps^2)
     (difference stream) and 8 C^2 R ln(2/delta)/(n^2 eps^2) (gradient stream). The code calibrates EACH stream as if
-    it alone spent (eps, delta); the two streams still have to be composed."""
+    it alone spent (eps, delta); the two streams still have to be composed. ``isrl-spider-alt`` composes them, one
+    noise multiplier z over all T = 2R - 1 communication rounds: sigma_u1 = z 4C/K, sigma_u2 = z 2C/K
+    (``ISRLSpider.noise_std``), the same 2:1 ratio, and larger than these (1.3% at n = 20, R = 5, K = n; 2.35x at
+    n = 400, R = 25 with the code's batch K = 195; eps = 1, delta = 1e-5: tests/algorithms/test_isrl_spider_alt.py)."""
     return (_isrl_code_sigma(32.0, epsilon, delta, clip, rounds, n),
             _isrl_code_sigma(8.0, epsilon, delta, clip, rounds, n))

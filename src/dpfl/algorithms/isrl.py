@@ -156,6 +156,12 @@ class ISRL:
         """f1(x), the non-smooth part of the train objective the runs report."""
         return self.regularizer.value(x)
 
+    @property
+    def composite(self) -> tuple[Regularizer, float]:
+        """(f1, eta) of the server's prox step (K eta for K local steps), for the gradient mapping G_eta the runs
+        report."""
+        return self.regularizer, self.server_lr
+
     def divergence_hint(self, counts: torch.Tensor) -> str:
         return "lower algorithm.lr, or raise privacy.epsilon (less noise per step)"
 

@@ -28,6 +28,34 @@ paper's derivation, equal zCDP halves: z2 = z1 sqrt(D / Q) for Q checkpoints and
 scale is the smallest for which the composition of all R events has epsilon <= privacy.epsilon (tightest accountant,
 with record-sampling amplification). The paper's closed form (``theory.isrl_spider_sigmas``, with K1 = K2 = K, L = C)
 is the zCDP bound without amplification, z1 = 2 sqrt(2 Q ln(1/delta))/eps, which the calibration never exceeds.
+
+**Alternate SPIDER** (``isrl-spider-alt``, Lowy et al. 2023, Appendix H.1, Algorithm 11: what their experiments ran).
+In the paper's rounds r = 0, ..., R-1, with a prox step wherever the composite loss takes a gradient step:
+
+    r >= 1:  w_a = w,  w_b = prox_{eta f1}(w_a - eta g2)                  (g2: the previous round's noisy gradient)
+             each silo: ONE batch B of K records, at both points:
+                 d_i = (1/K) sum_{x in B} [clip_C(grad f0(w_b, x)) - clip_C(grad f0(w_a, x))] + u1,
+             v = g2 + mean_i d_i,   w = prox_{eta f1}(w_b - eta v)
+    every r: each silo: a FRESH batch of K records,
+                 g2_i = (1/K) sum_x clip_C(grad f0(w, x)) + u2,   g2 = mean_i g2_i
+
+(Lowy et al. take plain gradient steps, f1 = 0; the prox keeps every point a gradient is evaluated at in dom f1.)
+g2 is computed at the w that needs mean_i d_i, and d_i at the w_b that needs g2: each is a separate communication
+round, and a silo cannot send both in one. As communication rounds, Algorithm 11 IS the recursion above with
+period q = 2: round 2r sends g2 (a checkpoint, x = w, then x <- prox(x - eta h) = w_b), round 2r + 1 sends d_i
+(x = w_b, x_prev = w_a, h = g2 + mean d_i = v, then x <- prox(w_b - eta v)); the paper's R rounds are 2R - 1
+communication rounds, and ``algorithm.rounds`` counts communication rounds (T) as for every other algorithm. So the
+alternate SPIDER is ``ISRLSpider`` with q = 2 and its own calibration, not a second implementation.
+
+Sensitivities (replace-one, K = floor(s n_i)): one record's term in d_i is a difference of two clipped vectors, norm
+<= 2C, and replacing the record replaces its term by another of norm <= 2C, so the mean moves by at most
+2 (2C) / K = 4C/K (Poisson, zero-out: 2C/(s n_i)); g2's mean moves by 2C/K. No smoothness is assumed (Lowy et al.
+calibrate the difference with C, having no a-priori beta). Both streams are declared, one per communication round,
+and composed in the ledger. The calibration is ONE multiplier z for both, in units of each stream's sensitivity: the
+ratio of Lowy et al.'s code constants, Var u1 / Var u2 = (32 C^2 R ln(2/delta)/(n^2 eps^2)) / (8 C^2 R ln(2/delta)/
+(n^2 eps^2)) = 4 = (4C/K)^2 / (2C/K)^2, is the same multiplier on both sensitivities. z is the smallest for which the
+composition of all T record-sampled Gaussians has epsilon <= privacy.epsilon; their code calibrates each stream as if
+it alone spent (eps, delta) (``theory.isrl_alternate_spider_code_sigmas``, beside ``ISRLSpider.noise_std``).
 """
 
 from __future__ import annotations
@@ -65,7 +93,7 @@ class SpiderConfig(ISRLKeys):
 
 @dataclass(frozen=True)
 class ISRLSpider:
-    """ISRL-DP FedProx-SPIDER (see the module docstring)."""
+    """ISRL-DP FedProx-SPIDER, and with q = 2 and one z the alternate SPIDER (see the module docstring)."""
 
     lr: float
     clip: float
@@ -77,6 +105,8 @@ class ISRLSpider:
     smoothness: float | None = None
     feature_clip: float | None = None
     accountant: str = "tightest"
+    #: the alternate SPIDER's q = 2 is not a key
+    period_fixed: bool = False
 
     @property
     def neighboring(self) -> str:
@@ -89,11 +119,20 @@ class ISRLSpider:
         """The round's noise stream: the checkpoint one (z1) or the difference one (z2)."""
         return self.checkpoint if self.is_checkpoint(round_index) else self.difference
 
+    def records(self, round_index: int) -> RecordSampler:
+        """The records a round's message is computed on: a minibatch of ``sampler`` in both streams."""
+        return self.sampler
+
+    def reference(self, server: dict) -> torch.Tensor:
+        """The point the difference rounds subtract the gradient at: the last iterate w_{r-1}."""
+        return server["x_prev"]
+
     def release(self, round_index: int, state: State, train) -> Release:
         """The round's one draw: the checkpoint stream (z1) or the difference stream (z2), record-sampled, not
         additive (ISRL-DP)."""
-        event = self.sampler.event(self.stream(round_index).event, train.counts)
-        divisors = self.sampler.divisor(train.counts)
+        records = self.records(round_index)
+        event = records.event(self.stream(round_index).event, train.counts)
+        divisors = records.divisor(train.counts)
         return Release((event,), (False,), float(divisors.min() / divisors.max()))
 
     def init_state(self, x0: torch.Tensor, num_clients: int) -> State:
@@ -110,20 +149,22 @@ class ISRLSpider:
         """Messages {h}: the silo's noisy checkpoint gradient or noisy gradient difference."""
         x = server["x"]
         n, P = data.counts.shape[0], x.shape[-1]
+        records = self.records(round_index)
         keys = ctx.streams("records").uniform([(int(c),) for c in data.counts])
-        indices, mask = self.sampler.sample(data.counts, keys)
+        indices, mask = records.sample(data.counts, keys)
         xb, yb = data.batch(indices)
         if self.feature_clip is not None:
             xb = scale_to_norm(xb, self.feature_clip)
-        divisor = self.sampler.divisor(data.counts).to(x.dtype).unsqueeze(1)
+        divisor = records.divisor(data.counts).to(x.dtype).unsqueeze(1)
         point = x.expand(n, P)
         value = ctx.grads.clipped_sum(point, xb, yb, mask, self.clip) / divisor
         if self.is_checkpoint(round_index):
-            sensitivity = self.sampler.mean_sensitivity(self.clip, data.counts)
+            sensitivity = records.mean_sensitivity(self.clip, data.counts)
         else:
-            value = value - ctx.grads.clipped_sum(server["x_prev"].expand(n, P), xb, yb, mask, self.clip) / divisor
-            bound = self.difference_bound(x, server["x_prev"]).expand(n)
-            sensitivity = self.sampler.mean_sensitivity(bound, data.counts)
+            reference = self.reference(server)
+            value = value - ctx.grads.clipped_sum(reference.expand(n, P), xb, yb, mask, self.clip) / divisor
+            bound = self.difference_bound(x, reference).expand(n)
+            sensitivity = records.mean_sensitivity(bound, data.counts)
         noisy, event = self.stream(round_index)(value, sensitivity, ctx.streams("noise").normal((P,)))
         return ClientOutput({"h": noisy}, {}, [event])
 
@@ -135,11 +176,23 @@ class ISRLSpider:
         h = mean if self.is_checkpoint(round_index) else server["h"] + mean
         return {"x": self.regularizer.prox(server["x"] - self.lr * h, self.lr), "x_prev": server["x"], "h": h}
 
+    def noise_std(self, round_index: int, counts: torch.Tensor) -> torch.Tensor:
+        """Each silo's noise std [clients] in the round: z1 Delta1 in a checkpoint round, z2 2 B_r / K at the
+        unverified bound B_r = 2C in a difference round (the alternate SPIDER's sigma_u2 and sigma_u1)."""
+        bound = self.clip if self.is_checkpoint(round_index) else 2.0 * self.clip
+        return self.stream(round_index).noise_multiplier * self.records(round_index).mean_sensitivity(bound, counts)
+
     def regulariser(self, x: torch.Tensor) -> float:
         return self.regularizer.value(x)
 
+    @property
+    def composite(self) -> tuple[Regularizer, float]:
+        """(f1, eta) of the prox step, for the gradient mapping G_eta the runs report."""
+        return self.regularizer, self.lr
+
     def divergence_hint(self, counts: torch.Tensor) -> str:
-        return "lower algorithm.lr, lower algorithm.period, or raise privacy.epsilon (less noise per step)"
+        period = "" if self.period_fixed else " lower algorithm.period,"
+        return f"lower algorithm.lr,{period} or raise privacy.epsilon (less noise per step)"
 
 
 def difference_bound(x: torch.Tensor, x_prev: torch.Tensor, clip: float, smoothness: float | None) -> torch.Tensor:
@@ -188,5 +241,26 @@ register(AlgorithmSpec(
     names=("isrl-spider",), config=SpiderConfig, build=build_spider, private=lambda name: True,
     help="ISRL-DP FedProx-SPIDER: checkpoint gradients and gradient differences, both noise streams composed, "
          "calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023, Alg. 3)",
+    release_keys=("algorithm.rounds",), noise_key=None,
+))
+
+
+def build_alternate_spider(name: str, config: ISRLKeys, setting: Setting) -> ISRLSpider:
+    """Lowy et al.'s Algorithm 11 (module docstring): period 2, one z for both streams, calibrated over the T
+    communication rounds' draws."""
+    epsilon, rounds = checked_target(name, config, setting)
+    sampler = RecordSampler(config.sample_rate, config.record_sampling)
+    counts = torch.tensor(setting.train_counts, dtype=torch.long)
+    z = calibrated_noise(lambda z: sampler.event(dp_event.GaussianDpEvent(z), counts), rounds, sampler.neighboring,
+                         epsilon, setting.delta)
+    return ISRLSpider(lr=config.lr, clip=config.clip, period=2, sampler=sampler, checkpoint=GaussianMechanism(z),
+                      difference=GaussianMechanism(z), regularizer=config.regularizer_of(), period_fixed=True)
+
+
+register(AlgorithmSpec(
+    names=("isrl-spider-alt",), config=ISRLKeys, build=build_alternate_spider, private=lambda name: True,
+    help="ISRL-DP alternate SPIDER: a gradient round, then a gradient difference on one batch at w and one step "
+         "ahead, both noise streams composed, one noise multiplier calibrated to privacy.epsilon, with a prox step "
+         "for f1 (Lowy et al. 2023, Alg. 11)",
     release_keys=("algorithm.rounds",), noise_key=None,
 ))

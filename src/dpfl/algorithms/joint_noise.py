@@ -27,7 +27,7 @@ client's sensitivity C / (q n_i), zero-out neighbours), with the facts the obser
 = t, ``Release.colluders`` = max(m, 1)). Two analyses (``privacy.analysis``):
 
 * ``"sound"`` (default): only the last step's shares reach the sum intact, so the cohort's shares are credited to the
-  last step (noise multiplier sigma_i sqrt(1 + (t - 1) r^2) >= sigma, r the min/max client sensitivity) and the
+  last step (noise multiplier sqrt(t) sigma_i = sigma with equal clients; ``Release.shares`` otherwise) and the
   first S - 1 steps keep the owner's own sigma_i (``dpfl.accounting.observers``). For S = 1 both analyses agree.
 * ``"paper"``: Heikkilä et al. Thm 4.7: every local step is a central Poisson-subsampled Gaussian with noise
   multiplier sigma, T S compositions, RDP with the classic conversion. Unproven for S > 1 (a client's later steps
@@ -38,15 +38,20 @@ sigma is ``algorithm.noise_multiplier``, or, with ``privacy.epsilon``, the small
 that epsilon towards the observer the trust setting protects against (aggregator: a third party; clients and
 coalition: the other-silo coalition; local: a server that sees each message), with the ledger's own accountant.
 
+``noise = "skellam"`` makes the shares integers (``dpfl.algorithms.joint_skellam``): every step's gradient is rounded
+at a scale s and given an integer Skellam share, the message is the integer sum of the steps, and the events hold the
+rounding; the sizing of the shares above is the same.
+
 The implementation is ``LocalSGD`` (FedAvg without control variates, Poisson record sampling) with gamma as its local
 step and the share sigma_i as its mechanism's noise multiplier; only the release and the share sizing are new.
 Clients with different n_i have different sensitivities C / (q n_i) (the appendix's client-specific learning rates
-gamma / (q n_i) on the clipped sum): their shares are credited at the min/max sensitivity ratio, which is sound.
+gamma / (q n_i) on the clipped sum): the sum is credited for the worst owner and the weakest shares, which is sound.
+The appendix's relaxations (per-step and per-client learning rates, per-client clips and shares, fused local steps)
+and their accounting: ``dpfl.algorithms.joint_relaxations``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -55,13 +60,19 @@ import torch
 from dpfl.accounting.calibrate import solve_noise
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import OTHER_SILO, SERVER, THIRD_PARTY, Release, observer_events
+from dpfl.algorithms.joint_relaxations import CLIENT_LR_RULES, FUSED_UNPROVEN, ClientRelaxations, step_lr_factors
 from dpfl.algorithms.local_sgd import LocalSGD
 from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
 from dpfl.engine.noise import GaussianMechanism
+from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput
 from dpfl.engine.sampling import ClientSampler, RecordSampler
 from dpfl.errors import ConfigError, check_range
 
 TRUST = ("aggregator", "clients", "coalition", "local")
+#: the appendix relaxations' keys (``joint_relaxations``)
+RELAXATION_KEYS = ("local_lr_schedule", "client_lr", "client_clip", "client_noise", "client_local_steps")
+#: algorithm.noise: real Gaussian shares, or integer Skellam shares (``dpfl.algorithms.joint_skellam``)
+NOISES = ("gaussian", "skellam")
 #: sigma when neither algorithm.noise_multiplier nor privacy.epsilon is given
 DEFAULT_NOISE = 1.0
 #: coordinates of a message beyond this many share standard deviations (per step) are clamped before secure
@@ -124,6 +135,10 @@ class JointNoise(LocalSGD):
     the mechanism draws, so the ledger follows the mechanism, never ``shares``)."""
 
     shares: NoiseShares | None = None
+    #: l_s, gamma_s = gamma l_s (Heikkilä et al., Eq. 20); (): every l_s = 1
+    step_lr: tuple[float, ...] = ()
+    #: per-client g_i, C_i, f_i, k_i (``joint_relaxations``); None: g_i = f_i = k_i = 1, C_i = C
+    relaxations: ClientRelaxations | None = None
     #: the ledger's accountant: RDP (PLDs of Poisson-subsampled Gaussians at share-sized noise multipliers, ~0.2,
     #: take minutes per round); under the paper's analysis at Heikkilä et al.'s integer orders 2..255 ("rdp-integer")
     accountant: str = "rdp"
@@ -132,6 +147,10 @@ class JointNoise(LocalSGD):
         super().__post_init__()
         if self.shares is None or self.sampler.scheme != "poisson" or self.control_variates or not self.move_locally:
             raise ValueError("JointNoise is FedAvg with Poisson record sampling and noise shares")
+        if self.relaxations is None:
+            object.__setattr__(self, "relaxations", ClientRelaxations(clip=(self.clip,)))
+        if self.step_lr and len(self.step_lr) != self.local_steps:
+            raise ValueError(f"{len(self.step_lr)} step-size factors for {self.local_steps} local steps")
 
     @property
     def local_lr(self) -> float:
@@ -143,20 +162,57 @@ class JointNoise(LocalSGD):
         """The fewest clients secure aggregation may finish a round with (None: all invited)."""
         return self.shares.min_clients
 
+    def gamma(self, step: int) -> float:
+        """gamma_s = gamma l_s."""
+        return self.lr * (self.step_lr[step] if self.step_lr else 1.0)
+
     def release(self, round_index: int, state, train) -> Release:
-        """LocalSGD's S draws (the last additive), with the shares' contributors and colluders, under Heikkilä et
-        al.'s paper analysis."""
-        return dataclasses.replace(super().release(round_index, state, train), contributors=self.shares.contributors,
-                                   colluders=max(self.shares.untrusted, 1), paper="heikkila")
+        """S draws of Gaussian(z), z = min_i sigma_i, sampled as a (fused) step samples (the last additive), with the
+        shares' contributors, colluders and ratios (``joint_relaxations``), under Heikkilä et al.'s paper analysis."""
+        relaxed = self.relaxations
+        step = relaxed.sampler(self.sampler).event(self.step_noise_event, train.counts)
+        return Release((step,) * self.local_steps, self.additive_steps, contributors=self.shares.contributors,
+                       colluders=max(self.shares.untrusted, 1), paper="heikkila",
+                       shares=relaxed.shares(self.shares.share, self.sampler, train.counts),
+                       assumes=FUSED_UNPROVEN if relaxed.fuses else ())
+
+    def client_round(self, round_index: int, server: dict, clients: dict, data: ClientData,
+                     ctx: ClientContext) -> ClientOutput:
+        """S (fused) steps per client of the chunk (module docstring; ``joint_relaxations``): client i takes k_i
+        local steps of gamma_s g_i at clip C_i / k_i per step s, its noise share on the last; message {dy}."""
+        x = server["x"]
+        n, P, S = data.counts.shape[0], x.shape[-1], self.local_steps
+        lr, clip, _, fused = self.relaxations.rows(ctx.ids)
+        keys = ctx.streams("records").uniform([(S * int(k), int(c)) for k, c in zip(fused, data.counts)])
+        noise = ctx.streams("noise").normal((S, P))  # one share per (fused) step
+        std = self.relaxations.noise_sensitivity(self.sampler, data.counts, ctx.ids)
+        rows = torch.arange(n)
+        start = x.expand(n, P)
+        y = start.clone()
+        events = []
+        for s in range(S):
+            for u in range(int(fused.max())):
+                substep = torch.clamp(fused - 1, max=u)  # clients done with their k_i steps idle (step 0 below)
+                last = (fused - 1 == u).to(y.dtype).unsqueeze(1)
+                h, event = self.noisy_gradient(ctx.grads, y, data, keys[rows, s * fused + substep],
+                                               noise[:, s] * last, (clip / fused).to(y.dtype), std)
+                y = y - (self.gamma(s) * lr * (u < fused)).to(y.dtype).unsqueeze(1) * h
+            events.append(event)
+        return ClientOutput({"dy": y - start}, {}, events)
 
     def message_bound(self, counts: torch.Tensor) -> dict[str, float]:
-        """|coordinate| of a message that secure aggregation must represent: S steps of gamma (C / q + TAIL_STDS
-        share stds), the clipped mean of a Poisson batch being at most C n_i / (q n_i) = C / q."""
-        std = self.mechanism.noise_multiplier * float(self.sampler.mean_sensitivity(self.clip, counts).max())
-        return {"dy": self.local_steps * self.lr * (self.clip / self.sampler.rate + TAIL_STDS * std)}
+        """|coordinate| of a message that secure aggregation must represent: S (fused) steps of gamma_s g_i (C_i / q
+        + TAIL_STDS share stds), the k_i clipped means of Poisson batches being at most k_i C_i n_i / (k_i q n_i)."""
+        ids = torch.arange(counts.shape[0])
+        lr, clip, _, _ = self.relaxations.rows(ids)
+        std = self.mechanism.noise_multiplier * self.relaxations.noise_sensitivity(self.sampler, counts, ids)
+        steps = sum(self.gamma(s) for s in range(self.local_steps))
+        return {"dy": steps * float((lr * (clip / self.sampler.rate + TAIL_STDS * std)).max())}
 
     def divergence_hint(self, counts: torch.Tensor) -> str:
-        std = self.mechanism.noise_multiplier * float(self.sampler.mean_sensitivity(self.clip, counts).max())
+        ids = torch.arange(counts.shape[0])
+        std = self.mechanism.noise_multiplier * float(
+            self.relaxations.noise_sensitivity(self.sampler, counts, ids).max())
         return (f"lower algorithm.lr (gamma = {self.lr:g}; each local step adds noise of std up to {std:.3g} x gamma), "
                 "or raise algorithm.sample_rate")
 
@@ -183,6 +239,24 @@ class JointNoiseConfig:
     min_clients: int | None = field(default=None, metadata={
         "help": "t, the fewest clients whose update reaches the sum (secure aggregation's dropout threshold, > half "
                 "the cohort; default: the whole cohort)", "min": 1})
+    local_lr_schedule: list | None = field(default=None, metadata={
+        "help": "l_s, one factor per local step: gamma_s = lr l_s (Heikkilä et al. Eq. 20; privacy unchanged)"})
+    client_lr: list | str | None = field(default=None, metadata={
+        "help": f"g_i = gamma_i / gamma, one factor per client id, or {list(CLIENT_LR_RULES)} (g_i = n_i / max n): "
+                "the sum is credited as Heikkilä et al.'s Eq. 24"})
+    client_clip: list | None = field(default=None, metadata={
+        "help": "C_i, one clip norm per client id (replaces clip; Heikkilä et al. Eq. 25)"})
+    client_noise: list | None = field(default=None, metadata={
+        "help": "f_i, one factor per client id: client i's share is f_i sigma / sqrt(t - m) (Heikkilä et al. Eq. 25)"})
+    client_local_steps: list | None = field(default=None, metadata={
+        "help": "k_i, one per client id: client i fuses k_i local steps (clip C_i / k_i, its share on the last) into "
+                "each of the S steps (Heikkilä et al. Eq. 26-27; privacy.analysis = 'paper' only: unproven)"})
+    noise: str = field(default="gaussian", metadata={
+        "choices": NOISES, "help": "the shares: real Gaussian, or integer Skellam after randomised rounding at "
+                                   "skellam_scale (the rounding accounted; dpfl.algorithms.joint_skellam)"})
+    skellam_scale: float = field(default=2.0**16, metadata={
+        "help": "s, integer units per unit of a client's mean clipped gradient (noise = 'skellam'): larger is closer "
+                "to Gaussian, smaller fits privacy.secagg_bits"})
 
 
 def cohort_of(config: JointNoiseConfig, num_clients: int) -> tuple[float, str]:
@@ -196,16 +270,32 @@ def build_joint_noise(name: str, config: JointNoiseConfig, setting: Setting) -> 
     """The algorithm of a config: sigma from algorithm.noise_multiplier or calibrated to privacy.epsilon."""
     if config.trust not in TRUST:
         raise ConfigError("algorithm.trust", config.trust, f"one of {list(TRUST)}")
+    if config.noise not in NOISES:
+        raise ConfigError("algorithm.noise", config.noise, f"one of {list(NOISES)}")
+    check_range("algorithm.skellam_scale", config.skellam_scale, 0.0, low_open=True)
     check_range("algorithm.clip", config.clip, 0.0, low_open=True)
     cohort = ClientSampler(setting.num_clients, setting.client_rate, setting.client_sampling).cohort_size
     sampler = RecordSampler(config.sample_rate, "poisson")
+    step_lr = step_lr_factors(config.local_lr_schedule, config.local_steps)
+    relaxations = ClientRelaxations.of_config(config, tuple(setting.train_counts), setting.analysis)
+    relaxed = [key for key in RELAXATION_KEYS if getattr(config, key) is not None]
+    if config.noise == "skellam" and relaxed:
+        raise ConfigError(f"algorithm.{relaxed[0]}", getattr(config, relaxed[0]),
+                          "unset with algorithm.noise = 'skellam' (the Skellam shares are sized and accounted for one "
+                          "learning rate, clip and share size per step: the appendix relaxations are Gaussian only)")
 
     def algorithm(sigma: float) -> JointNoise:
         shares = NoiseShares(sigma, cohort, config.trust, config.colluders, config.min_clients)
-        return JointNoise(local_steps=config.local_steps, lr=config.lr, sampler=sampler,
-                          mechanism=GaussianMechanism(shares.share), clip=config.clip,
-                          weight_decay=config.weight_decay, shares=shares,
-                          accountant="rdp-integer" if setting.analysis == "paper" else "rdp")
+        gaussian = JointNoise(local_steps=config.local_steps, lr=config.lr, sampler=sampler,
+                              mechanism=GaussianMechanism(relaxations.own_multiplier(shares.share)), clip=config.clip,
+                              weight_decay=config.weight_decay, shares=shares, step_lr=step_lr,
+                              relaxations=relaxations,
+                              accountant="rdp-integer" if setting.analysis == "paper" else "rdp")
+        if config.noise == "gaussian":
+            return gaussian
+        from dpfl.algorithms.joint_skellam import skellam_variant  # it builds on JointNoise: imported when used
+
+        return skellam_variant(gaussian, config.skellam_scale, setting.dimension, setting.train_counts)
 
     if setting.epsilon is None:
         return algorithm(DEFAULT_NOISE if config.noise_multiplier is None else config.noise_multiplier)
@@ -250,5 +340,5 @@ register(AlgorithmSpec(
     release_keys=("algorithm.rounds",), cohort=cohort_of,
 ))
 
-__all__ = ["TRUST", "NoiseShares", "JointNoise", "JointNoiseConfig", "cohort_of", "build_joint_noise",
+__all__ = ["TRUST", "NOISES", "NoiseShares", "JointNoise", "JointNoiseConfig", "cohort_of", "build_joint_noise",
            "calibrated_noise"]

@@ -160,20 +160,25 @@ class LocalSGD:
             return ClientOutput({"dy": dy}, {}, events)
         return ClientOutput({"dy": dy, "dc": h_mean - clients["c"]}, {"c": h_mean}, events)
 
-    def noisy_gradient(self, grads, point, data: ClientData, keys: torch.Tensor, standard_normal):
+    def noisy_gradient(self, grads, point, data: ClientData, keys: torch.Tensor, standard_normal,
+                       clip: torch.Tensor | None = None, noise_sensitivity: torch.Tensor | None = None):
         """H~ for every client of the chunk at ``point`` [clients, P]: one minibatch (the records of the smallest
-        ``keys``), clip, mean, noise (``standard_normal`` scaled by the mechanism's event)."""
+        ``keys``), clip, mean, noise (``standard_normal`` scaled by the mechanism's event). ``clip`` (per client;
+        default C) and ``noise_sensitivity`` (what the noise std is z times; default the mean's sensitivity) are for
+        algorithms whose clients differ (``dpfl.algorithms.joint_relaxations``)."""
         indices, mask = self.sampler.sample(data.counts, keys)
         xb, yb = data.batch(indices)
         divisor = self.sampler.divisor(data.counts).to(point.dtype).unsqueeze(1)
-        clip = self.clip
+        clip = self.clip if clip is None else clip
         if self.clip_heuristic == "median-nonprivate":  # data dependent: see the module docstring
             norms = grads.example_norms(point, xb, yb, mask).masked_fill(mask == 0, float("nan"))
             clip = torch.nanmedian(norms, dim=1).values
         mean = grads.clipped_sum(point, xb, yb, mask, clip) / divisor
         event = self.mechanism.event  # the event of the noise actually drawn (checked against the declaration)
         if self.mechanism.is_private:
-            mean, event = self.mechanism(mean, self.sampler.mean_sensitivity(clip, data.counts), standard_normal)
+            if noise_sensitivity is None:
+                noise_sensitivity = self.sampler.mean_sensitivity(clip, data.counts)
+            mean, event = self.mechanism(mean, noise_sensitivity, standard_normal)
         if self.weight_decay:
             mean = mean + self.weight_decay * point
         return mean, event

@@ -15,6 +15,7 @@ tests and its docs only.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import typing
 from dataclasses import dataclass
 from typing import Callable
@@ -56,6 +57,9 @@ class Setting:
     #: properties of its loss (convexity, smoothness) before it relies on them
     model: dict = dataclasses.field(default_factory=dict, hash=False)
     num_classes: int | None = None
+    #: d, the model's number of parameters (None: not known), for an algorithm whose accounting depends on it (the
+    #: rounding of dp-fedavg-joint's Skellam shares moves each of the d coordinates)
+    dimension: int | None = None
 
 
 @dataclass(frozen=True)
@@ -144,25 +148,31 @@ def spec_of(name: str) -> AlgorithmSpec:
 
 
 def names() -> list[str]:
-    _load_builtin()
-    return list(_REGISTRY)
+    """Every registered name, dpfl's own families first in ``BUILTIN`` order (whatever imported them first)."""
+    return [name for spec in specs() for name in spec.names]
 
 
 def specs() -> list[AlgorithmSpec]:
+    """Every registered family once, dpfl's own first in ``BUILTIN`` order, then others as registered."""
     _load_builtin()
-    return list(dict.fromkeys(_REGISTRY.values()))
+
+    def rank(spec: AlgorithmSpec) -> int:
+        module = spec.build.__module__
+        return BUILTIN.index(module) if module in BUILTIN else len(BUILTIN)
+
+    return sorted(dict.fromkeys(_REGISTRY.values()), key=rank)
+
+
+#: dpfl's own algorithm modules, in the order listings show them (the first is the default family)
+BUILTIN = ("dpfl.algorithms.local_sgd", "dpfl.algorithms.fedsgd_dpc", "dpfl.algorithms.joint_noise",
+           "dpfl.algorithms.projected_noisy_sgd", "dpfl.algorithms.isrl", "dpfl.algorithms.isrl_spider",
+           "dpfl.algorithms.isrl_svrg", "dpfl.algorithms.sdp", "dpfl.algorithms.sdp_spider")
 
 
 def _load_builtin() -> None:
     """Imports dpfl's own algorithm modules, which register themselves."""
-    import dpfl.algorithms.local_sgd  # noqa: F401  (first: the default family)
-    import dpfl.algorithms.fedsgd_dpc  # noqa: F401
-    import dpfl.algorithms.joint_noise  # noqa: F401
-    import dpfl.algorithms.projected_noisy_sgd  # noqa: F401
-    import dpfl.algorithms.isrl  # noqa: F401
-    import dpfl.algorithms.isrl_spider  # noqa: F401
-    import dpfl.algorithms.sdp  # noqa: F401
-    import dpfl.algorithms.sdp_spider  # noqa: F401
+    for module in BUILTIN:
+        importlib.import_module(module)
 
 
 __all__ = ["COMMON_KEYS", "Setting", "AlgorithmSpec", "register", "spec_of", "names", "specs"]

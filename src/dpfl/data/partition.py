@@ -16,6 +16,11 @@ Schemes (``data.partition``, parameter ``data.partition_param``):
   Brown 2019); each class's records are divided among clients in proportion to q_{i,c}, so client i's histogram is
   close to (N/M) q_i. Small alpha concentrates each client on few labels. A client left empty receives one record
   from the largest client. alpha > 0.
+* ``parity_pairs``: one client per (even, odd) pair of classes, classes numbered 0..C-1 in sorted order (for digits,
+  the digit itself): ceil(C/2) x floor(C/2) clients, client e floor(C/2) + o holding even class 2e and odd class
+  2o + 1; each class's records divided equally among the floor(C/2) or ceil(C/2) clients holding it (Lowy,
+  Ghafelebashi, Razaviyayn 2023, Sec. 4: MNIST in 25 silos, 5 even x 5 odd digits). ``data.num_clients`` must be
+  that product. No parameter.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import numpy as np
 
 from dpfl.errors import ConfigError, check_range
 
-PARTITIONS = ("iid", "similar", "k_labels", "one_class", "dirichlet")
+PARTITIONS = ("iid", "similar", "k_labels", "one_class", "dirichlet", "parity_pairs")
 
 
 def _split_sizes(total: int, parts: int) -> np.ndarray:
@@ -54,6 +59,29 @@ def _similar(labels: np.ndarray, num_clients: int, gamma: float, rng: np.random.
 def _k_labels(labels: np.ndarray, num_clients: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
     classes = rng.permutation(np.unique(labels))
     held = [classes[(i * k + np.arange(k)) % len(classes)] for i in range(num_clients)]
+    return _divide_classes(labels, held, classes, k, rng)
+
+
+def _parity_pairs(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Lowy et al. 2023's silos: client (e, o) holds classes 2e and 2o + 1 (labels are 0..C-1)."""
+    classes = np.unique(labels)
+    evens, odds = classes[0::2], classes[1::2]
+    if len(odds) == 0:
+        raise ConfigError("data.partition", "parity_pairs", f"another scheme: the data has {len(classes)} class, and "
+                                                            "'parity_pairs' pairs an even class with an odd one")
+    if num_clients != len(evens) * len(odds):
+        raise ConfigError("data.num_clients", num_clients,
+                          f"{len(evens) * len(odds)}: data.partition = 'parity_pairs' gives one client per (even, odd) "
+                          f"pair of the data's {len(classes)} classes ({len(evens)} x {len(odds)})")
+    held = [np.array([e, o]) for e in evens for o in odds]
+    return _divide_classes(labels, held, classes, 2, rng)
+
+
+def _divide_classes(labels: np.ndarray, held: list[np.ndarray], classes: np.ndarray, k: int,
+                    rng: np.random.Generator) -> list[np.ndarray]:
+    """Each class's records, in a random order, cut into equal shares for the clients holding it (``held[i]``: the
+    classes of client i, ``k`` of them)."""
+    num_clients = len(held)
     parts = [[] for _ in range(num_clients)]
     for label in classes:
         holders = [i for i in range(num_clients) if label in held[i]]
@@ -92,7 +120,7 @@ def check_partition(scheme: str, param, num_classes: int):
     """Validates (data.partition, data.partition_param) and returns the parameter with its proper type."""
     if scheme not in PARTITIONS:
         raise ConfigError("data.partition", scheme, f"one of {PARTITIONS}")
-    if scheme in ("iid", "one_class"):
+    if scheme in ("iid", "one_class", "parity_pairs"):
         if param is not None:
             raise ConfigError("data.partition_param", param, f"no value (None) for data.partition = {scheme!r}")
         return None
@@ -129,6 +157,8 @@ def partition(
         return _k_labels(labels, num_clients, param, rng)
     if scheme == "one_class":
         return _k_labels(labels, num_clients, 1, rng)
+    if scheme == "parity_pairs":
+        return _parity_pairs(labels, num_clients, rng)
     return _dirichlet(labels, num_clients, param, rng)
 
 

@@ -16,6 +16,9 @@ from dpfl.data.partition import stratified_subsample
 from dpfl.data.preprocess import STANDARDIZE_SCOPES, describe_standardize, standardize
 from dpfl.errors import ConfigError, check_range
 
+#: ``data.labels``: the records' classes as they are, or mapped to their class number's parity (1 = even, 0 = odd).
+LABEL_MAPS = ("original", "parity")
+
 
 def check_common(samples_per_client, seed, test_fraction, standardize_scope) -> tuple[int | None, int]:
     """Validates the keys every source shares; returns (samples_per_client, seed) as integers."""
@@ -47,6 +50,19 @@ def _natural_parts(client_ids: np.ndarray, num_clients: int | None) -> tuple[lis
     return [np.flatnonzero(inverse == i) for i in range(len(ids))], ids.tolist()
 
 
+def map_labels(labels: np.ndarray, classes: np.ndarray, label_map: str) -> tuple[np.ndarray, list]:
+    """Labels 0..C-1 (``classes[c]`` the value of class c) after ``data.labels``, with the new classes' names.
+
+    "parity" makes a binary task of the class number's parity, even = 1 and odd = 0 (Lowy, Ghafelebashi, Razaviyayn
+    2023, Sec. 4: MNIST's digits as even / odd); it is applied after the partition, which still sees every class.
+    """
+    if label_map not in LABEL_MAPS:
+        raise ConfigError("data.labels", label_map, f"one of {LABEL_MAPS}")
+    if label_map == "original":
+        return labels, classes.tolist()
+    return (labels % 2 == 0).astype(labels.dtype), ["odd", "even"]
+
+
 def _given_split(xs, ys, marks):
     """Each client's records as marked: (train_xs, train_ys, test_xs, test_ys), in the records' order."""
     train = [(x[~m], y[~m]) for x, y, m in zip(xs, ys, marks)]
@@ -69,6 +85,7 @@ def federate(
     test_fraction: float | None = None,
     standardize_scope: str = "none",
     source: dict | None = None,
+    label_map: str = "original",
 ) -> FederatedDataset:
     """Distributes pooled records (x [N, ...] numeric, y [N] labels of any type) over clients.
 
@@ -79,7 +96,7 @@ def federate(
     None; without it each client's records are split at random, ``test_fraction`` (default 0.2) of them for testing.
     ``samples_per_client`` trims each client to exactly that many records (label proportions kept; a trimmed
     client's records keep their marks). Labels are renumbered 0..C-1 in sorted order of their values (kept in
-    ``info["classes"]``). ``source`` (provenance, JSON-safe) names the data in errors by its "path" when it has one.
+    ``info["classes"]``), then mapped by ``label_map`` after the partition (``map_labels``). ``source`` (provenance, JSON-safe) names the data in errors by its "path" when it has one.
     """
     samples_per_client, seed = check_common(samples_per_client, seed, test_fraction, standardize_scope)
     origin = (source or {}).get("path", name)
@@ -107,6 +124,7 @@ def federate(
                 f"None (keep every record) or an integer in [1, {smallest}] (the smallest client's share)",
             )
         parts = [stratified_subsample(p, labels, samples_per_client, rng) for p in parts]
+    labels, class_names = map_labels(labels, classes, label_map)
     xs, ys = [x[p] for p in parts], [labels[p] for p in parts]
     if test_mask is None:
         test_fraction = TEST_FRACTION if test_fraction is None else test_fraction
@@ -119,7 +137,7 @@ def federate(
     train_xs, test_xs = standardize(train_xs, test_xs, standardize_scope)
     info = {
         "source": source or {"name": name},
-        "classes": classes.tolist(),
+        "classes": class_names,
         "num_clients": len(parts),
         "samples_per_client": samples_per_client,
         "partition": partition_info,
@@ -130,7 +148,7 @@ def federate(
     return FederatedDataset(
         train=ClientArrays.from_lists(train_xs, train_ys),
         test=ClientArrays.from_lists(test_xs, test_ys),
-        num_classes=len(classes),
+        num_classes=len(class_names),
         name=name,
         info=info,
     )
@@ -147,4 +165,4 @@ def _check_training_records(train_ys, test_ys, ids, origin) -> None:
                           f"{len(test_ys[empty[0]])} test records)")
 
 
-__all__ = ["federate", "check_common", "require_natural"]
+__all__ = ["LABEL_MAPS", "federate", "check_common", "map_labels", "require_natural"]

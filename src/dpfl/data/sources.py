@@ -44,6 +44,7 @@ def build_dataset(
     client_column: str | None = None,
     split_column: str | None = None,
     scale: float = 1.0,
+    labels: str = "original",
 ) -> FederatedDataset:
     """The federated dataset a config's ``data.*`` keys describe.
 
@@ -53,7 +54,8 @@ def build_dataset(
     every record of the client's share) trims each client to exactly that many records. ``standardize`` is the
     scope of feature standardisation: "none" (default: no statistic shared between records, so nothing escapes the
     privacy analysis), "client" or "pooled" (both NON-PRIVATE: statistics of the data are used without noise) (see
-    ``preprocess.py``). ``npz`` and ``csv`` read the file at ``path`` (``files.py``; csv: ``label_column``,
+    ``preprocess.py``). ``labels`` maps the classes after the partition ("original" or "parity": even class
+    number = 1, odd = 0; ``pooled.map_labels``). ``npz`` and ``csv`` read the file at ``path`` (``files.py``; csv: ``label_column``,
     ``client_column``, ``split_column``): partitioned like the packaged sets unless the file names each record's
     client, split by ``test_fraction`` (default 0.2) unless it marks each record train or test. Last, every feature
     is multiplied by ``scale``, a public constant (``preprocess.rescale``).
@@ -67,6 +69,8 @@ def build_dataset(
         check_range("data.alpha", alpha, 0, float("inf"), high_open=True)
         check_range("data.beta", beta, 0, float("inf"), high_open=True)
         require_natural(partition, partition_param, "for data.name = 'synthetic': each generated user is a client")
+        if labels != "original":
+            raise ConfigError("data.labels", labels, "'original' for data.name = 'synthetic'")
         samples_per_client, seed = check_common(samples_per_client, seed, test_fraction, standardize)
         return rescale(synthetic_dataset(
             int(num_clients),
@@ -82,7 +86,7 @@ def build_dataset(
             raise ConfigError(field, value, f"0 for data.name = {name!r} (alpha and beta only shape 'synthetic')")
     options = dict(num_clients=num_clients, partition=partition, partition_param=partition_param,
                    samples_per_client=samples_per_client, seed=seed, test_fraction=test_fraction,
-                   standardize_scope=standardize)
+                   standardize_scope=standardize, label_map=labels)
     if name in ("npz", "csv"):
         if not path:
             raise ConfigError("data.path", path, f"the path of the {name} file (data.name = {name!r})")

@@ -10,7 +10,6 @@ names the file and the problem: nothing starts over silently.
 
 from __future__ import annotations
 
-import os
 import pickle
 import zipfile
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import NamedTuple
 
 import torch
 
+from dpfl.durable import write_atomically
 from dpfl.engine.protocol import State
 from dpfl.errors import RunDirectoryError
 
@@ -36,16 +36,7 @@ def save(path: Path, next_round: int, release: str, state: State, history: list[
     """Writes the checkpoint atomically."""
     payload = {"next_round": next_round, "release": release, "state": state.state_dict(), "history": history,
                "wall_seconds": wall_seconds}
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as file:
-            torch.save(payload, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except OSError as err:
-        raise RunDirectoryError(f"cannot write the checkpoint {path}: {err.strerror or err}") from None
+    write_atomically(path, lambda file: torch.save(payload, file), "the checkpoint")
 
 
 def load(path: Path, release: str, like: State, recorded: int) -> Saved:

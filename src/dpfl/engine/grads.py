@@ -174,6 +174,16 @@ class CohortGradients:
         n = max(x.shape[0], 1)
         return total_loss / n, correct / n
 
+    def loss_gradient(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, chunk: int = 65536) -> torch.Tensor:
+        """[P]: the gradient of the mean cross-entropy of one model [P] on examples x [N, ...], y [N] (no clipping)."""
+        def summed_loss(theta, xs, ys):
+            return F.cross_entropy(functional_call(self.model, self.unflatten(theta), (xs,)), ys, reduction="sum")
+
+        total = torch.zeros_like(theta)
+        for start in range(0, x.shape[0], chunk):
+            total += grad(summed_loss)(theta, x[start : start + chunk], y[start : start + chunk])
+        return total / max(x.shape[0], 1)
+
 
 def _check_norm(norm: str) -> None:
     if norm not in NORMS:

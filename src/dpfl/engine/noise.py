@@ -58,15 +58,19 @@ def laplace_noise(event: dp_event.LaplaceDpEvent, sensitivity: torch.Tensor, lik
 
 
 def skellam_noise(event: SkellamDpEvent, like: torch.Tensor, generator: torch.Generator,
-                  shares: int = 1) -> torch.Tensor:
+                  shares: int = 1, ratio: float = 1.0) -> torch.Tensor:
     """One client's share of the event's integer noise, shaped like ``like``: int64 entries Pois(lam) - Pois(lam),
-    lam = s^2 mu / (2 shares), with s = ``event.scale`` and mu = ``event.variance``.
+    lam = (ratio s)^2 mu / (2 shares), with s = ``event.scale`` and mu = ``event.variance``. ``ratio`` >= 1: a client
+    whose sensitivity is ``ratio`` times the event's unit draws noise of std ``ratio`` times the event's (the same
+    noise multiplier in units of its own sensitivity, as ``gaussian_noise``).
 
     The Skellam distribution Sk(lam, lam) has variance 2 lam and is infinitely divisible: the shares of ``shares``
     clients sum to Sk(s^2 mu / 2, s^2 mu / 2), the noise of variance s^2 mu (in integer units, after scaling by s) of
     the Skellam mechanism of Agarwal, Kairouz, Liu 2021 (Sec. 3) that ``event`` accounts for."""
     check_range("shares", shares, 1, integer=True)
-    rate = torch.full((2, *like.shape), event.scale**2 * event.variance / (2 * shares), dtype=torch.float64)
+    check_range("ratio", ratio, 1.0)
+    rate = torch.full((2, *like.shape), (ratio * event.scale) ** 2 * event.variance / (2 * shares),
+                      dtype=torch.float64)
     counts = torch.poisson(rate, generator=generator)
     return (counts[0] - counts[1]).to(torch.int64)
 

@@ -20,6 +20,10 @@ server steps run in this process (clients as a tensor axis) or on other machines
   aggregation); row-wise where the state and the delivered sums carry a leading row axis (one independent trial per
   row, all delivering the same count).
 
+An algorithm whose objective is composite, F0 + f1 with a prox step on f1, may expose ``composite`` = (f1, eta) (a
+``dpfl.algorithms.prox.Regularizer`` and its step): the simulator then reports the squared norm of the gradient
+mapping at each evaluation (``dpfl.engine.simulator.RoundMetrics``).
+
 The engine imports no algorithm; algorithms register themselves (``dpfl.algorithms.registry``).
 """
 

@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 #: Purposes of the streams; each is a separate stream of every client (and of the server, client id SERVER).
-PURPOSES = {"cohort": 0, "records": 1, "noise": 2, "shuffle": 3, "rounding": 4, "stop": 5}
+#: "output": the server's public choice of which iterate a run outputs (indexed by run, not round).
+PURPOSES = {"cohort": 0, "records": 1, "noise": 2, "shuffle": 3, "rounding": 4, "stop": 5, "output": 6}
 #: The client id of the server's own streams (the cohort draw).
 SERVER = -1
 

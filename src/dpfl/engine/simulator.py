@@ -52,14 +52,24 @@ from dpfl.errors import BudgetExceededError, DpflError, RunDirectoryError, Train
 
 @dataclass
 class RoundMetrics:
+    """One evaluation: the train objective (loss plus the algorithm's regulariser), the test accuracy, epsilon per
+    observer, and for a composite objective F0 + f1 with a prox step (an algorithm with ``composite`` = (f1, eta)) the
+    squared norm of the gradient mapping G_eta(w) = (w - prox_{eta f1}(w - eta grad F0(w))) / eta, Lowy et al.'s
+    (2023, Sec. 1) stationarity measure (``Regularizer.gradient_mapping``), on the pooled train data. Like the train
+    loss it reads the data: an evaluation metric of the simulation, never sent to a client nor released."""
+
     round: int
     train_loss: float
     test_accuracy: float
     epsilon: dict
+    gradient_mapping: float | None = None
 
     def to_dict(self) -> dict:
-        return {"round": self.round, "test_accuracy": self.test_accuracy, "train_loss": self.train_loss,
-                "epsilon": self.epsilon}
+        metrics = {"round": self.round, "test_accuracy": self.test_accuracy, "train_loss": self.train_loss,
+                   "epsilon": self.epsilon}
+        if self.gradient_mapping is not None:
+            metrics["gradient_mapping"] = self.gradient_mapping
+        return metrics
 
 
 @dataclass
@@ -184,7 +194,16 @@ class Simulation:
             loss += regulariser(x)
         _, accuracy = self.grads.loss_and_accuracy(x, *self._test_flat)
         eps = {o: (None if e == float("inf") else e) for o, e in self.ledger.epsilon().items()}
-        return RoundMetrics(self.next_round, loss, accuracy, eps)
+        return RoundMetrics(self.next_round, loss, accuracy, eps, self.gradient_mapping(x))
+
+    def gradient_mapping(self, x: torch.Tensor) -> float | None:
+        """||G_eta(x)||^2 on the pooled train data (``RoundMetrics``), or None for an algorithm without a prox step."""
+        composite = getattr(self.algorithm, "composite", None)
+        if composite is None:
+            return None
+        f1, eta = composite
+        mapping = f1.gradient_mapping(x, self.grads.loss_gradient(x, *self._train_flat), eta)
+        return float(mapping.double().square().sum())
 
     # -- the loop -----------------------------------------------------------------------------------------------
     def run(self, rounds: int, progress: bool = False,

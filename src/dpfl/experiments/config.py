@@ -52,6 +52,9 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "samples_per_client": ((int, type(None)), None, None, "records per client (synthetic: default 5000)"),
         "partition": ((str, type(None)), None, None, "how records are split over clients (packaged data sets)"),
         "partition_param": (_OPTIONAL_NUMBER, None, None, "the partition's parameter"),
+        "labels": (str, "original", ("original", "parity"), "the classes as they are, or 'parity': the class "
+                                                             "number's parity, even = 1 and odd = 0 (mapped after "
+                                                             "data.partition)"),
         "standardize": (str, "none", ("none", "client", "pooled"), "non-private preprocessing, if not 'none'"),
         "scale": (_NUMBER, 1.0, None, "a public constant multiplying every feature (e.g. 1/16 for digits' pixels "
                                       "0..16): data-independent, so private"),
@@ -109,6 +112,7 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
     "split_column": ("csv",),
     "partition": ("digits", "breast_cancer", "npz", "csv"),
     "partition_param": ("digits", "breast_cancer", "npz", "csv"),
+    "labels": ("digits", "breast_cancer", "npz", "csv"),
 }
 
 #: Keys that were removed, and what replaces them.

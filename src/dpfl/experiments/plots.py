@@ -44,7 +44,8 @@ def _markevery(n: int, k: int, count: int):
 
 
 def plot_runs(results: dict[str, dict], path: str | Path, title: str = "") -> Path:
-    """One PNG with three panels (test accuracy, train loss, epsilon per observer) for runs {label: results}."""
+    """One PNG with three panels (test accuracy, train loss, epsilon per observer) for runs {label: results}, and a
+    fourth, the squared gradient mapping ||G_eta(w)||^2 (log scale), when a run reports it (a prox-step algorithm)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -54,7 +55,8 @@ def plot_runs(results: dict[str, dict], path: str | Path, title: str = "") -> Pa
     observers = observers_of(results)
     others = [o for o in observers if o not in OBSERVER_STYLES]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    mapped = any("gradient_mapping" in r for result in results.values() for r in result["rounds"])
+    fig, axes = plt.subplots(1, 4 if mapped else 3, figsize=(21 if mapped else 16, 4.8))
     losses, never = [], []
     for i, (label, result) in enumerate(results.items()):
         color, marker = colors[i % len(colors)], _RUN_MARKERS[i % len(_RUN_MARKERS)]
@@ -66,6 +68,8 @@ def plot_runs(results: dict[str, dict], path: str | Path, title: str = "") -> Pa
         loss = [r["train_loss"] for r in result["rounds"]]
         losses += loss
         axes[1].plot(rounds, loss, **common)
+        if mapped and any("gradient_mapping" in r for r in result["rounds"]):
+            axes[3].plot(rounds, [r.get("gradient_mapping", math.nan) for r in result["rounds"]], **common)
         for k, observer in enumerate(observers):
             eps = [r["epsilon"].get(observer) for r in result["rounds"]]
             name = f"{label}: {observer.replace('_', ' ')}"
@@ -87,6 +91,10 @@ def plot_runs(results: dict[str, dict], path: str | Path, title: str = "") -> Pa
         axes[1].set_yscale("log")
     deltas = sorted({r["final"].get("delta") for r in results.values() if r["final"].get("delta") is not None})
     delta = f"delta = {deltas[0]:.2g}" if len(deltas) == 1 else "delta: " + ", ".join(f"{d:.2g}" for d in deltas)
+    if mapped:
+        axes[3].set_ylabel("||G_eta(w)||^2 (log scale)")
+        axes[3].set_title("Gradient mapping (train data)")
+        axes[3].set_yscale("log")
     axes[2].set_ylabel("epsilon")
     axes[2].set_title(f"Epsilon per observer ({delta})" if deltas else "Epsilon per observer")
     if never:

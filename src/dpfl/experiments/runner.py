@@ -7,7 +7,7 @@ results.json is written (atomically) after every evaluated round and when the ru
 the latest results. It holds "config", "data" (where the data came from and how it was made,
 ``FederatedDataset.info``: its source (for a file: path, format, sha256, columns or arrays), classes, partition,
 split, preprocessing), "rounds" (one entry per evaluated round: round, test_accuracy, train_loss,
-epsilon per observer), "final" (the same keys plus delta, for the model after the last round done), "privacy"
+epsilon per observer, and gradient_mapping for an algorithm with a prox step: ``RoundMetrics``), "final" (the same keys plus delta, for the model after the last round done), "privacy"
 (accountant, conversion, observers, what each sees), "status" ("running": the run has not ended, or its process died
 (resume it); "finished": it ran all its rounds; "stopped": see "stopped_by"), "wall_seconds" (the time in the round
 loop over the whole run, across resumes), "session_seconds" (this process's part of it), "stopped_reason" and
@@ -47,6 +47,7 @@ from dpfl.data.footprint import check_data_memory, size
 from dpfl.engine.boundary import Boundary, SecureAggregation
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.sampling import ClientSampler
+from dpfl.durable import write_text_atomically
 from dpfl.engine.simulator import Simulation
 from dpfl.errors import ConfigError, RunDirectoryError, RunInterrupted, json_problem
 from dpfl.experiments.validate import budget_of, check_warm_rounds, cohort_sampling, validate
@@ -139,7 +140,8 @@ def build_setting(config: dict, dataset: FederatedDataset, delta: float) -> regi
         num_clients=dataset.num_clients, train_counts=tuple(int(c) for c in dataset.train.counts),
         rounds=algo_cfg["rounds"], delta=delta, epsilon=privacy_cfg["epsilon"], seed=config["run"]["seed"],
         analysis=privacy_cfg["analysis"], conversion=privacy_cfg["conversion"], release=privacy_cfg["release"],
-        model=dict(config["model"]), num_classes=dataset.num_classes)
+        model=dict(config["model"]), num_classes=dataset.num_classes,
+        dimension=sum(p.numel() for p in build_initial_model(config, dataset).parameters()))
 
 
 def boundary_name(privacy_cfg: dict) -> str:
@@ -219,7 +221,8 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
         if archived is not None:
             print(f"archived the previous run in {out} to {archived}", file=sys.stderr)
     if out is not None:
-        _write_atomic(out / "run.json", json.dumps({"config": config, "release_sha256": sim.release}, indent=1))
+        write_text_atomically(out / "run.json", json.dumps({"config": config, "release_sha256": sim.release}, indent=1),
+                              "the run record")
     results_file = None if out is None else ResultsFile(out / "results.json")
     sim.run(rounds, progress=progress,
             on_evaluated=None if results_file is None else lambda s: results_file.write(results_of(s, config)))
@@ -362,22 +365,8 @@ def archive_run(out: Path) -> Path | None:
     return target
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Writes ``text`` to ``path`` through a temporary file flushed to disk, then renamed: never a truncated file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except OSError as err:
-        raise RunDirectoryError(f"cannot write {path}: {err.strerror or err}") from None
-
-
 class ResultsFile:
-    """results.json, rewritten atomically (``_write_atomic``) after every evaluated round and when the run ends.
+    """results.json, rewritten atomically (``dpfl.durable``) after every evaluated round and when the run ends.
 
     Each evaluated round is one line, encoded once: during a run the rounds only grow, so a rewrite encodes the new
     rounds and the other keys, not the whole history again (at 400 rounds, a fraction of a millisecond instead of
@@ -394,8 +383,8 @@ class ResultsFile:
         self._rounds += [json.dumps(r) for r in rounds[len(self._rounds):]]
         listed = "[\n" + ",\n".join(" " + line for line in self._rounds) + "\n]" if self._rounds else "[]"
         entries = [(k, listed if k == "rounds" else json.dumps(v, indent=1)) for k, v in results.items()]
-        _write_atomic(self.path, "{\n" + ",\n".join(f" {json.dumps(k)}: " + text.replace("\n", "\n ")
-                                                    for k, text in entries) + "\n}")
+        write_text_atomically(self.path, "{\n" + ",\n".join(f" {json.dumps(k)}: " + text.replace("\n", "\n ")
+                                                            for k, text in entries) + "\n}", "the results")
 
 
 def results_of(sim: Simulation, config: dict) -> dict:

@@ -7,6 +7,10 @@ loop (``dpfl.engine.simulator.Simulation``) with the cohort's client work sent t
 streams (named by (seed, round, client, purpose): ``dpfl.engine.randomness``), so a Flower run draws exactly the noise
 the simulation draws. The round is recorded in the ledger before any client is asked to train.
 
+With ``privacy.secure_aggregation = true`` the secagg boundary is enforced: ``secure_sum`` runs Bonawitz et al.
+2017's protocol between the ServerApp and the ClientApps, so the server holds masked vectors and the sum, never an
+update.
+
 ``silo`` (reading a silo's file), ``records`` (tensors as Flower records) and ``app_dir`` (``dpfl flower-app``) import
-without flwr; ``server_app`` and ``client_app`` need it.
+without flwr; ``server_app``, ``client_app`` and ``secure_sum`` need it.
 """

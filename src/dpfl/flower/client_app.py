@@ -9,7 +9,9 @@ for a per-node ``data-path``.
   the counts the ledger is computed from).
 * train: builds the algorithm from the job's config and ``Setting`` (cached per job), runs ``client_round`` for its
   client with its own random streams (``ClientContext``: (seed, round, client id, purpose)), and replies with the
-  messages, its new state rows and the events of the noise it drew.
+  messages, its new state rows and the events of the noise it drew. With ``privacy.secure_aggregation`` it keeps
+  its messages, encoded, on the node and replies with their layout instead (``dpfl.flower.secure_sum.keep_input``).
+* query "secagg": one stage of the secure aggregation round (``dpfl.flower.secure_sum.respond``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from dpfl.algorithms import registry
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.errors import ConfigError
-from dpfl.flower import records
+from dpfl.experiments.runner import build_boundary
+from dpfl.flower import records, secure_sum
 from dpfl.flower.silo import Silo, load_silo
 from dpfl.models import build_model
 
@@ -81,13 +84,19 @@ def train(msg: Message, context: Context, run_config: dict | None = None) -> Mes
     if int(job["client"]) != client:
         raise ConfigError("client-id", client, f"the client the ServerApp addressed ({job['client']})")
     algorithm, grads = algorithm_of(str(job["config"]), str(job["setting"]), silo.x[0].numel())
-    t, ids = int(job["round"]), torch.tensor([client])
+    config, t, ids = json.loads(str(job["config"])), int(job["round"]), torch.tensor([client])
     data = ClientData(silo.x.unsqueeze(0), silo.y.unsqueeze(0), torch.tensor([silo.y.numel()]))
     out = algorithm.client_round(t, records.tensors_of(msg.content[records.SERVER]),
                                  records.tensors_of(msg.content[records.CLIENT]), data,
-                                 ClientContext(grads, int(json.loads(str(job["config"]))["run"]["seed"]), t, ids))
-    return Message(RecordDict({records.MESSAGES: records.tensors_record(out.messages),
-                               records.CLIENT: records.tensors_record(out.state),
+                                 ClientContext(grads, int(config["run"]["seed"]), t, ids))
+    if bool(job["secure"]):  # privacy.secure_aggregation: the messages stay here, encoded, for the protocol
+        counts = torch.tensor(json.loads(str(job["setting"]))["train_counts"])
+        secure = build_boundary(config["privacy"], algorithm, counts).secure
+        sent = {secure_sum.LAYOUT: secure_sum.keep_input(context, secure, out.messages, client,
+                                                         int(config["run"]["seed"]), t, int(job["cohort"]))}
+    else:
+        sent = {records.MESSAGES: records.tensors_record(out.messages)}
+    return Message(RecordDict({**sent, records.CLIENT: records.tensors_record(out.state),
                                records.DRAWN: records.events_record(out.events)}), reply_to=msg)
 
 
@@ -97,6 +106,8 @@ def client_app(run_config: dict | None = None) -> ClientApp:
     application = ClientApp()
     application.query()(lambda msg, context: identify(msg, context, run_config))
     application.train()(lambda msg, context: train(msg, context, run_config))
+    application.query(secure_sum.ACTION)(lambda msg, context: secure_sum.respond(msg, context,
+                                                                                 node_silo(context, run_config)[0]))
     return application
 
 

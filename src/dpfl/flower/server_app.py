@@ -5,8 +5,9 @@ the single source of truth) and ``out`` the run directory. ``run_experiment`` bu
 does (data for evaluation and the clients' record counts, model, algorithm, ClientSampler, boundary, ledger) and runs
 it with ``FlowerCohort`` as ``Simulation.workers``: each round the cohort is sampled and the round recorded in the
 ledger (saved; a budget stops the run here) BEFORE any client is asked to train; then each sampled client's node gets
-a train message, the drawn noise is checked against the declaration, the boundary sums the messages, the algorithm's
-``server_update`` runs, the model is evaluated and checkpointed, and results.json and ledger.json are written as by
+a train message, the drawn noise is checked against the declaration, the boundary sums the messages (with
+``privacy.secure_aggregation``: the nodes keep their messages and the sum comes from the secure aggregation protocol
+run with them, ``dpfl.flower.secure_sum``), the algorithm's ``server_update`` runs, the model is evaluated and checkpointed, and results.json and ledger.json are written as by
 ``dpfl run``.
 """
 
@@ -25,7 +26,7 @@ from dpfl.data import FederatedDataset
 from dpfl.engine.protocol import ClientOutput
 from dpfl.errors import ConfigError, DpflError
 from dpfl.experiments.runner import build_setting, run_experiment
-from dpfl.flower import records
+from dpfl.flower import records, secure_sum
 
 class FlowerCohort:
     """``Simulation.workers`` over a Flower grid: client i's work runs on the node that holds silo i."""
@@ -65,18 +66,23 @@ class FlowerCohort:
     def __call__(self, sim, t: int, cohort: torch.Tensor) -> Iterator[tuple[torch.Tensor, ClientOutput]]:
         if self.node_of is None:
             self.node_of = self.connect()
+            if sim.boundary.secure is not None:  # privacy.secure_aggregation: the protocol runs with the nodes
+                sim.boundary.secure = secure_sum.FlowerSecureSum(sim.boundary.secure, self)
+        secure = isinstance(sim.boundary.secure, secure_sum.FlowerSecureSum)
         clients = cohort.tolist()
         jobs = []
         for client in clients:
             ids = torch.tensor([client])
-            content = RecordDict({records.JOB: ConfigRecord({**self.job, "round": t, "client": client}),
+            job = {**self.job, "round": t, "client": client, "secure": secure, "cohort": len(clients)}
+            content = RecordDict({records.JOB: ConfigRecord(job),
                                   records.SERVER: records.tensors_record(sim.state.server),
                                   records.CLIENT: records.tensors_record(sim.state.rows(ids))})
             jobs.append((self.node_of[client], "train", content))
         replies = self._exchange(jobs, round_number=t + 1)
         for client in clients:  # in cohort order, as the simulation sums them
             reply = replies[self.node_of[client]]
-            yield torch.tensor([client]), ClientOutput(records.tensors_of(reply[records.MESSAGES]),
+            messages = secure_sum.placeholders(reply) if secure else records.tensors_of(reply[records.MESSAGES])
+            yield torch.tensor([client]), ClientOutput(messages,
                                                        records.tensors_of(reply[records.CLIENT]),
                                                        records.events_of(reply[records.DRAWN]))
 

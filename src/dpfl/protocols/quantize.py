@@ -65,6 +65,13 @@ def skellam_tail_margin(variance: float, probability: float) -> float:
     return high
 
 
+def randomised_round(scaled: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """floor(y) + 1[u < y - floor(y)] as int64 (unbiased: E = y), with ``uniform`` U[0, 1) draws shaped like ``y``
+    (float64 keeps it exact below ``EXACT_FLOAT``). Every coordinate moves by less than 1."""
+    floor = torch.floor(scaled)
+    return floor.to(torch.int64) + (uniform.to(scaled.dtype) < scaled - floor).to(torch.int64)
+
+
 @dataclass(frozen=True)
 class Discretisation:
     """Scale by ``scale``, round at random, wrap into Z_(2^bits); decode sums back to the data's units."""
@@ -117,9 +124,7 @@ class Discretisation:
             raise ValueError(f"uniform draws of shape {tuple(randomness.shape)} for a value of {tuple(scaled.shape)}")
         else:
             uniform = randomness.to(torch.float64)
-        floor = torch.floor(scaled)
-        rounded = floor.to(torch.int64) + (uniform < scaled - floor).to(torch.int64)
-        return self.wrap(rounded)
+        return self.wrap(randomised_round(scaled, uniform))
 
     def encode_noisy(self, x: torch.Tensor, event: SkellamDpEvent, shares: int,
                      rounding: torch.Generator | torch.Tensor,
@@ -142,4 +147,4 @@ class Discretisation:
         return signed.to(torch.float64) / self.scale
 
 
-__all__ = ["EXACT_FLOAT", "OverflowRiskError", "rounded_l2_sensitivity", "skellam_tail_margin", "Discretisation"]
+__all__ = ["EXACT_FLOAT", "OverflowRiskError", "randomised_round", "rounded_l2_sensitivity", "skellam_tail_margin", "Discretisation"]

@@ -1,0 +1,178 @@
+"""Secure aggregation across Flower's nodes: the cohort's sum by the Bonawitz et al. 2017 protocol, with each client's
+side in its own ClientApp and the server's side in the ServerApp, every protocol message carried by Flower.
+
+``dpfl.engine.secure_sum.SecureAggregation`` runs the four steps (encode, mask, sum mod 2^bits, decode) with every
+party in one process. Here the parties are apart (``privacy.secure_aggregation = true`` on Flower):
+
+* **train** (``keep_input``, on the node): the client runs its round, encodes its messages into Z_(2^bits)^d
+  exactly as ``SecureAggregation.encode`` does (clamped to the bounds, scaled for the cohort's size, rounded from its
+  own "rounding" stream), keeps that vector in its node's ``context.state`` and replies with the messages' layout
+  (names, shapes, dtypes) only: no value of an update leaves the node in the clear.
+* **the protocol** (``FlowerSecureSum``, on the server; ``respond``, on the node): four exchanges of
+  "query.secagg" messages, one per stage of Bonawitz et al. 2017 (Sec. 4): AdvertiseKeys, ShareKeys,
+  MaskedInputCollection, Unmasking. Each carries the server's message of the stage as bytes in the format of
+  ``dpfl.protocols.messages`` and the round's ``SecAggConfig``; the reply carries the client's. The server side is
+  ``dpfl.protocols.server.SecAggServer``: it only ever holds public keys, ciphertexts, the masked vectors
+  y_u = x_u + PRG(b_u) + sum +-PRG(s_uv) (uniform on Z_(2^bits)^d for an observer who lacks the masks) and the
+  shares it needs to unmask the SUM, which ``SecureAggregation.decode`` turns back into the messages' shapes.
+* **the client's secrets** stay on the node: its ``context.state`` holds the kept input, a 128-bit seed drawn from
+  the operating system when the round's keys are advertised (its key pairs, self-mask seed and Shamir polynomials
+  are derived from it: ``primitives.SeededRandomBytes``), the server's messages received so far and the last stage
+  answered. Each stage rebuilds the ``SecAggClient`` by replaying the stages before it from these (the same bytes
+  again, as the derivation is deterministic) and answers only the stage after the last one answered, so a client
+  never answers two unmasking requests of one round. After Unmasking the round's state is erased.
+
+A node that replies with an error or not at all within the round timeout has dropped out at that stage (the
+protocol's dropout): the next stage goes on without it, its masks are removed by the survivors' shares, and a stage
+with fewer than t = ``SecureAggregation.threshold`` clients left stops the round (``SecAggError``, naming the
+dropouts): the server's step does not run, and the ledger keeps the round's charge (recorded before any client
+trained). A message the server refuses (malformed, replayed, out of round, from a node speaking for another client)
+stops the round too, as in ``dpfl run``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+import torch
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+
+from dpfl.engine.secure_sum import SecureAggregation
+from dpfl.flower import records
+from dpfl.protocols.messages import SecAggError, read_header
+from dpfl.protocols.primitives import SeededRandomBytes
+from dpfl.protocols.secagg import SecAggClient, SecAggConfig, SecAggServer, SecureSum, Stage
+
+if TYPE_CHECKING:
+    from dpfl.flower.server_app import FlowerCohort
+
+#: The Flower message type of the protocol's stages (a ClientApp query action).
+ACTION = "secagg"
+#: Record names: the stage's message (both ways), a train reply's message layout, the node's kept round.
+SECAGG, LAYOUT, KEPT, KEPT_INPUT = "secagg", "layout", "secagg-round", "secagg-input"
+#: The stages in order; the server's message that opens each (empty for AdvertiseKeys).
+STAGES = (Stage.ADVERTISE_KEYS, Stage.SHARE_KEYS, Stage.MASKED_INPUT, Stage.UNMASKING)
+#: The seed's bytes (``SeededRandomBytes`` reads 16).
+SEED_BYTES = 16
+
+
+# -- the server's side ----------------------------------------------------------------------------------------------
+class FlowerSecureSum:
+    """``SecureAggregation.sum`` for a ``Boundary`` on the ServerApp: the rows it gets are the messages' layout
+    (tensors on the "meta" device: shapes and dtypes, no values); the clients' encoded inputs stay on their nodes and
+    the sum comes from the protocol run over ``cohort``'s grid (module docstring)."""
+
+    def __init__(self, secure: SecureAggregation, cohort: FlowerCohort):
+        self.secure, self.cohort = secure, cohort
+
+    def sum(self, rows: dict[str, torch.Tensor], clients: torch.Tensor, seed: int, round_index: int):
+        """(sums, contributors), as ``SecureAggregation.sum``."""
+        n = int(clients.numel())
+        config = SecAggConfig(round_index, tuple(clients.tolist()), self.secure.threshold(n),
+                              sum(rows[k][0].numel() for k in rows), self.secure.bits)
+        result = self.run_round(config)
+        return self.secure.decode(result.total, rows, n), result.contributors
+
+    def run_round(self, config: SecAggConfig) -> SecureSum:
+        """The four stages with the clients' nodes; ``SecAggError`` (naming the dropouts) when the round stops."""
+        server, dropped = SecAggServer(config), {}
+        try:
+            self._stage(server, Stage.ADVERTISE_KEYS, dict.fromkeys(config.clients, b""), dropped)
+            self._stage(server, Stage.SHARE_KEYS, dict.fromkeys(server.advertised, server.key_list()), dropped)
+            self._stage(server, Stage.MASKED_INPUT, server.routed_shares(), dropped)
+            self._stage(server, Stage.UNMASKING, dict.fromkeys(server.masked, server.unmask_request()), dropped)
+            return server.aggregate()
+        except SecAggError as err:
+            if not dropped:
+                raise
+            why = "; ".join(f"client {c} at {stage}: {reason}" for c, (stage, reason) in sorted(dropped.items()))
+            raise SecAggError(err.round_id, err.party, f"{err.problem} (dropped out: {why})") from err
+
+    def _stage(self, server: SecAggServer, stage: Stage, outgoing: dict[int, bytes], dropped: dict) -> None:
+        """Sends each client its message of ``stage`` and hands the server each reply; a node that replies with an
+        error, or not within the timeout, has dropped out (recorded in ``dropped``)."""
+        node_of = self.cohort.node_of
+        client_of = {node: client for client, node in node_of.items()}
+        setup = json.dumps(asdict(server.config))
+        messages = [Message(RecordDict({SECAGG: ConfigRecord({"stage": stage.name, "config": setup,
+                                                              "message": payload})}),
+                            dst_node_id=node_of[c], message_type=f"query.{ACTION}") for c, payload in outgoing.items()]
+        answered = set()
+        for reply in self.cohort.grid.send_and_receive(messages, timeout=self.cohort.timeout):
+            client = client_of.get(reply.metadata.src_node_id)
+            if client not in outgoing or client in answered:
+                continue
+            answered.add(client)
+            if reply.has_error():
+                dropped[client] = (stage.name, f"its node replied with an error: {reply.error.reason}")
+                continue
+            message = bytes(reply.content[SECAGG]["message"])
+            sender = read_header(message, server.config.round_id, "server").sender
+            if sender != client:
+                raise SecAggError(server.config.round_id, "server", f"the node of client {client} sent a message "
+                                                                    f"in the name of client {sender}")
+            server.receive(message)
+        for client in sorted(set(outgoing) - answered):
+            dropped[client] = (stage.name, f"no reply within the round timeout ({self.cohort.timeout} s)")
+
+
+def placeholders(reply: RecordDict) -> dict[str, torch.Tensor]:
+    """A secure train reply's messages as the server holds them: their layout, as "meta" tensors [1, *shape]."""
+    return {name: torch.empty((1, *shape), dtype=getattr(torch, dtype), device="meta")
+            for name, shape, dtype in json.loads(str(reply[LAYOUT]["layout"]))}
+
+
+# -- the client's side ----------------------------------------------------------------------------------------------
+def keep_input(context: Context, secure: SecureAggregation, messages: dict[str, torch.Tensor], client: int,
+               seed: int, round_index: int, cohort: int) -> ConfigRecord:
+    """Encodes the client's ``messages`` (leading axis 1) for a cohort of ``cohort`` clients, keeps the vector in the
+    node's state for the round's protocol and returns the layout record the train reply carries instead."""
+    encoded = secure.encode(messages, torch.tensor([client]), seed, round_index, cohort)[0]
+    context.state[KEPT_INPUT] = records.tensors_record({"x": encoded})
+    context.state[KEPT] = ConfigRecord({"round": round_index, "answered": -1})
+    layout = [[name, list(value.shape[1:]), str(value.dtype).removeprefix("torch.")] for name, value in messages.items()]
+    return ConfigRecord({"layout": json.dumps(layout)})
+
+
+def respond(msg: Message, context: Context, client: int) -> Message:
+    """The node's reply to the server's message of one stage (module docstring); ``SecAggError`` (an error reply:
+    the server counts this client as dropped out) for a stage out of order or for a round it has no input of."""
+    request = msg.content[SECAGG]
+    stage, setup = Stage[str(request["stage"])], str(request["config"])
+    fields = json.loads(setup)
+    config = SecAggConfig(**{**fields, "clients": tuple(fields["clients"])})
+    if KEPT not in context.state:
+        raise SecAggError(config.round_id, f"client {client}", f"{stage.name} for a round this client did not train")
+    kept = context.state[KEPT]
+    if int(kept["round"]) != config.round_id or int(kept["answered"]) != STAGES.index(stage) - 1:
+        raise SecAggError(config.round_id, f"client {client}",
+                          f"{stage.name} out of order: this client's last answer was to stage "
+                          f"{int(kept['answered'])} of round {int(kept['round'])}")
+    if stage == Stage.ADVERTISE_KEYS:
+        kept["seed"], kept["config"] = secrets.token_bytes(SEED_BYTES), setup
+    elif str(kept["config"]) != setup:
+        raise SecAggError(config.round_id, f"client {client}", f"{stage.name} for a round set up differently")
+    kept[f"server-{stage.name}"] = bytes(request["message"])
+    answer = _replay(client, config, kept, records.tensors_of(context.state[KEPT_INPUT])["x"], stage)
+    kept["answered"] = STAGES.index(stage)
+    if stage == Stage.UNMASKING:  # the round is over: its secrets go
+        del context.state[KEPT], context.state[KEPT_INPUT]
+    return Message(RecordDict({SECAGG: ConfigRecord({"message": answer})}), reply_to=msg)
+
+
+def _replay(client: int, config: SecAggConfig, kept: ConfigRecord, x: torch.Tensor, upto: Stage) -> bytes:
+    """The client's message of stage ``upto``, from a ``SecAggClient`` taken through the stages before it with the
+    server's messages it received (its randomness derived from the kept seed, so each stage's bytes repeat)."""
+    party = SecAggClient(client, config, SeededRandomBytes(int.from_bytes(kept["seed"], "big", signed=True),
+                                                           config.round_id, client))
+    steps = {Stage.ADVERTISE_KEYS: lambda message: party.advertise_keys(), Stage.SHARE_KEYS: party.share_keys,
+             Stage.MASKED_INPUT: lambda message: party.masked_input(message, x), Stage.UNMASKING: party.unmask}
+    for stage in STAGES[: STAGES.index(upto) + 1]:
+        answer = steps[stage](bytes(kept[f"server-{stage.name}"]))
+    return answer
+
+
+__all__ = ["ACTION", "FlowerSecureSum", "placeholders", "keep_input", "respond"]

@@ -1,0 +1,324 @@
+"""dp-fedavg-joint's appendix relaxations (Heikkilä et al. 2024, "Loosening assumptions"): the local recursion they
+define (noise off, a quadratic loss, by hand), the noise each client draws, their accounting under both analyses
+(Eq. 20: unchanged; Eq. 24: exact; Eq. 25: a worst-case 1-D Gaussian sum whose exact curve the claim never goes
+below), fused steps (paper only), bad values, and each through ``dpfl.cli.main`` with results.json's epsilons."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from dp_accounting import dp_event
+
+from dpfl.accounting import exact as ex
+from dpfl.accounting.ledger import PrivacyLedger
+from dpfl.accounting.observers import JOINT_PAPER_UNPROVEN, Release, observer_events
+from dpfl.algorithms.joint_noise import JointNoiseConfig, build_joint_noise
+from dpfl.algorithms.joint_relaxations import FUSED_UNPROVEN
+from dpfl.algorithms.registry import Setting
+from dpfl.cli import main
+from dpfl.engine.noise import GaussianMechanism
+from dpfl.engine.protocol import ClientContext, ClientData
+from dpfl.engine.sampling import ClientSampler
+from dpfl.errors import ConfigError
+from dpfl.experiments.config import load_config
+from dpfl.experiments.runner import build_simulation
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+logging.getLogger("absl").setLevel(logging.ERROR)
+
+DELTA = 1e-5
+
+
+class Train:
+    def __init__(self, counts):
+        self.counts = torch.as_tensor(counts)
+
+
+def build(counts, analysis="sound", **keys):
+    setting = Setting(client_rate=1.0, num_clients=len(counts), train_counts=tuple(counts), rounds=1, delta=DELTA,
+                      analysis=analysis)
+    return build_joint_noise("dp-fedavg-joint", JointNoiseConfig(**keys), setting)
+
+
+class Quadratic:
+    """Per-example loss ||theta - x_j||^2 / 2: gradient theta - x_j, clipped to ``clip``."""
+
+    def clipped_sum(self, theta, x, y, mask, clip):
+        g = theta.unsqueeze(1) - x
+        bound = torch.as_tensor(clip, dtype=g.dtype).reshape(-1, 1, 1)
+        g = g * torch.clamp(bound / g.norm(dim=-1, keepdim=True).clamp_min(1e-30), max=1.0)
+        return (g * mask.unsqueeze(-1)).sum(1)
+
+
+def noiseless_round(alg, x, theta0):
+    """dy of one round with the noise off, every record in every batch (q = 1)."""
+    alg = dataclasses.replace(alg, mechanism=GaussianMechanism(0.0))
+    n, records = x.shape[0], x.shape[1]
+    data = ClientData(x, torch.zeros(n, records, dtype=torch.long), torch.full((n,), records))
+    ctx = ClientContext(Quadratic(), 3, 0, torch.arange(n))
+    return alg.client_round(0, {"x": theta0}, {}, data, ctx).messages["dy"]
+
+
+# -- the recursion --------------------------------------------------------------------------------------------------
+def test_per_step_and_per_client_learning_rates_and_fused_steps_follow_the_hand_computed_recursion():
+    """2 steps, gamma = 0.5, l = (1, 0.2); client 0: g = 1; client 1: g = 0.5, fused k = 2 (both paper-only k > 1).
+    One record per client at x_i (clip large): each local step is theta <- theta - gamma_s g_i (theta - x_i)."""
+    x = torch.tensor([[[2.0]], [[-4.0]]])
+    alg = build((1, 1), "paper", local_steps=2, sample_rate=1.0, lr=0.5, clip=100.0, noise_multiplier=1.0,
+                trust="aggregator", local_lr_schedule=[1.0, 0.2], client_lr=[1.0, 0.5], client_local_steps=[1, 2])
+    dy = noiseless_round(alg, x, torch.zeros(1))
+    theta = [0.0, 0.0]
+    for i, (g, k) in enumerate(((1.0, 1), (0.5, 2))):
+        for gamma in (0.5 * 1.0, 0.5 * 0.2):
+            for _ in range(k):
+                theta[i] -= gamma * g * (theta[i] - float(x[i, 0, 0]))
+    # client 0: 0 -> 1 -> 1.1; client 1 (gamma_s g = 0.25, 0.25, 0.05, 0.05): 0 -> -1 -> -1.75 -> -1.8625 -> -1.969375
+    assert dy[:, 0].tolist() == pytest.approx(theta, abs=1e-6)
+    assert theta == pytest.approx([1.1, -1.969375])
+
+
+def test_client_clips_bound_each_fused_local_step_at_c_i_over_k_i():
+    """Far-away records (every gradient clipped): each local step moves client i by gamma g_i C_i / k_i."""
+    x = torch.full((2, 1, 1), 1e6)
+    alg = build((1, 1), "paper", local_steps=1, sample_rate=1.0, lr=1.0, noise_multiplier=1.0, trust="aggregator",
+                client_clip=[0.5, 3.0], client_local_steps=[1, 3])
+    assert noiseless_round(alg, x, torch.zeros(1))[:, 0].tolist() == pytest.approx([0.5, 3.0])
+
+
+# -- the noise drawn --------------------------------------------------------------------------------------------------
+class ZeroGradients:
+    def clipped_sum(self, theta, x, y, mask, clip):
+        return torch.zeros(theta.shape[0], theta.shape[1], dtype=theta.dtype)
+
+
+def test_each_client_draws_its_share_f_i_sigma_prime_at_its_sensitivity_gamma_g_i_c_i_over_q_n_i():
+    """One step, q = 0.5, shares sigma' = 2 / sqrt(4) = 1: client i's update has std gamma g_i f_i C_i / (q n_i),
+    measured on 20,000 coordinates (relative error of a sample std ~0.5%)."""
+    counts, q = (40, 80, 40, 20), 0.5
+    lr, clip, noise = [1.0, 0.5, 2.0, 1.0], [1.0, 2.0, 0.5, 1.0], [1.0, 1.5, 0.8, 2.0]
+    alg = build(counts, local_steps=1, sample_rate=q, lr=0.3, noise_multiplier=2.0, trust="aggregator",
+                client_lr=lr, client_clip=clip, client_noise=noise)
+    assert alg.mechanism.noise_multiplier == pytest.approx(0.8)  # z = min sigma_i: every client's own draw
+    records = max(counts)
+    data = ClientData(torch.zeros(4, records, 1), torch.zeros(4, records, dtype=torch.long), torch.tensor(counts))
+    out = alg.client_round(0, {"x": torch.zeros(20_000)}, {}, data, ClientContext(ZeroGradients(), 5, 0,
+                                                                                  torch.arange(4)))
+    expected = [0.3 * g * f * c / (q * n) for g, f, c, n in zip(lr, noise, clip, counts)]
+    assert out.messages["dy"].double().std(1).tolist() == pytest.approx(expected, rel=0.02)
+    assert len(out.events) == 1 and out.events[0] == dp_event.GaussianDpEvent(pytest.approx(0.8))
+
+
+# -- accounting -------------------------------------------------------------------------------------------------
+def events(alg, counts, analysis, boundary="secagg"):
+    return observer_events(alg.release(0, None, Train(counts)), ClientSampler(len(counts), 1.0).cohort(0), boundary,
+                           analysis)
+
+
+@pytest.mark.parametrize("analysis", ["sound", "paper"])
+def test_a_per_step_learning_rate_schedule_leaves_the_release_unchanged(analysis):
+    keys = dict(local_steps=3, noise_multiplier=2.0)
+    constant = build((50,) * 5, analysis, **keys)
+    scheduled = build((50,) * 5, analysis, **keys, local_lr_schedule=[1.0, 0.5, 0.25])
+    assert scheduled.release(0, None, Train([50] * 5)) == constant.release(0, None, Train([50] * 5))
+    assert events(scheduled, [50] * 5, analysis) == events(constant, [50] * 5, analysis)
+
+
+def last_multiplier(event):
+    last = event.events[-1] if isinstance(event, dp_event.ComposedDpEvent) else event
+    last = last.event if isinstance(last, dp_event.SelfComposedDpEvent) else last
+    return last.event.noise_multiplier
+
+
+@pytest.mark.parametrize("analysis", ["sound", "paper"])
+def test_client_specific_learning_rates_are_credited_the_noise_of_eq_24(analysis):
+    """gamma_i = gamma_1 / l_i, l = (1, 2, 4, 1): the sum-dominating mechanism has multiplier
+    sigma' sqrt(1 + sum_{i >= 2} 1 / l_i^2) at sensitivity max gamma_i (Heikkilä et al., Eq. 24), on the last step
+    (sound) or every step (paper); the other steps (sound) at the owner's own sigma'."""
+    alg = build((100,) * 4, analysis, local_steps=3, noise_multiplier=2.0, trust="aggregator",
+                client_lr=[1.0, 0.5, 0.25, 1.0])
+    share = alg.mechanism.noise_multiplier
+    assert share == pytest.approx(1.0)
+    eq_24 = share * math.sqrt(1 + 1 / 4 + 1 / 16 + 1)
+    third_party = events(alg, [100] * 4, analysis)["third_party"]
+    assert last_multiplier(third_party) == pytest.approx(eq_24)
+    if analysis == "sound":
+        assert third_party.events[0].event.event.noise_multiplier == pytest.approx(share)
+    else:
+        assert third_party == dp_event.SelfComposedDpEvent(
+            dp_event.PoissonSampledDpEvent(0.1, dp_event.GaussianDpEvent(pytest.approx(eq_24))), 3)
+
+
+def test_the_proportional_to_size_rule_sets_g_i_to_n_i_over_the_largest():
+    alg = build((50, 100, 25), client_lr="proportional_to_size", noise_multiplier=1.0, trust="aggregator")
+    assert alg.relaxations.lr == (0.5, 1.0, 0.25)
+    # Delta_i = g_i C / (q n_i) is the same for every client (1 / (0.1 * 100)), and so is s_i = sigma' Delta_i
+    shares = alg.release(0, None, Train([50, 100, 25])).shares
+    assert [v for share in shares for v in share] == pytest.approx([0.1 / math.sqrt(3), 0.1] * 3)
+
+
+#: Eq. 25's worst case: 4 clients, q = 1, one step; (n_i, g_i, C_i, f_i) unequal
+COUNTS, LR, CLIP, NOISE = (40, 80, 40, 20), [1.0, 0.5, 2.0, 1.0], [1.0, 2.0, 0.5, 1.0], [1.0, 1.5, 0.8, 2.0]
+
+
+def exact_mu(alg, observer):
+    """The largest mu = Delta_o / std of what ``observer`` sees (the sum, less one silo's share for another silo),
+    over owners o (and silos), with Delta_i = gamma g_i C_i / (q n_i) and s_i = f_i sigma' Delta_i (q = 1)."""
+    delta = [alg.lr * g * c / n for g, c, n in zip(LR, CLIP, COUNTS)]
+    std = [f * alg.shares.share * d for f, d in zip(NOISE, delta)]
+    total = sum(s * s for s in std)
+    if observer == "third_party":
+        return max(d / math.sqrt(total) for d in delta)
+    return max(delta[o] / math.sqrt(total - std[s] ** 2) for o in range(4) for s in range(4) if s != o)
+
+
+@pytest.mark.parametrize("analysis", ["sound", "paper"])
+@pytest.mark.parametrize("trust, observer", [("aggregator", "third_party"), ("clients", "other_silo")])
+def test_client_specific_clips_and_shares_are_never_credited_more_than_the_worst_instance_has(analysis, trust,
+                                                                                              observer):
+    """The sum of one step's updates is a 1-D Gaussian: a record of client o shifts it by Delta_o, the noise is
+    sqrt(sum_j s_j^2) (less the silo's own share), so the exact curve is mu-GDP with the largest Delta_o / std; the
+    claim (PLD accountant) is never below it, and here equals it (Eq. 25 credits every other share; the silo
+    subtracts the largest), so any larger credit would fall below."""
+    alg = build(COUNTS, analysis, local_steps=1, sample_rate=1.0, noise_multiplier=3.0, trust=trust,
+                client_lr=LR, client_clip=CLIP, client_noise=NOISE)
+    truth = ex.gdp_epsilon(exact_mu(alg, observer), DELTA)
+    release = alg.release(0, None, Train(COUNTS))
+    ledger = PrivacyLedger((observer,), DELTA, None, None, analysis, alg.neighboring, "pld")
+
+    def claimed(rel: Release) -> float:
+        event = observer_events(rel, ClientSampler(4, 1.0).cohort(0), "secagg", analysis)[observer]
+        return ledger.epsilon_after([{observer: event}], [observer])[observer]
+
+    assert truth * (1 - 1e-6) <= claimed(release) <= truth * (1 + 1e-4)
+
+
+class Linear:
+    """Per-example loss <theta, x_j>: gradient x_j whatever theta, clipped to ``clip``."""
+
+    def clipped_sum(self, theta, x, y, mask, clip):
+        bound = torch.as_tensor(clip, dtype=x.dtype).reshape(-1, 1, 1)
+        g = x * torch.clamp(bound / x.norm(dim=-1, keepdim=True).clamp_min(1e-30), max=1.0)
+        return (g * mask.unsqueeze(-1)).sum(1)
+
+
+def summed_updates(alg, owner: int, value: float, trials: int, seed: int) -> torch.Tensor:
+    """The sum over the 4 clients of one round's dy, for ``trials`` copies (rows with the clients' ids and streams
+    of their own); the owner's record 0 is ``value`` (clipped to C_owner), every other record 0."""
+    ids = torch.arange(4).repeat(trials)
+    x = torch.zeros(4 * trials, max(COUNTS), 1)
+    x[ids == owner, 0, 0] = value
+    data = ClientData(x, torch.zeros(4 * trials, max(COUNTS), dtype=torch.long), torch.tensor(COUNTS)[ids])
+    ctx = ClientContext(Linear(), seed, 0, ids, torch.arange(4 * trials))
+    return alg.client_round(0, {"x": torch.zeros(1)}, {}, data, ctx).messages["dy"].double().reshape(trials, 4).sum(1)
+
+
+def test_the_eq_25_instance_run_through_client_round_has_the_exact_mu():
+    """The third party's view of the instance above, measured: for each owner the coupled shift (same noise, the
+    record present or zeroed) is Delta_o, and the sum's std over 4,000 copies sqrt(sum s_i^2) (within 5%)."""
+    alg = build(COUNTS, local_steps=1, sample_rate=1.0, noise_multiplier=3.0, trust="aggregator",
+                client_lr=LR, client_clip=CLIP, client_noise=NOISE)
+    delta = [alg.lr * g * c / n for g, c, n in zip(LR, CLIP, COUNTS)]
+    std = math.sqrt(sum((f * alg.shares.share * d) ** 2 for f, d in zip(NOISE, delta)))
+    for owner in range(4):
+        shift = summed_updates(alg, owner, 1e3, 2, 9) - summed_updates(alg, owner, 0.0, 2, 9)
+        assert shift.abs().tolist() == pytest.approx([delta[owner]] * 2, rel=1e-4)
+    assert float(summed_updates(alg, 0, 0.0, 4000, 1).std()) == pytest.approx(std, rel=0.05)
+    assert max(delta) / std == pytest.approx(exact_mu(alg, "third_party"))
+
+
+# -- fused local steps ---------------------------------------------------------------------------------------------
+def test_fused_steps_are_refused_under_the_sound_analysis_and_labelled_unproven_under_the_paper():
+    with pytest.raises(ConfigError) as caught:
+        build((30,) * 3, local_steps=2, client_local_steps=[1, 2, 1])
+    assert caught.value.field == "algorithm.client_local_steps" and "sensitivity is not C_i" in str(caught.value)
+    alg = build((30,) * 3, "paper", local_steps=2, sample_rate=0.1, client_local_steps=[1, 2, 3])
+    release = alg.release(0, None, Train([30] * 3))
+    share = dp_event.GaussianDpEvent(pytest.approx(1.0 / 2**0.5))  # sigma / sqrt(3 - 1)
+    assert release.step_events[0] == dp_event.PoissonSampledDpEvent(pytest.approx(1 - 0.9**3), share)
+    assert release.unproven == JOINT_PAPER_UNPROVEN + FUSED_UNPROVEN
+
+
+# -- bad values -------------------------------------------------------------------------------------------------------
+BASE = ["algorithm.name='dp-fedavg-joint'", "data.num_clients=4", "data.samples_per_client=30",
+        "algorithm.local_steps=2"]
+
+
+@pytest.mark.parametrize("override, field, allowed", [
+    ("algorithm.local_lr_schedule=[1.0]", "algorithm.local_lr_schedule", "a list of 2 positive factors"),
+    ("algorithm.local_lr_schedule=[1.0, -1.0]", "algorithm.local_lr_schedule", "a list of 2 positive factors"),
+    ("algorithm.client_lr='by_size'", "algorithm.client_lr", "['proportional_to_size']"),
+    ("algorithm.client_lr=[1.0, 1.0, 1.0]", "algorithm.client_lr", "a list of 4 positive learning-rate factors"),
+    ("algorithm.client_clip=[1.0, 1.0, 0.0, 1.0]", "algorithm.client_clip", "a list of 4 positive clip norms"),
+    ("algorithm.client_noise=[1, 1, 1, true]", "algorithm.client_noise", "a list of 4 positive factors"),
+    ("algorithm.client_local_steps=[1, 2, 1.5, 1]", "algorithm.client_local_steps", "privacy.analysis = 'sound'"),
+    ("algorithm.client_local_steps=[1, 2, 1.5, 1]", "algorithm.client_local_steps", "positive integers"),
+])
+def test_a_bad_relaxation_names_its_key(override, field, allowed):
+    extra = ["privacy.analysis='paper'"] if allowed == "positive integers" else []
+    with pytest.raises(ConfigError) as caught:
+        build_simulation(load_config(None, [*BASE, override, *extra]))
+    assert caught.value.field == field and allowed in str(caught.value)
+
+
+# -- through the CLI ---------------------------------------------------------------------------------------------
+RUN = """[data]
+name = "breast_cancer"
+num_clients = 4
+
+[model]
+name = "logreg"
+
+[algorithm]
+name = "dp-fedavg-joint"
+local_steps = 3
+sample_rate = 0.2
+rounds = 2
+noise_multiplier = 2.0
+trust = "aggregator"
+{extra}
+[privacy]
+secure_aggregation = true
+analysis = "{analysis}"
+"""
+
+
+def run(tmp_path: Path, name: str, extra: str = "", analysis: str = "sound") -> dict:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(RUN.format(extra=extra, analysis=analysis))
+    assert main(["run", str(path), "--out", str(tmp_path / name), "--no-progress"]) == 0
+    return json.loads((tmp_path / name / "results.json").read_text())
+
+
+def expected_epsilon(results: dict, last: float, own: float, steps: int = 3, rate: float = 0.2) -> float:
+    """The third party's epsilon after 2 rounds of (S - 1) own draws and a last draw at ``last`` (sound, RDP)."""
+    step = lambda z: dp_event.PoissonSampledDpEvent(rate, dp_event.GaussianDpEvent(z))  # noqa: E731
+    event = dp_event.ComposedDpEvent([dp_event.SelfComposedDpEvent(step(own), steps - 1), step(last)])
+    ledger = PrivacyLedger(("third_party",), results["privacy"]["delta"], None, None, "sound", "zero_out", "rdp")
+    return ledger.epsilon_after([{"third_party": event}] * 2, ["third_party"])["third_party"]
+
+
+@pytest.mark.slow  # ~15 s: five short runs on breast_cancer
+def test_each_relaxation_runs_through_the_cli_with_the_epsilons_its_accounting_gives(tmp_path):
+    plain = run(tmp_path, "plain")  # breast_cancer over 4 clients: 114 train records each
+    scheduled = run(tmp_path, "schedule", "local_lr_schedule = [1.0, 0.5, 0.25]\n")
+    assert scheduled["final"]["epsilon"] == plain["final"]["epsilon"]  # Eq. 20: privacy unchanged
+    assert scheduled["final"]["train_loss"] != plain["final"]["train_loss"]
+    share = 2.0 / 2  # sigma / sqrt(4)
+    by_client = run(tmp_path, "client_lr", "client_lr = [1.0, 0.5, 0.25, 1.0]\n")
+    assert by_client["final"]["epsilon"]["third_party"] == pytest.approx(  # Eq. 24 on the last step
+        expected_epsilon(by_client, share * math.sqrt(1 + 1 / 4 + 1 / 16 + 1), share), rel=1e-6)
+    assert by_client["final"]["epsilon"]["third_party"] > plain["final"]["epsilon"]["third_party"]
+    shares = run(tmp_path, "client_noise", "client_clip = [1.0, 2.0, 1.0, 1.0]\nclient_noise = [0.5, 1, 1, 1]\n")
+    # Eq. 25, in units of C / (q n): s_i = sigma' (0.5, 2, 1, 1), Delta_i = (1, 2, 1, 1); the own draws at
+    # z = sigma' / 2, the last step at sqrt(sum s_i^2) / max Delta_i = sigma' sqrt(0.25 + 4 + 1 + 1) / 2
+    assert shares["final"]["epsilon"]["third_party"] == pytest.approx(
+        expected_epsilon(shares, share * math.sqrt(0.25 + 4 + 1 + 1) / 2, share / 2), rel=1e-6)
+    fused = run(tmp_path, "fused", "client_local_steps = [1, 2, 1, 1]\n", "paper")
+    assert fused["privacy"]["unproven"] == list(JOINT_PAPER_UNPROVEN + FUSED_UNPROVEN)
+    assert math.isfinite(fused["final"]["train_loss"]) and 0 < fused["final"]["epsilon"]["third_party"] < math.inf
