@@ -85,15 +85,17 @@ class FlowerCohort:
         """Sends each (node, message type, content) and returns {node: reply content}; DpflError for a node that
         replied with an error or not at all (the round stays recorded in the ledger: its noise may have been drawn)."""
         messages = [Message(content, dst_node_id=node, message_type=kind) for node, kind, content in jobs]
-        replies = {}
+        replies, errors = {}, set()
         for reply in self.grid.send_and_receive(messages, timeout=self.timeout):
-            node = reply.metadata.src_node_id
-            if reply.has_error():
-                raise DpflError(self._failed(round_number, [node], f"replied with an error: {reply.error.reason}"))
-            replies[node] = reply.content
-        silent = sorted({node for node, _, _ in jobs} - set(replies))
-        if silent:
-            raise DpflError(self._failed(round_number, silent, f"did not reply within {self.timeout} seconds"))
+            if reply.has_error():  # e.g. Flower's "node unavailable", which comes from the SuperLink, not the node
+                errors.add(reply.error.reason)
+            else:
+                replies[reply.metadata.src_node_id] = reply.content
+        failed = sorted({node for node, _, _ in jobs} - set(replies))
+        if failed:
+            what = f"replied with an error ({'; '.join(sorted(errors))})" if errors else \
+                f"did not reply within {self.timeout} seconds"
+            raise DpflError(self._failed(round_number, failed, what))
         return replies
 
     def _failed(self, round_number: int | None, nodes: list[int], what: str) -> str:
