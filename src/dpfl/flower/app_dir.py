@@ -5,8 +5,9 @@ components and its run config, in which ``dpfl-config`` is the resolved dpfl con
 single source of truth: regenerate the app after editing it), a copy of the TOML config (``dpfl.toml``, for the
 reader), and the package ``dpfl_app`` whose ``server_app`` and ``client_app`` modules expose dpfl's ServerApp and
 ClientApp (``dpfl.flower``). The SuperLink to run it on is a connection of ``flwr``'s own configuration
-(``$FLWR_HOME/config.toml``, Flower >= 1.41), not of the app. Each SuperNode's node config names its silo's data (``data-path``) and, unless the data
-names it, its dpfl client id (``client-id``).
+(``$FLWR_HOME/config.toml``, Flower >= 1.41), not of the app. Each SuperNode's node config names its silo's data
+(``data-path``) and, unless the data names it, its dpfl client id (``client-id``). The run config's ``resume`` and
+``restart`` (false) exist so that ``flwr run DIR <superlink> --run-config 'resume=true'`` may set them.
 """
 
 from __future__ import annotations

@@ -118,7 +118,8 @@ def serve(grid: Grid, run_config: dict) -> dict:
     config = json.loads(str(run_config["dpfl-config"]))
     timeout = float(run_config["round-timeout"]) if "round-timeout" in run_config else None
     return run_experiment(config, str(run_config["out"]), resume=bool(run_config.get("resume", False)),
-                          restart=bool(run_config.get("restart", False)), workers=lambda cfg, dataset, delta: FlowerCohort(grid, cfg, dataset, delta, timeout))
+                          restart=bool(run_config.get("restart", False)),
+                          workers=lambda cfg, dataset, delta: FlowerCohort(grid, cfg, dataset, delta, timeout))
 
 
 def server_app(run_config: dict | None = None) -> ServerApp:
