@@ -31,7 +31,6 @@ from collections import defaultdict
 from pathlib import Path
 from unittest import mock
 
-import numpy as np
 import torch
 
 ACTORS = 2
@@ -80,15 +79,6 @@ class Timers:
         return mock.patch.object(owner, name, timed)
 
 
-def write_silos(config: dict, folder: Path) -> None:
-    from dpfl.experiments.runner import build_data
-
-    train = build_data(config).train
-    for i in range(train.num_clients):
-        n = int(train.counts[i])
-        np.savez(folder / f"silo-{i}.npz", x=train.x[i, :n].numpy(), y=train.y[i, :n].numpy(), client=np.full(n, i))
-
-
 def timed_client_app(silo_template: str, timing_file: str):
     """dpfl's ClientApp whose train calls time their parts into ``timing_file`` (one JSON line per call)."""
     from flwr.clientapp import ClientApp
@@ -109,12 +99,8 @@ def timed_client_app(silo_template: str, timing_file: str):
     @app.train()
     def train(msg, context):
         parts = Timers()
-        for name, label in (("node_silo", "silo"), ("algorithm_of", "build")):
-            if not hasattr(dpfl_client, f"_untimed_{name}"):
-                setattr(dpfl_client, f"_untimed_{name}", getattr(dpfl_client, name))
-            untimed = getattr(dpfl_client, f"_untimed_{name}")
-            setattr(dpfl_client, name, lambda *a, _f=untimed, _l=label, **k: _timed(parts, _l, _f, *a, **k))
-        with parts.timing("train"):
+        with parts.wrap(dpfl_client, "node_silo", "silo"), parts.wrap(dpfl_client, "algorithm_of", "build"), \
+                parts.timing("train"):
             reply = dpfl_client.train(msg, context, run_config)
         seconds = {label: parts.total(label) for label in ("train", "silo", "build")}
         seconds["client_round"] = seconds["train"] - seconds["silo"] - seconds["build"]
@@ -123,11 +109,6 @@ def timed_client_app(silo_template: str, timing_file: str):
         return reply
 
     return app
-
-
-def _timed(timers: Timers, label: str, function, *args, **kwargs):
-    with timers.timing(label):
-        return function(*args, **kwargs)
 
 
 def in_process(config: dict, folder: Path) -> list[float]:
@@ -178,11 +159,14 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    from dpfl.experiments.runner import build_data
+    from dpfl.flower.silo import write_silos
+
     torch.set_num_threads(1)
     config = config_of(args.clients, args.rounds)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        write_silos(config, folder)
+        write_silos(build_data(config).train, folder)
         local = in_process(config, folder)
         flower, timers, clients, total = on_flower(config, folder)
         same = [r["epsilon"] for r in json.loads((folder / "flower" / "results.json").read_text())["rounds"]] == \

@@ -2,23 +2,11 @@
 
 import json
 
-import numpy as np
 import pytest
 import torch
 
 from dpfl.experiments.runner import build_data
-
-
-def write_silos(config: dict, folder) -> list:
-    """Each client's training records of the config's data, as one silo file each (client column included); their
-    paths, by client id."""
-    train = build_data(config).train
-    paths = []
-    for i in range(train.num_clients):
-        n = int(train.counts[i])
-        paths.append(folder / f"silo-{i}.npz")
-        np.savez(paths[-1], x=train.x[i, :n].numpy(), y=train.y[i, :n].numpy(), client=np.full(n, i))
-    return paths
+from dpfl.flower.silo import write_silos
 
 
 def run_outputs(run_dir) -> tuple[dict, dict, dict]:
@@ -29,7 +17,8 @@ def run_outputs(run_dir) -> tuple[dict, dict, dict]:
 
 @pytest.fixture(name="write_silos")
 def write_silos_fixture():
-    return write_silos
+    """The silo files of a config's training data, one per client (``dpfl.flower.silo.write_silos``)."""
+    return lambda config, folder: write_silos(build_data(config).train, folder)
 
 
 @pytest.fixture(name="run_outputs")
