@@ -93,7 +93,7 @@ def timed_client_app(silo_template: str, timing_file: str):
         start = time.perf_counter()
         reply = dpfl_client.identify(msg, context, run_config)
         with open(timing_file, "a") as out:
-            out.write(json.dumps({"pid": os.getpid(), "query": time.perf_counter() - start}) + "\n")
+            out.write(json.dumps({"pid": os.getpid(), "query": time.perf_counter() - start, "at": time.time()}) + "\n")
         return reply
 
     @app.train()
@@ -132,7 +132,7 @@ def on_flower(config: dict, folder: Path) -> tuple[list[float], Timers, list[dic
     timers = Timers()
     timing_file = folder / "client-times.jsonl"
     run_config = {"dpfl-config": json.dumps(config), "out": str(folder / "flower"), "round-timeout": 600.0}
-    start = time.perf_counter()
+    start, started_at = time.perf_counter(), time.time()
     with contextlib.ExitStack() as timed:
         for owner, name, label in [(Simulation, "step", "round"), (records, "tensors_record", "encode"),
                                    (records, "tensors_of", "decode"), (records, "events_of", "decode"),
@@ -149,6 +149,7 @@ def on_flower(config: dict, folder: Path) -> tuple[list[float], Timers, list[dic
     calls = [json.loads(line) for line in timing_file.read_text().splitlines()]
     clients = [c for c in calls if "train" in c]
     timers.calls["client query"] = [c["query"] for c in calls if "query" in c]
+    timers.first_client_call = min(c["at"] for c in calls if "at" in c) - started_at
     rounds = list(timers.calls["round"])
     rounds[0] -= timers.total("connect")  # the first round connects first: every node is asked its client id
     return rounds, timers, clients, total
@@ -181,15 +182,15 @@ def main() -> None:
           f"{statistics.median(flower) / statistics.median(local):7.0f}x   (epsilons equal: {same})")
     print(f"Flower: run_simulation {total:.1f} s in all; connecting (a query to each of the {args.clients} nodes, "
           f"before round 1, not in its time above) {timers.total('connect'):.1f} s, of which the queries' own "
-          f"work (reading the silo) {timers.total('client query') / ACTORS:.1f} s per actor")
+          f"work (reading the silo) {timers.total('client query') / ACTORS:.1f} s per actor; the first ClientApp call "
+          f"ran {timers.first_client_call:.1f} s after run_simulation started (Ray and its actors starting, each "
+          "importing torch and dpfl)")
     print(f"Flower's routing thread (vce add_messages_to_queue: every 0.1 s, for each of the {args.clients} nodes, "
           f"a scan of all undelivered and unanswered messages): {len(timers.calls['routing scan'])} scans, "
           f"{timers.total('routing scan'):.1f} s in all; Ray calls (send to an actor, run, return): "
-          f"{len(timers.calls['ray call'])}, {timers.total('ray call'):.1f} s in all, the {ACTORS} slowest (each "
-          f"actor's first: starting it, importing torch and dpfl) {sum(sorted(timers.calls['ray call'])[-ACTORS:]):.1f}"
-          f" s, median {statistics.median(timers.calls['ray call']) * 1e3:.0f} ms")
+          f"{len(timers.calls['ray call'])}, median {statistics.median(timers.calls['ray call']) * 1e3:.0f} ms")
     n = len(flower)
-    exchange = sum(timers.calls["exchange"][1:]) / n  # the first exchange is the connect's query
+    exchange = sum(timers.calls["exchange"][-n:]) / n  # the rounds' (the connect's queries come first)
     client = {label: sum(c[label] for c in clients) / n / ACTORS for label in ("train", "silo", "build",
                                                                                "client_round")}
     encode, decode = timers.total("encode") / n, timers.total("decode") / n
