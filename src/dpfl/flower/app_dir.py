@@ -1,4 +1,4 @@
-"""`dpfl flower-app CONFIG --out DIR`: a ready Flower App that `flwr run DIR <federation>` starts.
+"""`dpfl flower-app CONFIG --out DIR`: a ready Flower App that `flwr run DIR <superlink>` starts.
 
 DIR holds ``pyproject.toml`` (the project, with dpfl[flower] as its dependency, and the [tool.flwr.app] section: its
 components and its run config, in which ``dpfl-config`` is the resolved dpfl config as JSON, so the TOML stays the
@@ -46,7 +46,7 @@ dpfl-config = {config}
 out = {out}
 # Seconds the ServerApp waits for the nodes' replies in a round.
 round-timeout = 600.0
-# Continue the run in `out` (after an aborted round: flwr run APP FEDERATION --run-config 'resume=true').
+# Continue the run in `out` (after an aborted round: flwr run APP SUPERLINK --run-config 'resume=true').
 resume = false
 # Archive the run in `out` and start over.
 restart = false

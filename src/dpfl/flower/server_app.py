@@ -115,7 +115,7 @@ class FlowerCohort:
             return f"{named} {what}; check that SuperNode and start the run again"
         return (f"round {round_number}: {named} {what}. The round is aborted: nothing of it is applied to the model, "
                 "and its privacy charge stays in ledger.json (its noise may have been drawn). Restart that SuperNode "
-                "(the same silo file) and resume the run: flwr run APP FEDERATION --run-config 'resume=true'")
+                "(the same silo file) and resume the run: flwr run APP SUPERLINK --run-config 'resume=true'")
 
 
 def serve(grid: Grid, run_config: dict) -> dict:
