@@ -1,5 +1,5 @@
-"""The ServerApp's side of the exchange with the nodes, over a stand-in grid: connecting in batches, and the error of a
-round a node did not complete (it names the round, the node, the client and what to do)."""
+"""The ServerApp's side of the exchange with the nodes, over a stand-in grid: connecting, and the error of a round a
+node did not complete (it names the round, the node, the client and what to do)."""
 
 from types import SimpleNamespace
 
@@ -14,22 +14,21 @@ pytest.importorskip("flwr")
 from flwr.app import ConfigRecord, RecordDict  # noqa: E402
 
 from dpfl.flower import records  # noqa: E402
-from dpfl.flower.server_app import QUERY_BATCH, FlowerCohort  # noqa: E402
+from dpfl.flower.server_app import FlowerCohort  # noqa: E402
 
-CLIENTS = 250
+CLIENTS = 12
 
 
 class Grid:
     """Nodes 1000 + i hold client i; ``silent`` nodes never answer, ``failing`` ones answer with Flower's error."""
 
     def __init__(self, counts, silent=(), failing=()):
-        self.counts, self.silent, self.failing, self.batches = counts, set(silent), set(failing), []
+        self.counts, self.silent, self.failing = counts, set(silent), set(failing)
 
     def get_node_ids(self):
         return [1000 + i for i in range(len(self.counts))]
 
     def send_and_receive(self, messages, timeout=None):
-        self.batches.append(len(messages))
         for message in messages:
             node = message.metadata.dst_node_id
             if node in self.failing:
@@ -55,18 +54,19 @@ def in_a_run(monkeypatch):
 def federation(tmp_path_factory):
     path = tmp_path_factory.mktemp("c") / "c.toml"
     path.write_text(f'[data]\nname = "synthetic"\nnum_clients = {CLIENTS}\nsamples_per_client = 10\n\n'
-                    '[algorithm]\nname = "dp-fedavg"\nrounds = 2\nclient_rate = 0.1\n\n[run]\nthreads = 1\n')
+                    '[algorithm]\nname = "dp-fedavg"\nrounds = 2\nclient_rate = 0.25\n\n[run]\nthreads = 1\n')
     config = load_config(path)
     dataset = build_data(config)
     return config, dataset, [int(c) for c in dataset.train.counts]
 
 
-def test_connect_asks_the_nodes_in_batches_and_maps_every_client(federation):
+def test_connect_maps_every_client_to_its_node_and_names_a_node_that_does_not_answer(federation):
     config, dataset, counts = federation
     grid = Grid(counts)
-    cohort = FlowerCohort(grid, config, dataset, 1e-3, timeout=1.0)
-    assert cohort.connect() == {i: 1000 + i for i in range(CLIENTS)}
-    assert grid.batches == [QUERY_BATCH, QUERY_BATCH, CLIENTS - 2 * QUERY_BATCH]
+    assert FlowerCohort(grid, config, dataset, 1e-3, timeout=1.0).connect() == {i: 1000 + i for i in range(CLIENTS)}
+    grid.silent = {1004}
+    with pytest.raises(DpflError, match=r"^node 1004 did not reply within 1.0 seconds; check that SuperNode"):
+        FlowerCohort(grid, config, dataset, 1e-3, timeout=1.0).connect()
 
 
 @pytest.mark.parametrize("kind, what", [("silent", "did not reply within 1.0 seconds"),

@@ -28,10 +28,6 @@ from dpfl.errors import ConfigError, DpflError
 from dpfl.experiments.runner import build_setting, run_experiment
 from dpfl.flower import records
 
-#: Nodes asked their client id at once: Flower's in-memory routing scans every message in flight for every node it
-#: polls: with 1,000 nodes asked at once, one sweep checks a million messages (docs/flower.md, "Scale-out").
-QUERY_BATCH = 100
-
 
 class FlowerCohort:
     """``Simulation.workers`` over a Flower grid: client i's work runs on the node that holds silo i."""
@@ -52,10 +48,7 @@ class FlowerCohort:
         while len(nodes) < len(self.counts) and time.monotonic() < deadline:
             time.sleep(0.5)
             nodes = list(self.grid.get_node_ids())
-        replies = {}
-        for start in range(0, len(nodes), QUERY_BATCH):
-            replies.update(self._exchange([(node, "query", RecordDict({records.JOB: ConfigRecord({})}))
-                                           for node in nodes[start : start + QUERY_BATCH]]))
+        replies = self._exchange([(node, "query", RecordDict({records.JOB: ConfigRecord({})})) for node in nodes])
         node_of = {}
         for node, reply in replies.items():
             client, count = int(reply[records.JOB]["client"]), int(reply[records.JOB]["records"])
