@@ -77,7 +77,8 @@ def test_a_round_a_node_did_not_complete_names_round_node_client_and_remedy(fede
     cohort = FlowerCohort(grid, config, dataset, 1e-3, timeout=1.0)
     cohort.node_of = cohort.connect()
     setattr(grid, kind, {1007})
-    sim = SimpleNamespace(state=SimpleNamespace(server={"x": torch.zeros(3)}, rows=lambda ids: {}))
+    sim = SimpleNamespace(state=SimpleNamespace(server={"x": torch.zeros(3)}, rows=lambda ids: {}),
+                          boundary=SimpleNamespace(secure=None))  # the plain sum
     with pytest.raises(DpflError) as err:
         list(cohort(sim, 1, torch.tensor([3, 7, 9])))
     message = str(err.value)
