@@ -72,3 +72,18 @@ def test_unusable_silo_files_are_refused_naming_the_node_config_key(tmp_path, wr
     with pytest.raises(ConfigError, match=message) as err:
         load_silo(path)
     assert "data-path" in str(err.value)
+
+
+def test_write_silos_gives_each_client_a_file_its_node_reads_back(tmp_path):
+    from dpfl.experiments.runner import build_data
+    from dpfl.flower.silo import write_silos
+
+    path = tmp_path / "c.toml"
+    path.write_text(CONFIG)
+    train = build_data(load_config(path)).train
+    paths = write_silos(train, tmp_path)
+    assert [p.name for p in paths] == ["silo-0.npz", "silo-1.npz", "silo-2.npz"]
+    for i, p in enumerate(paths):
+        silo, n = load_silo(p), int(train.counts[i])
+        assert silo.client == i and silo.y.tolist() == train.y[i, :n].tolist()
+        assert silo.x.equal(train.x[i, :n])

@@ -2,13 +2,11 @@
 
 import json
 
-import numpy as np
 import pytest
 import torch
 
 from dpfl.cli import main
 from dpfl.experiments.config import load_config
-from dpfl.experiments.runner import build_data
 
 flwr = pytest.importorskip("flwr")
 pytest.importorskip("ray")  # Flower's simulation runtime runs ClientApps on Ray
@@ -35,22 +33,8 @@ threads = 1
 """
 
 
-def write_silos(config: dict, folder) -> None:
-    """Each client's training records of the config's data, as one silo file each (client column included)."""
-    train = build_data(config).train
-    for i in range(train.num_clients):
-        n = int(train.counts[i])
-        np.savez(folder / f"silo-{i}.npz", x=train.x[i, :n].numpy(), y=train.y[i, :n].numpy(), client=np.full(n, i))
-
-
-def outputs(run_dir) -> tuple[dict, dict, dict]:
-    """A run directory's ledger.json, results.json and checkpointed state."""
-    return (json.loads((run_dir / "ledger.json").read_text()), json.loads((run_dir / "results.json").read_text()),
-            torch.load(run_dir / "checkpoint.pt", weights_only=False)["state"])
-
-
 @pytest.mark.slow
-def test_flower_simulation_matches_dpfl_run(tmp_path, monkeypatch):
+def test_flower_simulation_matches_dpfl_run(tmp_path, monkeypatch, write_silos, run_outputs):
     """3 silos, 2 rounds of DP-SCAFFOLD (client state, noise, a sampled cohort) on Flower's simulation runtime: the
     same ledger and the same model as `dpfl run`, bit for bit against a run that works one client at a time (a
     Flower client works alone; batching clients in one tensor changes float rounding, ~1e-7 here), and within
@@ -73,9 +57,9 @@ def test_flower_simulation_matches_dpfl_run(tmp_path, monkeypatch):
     run_simulation(server_app(run_config), client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}),
                    num_supernodes=3, backend_config={"client_resources": {"num_cpus": 1}})
 
-    ledger, results, state = outputs(tmp_path / "flower")
-    ledger_1, results_1, state_1 = outputs(tmp_path / "one-by-one")
-    ledger_b, results_b, state_b = outputs(tmp_path / "batched")
+    ledger, results, state = run_outputs(tmp_path / "flower")
+    ledger_1, results_1, state_1 = run_outputs(tmp_path / "one-by-one")
+    ledger_b, results_b, state_b = run_outputs(tmp_path / "batched")
     assert results["status"] == "finished" and [r["round"] for r in results["rounds"]] == [1, 2]
     assert ledger == ledger_1  # the same events round by round, and the same fingerprints (round-start states)
     assert torch.equal(state["server"]["x"], state_1["server"]["x"])

@@ -1,5 +1,5 @@
 """`dpfl flower-app CONFIG.toml [--set key=value ...] --out DIR [--run-out RUN_DIR]`: writes a Flower App running the
-config's algorithm on real silos (``dpfl.flower.app_dir``); start it with `flwr run DIR <federation>`."""
+config's algorithm on real silos (``dpfl.flower.app_dir``); start it with `flwr run DIR <superlink>`."""
 
 from __future__ import annotations
 
@@ -26,4 +26,4 @@ def _flower_app(args) -> None:
     config = with_threads(load_config(args.config, args.overrides))
     validate(config)
     out = write_flower_app(args.config, config, args.out, args.run_out)
-    print(f"wrote the Flower App {out}; start it with: flwr run {out} <federation>", file=sys.stderr)
+    print(f"wrote the Flower App {out}; start it with: flwr run {out} <superlink>", file=sys.stderr)

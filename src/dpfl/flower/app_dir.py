@@ -1,11 +1,13 @@
-"""`dpfl flower-app CONFIG --out DIR`: a ready Flower App that `flwr run DIR <federation>` starts.
+"""`dpfl flower-app CONFIG --out DIR`: a ready Flower App that `flwr run DIR <superlink>` starts.
 
 DIR holds ``pyproject.toml`` (the project, with dpfl[flower] as its dependency, and the [tool.flwr.app] section: its
 components and its run config, in which ``dpfl-config`` is the resolved dpfl config as JSON, so the TOML stays the
 single source of truth: regenerate the app after editing it), a copy of the TOML config (``dpfl.toml``, for the
 reader), and the package ``dpfl_app`` whose ``server_app`` and ``client_app`` modules expose dpfl's ServerApp and
-ClientApp (``dpfl.flower``). Each SuperNode's node config names its silo's data (``data-path``) and, unless the data
-names it, its dpfl client id (``client-id``).
+ClientApp (``dpfl.flower``). The SuperLink to run it on is a connection of ``flwr``'s own configuration
+(``$FLWR_HOME/config.toml``, Flower >= 1.41), not of the app. Each SuperNode's node config names its silo's data
+(``data-path``) and, unless the data names it, its dpfl client id (``client-id``). The run config's ``resume`` and
+``restart`` (false) exist so that ``flwr run DIR <superlink> --run-config 'resume=true'`` may set them.
 """
 
 from __future__ import annotations
@@ -44,13 +46,10 @@ dpfl-config = {config}
 out = {out}
 # Seconds the ServerApp waits for the nodes' replies in a round.
 round-timeout = 600.0
-
-[tool.flwr.federations]
-default = "local-deployment"
-
-[tool.flwr.federations.local-deployment]
-address = "127.0.0.1:9093"
-insecure = true
+# Continue the run in `out` (after an aborted round: flwr run APP SUPERLINK --run-config 'resume=true').
+resume = false
+# Archive the run in `out` and start over.
+restart = false
 """
 
 

@@ -1,14 +1,16 @@
 """The ServerApp: ``dpfl run``'s round loop, with the cohort's client work done by the silos' ClientApps.
 
 The run config's ``dpfl-config`` is the resolved dpfl config as JSON (written by ``dpfl flower-app`` from the TOML,
-the single source of truth) and ``out`` the run directory. ``run_experiment`` builds the run exactly as ``dpfl run``
-does (data for evaluation and the clients' record counts, model, algorithm, ClientSampler, boundary, ledger) and runs
-it with ``FlowerCohort`` as ``Simulation.workers``: each round the cohort is sampled and the round recorded in the
-ledger (saved; a budget stops the run here) BEFORE any client is asked to train; then each sampled client's node gets
-a train message, the drawn noise is checked against the declaration, the boundary sums the messages (with
-``privacy.secure_aggregation``: the nodes keep their messages and the sum comes from the secure aggregation protocol
-run with them, ``dpfl.flower.secure_sum``), the algorithm's ``server_update`` runs, the model is evaluated and checkpointed, and results.json and ledger.json are written as by
-``dpfl run``.
+the single source of truth), ``out`` the run directory, ``round-timeout`` the seconds a round waits for its replies,
+and ``resume`` / ``restart`` continue the run in ``out`` / archive it and start over (``dpfl run --resume`` /
+``--restart``). ``run_experiment`` builds the run exactly as ``dpfl run`` does (data for evaluation and the clients'
+record counts, model, algorithm, ClientSampler, boundary, ledger) and runs it with ``FlowerCohort`` as
+``Simulation.workers``: each round the cohort is sampled and the round recorded in the ledger (saved; a budget stops
+the run here) BEFORE any client is asked to train; then each sampled client's node gets a train message, the drawn
+noise is checked against the declaration, the boundary sums the messages (with ``privacy.secure_aggregation``: the
+nodes keep their messages and the sum comes from the secure aggregation protocol run with them,
+``dpfl.flower.secure_sum``), the algorithm's ``server_update`` runs, the model is evaluated and checkpointed, and
+results.json and ledger.json are written as by ``dpfl run``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dpfl.engine.protocol import ClientOutput
 from dpfl.errors import ConfigError, DpflError
 from dpfl.experiments.runner import build_setting, run_experiment
 from dpfl.flower import records, secure_sum
+
 
 class FlowerCohort:
     """``Simulation.workers`` over a Flower grid: client i's work runs on the node that holds silo i."""
@@ -90,21 +93,29 @@ class FlowerCohort:
         """Sends each (node, message type, content) and returns {node: reply content}; DpflError for a node that
         replied with an error or not at all (the round stays recorded in the ledger: its noise may have been drawn)."""
         messages = [Message(content, dst_node_id=node, message_type=kind) for node, kind, content in jobs]
-        replies = {}
+        replies, errors = {}, set()
         for reply in self.grid.send_and_receive(messages, timeout=self.timeout):
-            node = reply.metadata.src_node_id
-            if reply.has_error():
-                raise DpflError(f"{_when(round_number)}node {node} replied with an error: {reply.error.reason}")
-            replies[node] = reply.content
-        silent = sorted({node for node, _, _ in jobs} - set(replies))
-        if silent:
-            raise DpflError(f"{_when(round_number)}no reply from the nodes {silent[:10]} within "
-                            f"{self.timeout} seconds")
+            if reply.has_error():  # e.g. Flower's "node unavailable", which comes from the SuperLink, not the node
+                errors.add(reply.error.reason)
+            else:
+                replies[reply.metadata.src_node_id] = reply.content
+        failed = sorted({node for node, _, _ in jobs} - set(replies))
+        if failed:
+            what = f"replied with an error ({'; '.join(sorted(errors))})" if errors else \
+                f"did not reply within {self.timeout} seconds"
+            raise DpflError(self._failed(round_number, failed, what))
         return replies
 
-
-def _when(round_number: int | None) -> str:
-    return "" if round_number is None else f"round {round_number}: "
+    def _failed(self, round_number: int | None, nodes: list[int], what: str) -> str:
+        """The error of a round (or of the connection, round None) that ``nodes`` did not complete: which nodes and
+        clients, and what to do (a round is aborted, never retried: see docs/flower.md, "A silo that dies")."""
+        client_of = {node: client for client, node in (self.node_of or {}).items()}
+        named = ", ".join(f"node {n}" + (f" (client {client_of[n]})" if n in client_of else "") for n in nodes[:10])
+        if round_number is None:
+            return f"{named} {what}; check that SuperNode and start the run again"
+        return (f"round {round_number}: {named} {what}. The round is aborted: nothing of it is applied to the model, "
+                "and its privacy charge stays in ledger.json (its noise may have been drawn). Restart that SuperNode "
+                "(the same silo file) and resume the run: flwr run APP SUPERLINK --run-config 'resume=true'")
 
 
 def serve(grid: Grid, run_config: dict) -> dict:
@@ -114,7 +125,8 @@ def serve(grid: Grid, run_config: dict) -> dict:
                                                                       "as JSON) and out (the run directory)")
     config = json.loads(str(run_config["dpfl-config"]))
     timeout = float(run_config["round-timeout"]) if "round-timeout" in run_config else None
-    return run_experiment(config, str(run_config["out"]), restart=bool(run_config.get("restart", False)),
+    return run_experiment(config, str(run_config["out"]), resume=bool(run_config.get("resume", False)),
+                          restart=bool(run_config.get("restart", False)),
                           workers=lambda cfg, dataset, delta: FlowerCohort(grid, cfg, dataset, delta, timeout))
 
 

@@ -72,6 +72,18 @@ def load_silo(path: str | Path, client_column: str | None = None, label_column: 
                 _client_id(path, clients))
 
 
+def write_silos(train, folder: str | Path) -> list[Path]:
+    """Writes each client's training records of ``train`` (``ClientArrays``: x, y, counts) as its own silo file,
+    ``folder/silo-{i}.npz`` with a client column, the files a test bed's or a simulation's SuperNodes read; their
+    paths, by client id."""
+    paths = []
+    for i in range(train.num_clients):
+        n = int(train.counts[i])
+        paths.append(Path(folder) / f"silo-{i}.npz")
+        np.savez(paths[-1], x=train.x[i, :n].numpy(), y=train.y[i, :n].numpy(), client=np.full(n, i))
+    return paths
+
+
 def _client_id(path: Path, clients) -> int | None:
     if clients is None:
         return None
@@ -81,4 +93,4 @@ def _client_id(path: Path, clients) -> int | None:
     return int(ids[0])
 
 
-__all__ = ["Silo", "load_silo"]
+__all__ = ["Silo", "load_silo", "write_silos"]

@@ -78,7 +78,7 @@ def _itself(name: str, **tuned) -> Plan:
 #: "period" grid.
 ALGORITHMS: dict[str, Plan] = {
     "isrl-spider": _itself("isrl-spider", period=(2, 5)),
-    "isrl-spider-alt": _itself("isrl-spider-alt", period=(2, 5)),
+    "isrl-spider-alt": _itself("isrl-spider-alt"),  # its period is 2 (Alg. 11 in communication rounds)
     "isrl-mb-sgd": Plan(("fedsgd", None)),
     "isrl-local-sgd": Plan(("fedavg", None)),
     "isrl-prox-sgd": _itself("isrl-prox-sgd"),

@@ -1,0 +1,86 @@
+"""The ServerApp's side of the exchange with the nodes, over a stand-in grid: connecting, and the error of a round a
+node did not complete (it names the round, the node, the client and what to do)."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from dpfl.errors import DpflError
+from dpfl.experiments.config import load_config
+from dpfl.experiments.runner import build_data
+
+pytest.importorskip("flwr")
+from flwr.app import ConfigRecord, RecordDict  # noqa: E402
+
+from dpfl.flower import records  # noqa: E402
+from dpfl.flower.server_app import FlowerCohort  # noqa: E402
+
+CLIENTS = 12
+
+
+class Grid:
+    """Nodes 1000 + i hold client i; ``silent`` nodes never answer, ``failing`` ones answer with Flower's error."""
+
+    def __init__(self, counts, silent=(), failing=()):
+        self.counts, self.silent, self.failing = counts, set(silent), set(failing)
+
+    def get_node_ids(self):
+        return [1000 + i for i in range(len(self.counts))]
+
+    def send_and_receive(self, messages, timeout=None):
+        for message in messages:
+            node = message.metadata.dst_node_id
+            if node in self.failing:
+                yield SimpleNamespace(has_error=lambda: True, error=SimpleNamespace(reason="Node Unavailable"),
+                                      metadata=SimpleNamespace(src_node_id=1))  # Flower's: from the SuperLink
+            elif node not in self.silent:
+                content = RecordDict({records.JOB: ConfigRecord({"client": node - 1000,
+                                                                 "records": self.counts[node - 1000]})})
+                yield SimpleNamespace(has_error=lambda: False, content=content,
+                                      metadata=SimpleNamespace(src_node_id=node))
+
+
+@pytest.fixture(autouse=True)
+def in_a_run(monkeypatch):
+    """Flower's Message needs the task, run and node it comes from (set in the ServerApp's process)."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for attribute in ("_task_id", "_run_id", "_node_id"):
+        monkeypatch.setattr(TaskIdentity, attribute, 1)
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory):
+    path = tmp_path_factory.mktemp("c") / "c.toml"
+    path.write_text(f'[data]\nname = "synthetic"\nnum_clients = {CLIENTS}\nsamples_per_client = 10\n\n'
+                    '[algorithm]\nname = "dp-fedavg"\nrounds = 2\nclient_rate = 0.25\n\n[run]\nthreads = 1\n')
+    config = load_config(path)
+    dataset = build_data(config)
+    return config, dataset, [int(c) for c in dataset.train.counts]
+
+
+def test_connect_maps_every_client_to_its_node_and_names_a_node_that_does_not_answer(federation):
+    config, dataset, counts = federation
+    grid = Grid(counts)
+    assert FlowerCohort(grid, config, dataset, 1e-3, timeout=1.0).connect() == {i: 1000 + i for i in range(CLIENTS)}
+    grid.silent = {1004}
+    with pytest.raises(DpflError, match=r"^node 1004 did not reply within 1.0 seconds; check that SuperNode"):
+        FlowerCohort(grid, config, dataset, 1e-3, timeout=1.0).connect()
+
+
+@pytest.mark.parametrize("kind, what", [("silent", "did not reply within 1.0 seconds"),
+                                        ("failing", "replied with an error (Node Unavailable)")])
+def test_a_round_a_node_did_not_complete_names_round_node_client_and_remedy(federation, kind, what):
+    config, dataset, counts = federation
+    grid = Grid(counts)
+    cohort = FlowerCohort(grid, config, dataset, 1e-3, timeout=1.0)
+    cohort.node_of = cohort.connect()
+    setattr(grid, kind, {1007})
+    sim = SimpleNamespace(state=SimpleNamespace(server={"x": torch.zeros(3)}, rows=lambda ids: {}),
+                          boundary=SimpleNamespace(secure=None))  # the plain sum
+    with pytest.raises(DpflError) as err:
+        list(cohort(sim, 1, torch.tensor([3, 7, 9])))
+    message = str(err.value)
+    assert message.startswith(f"round 2: node 1007 (client 7) {what}. The round is aborted")
+    assert "ledger.json" in message and "--run-config 'resume=true'" in message
