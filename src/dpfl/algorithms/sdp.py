@@ -98,9 +98,15 @@ def encode(summation: BinomialVectorSum, vectors: torch.Tensor, mask: torch.Tens
 
 
 def decode_mean(summation: BinomialVectorSum, delivered: Delivery) -> torch.Tensor:
-    """The analyser's estimate of the users' mean vector from the delivered counts (U = slots / (g + b))."""
-    users = int(delivered.sum("slots")) // summation.messages_per_coordinate
-    return summation.estimate(delivered.sum("ones"), users) / users
+    """The analyser's estimate of the users' mean vector from the delivered counts (U = slots / (g + b)); with a
+    leading axis of independent runs (the audit's trials), one estimate per run."""
+    ones, slots = delivered.sum("ones"), delivered.sum("slots")
+    if slots.dim() == 0:
+        users = int(slots) // summation.messages_per_coordinate
+        return summation.estimate(ones, users) / users
+    return torch.stack([decode_mean(summation, Delivery({"ones": o, "slots": s}, delivered.count,
+                                                        delivered.population))
+                        for o, s in zip(ones, slots)])
 
 
 @functools.lru_cache(maxsize=64)

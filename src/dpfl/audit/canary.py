@@ -80,6 +80,13 @@ class DiracCanaryGradients:
         along_e = self.scale * signs.sum(1) * bound * direction(theta, self.flip)
         return torch.cat([base, along_e.to(base.dtype).unsqueeze(1)], dim=1)
 
+    def clipped_examples(self, theta, x, y, mask, clip):
+        """[clients, batch, P + 1]: ``clipped_sum``'s terms one example at a time (for local randomisers)."""
+        y_base, mask_base, signs = self._split(y, mask)
+        base = self.base.clipped_examples(theta[:, :-1], x, y_base, mask_base, clip)
+        along_e = self.scale * signs * float(clip) * direction(theta, self.flip).unsqueeze(1)
+        return torch.cat([base, along_e.to(base.dtype).unsqueeze(2)], dim=2)
+
     def example_norms(self, theta, x, y, mask, **kwargs):
         raise NotImplementedError("the Dirac canary audits a fixed clip bound (algorithm.clip_heuristic = 'fixed')")
 
@@ -125,6 +132,17 @@ class ManyDiracCanaryGradients:
         along.index_put_((rows, index[rows, cols]), weight[rows, cols], accumulate=True)
         return torch.cat([base, (along * bound.unsqueeze(1)).to(base.dtype)], dim=1)
 
+    def clipped_examples(self, theta, x, y, mask, clip):
+        """[clients, batch, P + m]: ``clipped_sum``'s terms one example at a time (for local randomisers)."""
+        m = self.signs.numel()
+        index = FIRST_OF_MANY - y
+        marked = (index >= 0) & (index < m)
+        base = self.base.clipped_examples(theta[:, :self.base_params], x, y.masked_fill(marked, 0),
+                                          mask * (~marked).to(mask.dtype), clip)
+        weight = torch.where(marked, self.signs[index.clamp(0, m - 1)], 0.0) * mask.double() * float(clip)
+        along = torch.nn.functional.one_hot(index.clamp(0, m - 1), m).double() * weight.unsqueeze(2)
+        return torch.cat([base, along.to(base.dtype)], dim=2)
+
     def example_norms(self, theta, x, y, mask, **kwargs):
         raise NotImplementedError("the Dirac canary audits a fixed clip bound (algorithm.clip_heuristic = 'fixed')")
 
@@ -147,6 +165,11 @@ class NullRecordGradients:
         absent = y == ABSENT
         return self.base.clipped_sum(theta, x, y.masked_fill(absent, 0), mask * (~absent).to(mask.dtype), clip,
                                      **kwargs)
+
+    def clipped_examples(self, theta, x, y, mask, clip):
+        self.clipping = (clip, {})
+        absent = y == ABSENT
+        return self.base.clipped_examples(theta, x, y.masked_fill(absent, 0), mask * (~absent).to(mask.dtype), clip)
 
     def example_norms(self, theta, x, y, mask, **kwargs):
         raise NotImplementedError("the audit audits a fixed clip bound (algorithm.clip_heuristic = 'fixed')")

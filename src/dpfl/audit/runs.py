@@ -296,8 +296,9 @@ def one_run_scores(sim, observer: str, canaries: int, *, scale: float = 1.0, see
     for i, (c, r) in enumerate(slots[:canaries]):
         y_all[c, r] = canary.FIRST_OF_MANY - i
     x0 = grads.initial_params()
-    server = algorithm.init_state(x0, 1).server
-    release = algorithm.release(0, sim.state, train)
+    initial = algorithm.init_state(x0, 1)
+    server = initial.server
+    release = algorithm.release(0, initial, train)  # the canaries' model (m extra coordinates)
     declared = [noise_of(e) for e in release.step_events]
     cohort_seed = int(rng.integers(0, 2**62))
     cohort = sim.clients.sample(0, sim.seed if release.cohort is not None else cohort_seed)  # a fixed schedule: the run's

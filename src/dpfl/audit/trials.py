@@ -58,15 +58,15 @@ class RoundView:
     trials: int
 
     def sums(self, name: str) -> torch.Tensor:
-        """[trials, P]: each trial's sum of the message ``name`` over its cohort."""
+        """[trials, ...]: each trial's sum of the message ``name`` over its cohort."""
         value = self.messages[name]
-        return torch.zeros(self.trials, value.shape[1], dtype=value.dtype).index_add_(0, self.trial_of_row, value)
+        return torch.zeros(self.trials, *value.shape[1:], dtype=value.dtype).index_add_(0, self.trial_of_row, value)
 
     def own(self, name: str, client: int) -> torch.Tensor:
-        """[trials, P]: client ``client``'s message ``name`` in each trial (0 where it is not in the cohort)."""
+        """[trials, ...]: client ``client``'s message ``name`` in each trial (0 where it is not in the cohort)."""
         value = self.messages[name]
         rows = self.client_of_row == client
-        return torch.zeros(self.trials, value.shape[1], dtype=value.dtype).index_add_(
+        return torch.zeros(self.trials, *value.shape[1:], dtype=value.dtype).index_add_(
             0, self.trial_of_row[rows], value[rows])
 
 
@@ -91,7 +91,7 @@ def run_world(sim, world: World, index: int, trials: int, rounds: int, observe: 
     states = initial.clients  # row trial * M + client
     started = time.perf_counter()
     for t in range(rounds):
-        release = algorithm.release(t, sim.state, train)
+        release = algorithm.release(t, initial, train)  # this world's model (the Dirac canary adds a coordinate)
         members = cohorts(sim, index, t, trials, scheduled=release.cohort is not None)
         clients = torch.cat(members) if members else torch.zeros(0, dtype=torch.long)
         trial_of_row = torch.repeat_interleave(torch.arange(trials), torch.tensor([c.numel() for c in members]))
