@@ -177,12 +177,15 @@ class SDPProxSGD:
         return "lower algorithm.lr, or raise privacy.epsilon (fewer noise bits)"
 
 
+#: the ``algorithm.grid`` key's metadata (sdp-prox-sgd and sdp-spider)
+GRID_KEY = {"help": "g, P_vec's rounding grid (None: ceil(sqrt(d)), d the model's parameters)", "min": 1}
+
+
 @dataclass(frozen=True)
 class SDPConfig(ISRLKeys):
     """The keys of sdp-prox-sgd: the ISRL-DP family's, and P_vec's grid."""
 
-    grid: int | None = field(default=None, metadata={"help": "g, P_vec's rounding grid (None: ceil(sqrt(d)), d the "
-                                                             "model's parameters)", "min": 1})
+    grid: int | None = field(default=None, metadata=GRID_KEY)
 
 
 def checked_grid(grid: int | None) -> int | None:

@@ -39,7 +39,8 @@ from dpfl.algorithms.isrl_spider import SpiderConfig, difference_bound, stream_c
 from dpfl.algorithms.projected_noisy_sgd import scale_to_norm, verified_smoothness
 from dpfl.algorithms.prox import Regularizer
 from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
-from dpfl.algorithms.sdp import PROBABILITY, ShuffleModel, checked_grid, decode_mean, encode, shuffle_model
+from dpfl.algorithms.sdp import (GRID_KEY, PROBABILITY, ShuffleModel, checked_grid, decode_mean, encode,
+                               shuffle_model)
 from dpfl.engine.boundary import Delivery
 from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
 from dpfl.engine.sampling import RecordSampler
@@ -144,8 +145,7 @@ class SDPSpider:
 class SDPSpiderConfig(SpiderConfig):
     """The keys of sdp-spider: isrl-spider's, and P_vec's grid."""
 
-    grid: int | None = field(default=None, metadata={"help": "g, P_vec's rounding grid (None: ceil(sqrt(d)), d the "
-                                                             "model's parameters)", "min": 1})
+    grid: int | None = field(default=None, metadata=GRID_KEY)
 
 
 def build_sdp_spider(name: str, config: SDPSpiderConfig, setting: Setting) -> SDPSpider:
