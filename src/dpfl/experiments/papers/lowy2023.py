@@ -385,7 +385,8 @@ def merge(out: Path, folders, argv) -> dict:
     results = [json.loads((Path(folder) / "results.json").read_text()) for folder in folders]
     algorithms = {k: v for res in results for k, v in res["grid"]["algorithms"].items()}
     grid_info = {**results[0]["grid"], "algorithms": algorithms}
-    return report(out, [r for res in results for r in res["runs"]], [s for res in results for s in res["setups"]],
+    setups = list({json.dumps(s, sort_keys=True): s for res in results for s in res["setups"]}.values())  # once each
+    return report(out, [r for res in results for r in res["runs"]], setups,
                   grid_info, results[0]["skipped"], _command(argv), sum(res["wall_seconds"] for res in results),
                   merged_from=[str(folder) for folder in folders])
 
