@@ -51,7 +51,7 @@ def test_the_count_path_and_the_real_shuffler_train_the_same_model():
     real = build_simulation(load_config(None, ["algorithm.name='sdp-prox-sgd'", *TINY, "privacy.boundary='shuffler'",
                                                "privacy.shuffler='real'"]))
     simulated = build_simulation(load_config(None, ["algorithm.name='sdp-prox-sgd'", *TINY,
-                                                    "privacy.boundary='shuffler'"]))
+                                                    "privacy.boundary='shuffler'", "privacy.shuffler='simulated'"]))
     real.run(2)
     simulated.run(2)
     assert torch.equal(real.model, simulated.model)
@@ -77,9 +77,19 @@ def test_other_silos_are_credited_with_the_cohorts_bits_but_not_their_own():
     assert trials(plain["server"]) == 40
 
 
+def test_the_shuffle_model_is_the_default_and_meets_the_target_towards_every_observer():
+    """sdp-* default to the real shuffler (their privacy_defaults), so a minimal config's server epsilon, like the
+    other silos', is within privacy.epsilon."""
+    sim = build_simulation(load_config(None, ["algorithm.name='sdp-prox-sgd'", *TINY]))
+    assert sim.boundary.name == "shuffler" and sim.boundary.shuffle == "real"
+    sim.run(2)
+    assert all(0 < eps <= 4.0 + 1e-9 for eps in sim.ledger.epsilon().values())
+
+
 def test_bad_settings_name_the_field():
     with pytest.raises(ConfigError) as caught:
-        build_simulation(load_config(None, ["algorithm.name='sdp-prox-sgd'", *TINY, "privacy.shuffler='real'"]))
+        build_simulation(load_config(None, ["algorithm.name='sdp-prox-sgd'", *TINY, "privacy.boundary='plain'",
+                                            "privacy.shuffler='real'"]))
     assert caught.value.field == "privacy.boundary"
     sim = build_simulation(load_config(None, ["algorithm.name='dp-fedavg'", "algorithm.noise_multiplier=1.0",
                                               "privacy.boundary='shuffler'", "privacy.shuffler='real'"]))

@@ -218,6 +218,7 @@ register(AlgorithmSpec(
     help="SDP Prox-SGD: disjoint batches, Cheu et al.'s binomial vector summation through a shuffler, silo "
          "sampling, calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023)",
     release_keys=("algorithm.rounds",), noise_key=None,
+    privacy_defaults={"boundary": "shuffler", "shuffler": "real"},  # the shuffle model it is calibrated for
 ))
 
 __all__ = ["ShuffleModel", "SDPProxSGD", "SDPConfig", "encode", "decode_mean", "calibrated_trials", "build_sdp",

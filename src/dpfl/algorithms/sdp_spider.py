@@ -178,4 +178,5 @@ register(AlgorithmSpec(
          "vector summation and a shuffler, both streams composed, calibrated to privacy.epsilon (Lowy et al. 2023, "
          "Alg. 10)",
     release_keys=("algorithm.rounds",), noise_key=None,
+    privacy_defaults={"boundary": "shuffler", "shuffler": "real"},  # the shuffle model it is calibrated for
 ))
