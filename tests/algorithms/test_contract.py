@@ -81,8 +81,8 @@ def settings(name: str, *extra: str, **algorithm) -> list[str]:
             *(["privacy.epsilon=2.0"] if calibrated else []), *counts, *extra]
 
 
-def simulation(name: str, *extra: str, out=None, **algorithm):
-    return build_simulation(load_config(None, settings(name, *extra, **algorithm)), out)
+def simulation(name: str, *extra: str, out=None, noise_key=None, **algorithm):
+    return build_simulation(load_config(None, settings(name, *extra, **algorithm)), out, noise_key=noise_key)
 
 
 def horizon(sim) -> int:
@@ -229,11 +229,11 @@ def test_resume_gives_the_uninterrupted_run(name, stop, tmp_path):
     resumed by a fresh simulation with ``load_checkpoint`` ends bit for bit where the uninterrupted run does, with the
     same ledger (replayed rounds are not charged twice)."""
     extra = ("run.checkpoint_every=2",)
-    reference = simulation(name, *extra)
+    first = simulation(name, *extra, out=tmp_path)  # a secret key, saved beside the ledger before the first round
+    reference = simulation(name, *extra, noise_key=first.seed)
     rounds = horizon(reference)
     reference.run(rounds)
 
-    first = simulation(name, *extra, out=tmp_path)
     if stop == "stopped at 2":
         first.run(2)
         expected_next = crash_at = 2  # nothing recorded past the checkpoint
@@ -244,7 +244,8 @@ def test_resume_gives_the_uninterrupted_run(name, stop, tmp_path):
             first.run(rounds)
         assert first.ledger.compositions == crash_at + 1  # the crashed round was recorded before its noise
         expected_next = crash_at - crash_at % 2  # the last checkpoint (every 2 rounds), or round 0 without one
-    resumed = simulation(name, *extra, out=tmp_path)
+    resumed = simulation(name, *extra, out=tmp_path)  # the run directory's key
+    assert resumed.seed == first.seed
     resumed.load_checkpoint(tmp_path)
     assert resumed.next_round == expected_next
     resumed.run(rounds)

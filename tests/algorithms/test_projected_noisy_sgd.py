@@ -63,8 +63,9 @@ def test_one_round_is_the_projected_noisy_step():
     assert algorithm.sigma == 2.0
 
 
-def _tau(seed: int, rounds: int = 5) -> int:
-    setting = Setting(client_rate=0.1, num_clients=10, rounds=rounds, delta=1e-5, seed=seed)
+def _tau(key: int, rounds: int = 5) -> int:
+    """tau drawn from the noise key ``key`` (secret: Setting.secret, never run.seed)."""
+    setting = Setting(client_rate=0.1, num_clients=10, rounds=rounds, delta=1e-5, secret=key)
     return pns.build(STOP, pns.ProjectedNoisySGDConfig(noise_multiplier=1.0), setting).stop
 
 
@@ -73,7 +74,8 @@ def test_random_stop_is_uniform_and_releases_w_tau():
     counts = np.bincount(taus, minlength=6)[1:]
     assert counts.sum() == 400 and stats.chisquare(counts).pvalue > 1e-3  # tau ~ U{1..5}
     seed = next(s for s in range(50) if _tau(s, 6) == 2)
-    sim = simulation("algorithm.rounds=6", f"run.seed={seed}", clients=6, name=STOP)
+    sim = simulation("algorithm.rounds=6", f"run.noise_seed={seed}", clients=6, name=STOP)
+    assert sim.algorithm.stop == 2 and _tau(seed, 6) == _tau(seed, 6)
     contacted = []
     original = sim.algorithm.client_round
 

@@ -31,6 +31,7 @@ def simulation(name: str):
         values["rounds"] = min(values["rounds"], spec.max_rounds(section, 3))
     return build_simulation(load_config(None, [
         f"algorithm.name='{name}'", "data.num_clients=3", "data.samples_per_client=10", "privacy.delta=0.01",
+        "run.noise_seed=0",
         *(f"algorithm.{k}={v!r}" for k, v in values.items()), *(["privacy.epsilon=1.0"] if calibrated else [])]))
 
 

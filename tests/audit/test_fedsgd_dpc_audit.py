@@ -26,7 +26,7 @@ def dpc(mechanism: str, clients: int = 1, epsilon: float = 1.0, *extra):
     return build_simulation(load_config(None, [
         f"data.num_clients={clients}", "data.samples_per_client=20", "algorithm.name='fedsgd-dpc'",
         f"algorithm.mechanism='{mechanism}'", "algorithm.rounds=1", f"privacy.epsilon={epsilon!r}",
-        f"privacy.delta={DELTA!r}", *extra]))
+        f"privacy.delta={DELTA!r}", "run.noise_seed=0", *extra]))
 
 
 def test_the_score_weights_its_messages_by_the_canarys_measured_shift():

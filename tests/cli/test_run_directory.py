@@ -18,9 +18,12 @@ from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.cli import main
 from dpfl.engine.simulator import Simulation
 from dpfl.experiments.config import load_config
+from dpfl.engine.keys import KEY_FILE, load_key
+from dpfl.experiments import runner
 from dpfl.experiments.runner import release_hash, with_threads
 
 SRC = Path(__file__).resolve().parents[2] / "src"
+FIXED_KEY = 2**200 + 12345
 
 CONFIG = """
 [data]
@@ -40,6 +43,13 @@ checkpoint_every = 1
 """
 
 
+@pytest.fixture(autouse=True)
+def fixed_fresh_key(monkeypatch):
+    """New runs in this process draw the same secret key, so that runs can be compared bit for bit; a resume still
+    reads the key from the run directory's noise.key (the path under test)."""
+    monkeypatch.setattr(runner, "fresh_key", lambda: FIXED_KEY)
+
+
 @pytest.fixture(scope="module")
 def config(tmp_path_factory):
     path = tmp_path_factory.mktemp("config") / "small.toml"
@@ -51,7 +61,9 @@ def config(tmp_path_factory):
 def finished(config, tmp_path_factory):
     """A finished 6-round run's directory (treat as read-only: copy it to change it)."""
     out = tmp_path_factory.mktemp("finished") / "run"
-    assert run(config, out) == 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runner, "fresh_key", lambda: FIXED_KEY)
+        assert run(config, out) == 0
     return out
 
 
@@ -60,7 +72,7 @@ def run(config, out, *args):
 
 
 def files(out):
-    return {name: (out / name).read_bytes() for name in ("ledger.json", "checkpoint.pt", "run.json")}
+    return {name: (out / name).read_bytes() for name in ("ledger.json", "checkpoint.pt", "run.json", KEY_FILE)}
 
 
 def copy_run(finished, tmp_path):
@@ -323,7 +335,9 @@ def test_a_run_killed_at_a_random_moment_resumes_to_the_uninterrupted_result(con
     assert child.returncode == -signal.SIGKILL, f"the child finished before the kill (target {target})"
 
     assert run(config, out, "--resume", *SLOW) == 0
-    assert run(config, straight, *SLOW) == 0
+    with pytest.MonkeyPatch.context() as patch:  # the uninterrupted run with the killed child's secret key
+        patch.setattr(runner, "fresh_key", lambda: load_key(out / KEY_FILE))
+        assert run(config, straight, *SLOW) == 0
     resumed, reference = (json.loads((d / "ledger.json").read_text()) for d in (out, straight))
     assert len(resumed["journal"]) == len(reference["journal"]) == 30, f"killed at {target} rounds"
     assert resumed["epsilon"] == reference["epsilon"]

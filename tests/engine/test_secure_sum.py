@@ -20,7 +20,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 logging.getLogger("absl").setLevel(logging.ERROR)
 
 BASE = ["algorithm.name='dp-fedavg-joint'", "data.num_clients=8", "data.samples_per_client=40",
-        "algorithm.local_steps=2", "privacy.boundary='secagg'", "algorithm.min_clients=6"]
+        "algorithm.local_steps=2", "privacy.boundary='secagg'", "algorithm.min_clients=6",
+        "run.noise_seed=0"]  # the same draws in every simulation (research mode)
 
 
 def simulation(secure: bool, *extra):

@@ -25,6 +25,7 @@ from dp_accounting import dp_event
 from dpfl.algorithms import registry
 from dpfl.errors import ConfigError
 from dpfl.experiments import config as config_module
+from dpfl.experiments import runner
 from dpfl.experiments.config import MODEL_KEYS, RETIRED, SCHEMA, key_schema, load_config
 from dpfl.experiments.runner import build_simulation, run_experiment
 
@@ -87,6 +88,12 @@ def _one_torch_thread():
     torch.set_num_threads(before)
 
 
+def noise_key(config) -> int:
+    """The probes' noise key: run.noise_seed, or 0 (two builds of a config draw the same noise, so a probe can tell
+    what its key changed)."""
+    return config["run"]["noise_seed"] or 0
+
+
 class Probe:
     """What a row's probe may look at: the loaded config, the built simulation (built on first use), the base run
     (BASE plus the row's extra keys, without its own key) and a temporary directory."""
@@ -104,11 +111,11 @@ class Probe:
 
     @functools.cached_property
     def sim(self):
-        return build_simulation(self.config)
+        return build_simulation(self.config, noise_key=noise_key(self.config))
 
     @functools.cached_property
     def base(self):
-        return build_simulation(self.base_config)
+        return build_simulation(self.base_config, noise_key=noise_key(self.base_config))
 
     def release(self, sim=None):
         sim = sim or self.sim
@@ -515,11 +522,17 @@ def _release(p):
     assert results["privacy"]["release"] == "final" and results["config"]["privacy"]["release"] == "final"
 
 
-def _run_seed(p):
-    assert p.sim.seed == 5
-    assert not torch.equal(p.sim.model, p.base.model)  # the model's initialisation
+def _run_seed(p):  # public randomness only: the model's initialisation, never the noise key
+    assert p.sim.seed == p.base.seed
+    assert not torch.equal(p.sim.model, p.base.model)
+
+
+def _noise_seed(p):  # the research mode: the noise key is the seed, so cohorts (and noise) follow it
+    assert p.sim.seed == 5 and not p.sim.secret and p.base.secret
+    assert torch.equal(p.sim.model, p.base.model)  # the same initial model
     cohorts = [p.sim.clients.sample(t, p.sim.seed).tolist() for t in range(4)]
     assert cohorts != [p.base.clients.sample(t, p.base.seed).tolist() for t in range(4)]
+    assert "research mode, run.noise_seed = 5" in runner.noise_of(p.config)
 
 
 def _eval_every(p):
@@ -757,6 +770,7 @@ TABLE: dict[str, list[Row]] = {
     "algorithm.noise": [Row("'skellam'", _noise, base=JOINT)],
     "algorithm.skellam_scale": [Row("64.0", _skellam_scale, ("algorithm.noise='skellam'",), base=JOINT)],
     "run.seed": [Row("5", _run_seed)],
+    "run.noise_seed": [Row("5", _noise_seed)],
     "run.eval_every": [Row("2", _eval_every)],
     "run.checkpoint_every": [Row("3", _checkpoint_every)],
     "run.memory_mb": [Row("2", _memory_mb)],

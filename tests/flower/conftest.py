@@ -24,3 +24,15 @@ def write_silos_fixture():
 @pytest.fixture(name="run_outputs")
 def run_outputs_fixture():
     return run_outputs
+
+
+@pytest.fixture
+def flower_task():
+    """What Flower's runtime sets in the ServerApp's process before messages are created."""
+    pytest.importorskip("flwr")
+    from flwr.supercore.task_identity import TaskIdentity
+
+    saved = TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved

@@ -30,7 +30,7 @@ if not (BIN / "flower-superlink").exists():
                 "that has flwr)", allow_module_level=True)
 SRC = Path(__file__).resolve().parents[2] / "src"
 
-DATA = '[data]\nname = "synthetic"\nnum_clients = 3\nsamples_per_client = 40\n\n[run]\nthreads = 1\n'
+DATA = '[data]\nname = "synthetic"\nnum_clients = 3\nsamples_per_client = 40\n\n[run]\nthreads = 1\nnoise_seed = 0\n'
 SCAFFOLD = ('[algorithm]\nname = "dp-scaffold"\nrounds = 3\nlocal_steps = 2\nclient_rate = 0.67\n'
             'client_sampling = "fixed"\nsample_rate = 0.25\nlr = 0.5\nclip = 1.0\nnoise_multiplier = 1.5\n')
 DPC = '[algorithm]\nname = "fedsgd-dpc"\nrounds = 3\nclients_per_round = 2\nlr = 0.5\n\n[privacy]\nepsilon = 3.0\n'

@@ -87,3 +87,20 @@ def test_write_silos_gives_each_client_a_file_its_node_reads_back(tmp_path):
         silo, n = load_silo(p), int(train.counts[i])
         assert silo.client == i and silo.y.tolist() == train.y[i, :n].tolist()
         assert silo.x.equal(train.x[i, :n])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["privacy.boundary='secagg'"], "only with privacy.secure_aggregation = true"),
+    (["algorithm.name='sdp-prox-sgd'", "privacy.boundary='shuffler'", "privacy.shuffler='real'",
+      "privacy.epsilon=2.0", "data.num_clients=5"], "a shuffler must be a party other than the server"),
+])
+def test_a_boundary_flower_does_not_enforce_is_refused(tmp_path, capsys, overrides, message):
+    """The ServerApp receives every silo's message with its node id unless secure aggregation runs between the
+    nodes: a ledger charging it a sum or a shuffled multiset would under-state its epsilon (2.20 for a plain 4.41)."""
+    path = tmp_path / "c.toml"
+    path.write_text(CONFIG)
+    assert main(["flower-app", str(path), "--out", str(tmp_path / "app"),
+                 *[a for o in overrides for a in ("--set", o)]]) == 2
+    err = capsys.readouterr().err
+    assert "privacy.boundary" in err and message in err
+    assert not (tmp_path / "app").exists()

@@ -30,6 +30,7 @@ noise_multiplier = 1.5
 
 [run]
 threads = 1
+noise_seed = 0  # research mode: every party draws from this seed, so Flower's model equals dpfl run's
 """
 
 

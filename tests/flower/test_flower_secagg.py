@@ -21,10 +21,10 @@ from dpfl.experiments.runner import build_data, build_simulation
 
 flwr = pytest.importorskip("flwr")
 
-from flwr.app import ArrayRecord, Context, Error, Message, RecordDict  # noqa: E402
-from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+from flwr.app import ArrayRecord, Message, RecordDict  # noqa: E402
 
 from dpfl.flower import secure_sum  # noqa: E402
+from flower_grid import InProcessGrid  # noqa: E402
 from dpfl.flower.client_app import client_app  # noqa: E402
 from dpfl.flower.server_app import serve  # noqa: E402
 from dpfl.protocols.messages import (  # noqa: E402
@@ -57,42 +57,8 @@ secure_aggregation = true
 [run]
 threads = 1
 checkpoint_every = 1
+noise_seed = 0  # research mode: every party draws from this seed, so Flower's model equals dpfl run's
 """
-
-
-class InProcessGrid:
-    """Flower's Grid (``get_node_ids``, ``send_and_receive``) over ClientApps in this process: node 101 + i holds
-    partition i. ``lost(message)`` says whether a message's reply is lost (its node dropped out); ``received`` is
-    every reply the server got, with the message it answers."""
-
-    def __init__(self, app, nodes: int):
-        self.app, self.lost, self.received = app, (lambda message: False), []
-        self.contexts = {101 + i: Context(run_id=1, node_id=101 + i, node_config={"partition-id": i},
-                                          state=RecordDict(), run_config={}) for i in range(nodes)}
-
-    def get_node_ids(self):
-        return list(self.contexts)
-
-    def send_and_receive(self, messages, timeout=None):
-        replies = []
-        for message in messages:
-            try:
-                reply = self.app(message, self.contexts[message.metadata.dst_node_id])
-            except Exception as err:  # the runtime turns a ClientApp's exception into an error reply
-                reply = Message(Error(0, str(err)), reply_to=message)
-            if not self.lost(message):
-                self.received.append((message, reply))
-                replies.append(reply)
-        return replies
-
-
-@pytest.fixture
-def flower_task():
-    """What Flower's runtime sets in the ServerApp's process before messages are created."""
-    saved = TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-    yield
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
 
 
 @pytest.fixture

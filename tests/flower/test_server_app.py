@@ -77,10 +77,24 @@ def test_a_round_a_node_did_not_complete_names_round_node_client_and_remedy(fede
     cohort = FlowerCohort(grid, config, dataset, 1e-3, timeout=1.0)
     cohort.node_of = cohort.connect()
     setattr(grid, kind, {1007})
-    sim = SimpleNamespace(state=SimpleNamespace(server={"x": torch.zeros(3)}, rows=lambda ids: {}),
+    sim = SimpleNamespace(run_id="r", state=SimpleNamespace(server={"x": torch.zeros(3)}, rows=lambda ids: {}),
                           boundary=SimpleNamespace(secure=None))  # the plain sum
     with pytest.raises(DpflError) as err:
         list(cohort(sim, 1, torch.tensor([3, 7, 9])))
     message = str(err.value)
     assert message.startswith(f"round 2: node 1007 (client 7) {what}. The round is aborted")
     assert "ledger.json" in message and "--run-config 'resume=true'" in message
+
+
+def test_serve_refuses_a_boundary_the_deployment_does_not_enforce(federation, tmp_path):
+    """Before any round or file: the ServerApp would receive each silo's update with its node id."""
+    import json
+
+    from dpfl.errors import ConfigError
+    from dpfl.flower.server_app import serve
+
+    config, _, counts = federation
+    unenforced = {**config, "privacy": {**config["privacy"], "boundary": "secagg"}}
+    with pytest.raises(ConfigError, match="privacy.boundary = 'secagg'.*only with privacy.secure_aggregation"):
+        serve(Grid(counts), {"dpfl-config": json.dumps(unenforced), "out": str(tmp_path / "run")})
+    assert not (tmp_path / "run").exists()

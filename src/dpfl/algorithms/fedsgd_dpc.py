@@ -23,7 +23,8 @@ shares of different clients do not sum to a Laplace, so every observer is charge
 Gaussian step enters the aggregate additively, so a third party is credited with the cohort's other shares). A
 client's noise is calibrated to its budget eps_i over m, the number of replies it makes:
 
-* the cohort schedule is drawn from the run's seed before the first round, independently of the data, so m_i, the
+* the cohort schedule is drawn from the run's public seed (run.seed, not the secret noise key: the spec's
+  ``public_cohorts``) before the first round, independently of the data, so m_i, the
   replies of client i, are known in advance; every client is calibrated to m = max_i m_i replies (a whole number,
   never the paper's expected bT/N, which a client picked more often than average would exceed), so each spends at
   most eps_i. The ledger charges a round when some client makes its r-th reply for a new r (``Release.cohort``), so
@@ -298,7 +299,7 @@ def build_fedsgd_dpc(name: str, config: FedSGDDPCConfig, setting: Setting) -> Fe
         if value is not None:
             check_range(f"algorithm.{key}", value, 0.0, low_open=True)
     rate, scheme = cohort_of(config, setting.num_clients)
-    clients = ClientSampler(setting.num_clients, rate, scheme)
+    clients = ClientSampler(setting.num_clients, rate, scheme, public_seed=setting.seed)
     schedule = ReplySchedule.draw(clients, check_range("algorithm.rounds", setting.rounds, 1, integer=True),
                                   setting.seed)
     sampler = RecordSampler(config.sample_rate, "fixed")
@@ -317,5 +318,5 @@ register(AlgorithmSpec(
     names=("fedsgd-dpc",), config=FedSGDDPCConfig, build=build_fedsgd_dpc, private=lambda name: True,
     help="FedSGD with Laplace or Gaussian noise added by each client, calibrated to privacy.epsilon per client "
          "(Zhou et al. 2021)",
-    release_keys=("algorithm.rounds",), cohort=cohort_of, noise_key=None,
+    release_keys=("algorithm.rounds",), cohort=cohort_of, noise_key=None, public_cohorts=True,
 ))

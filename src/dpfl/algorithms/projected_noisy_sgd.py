@@ -55,7 +55,7 @@ from dpfl.accounting.events import ProjectedStepDpEvent
 from dpfl.accounting.last_iterate import LastIterateAccountant
 from dpfl.accounting.observers import THIRD_PARTY, Cohort, Release, observer_events
 from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
-from dpfl.engine import randomness
+from dpfl.engine import keys, randomness
 from dpfl.engine.boundary import Delivery
 from dpfl.engine.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
@@ -307,9 +307,9 @@ def build(name: str, config: ProjectedNoisySGDConfig, setting: Setting) -> Proje
     horizon = check_range("algorithm.rounds", setting.rounds, 1, n // m, integer=True)
     beta, convexity = _smoothness(config, setting)
     stop = None
-    if name.endswith("random-stop"):  # tau ~ U{1..T} from the run's seed, its own stream (secret, data independent)
-        stop = 1 + int(torch.randint(horizon, (1,), generator=randomness.generator(setting.seed, 0, randomness.SERVER,
-                                                                                    "stop")))
+    if name.endswith("random-stop"):  # tau ~ U{1..T} from the noise key's own stream (secret, data independent)
+        key = keys.fresh_key() if setting.secret is None else setting.secret
+        stop = 1 + int(torch.randint(horizon, (1,), generator=randomness.generator(key, 0, randomness.SERVER, "stop")))
     algorithm = ProjectedNoisySGD(
         population=n, batch_size=m, horizon=horizon, mechanism=GaussianMechanism(config.noise_multiplier or 1.0),
         clip=config.clip, radius=config.radius, lr=config.lr, lr_schedule=config.lr_schedule,

@@ -45,8 +45,13 @@ class Setting:
     delta: float | None = None
     #: privacy.epsilon, the target a calibrating algorithm sets its noise for (None: the section's own noise)
     epsilon: float | None = None
-    #: run.seed (an algorithm that calibrates to its clients' reply counts draws the cohort schedule from it)
+    #: run.seed, public randomness (an algorithm that calibrates to its clients' reply counts draws the cohort
+    #: schedule from it: the schedule is public)
     seed: int = 0
+    #: the noise key of the party that builds the algorithm (``dpfl.engine.keys``), for a draw at build time whose
+    #: secrecy the analysis assumes (a secret stopping time); None: not known here (a builder then draws a fresh
+    #: key: calibration, a silo building the server's algorithm). Never sent to another party.
+    secret: int | None = dataclasses.field(default=None, repr=False)
     #: privacy.analysis
     analysis: str = "sound"
     #: privacy.conversion (None: the analysis's)
@@ -84,6 +89,9 @@ class AlgorithmSpec:
     max_rounds: Callable | None = None
     #: [privacy] defaults of this family that differ from the schema's, e.g. {"release": "final"}
     privacy_defaults: dict = dataclasses.field(default_factory=dict, hash=False)
+    #: whether the family's analysis treats its cohorts as public (drawn from run.seed, e.g. a reply schedule its
+    #: noise is calibrated to before the first round); False: cohorts come from the secret noise key
+    public_cohorts: bool = False
 
     def common_keys(self) -> dict[str, tuple]:
         """The round loop's keys that apply to this family."""

@@ -75,7 +75,8 @@ def _audit(args) -> None:
         raise ConfigError("--method", args.method, "'runs' for --canary input, --score loss or --rounds > 1 (the "
                           "one-run audit carries Dirac canaries through round 0)")
     config = load_config(args.config, args.overrides)
-    sim = build_simulation(config)
+    run_cfg = config["run"]  # an audit is an experiment: its trials are reproducible from run.seed (or noise_seed)
+    sim = build_simulation(config, noise_key=run_cfg["seed"] if run_cfg["noise_seed"] is None else run_cfg["noise_seed"])
     out = Path(args.out) if args.out else Path("runs") / f"{Path(args.config).stem}-audit-{args.observer}"
     if args.method == "one-run":
         summary = runs.one_run_audit(sim, args.observer, args.canaries, args.guesses,

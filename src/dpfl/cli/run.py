@@ -123,6 +123,8 @@ def _run(args) -> int | None:
         print(f"round {final['round']}: test accuracy {final['test_accuracy']:.4f}, train loss "
               f"{final['train_loss']:.4f}, epsilon ({eps}) at delta {final['delta']:.3g}")
         print(f"results: {summary['results']}")
+    if config["run"]["noise_seed"] is not None:
+        print(f"dpfl run: note: noise: {results['privacy']['noise']}", file=sys.stderr)
     return _report_stop(results)
 
 

@@ -81,6 +81,22 @@ class Boundary:
     def observers(self) -> tuple[str, ...]:
         return observers_of(self.name)
 
+    @property
+    def enforcement(self) -> str:
+        """How this run enforces what the ledger charges the server (results.json's ``privacy.enforced``)."""
+        if self.name == "secagg":
+            return ("the secure aggregation protocol computes each sum (Bonawitz et al. 2017)" if self.secure else
+                    "simulated: the ledger charges the server only the sum, which a deployment must enforce with "
+                    "privacy.secure_aggregation = true")
+        if self.name == "shuffler":
+            return ("the shuffle stage runs for real in this process; in a deployment the shuffler must be a party "
+                    "other than the server" if self.shuffle == "real" else
+                    "simulated: the ledger charges the server the shuffled messages, which a deployment must enforce "
+                    "with a shuffler that is not the server")
+        if self.name == "trusted":
+            return "declared: the server is trusted (no server epsilon), it receives every message in the clear"
+        return "nothing to enforce: the server is charged every message it receives"
+
     def views(self, release: Release, cohort: Cohort, analysis: str) -> dict[str, dp_event.DpEvent]:
         """Each observer's event of the round (``dpfl.accounting.observers.observer_events``)."""
         seen_as = "secagg" if self.shuffle == "real" else self.name  # the real shuffler delivers sums only

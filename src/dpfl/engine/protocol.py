@@ -81,7 +81,8 @@ class ClientData:
 @dataclass
 class ClientContext:
     """What a chunk's client work may use besides its state and data: the model's gradient oracle and the chunk's
-    random streams (one per client, named by (run seed, round, client id, purpose): ``dpfl.engine.randomness``).
+    random streams (one per client, named by (noise key ``seed``, round, client id, purpose):
+    ``dpfl.engine.randomness``; the key is secret, ``dpfl.engine.keys``).
 
     ``ids`` are the rows' clients (what per-client parameters are indexed by); ``stream_ids`` name their streams
     (default: ``ids``). The empirical audit runs many independent copies of one client as rows: the same client id,

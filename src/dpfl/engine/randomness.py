@@ -1,4 +1,7 @@
-"""Randomness per client: every draw comes from a stream named by (run seed, round, client id, purpose).
+"""Randomness per client: every draw comes from a stream named by (noise key, round, client id, purpose).
+
+The noise key is a secret (``dpfl.engine.keys``: drawn from the operating system's entropy, or ``run.noise_seed`` in
+the research mode); the "seed" arguments below are that key, never the public ``run.seed``.
 
 A client's minibatches and noise in round t depend on nothing else: not on which other clients share its memory chunk
 (``run.memory_mb``), not on the order clients are processed in, not on the machine. So a simulation's results are the
@@ -26,8 +29,8 @@ SERVER = -1
 
 
 def stream_seed(seed: int, round_index: int, client: int, purpose: str) -> int:
-    """The 63-bit seed of stream (seed, round, client, purpose): SeedSequence(seed, spawn_key=(round, client + 1,
-    purpose code)); the server is client -1."""
+    """The 63-bit seed of stream (key ``seed``, round, client, purpose): SeedSequence(seed, spawn_key=(round,
+    client + 1, purpose code)) (a key of any size is SeedSequence's entropy); the server is client -1."""
     if purpose not in PURPOSES:
         raise ValueError(f"purpose = {purpose!r} is not allowed: expected one of {sorted(PURPOSES)}")
     sequence = np.random.SeedSequence(int(seed), spawn_key=(int(round_index), int(client) + 1, PURPOSES[purpose]))

@@ -131,6 +131,9 @@ class ClientSampler:
     num_clients: int
     rate: float
     scheme: str = "fixed"
+    #: a public seed that names the cohort streams instead of the run's noise key, for a family whose analysis
+    #: treats its cohorts as public (``registry.AlgorithmSpec.public_cohorts``); None: cohorts are secret
+    public_seed: int | None = None
 
     def __post_init__(self):
         check_range("algorithm.client_rate", self.rate, 0.0, 1.0, low_open=True)
@@ -153,9 +156,11 @@ class ClientSampler:
         return -(-self.num_clients // self.cohort_size)
 
     def sample(self, round_index: int, seed: int) -> torch.Tensor:
-        """The sorted ids of round ``round_index``'s cohort, drawn from the server's cohort stream of the run
-        ``seed`` (``dpfl.engine.randomness``): the same cohort for the same (seed, round), however the run got there."""
+        """The sorted ids of round ``round_index``'s cohort, drawn from the server's cohort stream of the run's noise
+        key ``seed`` (``dpfl.engine.randomness``; ``public_seed`` instead when set): the same cohort for the same
+        (key, round), however the run got there."""
         n, m = self.cohort_size, self.num_clients
+        seed = seed if self.public_seed is None else self.public_seed
         if self.scheme == "round_robin":
             return ((round_index * n + torch.arange(n)) % m).unique()
         if self.scheme == "disjoint":  # one partition per epoch, drawn from the stream of the epoch's first round

@@ -8,10 +8,12 @@ is drawn) -> the cohort's client work, chunked to ``run.memory_mb`` (clients are
 its own streams, so chunking changes nothing) -> the drawn noise is checked against the declaration -> the boundary
 delivers the messages -> the server step -> evaluate -> checkpoint.
 
-Crash safety: the ledger is written (atomically) before a round draws any noise; a resume (``load_checkpoint``) keeps
-that ledger and replays rounds from the last checkpoint, or from the first round without one. A replayed round is free
-only if its fingerprint (the release config, the round index and the round-start state: together they fix every draw)
-equals the one recorded, i.e. only if it releases exactly what was released before. Ctrl-C during ``run`` stops after
+Crash safety: the ledger is written (atomically) before a round draws any noise, and before the first entry the
+secret noise key (``dpfl.engine.keys``: noise.key beside the ledger); a resume (``load_checkpoint``, in a Simulation
+built with that key: ``dpfl.experiments.runner.run_key``) keeps that ledger and replays rounds from the last
+checkpoint, or from the first round without one. A replayed round is free only if its fingerprint (the release config,
+the noise key, the round index and the round-start state: together they fix every draw) equals the one recorded, i.e.
+only if it releases exactly what was released before. Ctrl-C during ``run`` stops after
 the current round and checkpoints; a second Ctrl-C aborts at once.
 
 Round numbers: internally round t is an index from 0 (``next_round`` is the index of the round to run next, which is
@@ -41,7 +43,7 @@ from dp_accounting import dp_event
 
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import Release
-from dpfl.engine import checkpoint
+from dpfl.engine import checkpoint, keys
 from dpfl.engine.boundary import Boundary
 from dpfl.engine.grads import CohortGradients, memory_per_example
 from dpfl.engine.progress import Progress
@@ -82,7 +84,12 @@ class Simulation:
     algorithm: Algorithm
     clients: ClientSampler
     ledger: PrivacyLedger
+    #: the noise key (``dpfl.engine.keys``): a secret that names every random stream of the run's DP randomness
+    #: (cohorts, minibatches, noise, rounding, shuffles); whoever knows it can remove the noise
     seed: int = 0
+    #: whether the key is a secret (not run.noise_seed's research mode): then it is saved to the checkpoint
+    #: directory's noise.key before the first ledger entry, so that a resume replays the same noise
+    secret: bool = False
     boundary: Boundary = field(default_factory=Boundary)
     eval_every: int = 1
     memory_budget_bytes: int = 512 * 2**20
@@ -94,6 +101,9 @@ class Simulation:
     #: signature (simulation, round index, cohort ids) yielding (client ids, ClientOutput), e.g. one client per Flower
     #: SuperNode (``dpfl.flower``). The round's ledger entry is saved before it is called, its draws checked after.
     workers: Callable | None = None
+    #: the run's public identity (run.json's run_id): with the release config, what a silo's own noise key is derived
+    #: for on Flower (``dpfl.flower.silo_state``), so that two runs never share noise
+    run_id: str = ""
     history: list = field(default_factory=list)
 
     def __post_init__(self):
@@ -108,6 +118,7 @@ class Simulation:
         self.interrupted = False
         self.wall_seconds = 0.0  # in run, over the whole run (restored from a checkpoint by load_checkpoint)
         self.session_seconds = 0.0  # in run, by this process
+        self._key_saved = False
 
     @property
     def model(self) -> torch.Tensor:
@@ -142,6 +153,9 @@ class Simulation:
         self.ledger.record(t + 1, views, self._fingerprint(t))  # the journal numbers rounds from 1, as users read them
         if self.checkpoint_dir is not None:  # spent before any noise is drawn: persist it first
             Path(self.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+            if self.secret and not self._key_saved:  # the key the recorded rounds' noise is drawn from
+                keys.save_key(Path(self.checkpoint_dir) / keys.KEY_FILE, self.seed)
+                self._key_saved = True
             self.ledger.save(Path(self.checkpoint_dir) / "ledger.json")
         declared = [noise_of(e) for e in release.step_events]
         messages = []
@@ -169,7 +183,8 @@ class Simulation:
                                                    ClientContext(self.grads, self.seed, t, ids))
 
     def _fingerprint(self, round_index: int) -> str:
-        """What round t releases is fixed by the run's release config, its seed (which names every random stream),
+        """What round t releases is fixed by the run's release config, its noise key (which names every random stream;
+        the fingerprint commits to it, and SHA-256 does not reveal it),
         the round index and the state the round starts from: a replay with the same fingerprint releases the same thing
         (no new privacy loss), any other is a new release."""
         digest = hashlib.sha256()

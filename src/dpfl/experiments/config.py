@@ -80,7 +80,12 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "release": (str, "every_round", ("every_round", "final"), "which models a third party sees"),
     },
     "run": {
-        "seed": (int, 0, None, "the seed of every random draw (model init, cohorts, minibatches, noise)"),
+        "seed": (int, 0, None, "the seed of public randomness (model init, public schedules); the noise, cohorts and "
+                               "minibatches come from a secret key (see run.noise_seed)"),
+        "noise_seed": ((int, type(None)), None, None, "research mode: the noise key, so that noise, cohorts and "
+                                                      "minibatches are reproducible; every epsilon then holds only "
+                                                      "against observers who do not know it (None: a secret key from "
+                                                      "the OS's entropy, kept in the run directory's noise.key)"),
         "eval_every": (int, 1, None, "evaluate every this many rounds"),
         "checkpoint_every": (int, 10, None, "checkpoint every this many rounds"),
         "memory_mb": (int, 512, None, "memory for one chunk of the cohort's work (results depend on it only through "

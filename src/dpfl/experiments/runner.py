@@ -8,13 +8,17 @@ the latest results. It holds "config", "data" (where the data came from and how 
 ``FederatedDataset.info``: its source (for a file: path, format, sha256, columns or arrays), classes, partition,
 split, preprocessing), "rounds" (one entry per evaluated round: round, test_accuracy, train_loss,
 epsilon per observer, and gradient_mapping for an algorithm with a prox step: ``RoundMetrics``), "final" (the same keys plus delta, for the model after the last round done), "privacy"
-(accountant, conversion, observers, what each sees), "status" ("running": the run has not ended, or its process died
+(accountant, conversion, observers, what each sees, how the boundary is "enforced" (real protocol, simulated, declared),
+where the "noise" comes from (a secret key, or the research mode's run.noise_seed)), "status" ("running": the run has not ended, or its process died
 (resume it); "finished": it ran all its rounds; "stopped": see "stopped_by"), "wall_seconds" (the time in the round
 loop over the whole run, across resumes), "session_seconds" (this process's part of it), "stopped_reason" and
 "stopped_by" (what stopped the run early: "budget", "diverged", "interrupted"; null when it did not). A run directory
 also holds
 
-* run.json: the full resolved config and the sha256 of its release config, written (atomically) before the first round;
+* run.json: the full resolved config, the sha256 of its release config and the run's public identity (run_id),
+  written (atomically) before the first round;
+* noise.key: the secret key of the run's noise (``dpfl.engine.keys``; owner-only, written before the first round;
+  absent in the research mode, ``run.noise_seed``): never share it, whoever has it can remove the noise;
 * ledger.json: the privacy spent, written before each round draws noise (see dpfl.accounting.ledger);
 * checkpoint.pt: the algorithm's state (its state_dict), the next round and the history, every run.checkpoint_every
   rounds (dpfl.engine.checkpoint).
@@ -34,6 +38,7 @@ import hashlib
 import json
 import math
 import os
+import secrets
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -46,6 +51,7 @@ from dpfl.data import FederatedDataset, build_dataset
 from dpfl.data.footprint import check_data_memory, size
 from dpfl.engine.boundary import Boundary, SecureAggregation
 from dpfl.engine.grads import CohortGradients
+from dpfl.engine.keys import KEY_FILE, fresh_key, load_key
 from dpfl.engine.sampling import ClientSampler
 from dpfl.durable import write_text_atomically
 from dpfl.engine.simulator import Simulation
@@ -54,14 +60,16 @@ from dpfl.experiments.validate import budget_of, check_warm_rounds, cohort_sampl
 from dpfl.models import build_model
 
 RUN_ONLY_KEYS = ("algorithm.rounds", "privacy.budget", "run.eval_every", "run.checkpoint_every")
-RUN_FILES = ("ledger.json", "checkpoint.pt", "results.json", "run.json")
+RUN_FILES = ("ledger.json", "checkpoint.pt", "results.json", "run.json", KEY_FILE)
 
 
-def build_simulation(config: dict, out_dir: Path | None = None, workers=None) -> Simulation:
+def build_simulation(config: dict, out_dir: Path | None = None, workers=None, noise_key: int | None = None,
+                     run_id: str = "") -> Simulation:
     """The run ``config`` describes, ready to run; refused before the data is built when building it would not fit
     in the machine's memory, and before any round when one client's work does not fit in run.memory_mb.
     ``workers(config, dataset, delta)``, when given, builds where the cohort's client work runs
-    (``Simulation.workers``; default: in this process)."""
+    (``Simulation.workers``; default: in this process). ``noise_key``: the secret of the run's DP randomness
+    (``dpfl.engine.keys``; default: ``run_key``)."""
     privacy_cfg, run_cfg = config["privacy"], config["run"]
     validate(config)  # every range check that needs no data, before the data is built
     threads = run_cfg["threads"]
@@ -71,12 +79,14 @@ def build_simulation(config: dict, out_dir: Path | None = None, workers=None) ->
     model = build_initial_model(config, dataset)
     clients = build_clients(config, dataset)
     delta = run_delta(config, dataset)
-    algorithm = build_algorithm(config, dataset, delta)
+    key = run_key(config, out_dir) if noise_key is None else noise_key
+    algorithm = build_algorithm(config, dataset, delta, secret=key)
     check_warm_rounds(config, algorithm)
     boundary = build_boundary(privacy_cfg, algorithm, dataset.train.counts)
     ledger = build_ledger(config, boundary, delta, algorithm, budget=True)
     sim = Simulation(
-        dataset.train, dataset.test, CohortGradients(model), algorithm, clients, ledger, seed=run_cfg["seed"],
+        dataset.train, dataset.test, CohortGradients(model), algorithm, clients, ledger, seed=key, run_id=run_id,
+        secret=run_cfg["noise_seed"] is None,
         boundary=boundary, eval_every=run_cfg["eval_every"], memory_budget_bytes=run_cfg["memory_mb"] * 2**20,
         checkpoint_dir=out_dir, checkpoint_every=run_cfg["checkpoint_every"], release=release_hash(config),
         data=dataset.info, workers=None if workers is None else workers(config, dataset, delta),
@@ -113,7 +123,11 @@ def build_initial_model(config: dict, dataset: FederatedDataset) -> torch.nn.Mod
 
 
 def build_clients(config: dict, dataset: FederatedDataset) -> ClientSampler:
-    return ClientSampler(dataset.num_clients, *cohort_sampling(config, dataset.num_clients))
+    """The cohort sampler: cohorts from the secret noise key, or from run.seed for a family whose analysis treats
+    them as public (``registry.AlgorithmSpec.public_cohorts``)."""
+    public = registry.spec_of(config["algorithm"]["name"]).public_cohorts
+    return ClientSampler(dataset.num_clients, *cohort_sampling(config, dataset.num_clients),
+                         public_seed=config["run"]["seed"] if public else None)
 
 
 def run_delta(config: dict, dataset: FederatedDataset) -> float:
@@ -122,16 +136,18 @@ def run_delta(config: dict, dataset: FederatedDataset) -> float:
     return 1.0 / float(dataset.train.counts.sum()) if delta is None else delta
 
 
-def build_algorithm(config: dict, dataset: FederatedDataset, delta: float):
-    """The registered algorithm of ``algorithm.name``, built from its section and the run's ``registry.Setting``."""
+def build_algorithm(config: dict, dataset: FederatedDataset, delta: float, secret: int | None = None):
+    """The registered algorithm of ``algorithm.name``, built from its section and the run's ``registry.Setting``
+    (``secret``: the noise key of the party that builds it, ``registry.Setting.secret``)."""
     algo_cfg = config["algorithm"]
     spec = registry.spec_of(algo_cfg["name"])
     section = spec.section(algo_cfg)
     spec.check_rounds(section, dataset.num_clients, algo_cfg["rounds"], algo_cfg["name"])
-    return spec.build(algo_cfg["name"], section, build_setting(config, dataset, delta))
+    return spec.build(algo_cfg["name"], section, build_setting(config, dataset, delta, secret))
 
 
-def build_setting(config: dict, dataset: FederatedDataset, delta: float) -> registry.Setting:
+def build_setting(config: dict, dataset: FederatedDataset, delta: float,
+                  secret: int | None = None) -> registry.Setting:
     """What the algorithm's builder knows besides its [algorithm] keys (``registry.Setting``)."""
     algo_cfg, privacy_cfg = config["algorithm"], config["privacy"]
     client_rate, client_sampling = cohort_sampling(config, dataset.num_clients)
@@ -139,7 +155,7 @@ def build_setting(config: dict, dataset: FederatedDataset, delta: float) -> regi
         client_rate=client_rate, client_sampling=client_sampling,
         num_clients=dataset.num_clients, train_counts=tuple(int(c) for c in dataset.train.counts),
         rounds=algo_cfg["rounds"], delta=delta, epsilon=privacy_cfg["epsilon"], seed=config["run"]["seed"],
-        analysis=privacy_cfg["analysis"], conversion=privacy_cfg["conversion"], release=privacy_cfg["release"],
+        secret=secret, analysis=privacy_cfg["analysis"], conversion=privacy_cfg["conversion"], release=privacy_cfg["release"],
         model=dict(config["model"]), num_classes=dataset.num_classes,
         dimension=sum(p.numel() for p in build_initial_model(config, dataset).parameters()))
 
@@ -176,6 +192,27 @@ def build_ledger(config: dict, boundary: Boundary, delta: float, algorithm, budg
                          getattr(algorithm, "accountant", None))
 
 
+def run_key(config: dict, out_dir: Path | None = None) -> int:
+    """The noise key of the run (``dpfl.engine.keys``): ``run.noise_seed`` in the research mode; else the key of the
+    run already in ``out_dir`` (it holds a ledger: a resume replays that run's noise), or a fresh one from the
+    operating system's entropy."""
+    seed = config["run"]["noise_seed"]
+    if seed is not None:
+        return seed
+    if out_dir is not None and (Path(out_dir) / "ledger.json").exists():
+        return load_key(Path(out_dir) / KEY_FILE)
+    return fresh_key()
+
+
+def noise_of(config: dict) -> str:
+    """What results.json and the CLI say of where the noise came from (``dpfl.engine.keys``)."""
+    seed = config["run"]["noise_seed"]
+    if seed is None:
+        return "secret: a key from the OS's entropy, kept in the run directory's noise.key (never share that file)"
+    return (f"research mode, run.noise_seed = {seed}: the noise is reproducible, and every epsilon holds only against "
+            "observers who do not know that seed")
+
+
 def with_threads(config: dict) -> dict:
     """``config`` with ``run.threads`` resolved (None: torch's default on this machine, its cores). The thread count
     changes float rounding in multi-threaded matrix products, so it is part of the release config: a resume on a
@@ -204,13 +241,16 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
                                              "over), not both")
     if out is not None:
         check_writable(out)
+    run_id, key = secrets.token_hex(16), None  # None: the run directory's key, or a fresh one (run_key)
     if resume:
         if out is None:
             raise ConfigError("--resume", None, "a run directory (--out DIR) to continue")
-        check_resumable(out, config)
+        run_id = check_resumable(out, config).get("run_id", "")
     elif out is not None and not restart:
         check_free(out)
-    sim = build_simulation(config, out, workers)  # builds data and model: only after the checks above
+    elif restart:  # never the archived run's key: its noise on another computation would cancel
+        key = run_key(config)
+    sim = build_simulation(config, out, workers, key, run_id)  # builds data and model: only after the checks above
     rounds = config["algorithm"]["rounds"]
     if resume:
         sim.load_checkpoint(out)
@@ -221,8 +261,8 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
         if archived is not None:
             print(f"archived the previous run in {out} to {archived}", file=sys.stderr)
     if out is not None:
-        write_text_atomically(out / "run.json", json.dumps({"config": config, "release_sha256": sim.release}, indent=1),
-                              "the run record")
+        write_text_atomically(out / "run.json", json.dumps({"config": config, "release_sha256": sim.release,
+                                                            "run_id": run_id}, indent=1), "the run record")
     results_file = None if out is None else ResultsFile(out / "results.json")
     sim.run(rounds, progress=progress,
             on_evaluated=None if results_file is None else lambda s: results_file.write(results_of(s, config)))
@@ -282,10 +322,10 @@ def check_free(out: Path) -> None:
                                 "use another run directory")
 
 
-def check_resumable(out: Path, config: dict) -> None:
+def check_resumable(out: Path, config: dict) -> dict:
     """Refuses to resume the run in ``out`` with ``config`` unless out/run.json is valid and has the same release
     config; the error names every key that differs, with the old and the new value. Reads only run.json (and checks
-    that a ledger or checkpoint exists), so it runs before any data or model is built."""
+    that a ledger or checkpoint exists), so it runs before any data or model is built. Returns the run record."""
     if not (out / "ledger.json").exists() and not (out / "checkpoint.pt").exists():
         raise RunDirectoryError(f"cannot resume: {out} holds no ledger.json or checkpoint.pt (no round of a run was "
                                 "started there); drop --resume to start a new run")
@@ -304,6 +344,7 @@ def check_resumable(out: Path, config: dict) -> None:
             + (f" (and {also})" if also else "")
             + f"; rerun with the original config, or start a new run directory (only {', '.join(RUN_ONLY_KEYS)} may "
             "change on resume)")
+    return stored
 
 
 def load_run_record(path: Path) -> dict:
@@ -407,12 +448,14 @@ def results_of(sim: Simulation, config: dict) -> dict:
             "subsampling_bound": sim.ledger.subsampling_bound,
             "neighboring": sim.ledger.neighboring,
             "boundary": sim.boundary.name,
+            "enforced": sim.boundary.enforcement,
             "release": config["privacy"]["release"],
             "unproven": list(sim.algorithm.release(sim.next_round, sim.state, sim.train).unproven)
             if sim.ledger.analysis == "paper" else [],
             "delta": sim.ledger.delta,
             "observers": list(sim.ledger.observers),
             "unit": getattr(sim.algorithm, "privacy_unit", "one record (record-level DP)"),
+            "noise": noise_of(config),
             "not_covered": "the reported metrics (train loss on all training records, test accuracy) are computed "
                            "without noise for research evaluation; epsilon covers the models and messages only",
             "events_per_round": {o: str(e) for o, e in sim.round_privacy().items()},

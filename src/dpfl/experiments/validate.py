@@ -34,6 +34,9 @@ def validate(config: dict) -> None:
         check_range(f"run.{key}", run_cfg[key], 1, integer=True)
     if run_cfg["threads"] is not None:
         check_range("run.threads", run_cfg["threads"], 1, integer=True)
+    check_range("run.seed", run_cfg["seed"], 0, integer=True)
+    if run_cfg["noise_seed"] is not None:
+        check_range("run.noise_seed", run_cfg["noise_seed"], 0, integer=True)
     rounds = check_range("algorithm.rounds", algo_cfg["rounds"], 1, integer=True)
     num_clients = data_cfg["num_clients"]
     spec = registry.spec_of(algo_cfg["name"])

@@ -53,9 +53,36 @@ restart = false
 """
 
 
+def check_enforced(config: dict) -> None:
+    """Refuses a config whose trust boundary a Flower deployment does not enforce: the ledger must charge each
+    observer what its process really receives. On Flower the ServerApp receives each silo's message with its node id,
+    unless secure aggregation runs between the nodes (``privacy.secure_aggregation``), so
+
+    * boundary 'secagg' needs privacy.secure_aggregation = true (else the server holds every update while the ledger
+      charges it only their sum);
+    * boundary 'shuffler' is refused: a shuffler must be a party other than the server, and dpfl has no separate
+      shuffler process on Flower (the ServerApp would receive every silo's labelled bits with its node id while the
+      ledger charges the shuffled multiset).
+
+    'plain' and 'trusted' (the operator is trusted by declaration: no server epsilon) are what the ServerApp receives.
+    """
+    privacy = config["privacy"]
+    if privacy["boundary"] == "secagg" and not privacy["secure_aggregation"]:
+        raise ConfigError("privacy.boundary", "secagg", "'secagg' on Flower only with privacy.secure_aggregation = "
+                                                        "true (without it the ServerApp receives every update, and "
+                                                        "its epsilon is the plain boundary's)")
+    if privacy["boundary"] == "shuffler":
+        raise ConfigError("privacy.boundary", "shuffler", "'plain' or 'secagg' on Flower: a shuffler must be a party "
+                                                          "other than the server, and the ServerApp would receive "
+                                                          "every silo's messages with its node id (simulate the "
+                                                          "shuffler with `dpfl run`)")
+
+
 def write_flower_app(config_path: str | Path, config: dict, out: str | Path, run_out: str | None = None) -> Path:
     """Writes the Flower App for ``config`` (loaded from ``config_path``) into ``out`` and returns its folder;
-    refuses an ``out`` that holds files other than a previous app's."""
+    refuses an ``out`` that holds files other than a previous app's, and a config whose boundary Flower does not
+    enforce (``check_enforced``)."""
+    check_enforced(config)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError("--out", str(out), "a directory (or a path to create one)")
@@ -76,4 +103,4 @@ def write_flower_app(config_path: str | Path, config: dict, out: str | Path, run
     return out
 
 
-__all__ = ["write_flower_app"]
+__all__ = ["check_enforced", "write_flower_app"]

@@ -1,15 +1,18 @@
 """The ClientApp: one silo, on its own SuperNode, runs the algorithm's ``client_round`` on its own records.
 
-Its node config names its data (``data-path``: a silo file, ``dpfl.flower.silo``; optional ``client-column``) and its
+Its node config names its data (``data-path``: a silo file, ``dpfl.flower.silo``; optional ``client-column``), its
 dpfl client id (``client-id``; else the file's client column; else Flower's ``partition-id``, which the simulation
-runtime sets). In the simulation runtime the run config's ``silo-path`` (e.g. "silos/{partition-id}.npz") stands in
-for a per-node ``data-path``.
+runtime sets) and optionally the folder of its own state (``state-dir``; default: the data path + ".dpfl-state":
+``dpfl.flower.silo_state``). In the simulation runtime the run config's ``silo-path`` (e.g.
+"silos/{partition-id}.npz") stands in for a per-node ``data-path``.
 
 * query: replies with its client id and number of training records (the ServerApp maps clients to nodes and checks
   the counts the ledger is computed from).
-* train: builds the algorithm from the job's config and ``Setting`` (cached per job), runs ``client_round`` for its
-  client with its own random streams (``ClientContext``: (seed, round, client id, purpose)), and replies with the
-  messages, its new state rows and the events of the noise it drew. With ``privacy.secure_aggregation`` it keeps
+* train: builds the algorithm from the job's config and ``Setting`` (cached per job), checks its own state (its data
+  unchanged since its first round, the round not answered before on another input: ``SiloState``), runs
+  ``client_round`` for its client with its own random streams (``ClientContext``: (the silo's noise key for the run,
+  round, client id, purpose); the key never leaves the node), and replies with the messages, its new state rows and
+  the events of the noise it drew. With ``privacy.secure_aggregation`` it keeps
   its messages, encoded, on the node and replies with their layout instead (``dpfl.flower.secure_sum.keep_input``).
 * query "secagg": one stage of the secure aggregation round (``dpfl.flower.secure_sum.respond``).
 """
@@ -27,9 +30,10 @@ from dpfl.algorithms import registry
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.errors import ConfigError
-from dpfl.experiments.runner import build_boundary
+from dpfl.experiments.runner import build_boundary, release_hash
 from dpfl.flower import records, secure_sum
 from dpfl.flower.silo import Silo, load_silo
+from dpfl.flower.silo_state import SiloState, data_fingerprint, input_digest
 from dpfl.models import build_model
 
 @functools.lru_cache(maxsize=4)
@@ -37,8 +41,14 @@ def silo_of(path: str, client_column: str | None) -> Silo:
     return load_silo(path, client_column)
 
 
-def node_silo(context: Context, run_config: dict | None = None) -> tuple[int, Silo]:
-    """This node's client id and records (see the module docstring); ``run_config`` under Flower's."""
+@functools.lru_cache(maxsize=4)
+def fingerprint_of(path: str, client_column: str | None) -> str:
+    silo = silo_of(path, client_column)
+    return data_fingerprint(silo.x, silo.y)
+
+
+def silo_path(context: Context, run_config: dict | None = None) -> str:
+    """The path of this node's silo file (see the module docstring)."""
     node = context.node_config
     path = node.get("data-path")
     if path is None:
@@ -47,7 +57,13 @@ def node_silo(context: Context, run_config: dict | None = None) -> tuple[int, Si
             raise ConfigError("data-path", None, "the node config's path to this silo's data (or the run config's "
                                                  "silo-path template in a simulation)")
         path = str(template).replace("{partition-id}", str(node.get("partition-id")))
-    silo = silo_of(str(path), node.get("client-column"))
+    return str(path)
+
+
+def node_silo(context: Context, run_config: dict | None = None) -> tuple[int, Silo]:
+    """This node's client id and records (see the module docstring); ``run_config`` under Flower's."""
+    node = context.node_config
+    silo = silo_of(silo_path(context, run_config), node.get("client-column"))
     client = node.get("client-id", silo.client if silo.client is not None else node.get("partition-id"))
     if client is None:
         raise ConfigError("client-id", None, "the node config's dpfl client id (or a client column in its data)")
@@ -85,19 +101,33 @@ def train(msg: Message, context: Context, run_config: dict | None = None) -> Mes
         raise ConfigError("client-id", client, f"the client the ServerApp addressed ({job['client']})")
     algorithm, grads = algorithm_of(str(job["config"]), str(job["setting"]), silo.x[0].numel())
     config, t, ids = json.loads(str(job["config"])), int(job["round"]), torch.tensor([client])
+    server, rows = records.tensors_of(msg.content[records.SERVER]), records.tensors_of(msg.content[records.CLIENT])
+    key = noise_key(context, run_config, config, str(job["run"]), t, server, rows)
     data = ClientData(silo.x.unsqueeze(0), silo.y.unsqueeze(0), torch.tensor([silo.y.numel()]))
-    out = algorithm.client_round(t, records.tensors_of(msg.content[records.SERVER]),
-                                 records.tensors_of(msg.content[records.CLIENT]), data,
-                                 ClientContext(grads, int(config["run"]["seed"]), t, ids))
+    out = algorithm.client_round(t, server, rows, data, ClientContext(grads, key, t, ids))
     if bool(job["secure"]):  # privacy.secure_aggregation: the messages stay here, encoded, for the protocol
         counts = torch.tensor(json.loads(str(job["setting"]))["train_counts"])
         secure = build_boundary(config["privacy"], algorithm, counts).secure
-        sent = {secure_sum.LAYOUT: secure_sum.keep_input(context, secure, out.messages, client,
-                                                         int(config["run"]["seed"]), t, int(job["cohort"]))}
+        sent = {secure_sum.LAYOUT: secure_sum.keep_input(context, secure, out.messages, client, key, t,
+                                                         int(job["cohort"]))}
     else:
         sent = {records.MESSAGES: records.tensors_record(out.messages)}
     return Message(RecordDict({**sent, records.CLIENT: records.tensors_record(out.state),
                                records.DRAWN: records.events_record(out.events)}), reply_to=msg)
+
+
+def noise_key(context: Context, run_config: dict | None, config: dict, run_id: str, round_index: int,
+              server: dict, rows: dict) -> int:
+    """The key of this silo's noise in round ``round_index`` of the run (``SiloState``: its own secret's key for the
+    run, or run.noise_seed in the research mode), after the silo's checks: its data unchanged since its first round,
+    the round not answered before on another input."""
+    path = silo_path(context, run_config)
+    state = SiloState.beside(path, context.node_config.get("state-dir"))
+    state.check_data(fingerprint_of(path, context.node_config.get("client-column")))
+    release, seed = release_hash(config), config["run"].get("noise_seed")
+    key = state.run_key(release, run_id) if seed is None else int(seed)
+    state.admit(release, run_id, round_index, input_digest(round_index, server, rows))
+    return key
 
 
 def client_app(run_config: dict | None = None) -> ClientApp:

@@ -29,6 +29,7 @@ from dpfl.engine.protocol import ClientOutput
 from dpfl.errors import ConfigError, DpflError
 from dpfl.experiments.runner import build_setting, run_experiment
 from dpfl.flower import records, secure_sum
+from dpfl.flower.app_dir import check_enforced
 
 
 class FlowerCohort:
@@ -38,8 +39,8 @@ class FlowerCohort:
                  timeout: float | None = None):
         self.grid, self.timeout = grid, timeout
         self.counts = [int(c) for c in dataset.train.counts]
-        self.job = {"config": json.dumps(config, sort_keys=True),
-                    "setting": json.dumps(dataclasses.asdict(build_setting(config, dataset, delta)))}
+        setting = build_setting(config, dataset, delta)  # without the server's noise key (secret: None)
+        self.job = {"config": json.dumps(config, sort_keys=True), "setting": json.dumps(dataclasses.asdict(setting))}
         self.node_of: dict[int, int] | None = None
 
     def connect(self) -> dict[int, int]:
@@ -76,7 +77,8 @@ class FlowerCohort:
         jobs = []
         for client in clients:
             ids = torch.tensor([client])
-            job = {**self.job, "round": t, "client": client, "secure": secure, "cohort": len(clients)}
+            job = {**self.job, "round": t, "client": client, "secure": secure, "cohort": len(clients),
+                   "run": sim.run_id}
             content = RecordDict({records.JOB: ConfigRecord(job),
                                   records.SERVER: records.tensors_record(sim.state.server),
                                   records.CLIENT: records.tensors_record(sim.state.rows(ids))})
@@ -124,6 +126,7 @@ def serve(grid: Grid, run_config: dict) -> dict:
         raise ConfigError("tool.flwr.app.config", sorted(run_config), "the keys dpfl-config (the resolved dpfl config "
                                                                       "as JSON) and out (the run directory)")
     config = json.loads(str(run_config["dpfl-config"]))
+    check_enforced(config)  # the ledger charges the server what it really receives
     timeout = float(run_config["round-timeout"]) if "round-timeout" in run_config else None
     return run_experiment(config, str(run_config["out"]), resume=bool(run_config.get("resume", False)),
                           restart=bool(run_config.get("restart", False)),
