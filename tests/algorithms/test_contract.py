@@ -445,9 +445,9 @@ def threads(request):
 @pytest.mark.parametrize("name, threads", [*((name, 1) for name in PRIVATE), (PRIVATE[0], 2)],
                          indirect=["threads"])
 def test_results_do_not_depend_on_the_memory_chunking(name, threads):
-    runs = {}
+    runs, key = {}, 2**255 + 7  # one noise key for both runs
     for budget in ("one client per chunk", "whole cohort"):
-        sim = simulation(name, client_rate=0.5, sample_rate=0.5, clients_per_round=3)
+        sim = simulation(name, noise_key=key, client_rate=0.5, sample_rate=0.5, clients_per_round=3)
         if budget == "one client per chunk":
             sim.memory_budget_bytes = 1
         chunks = []
