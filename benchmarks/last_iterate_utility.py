@@ -42,6 +42,7 @@ def run(data: str, batch: int, epsilon: float | None, radius: float, release: st
     config = load_config(None, [*COMMON, *DATA[data], f"algorithm.clients_per_round={batch}",
                                 f"algorithm.rounds={rounds}", f"algorithm.radius={radius}",
                                 noise, f"privacy.release='{release}'", f"run.seed={seed}",
+                                f"run.noise_seed={seed}",  # research mode: reproducible repeats
                                 f"data.seed={seed}", f"run.eval_every={rounds}"])
     results = run_experiment(config)
     return results["final"]["test_accuracy"], results["privacy"]["assumptions"]["noise_multiplier"]

@@ -39,6 +39,7 @@ def run(data: str, variant: str, analysis: str, seed: int, epsilon: float, round
     overrides = ["algorithm.name='dp-fedavg-joint'", f"algorithm.rounds={rounds}", "algorithm.sample_rate=0.1",
                  f"algorithm.lr={lr}", f"privacy.epsilon={epsilon}", f"privacy.analysis='{analysis}'",
                  "privacy.boundary='secagg'", "data.standardize='pooled'", f"run.seed={seed}", f"data.seed={seed}",
+                 f"run.noise_seed={seed}",  # research mode: reproducible repeats
                  "run.threads=1", f"run.eval_every={rounds}", *DATA[data], *VARIANTS[variant]]
     config = load_config(None, overrides)
     results = run_experiment(config)

@@ -146,7 +146,8 @@ def run_one(setup: Setup, delta: float, name: str, epsilon: float | None, lr: fl
     """One run; its final test error, training loss and every observer's spent epsilon."""
     local_steps = setup.local_steps if name in LOCAL_STEPS else 1
     step_lr = lr * setup.sample_rate * local_steps if name in UNCLIPPED else lr  # their step: lr / (s K)
-    overrides = [*setup.overrides(), f"data.seed={seed}", f"run.seed={seed}", f"algorithm.name='{name}'",
+    overrides = [*setup.overrides(), f"data.seed={seed}", f"run.seed={seed}", f"run.noise_seed={seed}",
+                 f"algorithm.name='{name}'",
                  f"algorithm.rounds={setup.rounds}", f"algorithm.lr={step_lr!r}",
                  f"algorithm.sample_rate={setup.sample_rate!r}", f"privacy.delta={delta!r}",
                  f"run.eval_every={setup.rounds}", f"run.checkpoint_every={setup.rounds}",

@@ -144,6 +144,7 @@ def run_point(setup: Setup, point: Point, seed: int, lam: float) -> dict:
         f"algorithm.clients_per_round={point.clients_per_round}", f"algorithm.rounds={rounds}",
         f"algorithm.clip={clip!r}", f"algorithm.sample_rate={rate!r}", "algorithm.lr_schedule='inverse'",
         f"algorithm.mu={setup.weight_decay!r}", f"algorithm.smoothness={lam!r}", f"run.seed={seed}",
+        f"run.noise_seed={seed}",  # research mode: each repeat reproducible
         f"run.eval_every={rounds}", f"run.checkpoint_every={rounds}"])
     started = time.perf_counter()
     sim = build_simulation(config)
