@@ -323,7 +323,7 @@ def _paper_events(release: Release, cohort: Cohort, boundary: str):
         raise ConfigError("algorithm.record_sampling", "poisson",
                           "'fixed' under privacy.analysis = 'paper' (the paper samples fixed-size batches); the sound "
                           "analysis covers Poisson record sampling")
-    every_step = Release(release.step_events, (True,) * len(release.step_events), release.sensitivity_ratio)
+    every_step = dataclasses.replace(release, additive=(True,) * len(release.step_events))  # its shares' units kept
     aggregate = every_step.credited(cohort_size - 1)
     third_party = aggregate
     if cohort_size < num_clients:
