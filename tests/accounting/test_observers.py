@@ -139,6 +139,17 @@ def test_paper_analysis_is_the_papers_accountant():
     assert dp_scaffold_round_events(100, 4000, 0.2, 0.2, 50, 60.0, analysis="paper") == ev
 
 
+def test_paper_analysis_credits_declared_shares_in_their_units():
+    """A release that declares its clients' (noise std, sensitivity) (``Release.shares``) is credited with them under
+    Noble et al.'s paper analysis too: the owner of sensitivity 2 among shares of std 1 earns sqrt(4 + 2) / 2, not
+    the sqrt(3) of ratio 1 (the shares were dropped)."""
+    release = Release((G(1.0),), (True,), shares=((2.0, 2.0), (1.0, 1.0), (1.0, 1.0)))
+    ev = observer_events(release, Cohort.fixed(3, 3), analysis="paper")
+    assert ev[THIRD_PARTY] == SC(G(math.sqrt(6) / 2), 1)
+    assert ev[OTHER_SILO] == SC(G(math.sqrt(5) / 2), 1)
+    assert ev[THIRD_PARTY] == observer_events(release, Cohort.fixed(3, 3))[THIRD_PARTY]
+
+
 def test_paper_analysis_refuses_what_the_paper_does_not_cover():
     with pytest.raises(ConfigError, match="client_sampling"):
         observer_events(fedavg(G(1.0), 2), Cohort.poisson(10, 0.2), analysis="paper")

@@ -118,3 +118,18 @@ def test_spider_streams_share_the_budget_and_compose_to_the_target():
     assert all(0 < eps <= 4.0 for eps in sim.ledger.epsilon().values())
     assert algorithm.summation(1, {"x": sim.model, "x_prev": sim.model + 1.0}).bound == 1.0  # 2C
     assert algorithm.summation(0, sim.state.server).bound == 0.5  # C
+
+
+def test_spider_with_period_one_has_no_difference_rounds():
+    """q = 1: every round is a checkpoint (Lowy et al.'s FedProx-SPIDER with q = 1 is MB-SGD), so b1 is calibrated
+    over the R checkpoint rounds alone; it crashed before the first round composing an empty difference stream."""
+    sim = build_simulation(load_config(None, ["algorithm.name='sdp-spider'", *TINY, "algorithm.period=1"]))
+    algorithm, dimension = sim.algorithm, sim.model.numel()
+    b1 = algorithm.trials(0, dimension)
+    assert [algorithm.trials(r, dimension) for r in range(3)] == [b1] * 3
+    declared = [algorithm.release(r, sim.state, sim.train).step_events[0].trials for r in range(3)]
+    assert declared == [algorithm.model.per_silo * b1] * 3
+    model = algorithm.model
+    assert model.epsilon_of([(model.own_event(b1, dimension), 3)]) <= 4.0
+    sim.run(3)
+    assert all(0 < eps <= 4.0 for eps in sim.ledger.epsilon().values())

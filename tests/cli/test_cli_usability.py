@@ -84,6 +84,15 @@ def test_exit_statuses_are_documented(capsys):
         assert line in text
 
 
+def test_run_help_prints_every_keys_default_as_a_value(capsys):
+    """A list key's default (fedsgd-dpc's client_epsilons, a default_factory) printed as the dataclasses placeholder
+    object."""
+    assert main(["run", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "client_epsilons = []: eps_i per client" in text
+    assert "object at 0x" not in text and "MISSING" not in text
+
+
 def test_plot_two_runs_with_every_observer(two_runs, tmp_path, capsys):
     png = tmp_path / "figs" / "runs.png"
     assert main(["plot", *map(str, two_runs), "--out", str(png)]) == 0

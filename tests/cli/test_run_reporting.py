@@ -80,6 +80,23 @@ def test_a_finished_run_says_so(config, tmp_path):
     assert results["wall_seconds"] == results["session_seconds"] > 0
 
 
+def test_the_events_reported_are_those_the_last_round_done_was_charged(tmp_path):
+    """isrl-prox-sgd charges every record's one Gaussian in round 1 and nothing later: after one round,
+    results.json shows round 1's events (it showed the next round's NoOp), and says which round they are of."""
+    config = tmp_path / "prox.toml"
+    config.write_text('[data]\nnum_clients = 4\nsamples_per_client = 20\n'
+                      '[algorithm]\nname = "isrl-prox-sgd"\nclient_rate = 1.0\n[privacy]\nepsilon = 2.0\n')
+    for rounds, charged in ((1, "GaussianDpEvent"), (2, "NoOpDpEvent")):
+        out = tmp_path / f"run{rounds}"
+        assert run(config, out, "--no-progress", "--set", f"algorithm.rounds={rounds}") == 0
+        privacy = read(out / "results.json")["privacy"]
+        assert set(privacy["events_per_round"]) == {"third_party", "server", "other_silo"}
+        assert all(charged in e for e in privacy["events_per_round"].values()), privacy["events_per_round"]
+        assert privacy["events_round"] == rounds
+        ledger = PrivacyLedger.load(out / "ledger.json")
+        assert privacy["events_per_round"] == {o: str(e) for o, e in ledger.charged(rounds).items()}
+
+
 # -- wall time across resumes --------------------------------------------------------------------------------------
 def test_wall_seconds_add_the_sessions_of_an_interrupted_and_resumed_run(config, tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"

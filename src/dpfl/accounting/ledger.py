@@ -136,6 +136,12 @@ class PrivacyLedger:
             self._counts[observer][key] += 1
             _extend(self._runs[observer], key)
 
+    def charged(self, round_index: int) -> dict[str, dp_event.DpEvent] | None:
+        """Each observer's event of round ``round_index``'s latest composition (as ``record`` numbered it); None if
+        that round was never composed."""
+        latest = self._latest.get(round_index)
+        return None if latest is None else dict(latest[0])
+
     def epsilon(self) -> dict[str, float]:
         """Epsilon spent so far towards each observer, at ``self.delta`` (inf for a non-private run)."""
         if self._spent is None:

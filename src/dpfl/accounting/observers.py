@@ -162,8 +162,9 @@ class Release:
         in this round or a later one: the only draws another client's noise share may be credited to.
       sensitivity_ratio: min_j Delta_j / max_j Delta_j over the clients' sensitivities (1 when all are equal).
       shares: when clients' noise is not their sensitivity times one multiplier (Heikkilä et al.'s appendix:
-        client-specific learning rates, clips and shares), every client's (noise std s_j, sensitivity Delta_j) of
-        an additive draw, in one unit; the declared draws are at z = min_j s_j / Delta_j. k other shares are
+        client-specific learning rates, clips and shares), or the server weights their messages (FedSGD-DPC's
+        d_i), every client's (noise std s_j, sensitivity Delta_j) of an additive draw in the units of the released
+        aggregate (a weight multiplies both); the declared draws are at z = min_j s_j / Delta_j. k other shares are
         credited as the worst owner o and the k smallest other shares: ``credited_variance``; empty: every share at
         ``sensitivity_ratio``.
       cohort: how the owner takes part in this round, when the algorithm fixes it: an algorithm that calibrates its
@@ -323,7 +324,7 @@ def _paper_events(release: Release, cohort: Cohort, boundary: str):
         raise ConfigError("algorithm.record_sampling", "poisson",
                           "'fixed' under privacy.analysis = 'paper' (the paper samples fixed-size batches); the sound "
                           "analysis covers Poisson record sampling")
-    every_step = Release(release.step_events, (True,) * len(release.step_events), release.sensitivity_ratio)
+    every_step = dataclasses.replace(release, additive=(True,) * len(release.step_events))  # its shares' units kept
     aggregate = every_step.credited(cohort_size - 1)
     third_party = aggregate
     if cohort_size < num_clients:

@@ -20,7 +20,9 @@ queries-replies`` estimates them, non-privately).
 
 **Privacy.** Each reply releases client i's noisy mean gradient to whoever sees its message (the server; the Laplace
 shares of different clients do not sum to a Laplace, so every observer is charged the owner's own message; the
-Gaussian step enters the aggregate additively, so a third party is credited with the cohort's other shares). A
+Gaussian step enters the aggregate additively, so a third party is credited with the cohort's other shares, in the
+units of the sum the server divides: d_i w_i has std z_i d_i Delta_i against the owner's sensitivity d_o Delta_o,
+``FedSGDDPC.weighted_shares``). A
 client's noise is calibrated to its budget eps_i over m, the number of replies it makes:
 
 * the cohort schedule is drawn from the run's public seed (run.seed, not the secret noise key: the spec's
@@ -176,18 +178,27 @@ class FedSGDDPC:
 
     def release(self, round_index: int, state: State, train) -> Release:
         """One reply at the least private client's noise (in units of its sensitivity), at the largest sampling
-        ratio; charged in the rounds where the schedule makes a new most-replies count. The Gaussian step is
-        additive; r = min_j sigma_j / (z_min max_i Delta_i), so that every other share is at least r z_min Delta_o."""
+        ratio; charged in the rounds where the schedule makes a new most-replies count. The Gaussian reply is
+        additive, credited in the units of the released sum (``weighted_shares``); Laplace shares do not sum to a
+        Laplace, so every observer is charged the owner's own reply."""
         counts = train.counts
         event = self._mechanism().event
-        if self.mechanism == "gaussian":  # Laplace: pure DP by basic composition, no credit for record sampling
-            event = self.sampler.event(event, counts)
-        sensitivity = self.sensitivity(counts).to(self.noise.dtype)
-        ratio = float((self.noise * sensitivity).min() / (self.least_noise * sensitivity.max()))
         cohort = Cohort.scheduled(len(counts), self.cohort_size, self.cohort_size,
                                   self.schedule.charged[round_index] if round_index < len(self.schedule.charged)
                                   else True)
-        return Release((event,), (True,), min(1.0, ratio), cohort)
+        if self.mechanism == "laplace":  # pure DP by basic composition, no credit for record sampling
+            return Release((event,), (True,), cohort=cohort)
+        return Release((self.sampler.event(event, counts),), (True,), cohort=cohort,
+                       shares=self.weighted_shares(counts))
+
+    def weighted_shares(self, counts: torch.Tensor) -> tuple[tuple[float, float], ...]:
+        """Every client's (noise std, sensitivity) in the units of the sum the server divides (``Release.shares``):
+        the reply d_i (g_i + w_i) has sensitivity d_i Delta_i and noise std z_i d_i Delta_i. Both aggregations divide
+        the sum by a constant (sum_j d_j, or d b / N), which changes neither ratio. Per unweighted message (z_i
+        Delta_i against Delta_o) the credit would be too large whenever d_o Delta_o exceeds the others' d_j Delta_j:
+        an owner of 7 records among nine of 4, one record per batch, has 7/4 of their sensitivity in the sum."""
+        sensitivity = counts.to(self.noise.dtype) * self.sensitivity(counts).to(self.noise.dtype)
+        return tuple(zip((self.noise * sensitivity).tolist(), sensitivity.tolist()))
 
     def examples_per_client(self, counts: torch.Tensor) -> int:
         return int(self.sampler.batch_sizes(counts).max())

@@ -17,7 +17,8 @@ prox_{eta f1}(w_r - eta h).
 **Privacy.** Replacing one record moves its vector by at most 2L, so both streams' events have l2_shift = g
 (``dpfl.accounting.binomial``) and differ only in their noise bits: b1 per user and coordinate for the Q = ceil(R/q)
 checkpoint rounds, b2 = ceil(b1 D / Q) for the D = R - Q difference rounds (the Gaussian version's equal zCDP halves,
-z2 = z1 sqrt(D / Q), variance being proportional to the bits). Every round declares its own-silo event with the
+z2 = z1 sqrt(D / Q), variance being proportional to the bits). Period q = 1 has no difference rounds (every round a
+checkpoint: SDP minibatch SGD, as q = 1 makes FedProx-SPIDER MB-SGD). Every round declares its own-silo event with the
 client sampler's participation (silo-sampling amplification); record sampling is not credited (the approximate-RDP
 event has no subsampling bound here; coupling the minibatches shows it cannot hurt). All R events are composed, and
 b1 is the smallest for which every observer of the shuffle model meets privacy.epsilon (``sdp.ShuffleModel``).
@@ -50,17 +51,22 @@ from dpfl.protocols.shuffler import BinomialVectorSum
 
 @functools.lru_cache(maxsize=64)
 def stream_trials(model: ShuffleModel, dimension: int, rounds: int, period: int) -> tuple[int, int]:
-    """(b1, b2): the checkpoint and difference streams' bits, b2 = ceil(b1 D / Q), b1 the smallest meeting the
-    target over all R composed rounds."""
+    """(b1, b2): the checkpoint and difference streams' bits, b2 = ceil(b1 D / Q) (at least 1; 0 when D = 0: period
+    1 has no difference rounds), b1 the smallest meeting the target over all R composed rounds."""
     checkpoints, differences = stream_counts(rounds, period)
 
+    def difference_trials(b1: int) -> int:
+        return max(1, math.ceil(b1 * differences / checkpoints)) if differences else 0
+
     def streams(b1: int):
-        b2 = max(1, math.ceil(b1 * differences / checkpoints))
-        return [(model.own_event(b1, dimension), checkpoints), (model.own_event(b2, dimension), differences)]
+        composed = [(model.own_event(b1, dimension), checkpoints)]
+        if differences:
+            composed.append((model.own_event(difference_trials(b1), dimension), differences))
+        return composed
 
     b1 = smallest_trials(lambda b: model.epsilon_of(streams(b)), model.epsilon,
                          model.initial_trials(dimension, 2 * checkpoints))
-    return b1, max(1, math.ceil(b1 * differences / checkpoints))
+    return b1, difference_trials(b1)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ def _algorithms_help() -> str:
         lines.append(f"      {spec.help}")
         for f in dataclasses.fields(spec.config):
             only = " (private names only)" if f.metadata.get("private") else ""
-            lines.append(f"      {f.name} = {f.default!r}: {f.metadata.get('help', '')}{only}")
+            lines.append(f"      {f.name} = {spec.default_of(f)!r}: {f.metadata.get('help', '')}{only}")
     return "\n".join(lines)
 
 

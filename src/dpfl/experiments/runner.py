@@ -9,7 +9,10 @@ the latest results. It holds "config", "data" (where the data came from and how 
 split, preprocessing), "rounds" (one entry per evaluated round: round, test_accuracy, train_loss,
 epsilon per observer, and gradient_mapping for an algorithm with a prox step: ``RoundMetrics``), "final" (the same keys plus delta, for the model after the last round done), "privacy"
 (accountant, conversion, observers, what each sees, how the boundary is "enforced" (real protocol, simulated, declared),
-where the "noise" comes from (a secret key, or the research mode's run.noise_seed)), "status" ("running": the run has not ended, or its process died
+where the "noise" comes from (a secret key, or the research mode's run.noise_seed); "events_per_round": each
+observer's event of round "events_round", the last round done as the ledger charged it, or the first round as it will
+be charged when none is done: one round's events, not the run's, which an algorithm that charges a record once
+(isrl-prox-sgd) spends in round 1), "status" ("running": the run has not ended, or its process died
 (resume it); "finished": it ran all its rounds; "stopped": see "stopped_by"), "wall_seconds" (the time in the round
 loop over the whole run, across resumes), "session_seconds" (this process's part of it), "stopped_reason" and
 "stopped_by" (what stopped the run early: "budget", "diverged", "interrupted"; null when it did not). A run directory
@@ -428,11 +431,21 @@ class ResultsFile:
                                                             for k, text in entries) + "\n}", "the results")
 
 
+def reported_events(sim: Simulation) -> tuple[int, dict]:
+    """(round, each observer's event) for results.json: the last round done as the ledger charged it, or round 1 as
+    it will be charged when no round is done (rounds numbered from 1, as the ledger's journal)."""
+    done = sim.ledger.charged(sim.next_round) if sim.next_round else None
+    if done is None:
+        return sim.next_round + 1, sim.round_privacy()
+    return sim.next_round, done
+
+
 def results_of(sim: Simulation, config: dict) -> dict:
     """The run's results so far (the module docstring lists the keys)."""
     done = sim.history[-1] if sim.history and sim.history[-1].round == sim.next_round else None
     final = (done or sim.evaluate()).to_dict()  # the model after the last round done
     final["delta"] = sim.ledger.delta
+    events_round, events = reported_events(sim)
     if sim.ledger.hides_iterates():  # beside the last-iterate epsilon: what releasing every iterate would cost
         final["epsilon_composition"] = {o: None if math.isinf(e) else e
                                         for o, e in sim.ledger.epsilon_composition().items()}
@@ -458,7 +471,8 @@ def results_of(sim: Simulation, config: dict) -> dict:
             "noise": noise_of(config),
             "not_covered": "the reported metrics (train loss on all training records, test accuracy) are computed "
                            "without noise for research evaluation; epsilon covers the models and messages only",
-            "events_per_round": {o: str(e) for o, e in sim.round_privacy().items()},
+            "events_round": events_round,
+            "events_per_round": {o: str(e) for o, e in events.items()},
             **({"assumptions": sim.algorithm.assumptions} if hasattr(sim.algorithm, "assumptions") else {}),
         },
         "status": "stopped" if sim.stopped_by else
