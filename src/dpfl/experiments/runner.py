@@ -29,6 +29,7 @@ computation) and never forgets privacy already spent; a new run never overwrites
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -43,13 +44,14 @@ import torch
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.algorithms import registry
 from dpfl.data import FederatedDataset, build_dataset
-from dpfl.data.footprint import check_data_memory, size
+from dpfl.data.footprint import check_data_memory
 from dpfl.engine.boundary import Boundary, SecureAggregation
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.sampling import ClientSampler
 from dpfl.durable import write_text_atomically
 from dpfl.engine.simulator import Simulation
 from dpfl.errors import ConfigError, RunDirectoryError, RunInterrupted, json_problem
+from dpfl.experiments.memory import check_run_memory, run_footprint
 from dpfl.experiments.validate import budget_of, check_warm_rounds, cohort_sampling, validate
 from dpfl.models import build_model
 
@@ -59,7 +61,8 @@ RUN_FILES = ("ledger.json", "checkpoint.pt", "results.json", "run.json")
 
 def build_simulation(config: dict, out_dir: Path | None = None, workers=None) -> Simulation:
     """The run ``config`` describes, ready to run; refused before the data is built when building it would not fit
-    in the machine's memory, and before any round when one client's work does not fit in run.memory_mb.
+    in the machine's memory, and before the model or any state is built when they would not fit in what is left
+    (``memory.check_run_memory``) or one client's work does not fit in run.memory_mb.
     ``workers(config, dataset, delta)``, when given, builds where the cohort's client work runs
     (``Simulation.workers``; default: in this process)."""
     privacy_cfg, run_cfg = config["privacy"], config["run"]
@@ -68,11 +71,13 @@ def build_simulation(config: dict, out_dir: Path | None = None, workers=None) ->
     if threads is not None:
         torch.set_num_threads(threads)
     dataset = build_data(config)
-    model = build_initial_model(config, dataset)
     clients = build_clients(config, dataset)
     delta = run_delta(config, dataset)
     algorithm = build_algorithm(config, dataset, delta)
     check_warm_rounds(config, algorithm)
+    check_run_memory(config, run_footprint(algorithm, build_initial_model(config, dataset, "meta"), dataset.train,
+                                           clients.cohort_size, run_cfg["memory_mb"] * 2**20))
+    model = build_initial_model(config, dataset)
     boundary = build_boundary(privacy_cfg, algorithm, dataset.train.counts)
     ledger = build_ledger(config, boundary, delta, algorithm, budget=True)
     sim = Simulation(
@@ -81,12 +86,6 @@ def build_simulation(config: dict, out_dir: Path | None = None, workers=None) ->
         checkpoint_dir=out_dir, checkpoint_every=run_cfg["checkpoint_every"], release=release_hash(config),
         data=dataset.info, workers=None if workers is None else workers(config, dataset, delta),
     )
-    one_client = sim.client_bytes()
-    if one_client > sim.memory_budget_bytes:
-        raise ConfigError("run.memory_mb", run_cfg["memory_mb"],
-                          f"at least {math.ceil(one_client / 2**20)}: the cohort is worked through in chunks of "
-                          f"run.memory_mb, and one client's work (its largest minibatch, "
-                          f"{algorithm.examples_per_client(dataset.train.counts)} records) takes {size(one_client)}")
     return sim
 
 
@@ -104,12 +103,14 @@ def build_data(config: dict) -> FederatedDataset:
     return dataset
 
 
-def build_initial_model(config: dict, dataset: FederatedDataset) -> torch.nn.Module:
-    """The config's model for ``dataset``, initialised from ``run.seed`` (the model a run starts from)."""
+def build_initial_model(config: dict, dataset: FederatedDataset, device: str | None = None) -> torch.nn.Module:
+    """The config's model for ``dataset``, initialised from ``run.seed`` (the model a run starts from); on
+    ``device`` "meta", its shapes only (nothing allocated: for its size and the memory estimate)."""
     model_cfg = config["model"]
     torch.manual_seed(config["run"]["seed"])  # model initialisation
-    return build_model(model_cfg["name"], dataset.num_features, dataset.num_classes,
-                       **{k: v for k, v in model_cfg.items() if k != "name"})
+    with torch.device(device) if device is not None else contextlib.nullcontext():
+        return build_model(model_cfg["name"], dataset.num_features, dataset.num_classes,
+                           **{k: v for k, v in model_cfg.items() if k != "name"})
 
 
 def build_clients(config: dict, dataset: FederatedDataset) -> ClientSampler:
@@ -141,7 +142,7 @@ def build_setting(config: dict, dataset: FederatedDataset, delta: float) -> regi
         rounds=algo_cfg["rounds"], delta=delta, epsilon=privacy_cfg["epsilon"], seed=config["run"]["seed"],
         analysis=privacy_cfg["analysis"], conversion=privacy_cfg["conversion"], release=privacy_cfg["release"],
         model=dict(config["model"]), num_classes=dataset.num_classes,
-        dimension=sum(p.numel() for p in build_initial_model(config, dataset).parameters()))
+        dimension=sum(p.numel() for p in build_initial_model(config, dataset, "meta").parameters()))
 
 
 def boundary_name(privacy_cfg: dict) -> str:
