@@ -1,6 +1,8 @@
 """Crash-safe run directories through `dpfl run`: privacy already spent is never lost, and a round's noise is never
 replayed onto a different computation (run.json, --resume, --restart, Ctrl-C, damaged files, SIGKILL)."""
 
+import errno
+import io
 import json
 import os
 import random
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dpfl import durable
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.cli import main
 from dpfl.engine.simulator import Simulation
@@ -335,3 +338,45 @@ def _rounds_on_ledger(out):
         return len(json.loads((out / "ledger.json").read_text())["journal"])
     except FileNotFoundError:
         return 0
+
+
+# -- 8. a full disk ------------------------------------------------------------------------------------------------
+def test_a_full_disk_at_a_checkpoint_is_a_clear_error_and_the_run_resumes(config, finished, tmp_path, monkeypatch,
+                                                                          capsys):
+    """The disk fills while round 3's checkpoint is written (inside torch.save's archive): `dpfl run` says so and
+    exits 2 (before: a RuntimeError traceback from torch's zip writer, and checkpoint.pt.tmp left behind); round 2's
+    checkpoint is intact, and once there is room again the run resumes to the uninterrupted result."""
+    out = tmp_path / "run"
+    opened = []
+
+    def full_at_round_3(path, mode):
+        opened.append(Path(path).name)
+        room = 2000 if opened.count("checkpoint.pt.tmp") == 3 else 2**40
+        return io.BufferedWriter(DiskWithRoom(path, mode, room))
+
+    monkeypatch.setattr(durable, "open", full_at_round_3, raising=False)
+    assert run(config, out) == 2
+    err = capsys.readouterr().err
+    assert f"dpfl run: error: cannot write the checkpoint {out / 'checkpoint.pt'}: No space left on device" in err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "ledger.json", "results.json", "run.json"]
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["next_round"] == 2
+    monkeypatch.undo()
+    assert run(config, out, "--resume") == 0
+    assert torch.equal(final_model(out), final_model(finished))
+    assert json.loads((out / "ledger.json").read_text())["epsilon"] == \
+        json.loads((finished / "ledger.json").read_text())["epsilon"]
+
+
+class DiskWithRoom(io.FileIO):
+    """A file on a disk with ``room`` bytes left: a write past it fails as write(2) does on a full disk."""
+
+    def __init__(self, path, mode, room: int):
+        super().__init__(path, mode)
+        self.room = room
+
+    def write(self, data) -> int:
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(data)
+        return super().write(data)
