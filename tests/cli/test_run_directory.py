@@ -380,3 +380,26 @@ class DiskWithRoom(io.FileIO):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         self.room -= len(data)
         return super().write(data)
+
+
+# -- 9. a run's record without its ledger and checkpoint -----------------------------------------------------------
+@pytest.mark.parametrize("left", [("run.json", "results.json"), ("results.json",), ("run.json",)])
+def test_a_run_directory_that_lost_its_ledger_and_checkpoint_is_refused(config, finished, tmp_path, capsys, left):
+    """Only the run's record is left (ledger.json and checkpoint.pt moved or deleted): the privacy that run spent is
+    no longer on record, so a new run is refused like in any directory that held a run (before: it silently started
+    over), and so is --resume; --restart archives what is left and starts over."""
+    out = copy_run(finished, tmp_path)
+    for name in ("ledger.json", "checkpoint.pt", *({"run.json", "results.json"} - set(left))):
+        (out / name).unlink()
+    before = {name: (out / name).read_bytes() for name in left}
+    assert run(config, out) == 2
+    err = capsys.readouterr().err
+    assert (f"dpfl run: error: {out} holds a run's {' and '.join(left)} but neither its ledger.json nor its "
+            "checkpoint.pt, so the privacy that run spent is not on record") in err
+    assert run(config, out, "--resume") == 2
+    assert f"cannot resume: {out} holds a run's {' and '.join(left)} but neither" in capsys.readouterr().err
+    assert {name: (out / name).read_bytes() for name in left} == before and not (out / "ledger.json").exists()
+    assert run(config, out, "--restart") == 0
+    (archive,) = (out / "archive").iterdir()
+    assert {p.name: p.read_bytes() for p in archive.iterdir()} == before
+    assert torch.equal(final_model(out), final_model(finished))

@@ -271,7 +271,8 @@ def check_writable(out: Path) -> None:
 
 
 def check_free(out: Path) -> None:
-    """Refuses a new run into ``out`` if it holds a run's ledger (privacy already spent) or checkpoint."""
+    """Refuses a new run into ``out`` if it holds a run's ledger (privacy already spent), its checkpoint, or its
+    record (run.json, results.json) without either: nothing says that run spent no privacy."""
     ledger_path = out / "ledger.json"
     if ledger_path.exists():
         spent = PrivacyLedger.load(ledger_path)  # a corrupt ledger is refused too, naming the file
@@ -281,6 +282,17 @@ def check_free(out: Path) -> None:
         raise RunDirectoryError(f"{out} already holds a run's checkpoint.pt (without its ledger.json, so the privacy "
                                 "that run spent is not on record); pass --restart to archive it and start over, or "
                                 "use another run directory")
+    records = [name for name in ("run.json", "results.json") if (out / name).exists()]
+    if records:
+        raise RunDirectoryError(_without_ledger(out, records))
+
+
+def _without_ledger(out: Path, records: list[str]) -> str:
+    """Why a directory that holds a run's record (run.json, results.json) but neither its ledger nor its checkpoint
+    is refused: the rounds that run spent may have been recorded in a ledger.json since moved or deleted."""
+    return (f"{out} holds a run's {' and '.join(records)} but neither its ledger.json nor its checkpoint.pt, so the "
+            "privacy that run spent is not on record (moved or deleted?); restore them to continue it with --resume, "
+            "pass --restart to archive what is left and start over, or use another run directory")
 
 
 def check_resumable(out: Path, config: dict) -> None:
@@ -288,6 +300,9 @@ def check_resumable(out: Path, config: dict) -> None:
     config; the error names every key that differs, with the old and the new value. Reads only run.json (and checks
     that a ledger or checkpoint exists), so it runs before any data or model is built."""
     if not (out / "ledger.json").exists() and not (out / "checkpoint.pt").exists():
+        records = [name for name in ("run.json", "results.json") if (out / name).exists()]
+        if records:
+            raise RunDirectoryError(f"cannot resume: {_without_ledger(out, records)}")
         raise RunDirectoryError(f"cannot resume: {out} holds no ledger.json or checkpoint.pt (no round of a run was "
                                 "started there); drop --resume to start a new run")
     path = out / "run.json"
