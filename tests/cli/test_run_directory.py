@@ -301,6 +301,57 @@ def test_a_damaged_run_file_is_named_and_nothing_starts_over(config, finished, t
     assert files(out) == before
 
 
+# -- 6. results after a resume -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("checkpoint_every, dies_after", [(3, 5), (100, 4)])
+def test_replayed_rounds_report_their_own_epsilon(config, finished, tmp_path, monkeypatch, checkpoint_every,
+                                                  dies_after):
+    """The run dies after round 5 (4) with its checkpoint after round 3 (none): the resume replays rounds 4 and 5 (1
+    to 4), free, and results.json reports for each the epsilon it had the first time, as the uninterrupted run's
+    results.json does (before, each replayed round reported the ledger's latest: round 4's epsilon was round 5's)."""
+    out = tmp_path / "run"
+    every = ("--set", f"run.checkpoint_every={checkpoint_every}")
+    step = Simulation.step
+
+    def dies(sim):
+        step(sim)
+        if sim.next_round == dies_after:
+            raise Killed
+
+    monkeypatch.setattr(Simulation, "step", dies)
+    with pytest.raises(Killed):
+        run(config, out, *every)
+    monkeypatch.undo()
+    assert run(config, out, "--resume", *every) == 0
+    resumed, reference = (json.loads((d / "results.json").read_text()) for d in (out, finished))
+    assert [r["round"] for r in resumed["rounds"]] == [1, 2, 3, 4, 5, 6]
+    assert [r["epsilon"] for r in resumed["rounds"]] == [r["epsilon"] for r in reference["rounds"]]
+    assert resumed["rounds"] == reference["rounds"] and resumed["final"] == reference["final"]
+    epsilons = [r["epsilon"]["server"] for r in resumed["rounds"]]
+    assert epsilons == sorted(epsilons) and len(set(epsilons)) == 6
+
+
+def test_a_run_stopped_mid_replay_reports_all_the_privacy_spent_as_final(config, finished, tmp_path, monkeypatch):
+    """Resumed after dying in round 5 with its checkpoint after round 3, and stopped again after replaying round 4:
+    round 4 reports its own epsilon, "final" the ledger's five rounds (round 5 may have been released)."""
+    out = tmp_path / "run"
+    step = Simulation.step
+
+    def dies_after(rounds):
+        def dies(sim):
+            step(sim)
+            if sim.next_round == rounds:
+                raise Killed
+        return dies
+
+    monkeypatch.setattr(Simulation, "step", dies_after(5))
+    with pytest.raises(Killed):
+        run(config, out, "--set", "run.checkpoint_every=3")
+    assert run(config, out, "--resume", "--set", "run.checkpoint_every=3", "--set", "algorithm.rounds=4") == 0
+    resumed, reference = (json.loads((d / "results.json").read_text()) for d in (out, finished))
+    assert resumed["rounds"] == reference["rounds"][:4]
+    assert resumed["final"]["epsilon"] == reference["rounds"][4]["epsilon"] != reference["rounds"][3]["epsilon"]
+
+
 # -- 7. SIGKILL at a random moment ---------------------------------------------------------------------------------
 SLOW = ["--set", "algorithm.rounds=30", "--set", "algorithm.local_steps=30", "--set", "run.checkpoint_every=4"]
 

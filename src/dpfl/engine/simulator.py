@@ -189,13 +189,15 @@ class Simulation:
         return hint(self.train.counts) if hint is not None else "lower the learning rate"
 
     def evaluate(self) -> RoundMetrics:
+        """The metrics of the model after the rounds done, with epsilon as it stood after the last of them (a round
+        replayed after a resume reports its own epsilon, not that of rounds the ledger recorded after it)."""
         x = self.model
         loss, _ = self.grads.loss_and_accuracy(x, *self._train_flat)
         regulariser = getattr(self.algorithm, "regulariser", None)
         if regulariser is not None:
             loss += regulariser(x)
         _, accuracy = self.grads.loss_and_accuracy(x, *self._test_flat)
-        eps = {o: (None if e == float("inf") else e) for o, e in self.ledger.epsilon().items()}
+        eps = {o: (None if e == float("inf") else e) for o, e in self.ledger.epsilon_through(self.next_round).items()}
         return RoundMetrics(self.next_round, loss, accuracy, eps, self.gradient_mapping(x))
 
     def gradient_mapping(self, x: torch.Tensor) -> float | None:

@@ -7,7 +7,10 @@ results.json is written (atomically) after every evaluated round and when the ru
 the latest results. It holds "config", "data" (where the data came from and how it was made,
 ``FederatedDataset.info``: its source (for a file: path, format, sha256, columns or arrays), classes, partition,
 split, preprocessing), "rounds" (one entry per evaluated round: round, test_accuracy, train_loss,
-epsilon per observer, and gradient_mapping for an algorithm with a prox step: ``RoundMetrics``), "final" (the same keys plus delta, for the model after the last round done), "privacy"
+epsilon per observer as of that round, and gradient_mapping for an algorithm with a prox step: ``RoundMetrics``; a
+round replayed after a resume reports its own epsilon), "final" (the same keys plus delta, for the model after the last
+round done, with the epsilon of every round the ledger records: after a resume stopped mid-replay, also the rounds
+recorded before the crash), "privacy"
 (accountant, conversion, observers, what each sees), "status" ("running": the run has not ended, or its process died
 (resume it); "finished": it ran all its rounds; "stopped": see "stopped_by"), "wall_seconds" (the time in the round
 loop over the whole run, across resumes), "session_seconds" (this process's part of it), "stopped_reason" and
@@ -407,6 +410,7 @@ def results_of(sim: Simulation, config: dict) -> dict:
     """The run's results so far (the module docstring lists the keys)."""
     done = sim.history[-1] if sim.history and sim.history[-1].round == sim.next_round else None
     final = (done or sim.evaluate()).to_dict()  # the model after the last round done
+    final["epsilon"] = {o: None if math.isinf(e) else e for o, e in sim.ledger.epsilon().items()}  # all spent so far
     final["delta"] = sim.ledger.delta
     if sim.ledger.hides_iterates():  # beside the last-iterate epsilon: what releasing every iterate would cost
         final["epsilon_composition"] = {o: None if math.isinf(e) else e
