@@ -256,3 +256,36 @@ def test_accountants_are_interchangeable_per_observer():
     assert pure.epsilon() == {o: pytest.approx(2.0) for o in OBSERVERS}
     with pytest.raises(ConfigError, match="accountant.server"):
         PrivacyLedger(OBSERVERS, DELTA, accountant={"server": "magic"})
+
+
+@pytest.mark.parametrize("accountant", ["tightest", "rdp"])
+def test_epsilon_through_a_round_is_what_the_round_reported_also_after_a_reload(accountant):
+    """Each round's epsilon, as ``record`` returned it when the round was composed, is ``epsilon_through`` that round
+    later on, exactly, in this ledger and in one read back from its JSON (a resumed run replaying a recorded round
+    reports that round's own epsilon, not the latest); rounds of other events in between; a round not recorded, and
+    the latest round, give ``epsilon()``."""
+    ledger = PrivacyLedger(OBSERVERS, DELTA, accountant=accountant)
+    rounds = [events(z) for z in (1.0, 1.0, 2.0, 1.0, 2.0)]
+    reported = {t: ledger.record(t, ev, f"fingerprint {t}") for t, ev in enumerate(rounds, start=1)}
+    assert len(set(map(str, reported.values()))) == 5
+    loaded = PrivacyLedger.from_dict(json.loads(json.dumps(ledger.to_dict())))
+    for each in (ledger, loaded):
+        assert {t: each.epsilon_through(t) for t in reported} == reported
+        assert each.epsilon_through(6) == each.epsilon() == reported[5]
+    assert loaded.record(2, rounds[1], "fingerprint 2") == reported[5]  # a replay: nothing new composed ...
+    assert loaded.epsilon_through(2) == reported[2]  # ... and it still reports its own epsilon
+    loaded.record(2, rounds[1], "another fingerprint")  # a different release of round 2: composed again, at the end
+    assert loaded.epsilon_through(2) == loaded.epsilon() != reported[5]
+
+
+def test_epsilon_through_follows_an_ordered_accountant():
+    """The last-iterate accountant composes runs of equal consecutive events in order: a prefix of the journal is
+    composed in its own order."""
+    from dpfl.accounting.events import ProjectedStepDpEvent
+
+    hidden = [ProjectedStepDpEvent(30, 1, 1.0, 1.0, 0.5, sigma, False, False, 30, dp_event.NoOpDpEvent())
+              for sigma in (2.0, 3.0, 2.0)]
+    ledger = PrivacyLedger(["server"], DELTA, accountant="last_iterate")
+    reported = {t: ledger.record(t, {"server": e}, str(t)) for t, e in enumerate(hidden, start=1)}
+    loaded = PrivacyLedger.from_dict(json.loads(json.dumps(ledger.to_dict())))
+    assert {t: loaded.epsilon_through(t) for t in reported} == reported

@@ -1,7 +1,8 @@
 """The contract every registered algorithm must pass (parametrized over ``registry.names()``, so a new algorithm is
 tested here as soon as it registers): declared noise = drawn noise, epsilon finite exactly for the private names,
 resume = the uninterrupted run, state survives serialisation, bad configs name their key, the engine imports no
-algorithm, results do not depend on ``run.memory_mb``, and Poisson record sampling runs and is accounted with PLD.
+algorithm, results do not depend on ``run.memory_mb``, Poisson record sampling runs and is accounted with PLD, and the
+memory guard's estimate of the state has the shapes of the state built.
 
 Every run is tiny (6 clients of 30 records, 2 local steps): each test takes under a second on an idle machine. A
 one-pass family (``AlgorithmSpec.max_rounds``: each client used in one round) runs at most as many rounds as its
@@ -25,8 +26,10 @@ from dp_accounting import dp_event
 from dpfl.algorithms import registry
 from dpfl.engine import checkpoint
 from dpfl.engine.protocol import Algorithm, ClientOutput, State
+from dpfl.engine.simulator import client_work_bytes
 from dpfl.errors import ConfigError, DpflError, RunDirectoryError
 from dpfl.experiments.config import key_schema, load_config
+from dpfl.experiments.memory import initial_state_shapes
 from dpfl.experiments.runner import build_simulation
 
 NAMES = registry.names()
@@ -504,3 +507,18 @@ def test_poisson_record_sampling_runs_and_is_accounted_add_remove_with_pld(name)
     assert set(sim.ledger.accountants().values()) == {"pld"}
     for observer, eps in history[-1].epsilon.items():
         assert eps is not None and math.isfinite(eps) and eps > 0, observer
+
+
+# -- i. the memory guard counts the state each family builds ------------------------------------------------------
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("model", ["logreg", "mlp"])
+def test_the_memory_estimate_has_the_shapes_of_the_state_built(name, model):
+    """``memory.initial_state_shapes`` reads a family's state from ``init_state`` at one and two parameters: the
+    shapes it gives for the run's d and M are the state the run builds, tensor for tensor, and one client's work
+    estimated before the build is the simulator's."""
+    sim = simulation(name, f"model.name='{model}'")
+    shapes = initial_state_shapes(sim.algorithm, sim.grads.num_params, sim.train.num_clients)
+    for built, estimated in ((sim.state.server, shapes.server), (sim.state.clients, shapes.clients)):
+        assert {k: (v.shape, v.dtype) for k, v in built.items()} == \
+               {k: (v.shape, v.dtype) for k, v in estimated.items()}
+    assert client_work_bytes(sim.algorithm, sim.grads, sim.train, shapes) == sim.client_bytes()

@@ -1,6 +1,8 @@
 """Crash-safe run directories through `dpfl run`: privacy already spent is never lost, and a round's noise is never
 replayed onto a different computation (run.json, --resume, --restart, Ctrl-C, damaged files, SIGKILL)."""
 
+import errno
+import io
 import json
 import os
 import random
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dpfl import durable
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.cli import main
 from dpfl.engine.simulator import Simulation
@@ -310,6 +313,57 @@ def test_a_damaged_run_file_is_named_and_nothing_starts_over(config, finished, t
     assert files(out) == before
 
 
+# -- 6. results after a resume -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("checkpoint_every, dies_after", [(3, 5), (100, 4)])
+def test_replayed_rounds_report_their_own_epsilon(config, finished, tmp_path, monkeypatch, checkpoint_every,
+                                                  dies_after):
+    """The run dies after round 5 (4) with its checkpoint after round 3 (none): the resume replays rounds 4 and 5 (1
+    to 4), free, and results.json reports for each the epsilon it had the first time, as the uninterrupted run's
+    results.json does (before, each replayed round reported the ledger's latest: round 4's epsilon was round 5's)."""
+    out = tmp_path / "run"
+    every = ("--set", f"run.checkpoint_every={checkpoint_every}")
+    step = Simulation.step
+
+    def dies(sim):
+        step(sim)
+        if sim.next_round == dies_after:
+            raise Killed
+
+    monkeypatch.setattr(Simulation, "step", dies)
+    with pytest.raises(Killed):
+        run(config, out, *every)
+    monkeypatch.undo()
+    assert run(config, out, "--resume", *every) == 0
+    resumed, reference = (json.loads((d / "results.json").read_text()) for d in (out, finished))
+    assert [r["round"] for r in resumed["rounds"]] == [1, 2, 3, 4, 5, 6]
+    assert [r["epsilon"] for r in resumed["rounds"]] == [r["epsilon"] for r in reference["rounds"]]
+    assert resumed["rounds"] == reference["rounds"] and resumed["final"] == reference["final"]
+    epsilons = [r["epsilon"]["server"] for r in resumed["rounds"]]
+    assert epsilons == sorted(epsilons) and len(set(epsilons)) == 6
+
+
+def test_a_run_stopped_mid_replay_reports_all_the_privacy_spent_as_final(config, finished, tmp_path, monkeypatch):
+    """Resumed after dying in round 5 with its checkpoint after round 3, and stopped again after replaying round 4:
+    round 4 reports its own epsilon, "final" the ledger's five rounds (round 5 may have been released)."""
+    out = tmp_path / "run"
+    step = Simulation.step
+
+    def dies_after(rounds):
+        def dies(sim):
+            step(sim)
+            if sim.next_round == rounds:
+                raise Killed
+        return dies
+
+    monkeypatch.setattr(Simulation, "step", dies_after(5))
+    with pytest.raises(Killed):
+        run(config, out, "--set", "run.checkpoint_every=3")
+    assert run(config, out, "--resume", "--set", "run.checkpoint_every=3", "--set", "algorithm.rounds=4") == 0
+    resumed, reference = (json.loads((d / "results.json").read_text()) for d in (out, finished))
+    assert resumed["rounds"] == reference["rounds"][:4]
+    assert resumed["final"]["epsilon"] == reference["rounds"][4]["epsilon"] != reference["rounds"][3]["epsilon"]
+
+
 # -- 7. SIGKILL at a random moment ---------------------------------------------------------------------------------
 SLOW = ["--set", "algorithm.rounds=30", "--set", "algorithm.local_steps=30", "--set", "run.checkpoint_every=4"]
 
@@ -349,3 +403,68 @@ def _rounds_on_ledger(out):
         return len(json.loads((out / "ledger.json").read_text())["journal"])
     except FileNotFoundError:
         return 0
+
+
+# -- 8. a full disk ------------------------------------------------------------------------------------------------
+def test_a_full_disk_at_a_checkpoint_is_a_clear_error_and_the_run_resumes(config, finished, tmp_path, monkeypatch,
+                                                                          capsys):
+    """The disk fills while round 3's checkpoint is written (inside torch.save's archive): `dpfl run` says so and
+    exits 2 (before: a RuntimeError traceback from torch's zip writer, and checkpoint.pt.tmp left behind); round 2's
+    checkpoint is intact, and once there is room again the run resumes to the uninterrupted result."""
+    out = tmp_path / "run"
+    opened = []
+
+    def full_at_round_3(path, mode):
+        opened.append(Path(path).name)
+        room = 2000 if opened.count("checkpoint.pt.tmp") == 3 else 2**40
+        return io.BufferedWriter(DiskWithRoom(path, mode, room))
+
+    monkeypatch.setattr(durable, "open", full_at_round_3, raising=False)
+    assert run(config, out) == 2
+    err = capsys.readouterr().err
+    assert f"dpfl run: error: cannot write the checkpoint {out / 'checkpoint.pt'}: No space left on device" in err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "ledger.json", "results.json", "run.json"]
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["next_round"] == 2
+    monkeypatch.undo()
+    assert run(config, out, "--resume") == 0
+    assert torch.equal(final_model(out), final_model(finished))
+    assert json.loads((out / "ledger.json").read_text())["epsilon"] == \
+        json.loads((finished / "ledger.json").read_text())["epsilon"]
+
+
+class DiskWithRoom(io.FileIO):
+    """A file on a disk with ``room`` bytes left: a write past it fails as write(2) does on a full disk."""
+
+    def __init__(self, path, mode, room: int):
+        super().__init__(path, mode)
+        self.room = room
+
+    def write(self, data) -> int:
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(data)
+        return super().write(data)
+
+
+# -- 9. a run's record without its ledger and checkpoint -----------------------------------------------------------
+@pytest.mark.parametrize("left", [("run.json", "results.json"), ("results.json",), ("run.json",)])
+def test_a_run_directory_that_lost_its_ledger_and_checkpoint_is_refused(config, finished, tmp_path, capsys, left):
+    """Only the run's record is left (ledger.json and checkpoint.pt moved or deleted): the privacy that run spent is
+    no longer on record, so a new run is refused like in any directory that held a run (before: it silently started
+    over), and so is --resume; --restart archives what is left and starts over."""
+    out = copy_run(finished, tmp_path)
+    for name in ("ledger.json", "checkpoint.pt", *({"run.json", "results.json"} - set(left))):
+        (out / name).unlink()
+    before = {name: (out / name).read_bytes() for name in left}
+    assert run(config, out) == 2
+    err = capsys.readouterr().err
+    assert (f"dpfl run: error: {out} holds a run's {' and '.join(left)} but neither its ledger.json nor its "
+            "checkpoint.pt, so the privacy that run spent is not on record") in err
+    assert run(config, out, "--resume") == 2
+    assert f"cannot resume: {out} holds a run's {' and '.join(left)} but neither" in capsys.readouterr().err
+    assert {name: (out / name).read_bytes() for name in left} == before and not (out / "ledger.json").exists()
+    assert run(config, out, "--restart") == 0
+    (archive,) = (out / "archive").iterdir()
+    assert {p.name: p.read_bytes() for p in archive.iterdir()} == before
+    assert torch.equal(final_model(out), final_model(finished))

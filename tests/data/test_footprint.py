@@ -92,16 +92,17 @@ def test_available_memory_is_positive_and_at_most_the_machines():
 
 def test_run_memory_mb_below_one_clients_work_is_refused_naming_the_smallest_that_works():
     """Synthetic, 2 clients of 5000 records (4000 for training), fedavg's minibatches of 0.2 * 4000 = 800 records:
-    one client's work is its minibatch's per-example state (ghost norms: 4 (40 + 3 (40 + 2 10)) = 880 bytes each)
-    and its 4000 x 40 padded features: 800 * 880 + 4 * 4000 * 40 = 1,344,000 bytes, 1.3 MB: run.memory_mb = 1 is
+    one client's work is its minibatch's per-example state (ghost norms: 4 (40 + 3 (40 + 2 10)) = 880 bytes each),
+    its 4000 x 40 padded features and its model-sized vectors (one noise draw and ROUND_VECTORS = 6 more, of the
+    410 parameters): 800 * 880 + 4 * 4000 * 40 + 4 * 410 * 7 = 1,355,480 bytes, 1.3 MB: run.memory_mb = 1 is
     refused, 2 runs."""
     base = ["algorithm.name='fedavg'", "data.num_clients=2", "data.samples_per_client=5000", "algorithm.rounds=1",
             "algorithm.client_rate=1.0", "algorithm.local_steps=1"]
     torch.set_num_threads(1)
-    with pytest.raises(ConfigError, match=r"run.memory_mb = 1 is not allowed: expected at least 2: .*800 records\) "
-                                          r"takes 1.3 MB"):
+    with pytest.raises(ConfigError, match=r"run.memory_mb = 1 is not allowed: expected at least 2: .*800 records, "
+                                          r"and its model-sized vectors\) takes 1.3 MB"):
         build_simulation(load_config(None, [*base, "run.memory_mb=1"]))
     sim = build_simulation(load_config(None, [*base, "run.memory_mb=2"]))
-    assert sim.client_bytes() == 1_344_000 and sim.chunk_size(2) == 1
+    assert sim.client_bytes() == 1_355_480 and sim.chunk_size(2) == 1
     sim.run(1)
     assert sim.next_round == 1

@@ -479,3 +479,21 @@ def test_the_divergence_message_describes_the_sampler_in_use(scheme, formula, wo
     sim.run(5)
     assert "diverged" in sim.stopped_reason and formula in sim.stopped_reason and absent not in sim.stopped_reason
     assert f"up to {worst:g} here" in sim.stopped_reason
+
+
+def test_the_round_fingerprint_hashes_the_state_in_place_with_the_digest_it_always_had(data):
+    """The fingerprint now hashes each state tensor's own memory instead of a bytes copy of it (a copy of every
+    client's state: M x d for SCAFFOLD, 389 MB of 2,000 clients' control variates of a 51,010-parameter MLP, at every
+    round); the digest is the one a ledger written before records, so a replayed round of such a run stays free."""
+    import hashlib
+
+    sim = make_sim(data)
+    sim.run(2)
+    digest = hashlib.sha256()
+    parts = [sim.release.encode(), str(sim.seed).encode(), b"2"]
+    for part_state in (sim.state.server, sim.state.clients):
+        parts += [name.encode() + value.numpy().tobytes() for name, value in sorted(part_state.items())]
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part)
+    assert sim._fingerprint(2) == digest.hexdigest()

@@ -1,7 +1,11 @@
-"""`dpfl flower-app` and the silo files a ClientApp reads: these need no flwr."""
+"""`dpfl flower-app`, `dpfl write-silos` and the silo files a ClientApp reads: these need no flwr."""
 
 import json
+import os
+import subprocess
+import sys
 import tomllib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -104,3 +108,33 @@ def test_a_boundary_flower_does_not_enforce_is_refused(tmp_path, capsys, overrid
     err = capsys.readouterr().err
     assert "privacy.boundary" in err and message in err
     assert not (tmp_path / "app").exists()
+
+
+def test_dpfl_write_silos_writes_the_configs_clients_as_silo_files_without_flwr(tmp_path, capsys):
+    """Before, only the tests knew ``write_silos``; now `dpfl write-silos` writes the files a test bed's SuperNodes
+    read, one per client of the config's data (as `dpfl run` builds it: the server checks each node's count against
+    it), refuses a folder of other files, and replaces the silos of a previous, larger federation."""
+    from dpfl.experiments.runner import build_data
+
+    path = tmp_path / "c.toml"
+    path.write_text(CONFIG)
+    out = tmp_path / "silos"
+    assert main(["write-silos", str(path), "--out", str(out), "--set", "data.num_clients=5"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [f"silo-{i}.npz" for i in range(5)]
+    assert main(["write-silos", str(path), "--out", str(out)]) == 0
+    assert "wrote 3 silo files to" in capsys.readouterr().err
+    train = build_data(load_config(path)).train
+    assert sorted(p.name for p in out.iterdir()) == ["silo-0.npz", "silo-1.npz", "silo-2.npz"]
+    for i in range(3):
+        silo, n = load_silo(out / f"silo-{i}.npz"), int(train.counts[i])
+        assert silo.client == i and silo.x.equal(train.x[i, :n]) and silo.y.equal(train.y[i, :n])
+    (out / "notes.txt").write_text("mine")
+    assert main(["write-silos", str(path), "--out", str(out)]) == 2
+    assert "--out = " in capsys.readouterr().err and (out / "silo-2.npz").exists()
+    assert main(["write-silos", "--help"]) == 0 and "--out OUT" in capsys.readouterr().out
+    src = Path(__file__).resolve().parents[2] / "src"
+    check = ("import sys; from dpfl.cli import main; "
+             f"assert main(['write-silos', {str(path)!r}, '--out', {str(tmp_path / 'again')!r}]) == 0; "
+             "assert 'flwr' not in sys.modules, 'write-silos imported flwr'")
+    subprocess.run([sys.executable, "-c", check], check=True, capture_output=True,
+                   env={**os.environ, "PYTHONPATH": str(src)})

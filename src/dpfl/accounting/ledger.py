@@ -100,7 +100,7 @@ class PrivacyLedger:
         self._runs: dict[str, list] = {o: [] for o in self.observers}  # [repr(event), rounds] of consecutive rounds
         self._events: dict[str, dp_event.DpEvent] = {}  # repr(event) -> event (events may hold lists: unhashable)
         self._journal: list[tuple] = []  # (round index, events, fingerprint) of every composition, in order
-        self._latest: dict[int, tuple] = {}  # round index -> (events, fingerprint) of its latest composition
+        self._latest: dict[int, int] = {}  # round index -> the journal position of its latest composition
         self._spent: dict[str, float] | None = None  # epsilon of the compositions so far (None: not computed yet)
         self._memo: dict[tuple, float] = {}  # (accountant name, composition) -> epsilon at self.delta
 
@@ -113,7 +113,8 @@ class PrivacyLedger:
         missing = set(self.observers) - set(events)
         if missing:
             raise ValueError(f"round {round_index} has no event for observer(s) {sorted(missing)}")
-        if fingerprint is not None and self._latest.get(round_index) == (dict(events), fingerprint):
+        latest = self._latest.get(round_index)
+        if fingerprint is not None and latest is not None and self._journal[latest][1:] == (dict(events), fingerprint):
             return self.epsilon()
         after = self._epsilon(extra=[events])
         for observer, limit in self.budget.items():
@@ -129,8 +130,8 @@ class PrivacyLedger:
 
     def _append(self, round_index: int, events: dict[str, dp_event.DpEvent], fingerprint: str | None) -> None:
         self._spent = None
+        self._latest[round_index] = len(self._journal)
         self._journal.append((round_index, dict(events), fingerprint))
-        self._latest[round_index] = (dict(events), fingerprint)
         for observer in self.observers:
             key = self._key(events[observer])
             self._counts[observer][key] += 1
@@ -147,6 +148,19 @@ class PrivacyLedger:
         if self._spent is None:
             self._spent = self._epsilon()
         return dict(self._spent)
+
+    def epsilon_through(self, round_index: int) -> dict[str, float]:
+        """Epsilon towards each observer as it stood when round ``round_index`` was last composed: every composition
+        up to and including it. A round replayed after a resume with the fingerprint on record reports what it
+        reported when it first ran, not the rounds recorded after it (``epsilon()``: those too); a round not recorded
+        reports ``epsilon()``. It costs what the round's own budget check cost (one accountant per observer), and
+        nothing for the latest round."""
+        position = self._latest.get(round_index)
+        if position is None or position == len(self._journal) - 1:
+            return self.epsilon()
+        done = self._journal[: position + 1]
+        return {o: self._epsilon_of(o, self._tally(o, [self._key(events[o]) for _, events, _ in done]))
+                for o in self.observers}
 
     def epsilon_after(self, rounds: Iterable[dict[str, dp_event.DpEvent]],
                       observers: Iterable[str] | None = None) -> dict[str, float]:
@@ -171,13 +185,18 @@ class PrivacyLedger:
             if observer not in events:
                 raise ValueError(f"a round has no event for observer {observer!r}")
             keys.append(self._key(events[observer]))
+        return self._tally(observer, keys, self._runs[observer], self._counts[observer])
+
+    def _tally(self, observer: str, keys: list[str], runs: list = (), counts: Counter | None = None) -> list[tuple]:
+        """(event key, rounds) of the events ``keys`` composed after ``runs`` (the observer's runs of equal
+        consecutive events so far) or ``counts`` (its rounds per distinct event so far), as ``_composed`` says."""
         if self.accountant_names[observer] in accountants.ORDERED:
-            runs = [list(run) for run in self._runs[observer]]
+            runs = [list(run) for run in runs]
             for key in keys:
                 _extend(runs, key)
             composed = [tuple(run) for run in runs]
         else:
-            counts = Counter(self._counts[observer])
+            counts = Counter(counts or {})
             counts.update(keys)
             composed = list(counts.items())
         return [(key, count) for key, count in composed if key != _NO_OP]

@@ -1,5 +1,5 @@
-"""The `dpfl` command line: run | demo | config | plot | audit | flower-app | account | calibrate | plan (and
-`dpfl --version`).
+"""The `dpfl` command line: run | demo | config | plot | audit | flower-app | write-silos | account | calibrate | plan
+(and `dpfl --version`).
 
 `account` and `calibrate` have one subcommand per accountant, `plan` one per planner. Each lives in its own module
 of this package named `account_<name>.py`, `calibrate_<name>.py` or `plan_<name>.py` and defines
@@ -169,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     from dpfl.cli import flower_app as flower_app_cmd
 
     flower_app_cmd.configure(commands)
+    from dpfl.cli import write_silos as write_silos_cmd
+
+    write_silos_cmd.configure(commands)
     for group, prefix, metavar, help_text in (
         ("account", "account_", "ACCOUNTANT", "epsilon of a mechanism or algorithm, without training"),
         ("calibrate", "calibrate_", "ACCOUNTANT", "the noise multiplier, number of rounds (run --solve rounds) or "

@@ -1,6 +1,7 @@
 """How much memory building a config's data takes, estimated from the config alone, and a refusal before building
-when it exceeds what the machine has (``HEADROOM``: a tenth of it is left for everything else: the model, the
-algorithm's per-client state, a chunk of the cohort's work, and the estimate's own error).
+when it exceeds what the machine has (``HEADROOM``: a tenth of it is left for the interpreter and the estimate's
+own error). The model, the algorithm's state and a round's work are guarded once the data is built, against what is
+left then (``dpfl.experiments.memory``).
 
 A ``FederatedDataset`` stores each split as float32 features and int64 labels stacked on a leading client axis and
 padded to the largest client (``federated.py``); the simulator then keeps a flat copy of every real record

@@ -7,7 +7,10 @@ results.json is written (atomically) after every evaluated round and when the ru
 the latest results. It holds "config", "data" (where the data came from and how it was made,
 ``FederatedDataset.info``: its source (for a file: path, format, sha256, columns or arrays), classes, partition,
 split, preprocessing), "rounds" (one entry per evaluated round: round, test_accuracy, train_loss,
-epsilon per observer, and gradient_mapping for an algorithm with a prox step: ``RoundMetrics``), "final" (the same keys plus delta, for the model after the last round done), "privacy"
+epsilon per observer as of that round, and gradient_mapping for an algorithm with a prox step: ``RoundMetrics``; a
+round replayed after a resume reports its own epsilon), "final" (the same keys plus delta, for the model after the last
+round done, with the epsilon of every round the ledger records: after a resume stopped mid-replay, also the rounds
+recorded before the crash), "privacy"
 (accountant, conversion, observers, what each sees, how the boundary is "enforced" (real protocol, simulated, declared),
 where the "noise" comes from (a secret key, or the research mode's run.noise_seed); "events_per_round": each
 observer's event of round "events_round", the last round done as the ledger charged it, or the first round as it will
@@ -36,6 +39,7 @@ computation) and never forgets privacy already spent; a new run never overwrites
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -51,7 +55,7 @@ import torch
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.algorithms import registry
 from dpfl.data import FederatedDataset, build_dataset
-from dpfl.data.footprint import check_data_memory, size
+from dpfl.data.footprint import check_data_memory
 from dpfl.engine.boundary import Boundary, SecureAggregation
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.keys import KEY_FILE, fresh_key, load_key
@@ -59,6 +63,7 @@ from dpfl.engine.sampling import ClientSampler
 from dpfl.durable import write_text_atomically
 from dpfl.engine.simulator import Simulation
 from dpfl.errors import ConfigError, RunDirectoryError, RunInterrupted, json_problem
+from dpfl.experiments.memory import check_run_memory, run_footprint
 from dpfl.experiments.validate import budget_of, check_warm_rounds, cohort_sampling, validate
 from dpfl.models import build_model
 
@@ -69,7 +74,8 @@ RUN_FILES = ("ledger.json", "checkpoint.pt", "results.json", "run.json", KEY_FIL
 def build_simulation(config: dict, out_dir: Path | None = None, workers=None, noise_key: int | None = None,
                      run_id: str = "") -> Simulation:
     """The run ``config`` describes, ready to run; refused before the data is built when building it would not fit
-    in the machine's memory, and before any round when one client's work does not fit in run.memory_mb.
+    in the machine's memory, and before the model or any state is built when they would not fit in what is left
+    (``memory.check_run_memory``) or one client's work does not fit in run.memory_mb.
     ``workers(config, dataset, delta)``, when given, builds where the cohort's client work runs
     (``Simulation.workers``; default: in this process). ``noise_key``: the secret of the run's DP randomness
     (``dpfl.engine.keys``; default: ``run_key``)."""
@@ -79,12 +85,14 @@ def build_simulation(config: dict, out_dir: Path | None = None, workers=None, no
     if threads is not None:
         torch.set_num_threads(threads)
     dataset = build_data(config)
-    model = build_initial_model(config, dataset)
     clients = build_clients(config, dataset)
     delta = run_delta(config, dataset)
     key = run_key(config, out_dir) if noise_key is None else noise_key
     algorithm = build_algorithm(config, dataset, delta, secret=key)
     check_warm_rounds(config, algorithm)
+    check_run_memory(config, run_footprint(algorithm, build_initial_model(config, dataset, "meta"), dataset.train,
+                                           clients.cohort_size, run_cfg["memory_mb"] * 2**20))
+    model = build_initial_model(config, dataset)
     boundary = build_boundary(privacy_cfg, algorithm, dataset.train.counts)
     ledger = build_ledger(config, boundary, delta, algorithm, budget=True)
     sim = Simulation(
@@ -94,12 +102,6 @@ def build_simulation(config: dict, out_dir: Path | None = None, workers=None, no
         checkpoint_dir=out_dir, checkpoint_every=run_cfg["checkpoint_every"], release=release_hash(config),
         data=dataset.info, workers=None if workers is None else workers(config, dataset, delta),
     )
-    one_client = sim.client_bytes()
-    if one_client > sim.memory_budget_bytes:
-        raise ConfigError("run.memory_mb", run_cfg["memory_mb"],
-                          f"at least {math.ceil(one_client / 2**20)}: the cohort is worked through in chunks of "
-                          f"run.memory_mb, and one client's work (its largest minibatch, "
-                          f"{algorithm.examples_per_client(dataset.train.counts)} records) takes {size(one_client)}")
     return sim
 
 
@@ -117,12 +119,14 @@ def build_data(config: dict) -> FederatedDataset:
     return dataset
 
 
-def build_initial_model(config: dict, dataset: FederatedDataset) -> torch.nn.Module:
-    """The config's model for ``dataset``, initialised from ``run.seed`` (the model a run starts from)."""
+def build_initial_model(config: dict, dataset: FederatedDataset, device: str | None = None) -> torch.nn.Module:
+    """The config's model for ``dataset``, initialised from ``run.seed`` (the model a run starts from); on
+    ``device`` "meta", its shapes only (nothing allocated: for its size and the memory estimate)."""
     model_cfg = config["model"]
     torch.manual_seed(config["run"]["seed"])  # model initialisation
-    return build_model(model_cfg["name"], dataset.num_features, dataset.num_classes,
-                       **{k: v for k, v in model_cfg.items() if k != "name"})
+    with torch.device(device) if device is not None else contextlib.nullcontext():
+        return build_model(model_cfg["name"], dataset.num_features, dataset.num_classes,
+                           **{k: v for k, v in model_cfg.items() if k != "name"})
 
 
 def build_clients(config: dict, dataset: FederatedDataset) -> ClientSampler:
@@ -160,7 +164,7 @@ def build_setting(config: dict, dataset: FederatedDataset, delta: float,
         rounds=algo_cfg["rounds"], delta=delta, epsilon=privacy_cfg["epsilon"], seed=config["run"]["seed"],
         secret=secret, analysis=privacy_cfg["analysis"], conversion=privacy_cfg["conversion"], release=privacy_cfg["release"],
         model=dict(config["model"]), num_classes=dataset.num_classes,
-        dimension=sum(p.numel() for p in build_initial_model(config, dataset).parameters()))
+        dimension=sum(p.numel() for p in build_initial_model(config, dataset, "meta").parameters()))
 
 
 def boundary_name(privacy_cfg: dict) -> str:
@@ -313,7 +317,8 @@ def check_writable(out: Path) -> None:
 
 
 def check_free(out: Path) -> None:
-    """Refuses a new run into ``out`` if it holds a run's ledger (privacy already spent) or checkpoint."""
+    """Refuses a new run into ``out`` if it holds a run's ledger (privacy already spent), its checkpoint, or its
+    record (run.json, results.json) without either: nothing says that run spent no privacy."""
     ledger_path = out / "ledger.json"
     if ledger_path.exists():
         spent = PrivacyLedger.load(ledger_path)  # a corrupt ledger is refused too, naming the file
@@ -323,6 +328,17 @@ def check_free(out: Path) -> None:
         raise RunDirectoryError(f"{out} already holds a run's checkpoint.pt (without its ledger.json, so the privacy "
                                 "that run spent is not on record); pass --restart to archive it and start over, or "
                                 "use another run directory")
+    records = [name for name in ("run.json", "results.json") if (out / name).exists()]
+    if records:
+        raise RunDirectoryError(_without_ledger(out, records))
+
+
+def _without_ledger(out: Path, records: list[str]) -> str:
+    """Why a directory that holds a run's record (run.json, results.json) but neither its ledger nor its checkpoint
+    is refused: the rounds that run spent may have been recorded in a ledger.json since moved or deleted."""
+    return (f"{out} holds a run's {' and '.join(records)} but neither its ledger.json nor its checkpoint.pt, so the "
+            "privacy that run spent is not on record (moved or deleted?); restore them to continue it with --resume, "
+            "pass --restart to archive what is left and start over, or use another run directory")
 
 
 def check_resumable(out: Path, config: dict) -> dict:
@@ -330,6 +346,9 @@ def check_resumable(out: Path, config: dict) -> dict:
     config; the error names every key that differs, with the old and the new value. Reads only run.json (and checks
     that a ledger or checkpoint exists), so it runs before any data or model is built. Returns the run record."""
     if not (out / "ledger.json").exists() and not (out / "checkpoint.pt").exists():
+        records = [name for name in ("run.json", "results.json") if (out / name).exists()]
+        if records:
+            raise RunDirectoryError(f"cannot resume: {_without_ledger(out, records)}")
         raise RunDirectoryError(f"cannot resume: {out} holds no ledger.json or checkpoint.pt (no round of a run was "
                                 "started there); drop --resume to start a new run")
     path = out / "run.json"
@@ -444,6 +463,7 @@ def results_of(sim: Simulation, config: dict) -> dict:
     """The run's results so far (the module docstring lists the keys)."""
     done = sim.history[-1] if sim.history and sim.history[-1].round == sim.next_round else None
     final = (done or sim.evaluate()).to_dict()  # the model after the last round done
+    final["epsilon"] = {o: None if math.isinf(e) else e for o, e in sim.ledger.epsilon().items()}  # all spent so far
     final["delta"] = sim.ledger.delta
     events_round, events = reported_events(sim)
     if sim.ledger.hides_iterates():  # beside the last-iterate epsilon: what releasing every iterate would cost

@@ -11,6 +11,8 @@ checked by ``dpfl.data.build_dataset`` before it generates or loads anything.
 
 from __future__ import annotations
 
+import torch
+
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import THIRD_PARTY
 from dpfl.algorithms import registry
@@ -56,7 +58,8 @@ def validate(config: dict) -> None:
         delta = _DELTA_STAND_IN if privacy_cfg["delta"] is None else privacy_cfg["delta"]
         PrivacyLedger(boundary.observers, delta, budget_of(privacy_cfg["budget"]), privacy_cfg["conversion"],
                       privacy_cfg["analysis"], algorithm.neighboring)
-    build_model(model_cfg["name"], *_SHAPE_STAND_IN, **{k: v for k, v in model_cfg.items() if k != "name"})
+    with torch.device("meta"):  # its keys only: no memory (a model of 4e8 parameters is the memory guard's to refuse)
+        build_model(model_cfg["name"], *_SHAPE_STAND_IN, **{k: v for k, v in model_cfg.items() if k != "name"})
 
 
 def cohort_sampling(config: dict, num_clients: int) -> tuple[float, str]:

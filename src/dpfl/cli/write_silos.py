@@ -1,0 +1,43 @@
+"""`dpfl write-silos CONFIG.toml [--set key=value ...] --out DIR`: one silo file per client of the config's data
+(``DIR/silo-{i}.npz``: client i's training records, with its client id), the files the SuperNodes of a Flower
+deployment read (``dpfl.flower.silo``), for a test bed or a rehearsal on the config's own data. Needs no flwr."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from dpfl.errors import ConfigError
+
+
+def configure(commands) -> None:
+    parser = commands.add_parser("write-silos", help="write one silo file per client of a config's data (for Flower "
+                                                     "SuperNodes)", description=__doc__)
+    parser.add_argument("config", help="the dpfl TOML config whose [data] section to split into silos")
+    parser.add_argument("--out", required=True, help="the folder for silo-0.npz, silo-1.npz, ...")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key, as in dpfl run")
+    parser.set_defaults(handler=_write_silos)
+
+
+def _write_silos(args) -> None:
+    from dpfl.experiments.config import load_config
+    from dpfl.experiments.runner import build_data
+    from dpfl.flower.silo import write_silos
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--out", str(out), "a directory (or a path to create one)")
+    foreign = sorted(p.name for p in out.iterdir() if not (p.name.startswith("silo-") and p.suffix == ".npz")) \
+        if out.exists() else []
+    if foreign:
+        raise ConfigError("--out", str(out), f"an empty directory or one holding only silo-*.npz files (found {foreign[:5]})")
+    train = build_data(load_config(args.config, args.overrides)).train
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("silo-*.npz"):  # a previous, larger federation's files would be read as clients
+        stale.unlink()
+    paths = write_silos(train, out)
+    counts = [int(c) for c in train.counts]
+    print(f"wrote {len(paths)} silo files to {out} (silo-0.npz .. silo-{len(paths) - 1}.npz: {min(counts)} to "
+          f"{max(counts)} training records each); start client i's SuperNode with --node-config "
+          f"'data-path=\"{out.resolve()}/silo-i.npz\"'", file=sys.stderr)
