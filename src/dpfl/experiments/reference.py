@@ -112,7 +112,11 @@ def reference() -> str:
 
     out += ["", "## [model]", "",
             f"`model.name` picks the model (default `{value_text(MODEL_DEFAULT)}`; allowed: "
-            f"{allowed_text(tuple(MODEL_KEYS))}); the other keys apply only to the models listed beside them.", ""]
+            f"{allowed_text(tuple(MODEL_KEYS))}); the other keys apply only to the models listed beside them. "
+            "`logreg` and `mlp` take records of any shape (an image's pixels, flattened); the CNNs take images: "
+            "records [C, H, W] or [H, W] (an npz's `x` [N, C, H, W] or [N, H, W]), or a square number of flat "
+            "features, read as one-channel images (digits: 64 = 8 x 8); `femnist-cnn` needs at least 4 x 4 pixels, "
+            "`papernot-cnn` at least 16 x 16.", ""]
     rows = []
     for key in dict.fromkeys(k for keys in MODEL_KEYS.values() for k in keys):
         users = [m for m, keys in MODEL_KEYS.items() if key in keys]

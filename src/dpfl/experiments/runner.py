@@ -108,7 +108,7 @@ def build_initial_model(config: dict, dataset: FederatedDataset) -> torch.nn.Mod
     """The config's model for ``dataset``, initialised from ``run.seed`` (the model a run starts from)."""
     model_cfg = config["model"]
     torch.manual_seed(config["run"]["seed"])  # model initialisation
-    return build_model(model_cfg["name"], dataset.num_features, dataset.num_classes,
+    return build_model(model_cfg["name"], dataset.train.feature_shape, dataset.num_classes,
                        **{k: v for k, v in model_cfg.items() if k != "name"})
 
 
