@@ -28,7 +28,7 @@ import pkgutil
 import sys
 import warnings
 
-from dpfl.errors import DpflError
+from dpfl.errors import ConfigWarning, DpflError
 
 
 def _subcommand_modules(prefix: str):
@@ -185,6 +185,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _shown_as(command: str, show):
+    """``warnings.showwarning`` that prints a ConfigWarning as "dpfl COMMAND: warning: ..." on stderr (its message
+    names the key and why; the file and line of the code that raised it would only distract), others with ``show``."""
+    def shown(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, ConfigWarning):
+            print(f"dpfl {command}: warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return shown
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -192,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as done:  # --help, --version (0) or a usage error (2, already printed): a status, not a raise
         return done.code if isinstance(done.code, int) else (0 if done.code is None else 2)
     try:
-        code = args.handler(args)  # a handler returns None, or an exit status of its own (130: interrupted)
+        with warnings.catch_warnings():
+            warnings.showwarning = _shown_as(args.command, warnings.showwarning)
+            code = args.handler(args)  # a handler returns None, or an exit status of its own (130: interrupted)
     except DpflError as err:
         print(f"dpfl {args.command}: error: {err}", file=sys.stderr)
         return 2

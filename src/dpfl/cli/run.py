@@ -2,8 +2,9 @@
 `dpfl demo [--out DIR] [--json]`.
 
 Exit statuses (``EXIT_STATUSES``): 0 the run finished its rounds; 2 an error (bad config, run directory, ...);
-3 a privacy budget stopped it (BUDGET_STOPPED); 4 it diverged (DIVERGED); 130 Ctrl-C: it stops after the current round
-(a second Ctrl-C at once) and says how to resume, without a traceback. With --json the summary is one JSON object on
+3 a privacy budget stopped it (BUDGET_STOPPED); 4 it diverged (DIVERGED: a non-finite model or train loss, or a train
+loss above ``simulator.DIVERGED_LOSS``); 130 Ctrl-C: it stops after the current round (a second Ctrl-C at once) and
+says how to resume, without a traceback. With --json the summary is one JSON object on
 stdout and nothing else goes there (progress and notes go to stderr).
 """
 
@@ -24,7 +25,8 @@ EXIT_STATUSES = f"""exit status:
   0    the run finished all its rounds
   2    error (bad config or option, unusable run directory); nothing was run
   {BUDGET_STOPPED}    the privacy budget (privacy.budget) stopped the run early; results.json holds the rounds done
-  {DIVERGED}    the run diverged (non-finite model or train loss) and stopped; lower algorithm.lr
+  {DIVERGED}    the run diverged (non-finite model or train loss, or a train loss above 1e4) and stopped; lower
+       algorithm.lr
   {INTERRUPTED}  interrupted (Ctrl-C); the command to resume is printed"""
 _STATUS_OF = {"budget": BUDGET_STOPPED, "diverged": DIVERGED, "interrupted": INTERRUPTED}
 

@@ -50,6 +50,7 @@ from dpfl.engine.sampling import ClientSampler
 from dpfl.durable import write_text_atomically
 from dpfl.engine.simulator import Simulation
 from dpfl.errors import ConfigError, RunDirectoryError, RunInterrupted, json_problem
+from dpfl.experiments import doubtful
 from dpfl.experiments.validate import budget_of, check_warm_rounds, cohort_sampling, validate
 from dpfl.models import build_model
 
@@ -74,6 +75,9 @@ def build_simulation(config: dict, out_dir: Path | None = None, workers=None) ->
     algorithm = build_algorithm(config, dataset, delta)
     check_warm_rounds(config, algorithm)
     boundary = build_boundary(privacy_cfg, algorithm, dataset.train.counts)
+    doubtful.check_delta(privacy_cfg["delta"], int(dataset.train.counts.sum()))
+    doubtful.check_cohort(clients)
+    doubtful.check_observers(boundary.observers, dataset.num_clients)
     ledger = build_ledger(config, boundary, delta, algorithm, budget=True)
     sim = Simulation(
         dataset.train, dataset.test, CohortGradients(model), algorithm, clients, ledger, seed=run_cfg["seed"],

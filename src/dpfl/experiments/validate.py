@@ -16,11 +16,15 @@ from dpfl.accounting.observers import THIRD_PARTY
 from dpfl.algorithms import registry
 from dpfl.engine.boundary import Boundary
 from dpfl.engine.sampling import ClientSampler
-from dpfl.errors import ConfigError, check_range
+from dpfl.errors import ConfigError, check_range, check_target_epsilon
 from dpfl.models import check_model_keys
 
 #: A stand-in for privacy.delta when it is left to its data-dependent default: only the other ledger keys are checked.
 _DELTA_STAND_IN = 0.5
+#: privacy.delta must be below this: delta is the probability that the epsilon guarantee fails outright, and a delta
+#: of 0.1 allows a mechanism that publishes a tenth of the records in full (values above 1 / N warn:
+#: ``dpfl.experiments.doubtful``).
+MAX_DELTA = 0.1
 
 
 def validate(config: dict) -> None:
@@ -33,6 +37,13 @@ def validate(config: dict) -> None:
     if run_cfg["threads"] is not None:
         check_range("run.threads", run_cfg["threads"], 1, integer=True)
     rounds = check_range("algorithm.rounds", algo_cfg["rounds"], 1, integer=True)
+    if privacy_cfg["epsilon"] is not None:
+        check_target_epsilon("privacy.epsilon", privacy_cfg["epsilon"])
+    delta = privacy_cfg["delta"]
+    if delta is not None and check_range("privacy.delta", delta, 0.0, 1.0, low_open=True, high_open=True) >= MAX_DELTA:
+        raise ConfigError("privacy.delta", delta, f"a number in (0, {MAX_DELTA:g}): delta is the probability that the "
+                                                  "epsilon guarantee fails outright, meant to be well below 1 / N "
+                                                  "(N training records; the default is 1 / N)")
     num_clients = data_cfg["num_clients"]
     spec = registry.spec_of(algo_cfg["name"])
     section = spec.section(algo_cfg)
