@@ -138,6 +138,16 @@ def with_default_accountant(compute, accountant: str | None, pld_cannot: str | N
             "few per cent of PLD at such epsilons")
 
 
+def add_config_keys(parser, set_help: str) -> None:
+    """``--set KEY=VALUE`` and ``--unset KEY``: a config file's keys changed or dropped on the command line
+    (``dpfl.experiments.config.load_config``)."""
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=set_help)
+    parser.add_argument("--unset", dest="unset", action="append", default=[], metavar="KEY",
+                        help="drop a key the config file sets (it then takes its default, or is gone where it does "
+                             "not apply), e.g. --set algorithm.name=\"'fedavg'\" --unset algorithm.noise_multiplier "
+                             "--unset algorithm.clip for a private config's non-private twin (repeatable)")
+
+
 def version() -> str:
     """The installed distribution's version (importlib.metadata), else the package's ``__version__``."""
     from importlib import metadata
