@@ -13,6 +13,11 @@ class ConfigError(DpflError, ValueError):
         super().__init__(f"{field} = {value!r} is not allowed: expected {allowed}")
 
 
+class ConfigWarning(UserWarning):
+    """A value dpfl accepts but that is most likely a mistake; the message names the key and why. The command line
+    prints it as "dpfl COMMAND: warning: ..." on stderr."""
+
+
 class BudgetExceededError(DpflError):
     """The next step would spend more privacy than the configured budget."""
 
@@ -37,6 +42,34 @@ def check_range(field: str, value, low=None, high=None, *, low_open=False, high_
     if high is not None and (value > high or (high_open and value == high)):
         raise ConfigError(field, value, allowed)
     return int(value) if integer else value
+
+
+#: The noise multipliers z (noise std / l2 sensitivity) and the target epsilons dpfl accepts as input: outside them
+#: the accountants' arithmetic leaves the floating-point range (dp_accounting squares z: 1e300 overflows, 1e-300
+#: divides by zero; inf is no number), and the values mean nothing a run could use (z = 1e-6 costs epsilon ~ 1e12 a
+#: step, z = 1e6 buries an update in noise a million times its size; epsilon = 1e6 protects nothing, 1e-6 calls for
+#: noise no model survives).
+NOISE_MULTIPLIERS = (1e-6, 1e6)
+TARGET_EPSILONS = (1e-6, 1e6)
+
+
+def check_noise_multiplier(field: str, value) -> float:
+    """A noise multiplier given by a user, in ``NOISE_MULTIPLIERS``."""
+    return _check_within(field, value, NOISE_MULTIPLIERS, "a noise multiplier (noise std / l2 sensitivity)")
+
+
+def check_target_epsilon(field: str, value) -> float:
+    """A target epsilon given by a user (a budget to calibrate noise to), in ``TARGET_EPSILONS``."""
+    return _check_within(field, value, TARGET_EPSILONS, "an epsilon")
+
+
+def _check_within(field: str, value, bounds: tuple[float, float], what: str) -> float:
+    check_range(field, value, 0, low_open=True)  # the type, NaN and sign, with check_range's message
+    low, high = bounds
+    if not low <= value <= high:
+        raise ConfigError(field, value, f"{what} in [{low:g}, {high:g}]: beyond it the accountants' arithmetic "
+                                        "overflows and no run means anything")
+    return float(value)
 
 
 class RunDirectoryError(DpflError):

@@ -101,3 +101,51 @@ def test_plan_last_iterate_gives_the_least_noise_under_each_accountant(capsys):
     assert plan["steps"] == 100 and plan["unused_users"] == 0
     assert main(argv[:-1] + ["--batch-size", "0"]) == 2
     assert "batch_size = 0" in capsys.readouterr().err
+
+
+# -- the newcomer's minimal config: fedsgd-dpc on digits over 10 clients, keys left to their defaults --------------
+MINIMAL = '[data]\nname = "digits"\nnum_clients = 10\n[algorithm]\nname = "fedsgd-dpc"\n[privacy]\nepsilon = 10.0\n'
+
+
+def test_a_loss_without_strong_convexity_is_refused_at_once_naming_the_key_that_gives_it(capsys, tmp_path):
+    """Without weight decay a softmax model's loss has mu = 0 (a null direction), which Zhou et al.'s bound
+    (Assumption 4) does not allow; the planner used to run Lanczos on that null space for minutes and end in
+    ArpackNoConvergence."""
+    config = tmp_path / "minimal.toml"
+    config.write_text(MINIMAL)
+    assert main(["plan", "queries-replies", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "algorithm.weight_decay = 0.0 is not allowed" in err and "Traceback" not in err
+    assert "strongly convex" in err and "Assumption 4" in err and "--mu" in err
+
+
+def test_with_weight_decay_the_minimal_config_plans_with_progress_and_its_own_cohort(capsys, tmp_path,
+                                                                                    one_torch_thread):
+    """fedsgd-dpc's b defaults to every client (it has no algorithm.client_rate: a KeyError before); the estimation
+    reports its stages on stderr; mu of logistic regression is the weight decay."""
+    config = tmp_path / "minimal.toml"
+    config.write_text(MINIMAL.replace('name = "fedsgd-dpc"', 'name = "fedsgd-dpc"\nweight_decay = 0.01')
+                      .replace("num_clients = 10", "num_clients = 10\nsamples_per_client = 30"))
+    assert main(["plan", "queries-replies", str(config), "--steps", "2", "--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["constants"]["mu"] == pytest.approx(0.01, rel=1e-6) and out["constants"]["N"] == 10
+    assert "warnings" not in out  # every minimisation converged
+    stages = [line for line in captured.err.splitlines() if line.startswith("dpfl plan: estimating")]
+    assert len(stages) == 6 and "gradient norms" in stages[-1]
+    assert main(["plan", "queries-replies", str(config), "--steps", "2", "--solve", "rounds", "--json",
+                 "--no-progress", "--max-iterations", "1"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["clients_per_round"] == 10 and captured.err == ""
+    assert any("theta*" in w and "1 L-BFGS-B iterations" in w for w in out["warnings"])
+
+
+def test_an_estimated_mu_needs_a_config_with_weight_decay_but_a_given_mu_does_not(capsys, tmp_path,
+                                                                                  one_torch_thread):
+    config = tmp_path / "minimal.toml"
+    config.write_text(MINIMAL.replace("num_clients = 10", "num_clients = 10\nsamples_per_client = 30"))
+    assert main(["plan", "queries-replies", str(config), "--mu", "0.01", "--steps", "2", "--json",
+                 "--no-progress"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["constants"]["mu"] == 0.01 and "mu" not in out["nonprivate_estimates"]

@@ -88,3 +88,20 @@ def test_identical_clients_with_repeated_records_have_no_heterogeneity_and_no_va
     est = estimate_constants(data, build_model("logreg", 2, 2), WEIGHT_DECAY, steps=3)
     assert est.Gamma == pytest.approx(0.0, abs=1e-10)
     assert est.Lambda == pytest.approx((0.0, 0.0), abs=1e-6)
+
+
+def test_a_loss_without_weight_decay_ends_in_a_clear_error_not_minutes_of_lanczos(one_torch_thread):
+    """Without weight decay the Hessian's least eigenvalue is 0 with a cluster of near-zero ones at theta*: Lanczos
+    stops at its restart cap and the error names the constant to give (scipy's default cap ran for minutes and
+    raised ArpackNoConvergence)."""
+    from dpfl.data import build_dataset
+    from dpfl.planning.constants import LANCZOS_RESTARTS, EstimationError
+
+    data = build_dataset("digits", num_clients=10, samples_per_client=30, test_fraction=0.2)
+    torch.manual_seed(0)
+    model = build_model("logreg", data.train.feature_shape, data.num_classes)
+    with pytest.raises(EstimationError, match=f"mu could not be estimated: .* in {LANCZOS_RESTARTS} restarts.*--mu"):
+        estimate_constants(data, model, 0.0, steps=2)
+    stages = []
+    estimates = estimate_constants(data, model, 0.0, steps=2, estimate_mu=False, progress=stages.append)
+    assert math.isnan(estimates.mu) and estimates.lam > 0 and len(stages) == 5

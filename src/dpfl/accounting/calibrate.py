@@ -68,7 +68,7 @@ def calibrate_noise(
         [initial_noise / 2**MAX_DOUBLINGS, initial_noise * 2**MAX_DOUBLINGS] separates epsilons above and below the
         target (for example RDP's conversion puts a floor under epsilon: log(1/delta) / (max order - 1) for classic).
     """
-    target_epsilon = check_range("target_epsilon", target_epsilon, 0, low_open=True)
+    target_epsilon = check_range("target_epsilon", target_epsilon, 0, math.inf, low_open=True, high_open=True)
     delta = check_range("delta", delta, 0, 1, low_open=True, high_open=True)
     check_options(accountant, conversion, neighboring)
     initial_noise = check_range("initial_noise", initial_noise, 0, low_open=True)
@@ -120,7 +120,7 @@ def max_steps(
     Raises:
       ConfigError: a parameter is out of range, or 2**MAX_DOUBLINGS steps still meet the target.
     """
-    target_epsilon = check_range("target_epsilon", target_epsilon, 0, low_open=True)
+    target_epsilon = check_range("target_epsilon", target_epsilon, 0, math.inf, low_open=True, high_open=True)
     delta = check_range("delta", delta, 0, 1, low_open=True, high_open=True)
     check_options(accountant, conversion, neighboring)
     if accountant == "pld":
@@ -161,7 +161,7 @@ def solve_noise(epsilon_of: Callable[[float], float], target_epsilon: float, *, 
     accountant given as a function decreasing in z: the bracket search and Illinois bisection of ``calibrate_noise``
     at one level. Serves the accountants that are not DpEvents (last iterate, shuffle, a run's ledger). ``progress``
     is called with (noise, epsilon) after every trial."""
-    target_epsilon = check_range("target_epsilon", target_epsilon, 0, low_open=True)
+    target_epsilon = check_range("target_epsilon", target_epsilon, 0, math.inf, low_open=True, high_open=True)
     initial_noise = check_range("initial_noise", initial_noise, 0, low_open=True)
     rtol = check_range("rtol", rtol, 0, 0.1, low_open=True)
 

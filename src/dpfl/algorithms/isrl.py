@@ -249,6 +249,7 @@ def build_isrl(name: str, config: ISRLConfig, setting: Setting) -> ISRL:
 
 register(AlgorithmSpec(
     names=NAMES, config=ISRLConfig, build=build_isrl, private=lambda name: True,
+    common_defaults={"client_rate": 1.0},  # cross-silo: a few silos, every one in every round
     help="ISRL-DP Prox-SGD (disjoint batches), minibatch SGD and Local SGD, private against the server and the "
          "other silos, calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023)",
     release_keys=("algorithm.rounds",), noise_key=None,

@@ -239,6 +239,7 @@ def build_spider(name: str, config: SpiderConfig, setting: Setting) -> ISRLSpide
 
 register(AlgorithmSpec(
     names=("isrl-spider",), config=SpiderConfig, build=build_spider, private=lambda name: True,
+    common_defaults={"client_rate": 1.0},  # cross-silo: a few silos, every one in every round
     help="ISRL-DP FedProx-SPIDER: checkpoint gradients and gradient differences, both noise streams composed, "
          "calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023, Alg. 3)",
     release_keys=("algorithm.rounds",), noise_key=None,
@@ -259,6 +260,7 @@ def build_alternate_spider(name: str, config: ISRLKeys, setting: Setting) -> ISR
 
 register(AlgorithmSpec(
     names=("isrl-spider-alt",), config=ISRLKeys, build=build_alternate_spider, private=lambda name: True,
+    common_defaults={"client_rate": 1.0},  # cross-silo: a few silos, every one in every round
     help="ISRL-DP alternate SPIDER: a gradient round, then a gradient difference on one batch at w and one step "
          "ahead, both noise streams composed, one noise multiplier calibrated to privacy.epsilon, with a prox step "
          "for f1 (Lowy et al. 2023, Alg. 11)",

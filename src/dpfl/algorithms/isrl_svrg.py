@@ -208,6 +208,7 @@ def build_svrg(name: str, config: SVRGConfig, setting: Setting) -> ISRLSVRG:
 
 register(AlgorithmSpec(
     names=NAMES, config=SVRGConfig, build=build_svrg, private=lambda name: True,
+    common_defaults={"client_rate": 1.0},  # cross-silo: a few silos, every one in every round
     help="ISRL-DP Prox-SVRG (full-gradient snapshots, variance-reduced inner steps) and Prox-PL-SVRG (its restarts), "
          "both streams composed, calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023, Alg. 1, 2)",
     release_keys=("algorithm.rounds",), noise_key=None,

@@ -66,7 +66,7 @@ from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
 from dpfl.engine.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput
 from dpfl.engine.sampling import ClientSampler, RecordSampler
-from dpfl.errors import ConfigError, check_range
+from dpfl.errors import ConfigError, check_noise_multiplier, check_range
 
 TRUST = ("aggregator", "clients", "coalition", "local")
 #: the appendix relaxations' keys (``joint_relaxations``)
@@ -93,7 +93,7 @@ class NoiseShares:
     def __post_init__(self):
         if self.trust not in TRUST:
             raise ConfigError("algorithm.trust", self.trust, f"one of {list(TRUST)}")
-        check_range("algorithm.noise_multiplier", self.noise_multiplier, 0.0, low_open=True)
+        check_noise_multiplier("algorithm.noise_multiplier", self.noise_multiplier)
         check_range("algorithm.colluders", self.colluders, 1, integer=True)
         if self.min_clients is not None:
             check_range("algorithm.min_clients", self.min_clients, self.cohort // 2 + 1, self.cohort, integer=True)

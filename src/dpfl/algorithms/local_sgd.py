@@ -50,7 +50,7 @@ from dpfl.engine.boundary import Delivery
 from dpfl.engine.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
 from dpfl.engine.sampling import RecordSampler
-from dpfl.errors import ConfigError, check_range
+from dpfl.errors import ConfigError, check_noise_multiplier, check_range
 
 CLIP_HEURISTICS = ("fixed", "median-nonprivate")
 
@@ -246,7 +246,7 @@ def build_local_sgd(name: str, config: LocalSGDConfig, client_rate: float) -> Lo
     private = name.startswith("dp-")
     base = name.removeprefix("dp-")
     if private:
-        check_range("algorithm.noise_multiplier", config.noise_multiplier, 0.0, low_open=True)
+        check_noise_multiplier("algorithm.noise_multiplier", config.noise_multiplier)
     return LocalSGD(
         local_steps=config.local_steps,
         lr=config.lr,

@@ -59,7 +59,7 @@ from dpfl.engine import keys, randomness
 from dpfl.engine.boundary import Delivery
 from dpfl.engine.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
-from dpfl.errors import ConfigError, check_range
+from dpfl.errors import ConfigError, check_noise_multiplier, check_range
 
 NAMES = ("projected-noisy-sgd", "projected-noisy-sgd-random-stop")
 SCHEDULES = ("constant", "inverse")
@@ -251,9 +251,11 @@ def _checked(config: ProjectedNoisySGDConfig, setting: Setting) -> None:
     check_range("algorithm.radius", config.radius, 0.0, low_open=True)
     check_range("algorithm.weight_decay", config.weight_decay, 0.0)
     check_range("algorithm.lr", config.lr, 0.0, low_open=True)
-    for key in ("smoothness", "feature_clip", "noise_multiplier"):
+    for key in ("smoothness", "feature_clip"):
         if getattr(config, key) is not None:
             check_range(f"algorithm.{key}", getattr(config, key), 0.0, low_open=True)
+    if config.noise_multiplier is not None:
+        check_noise_multiplier("algorithm.noise_multiplier", config.noise_multiplier)
     if config.lr_schedule == "inverse" and config.weight_decay <= 0:
         raise ConfigError("algorithm.weight_decay", config.weight_decay,
                           "a positive lambda with lr_schedule = 'inverse' (eta_t = 1 / (lambda t))")

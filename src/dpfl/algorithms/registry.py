@@ -25,7 +25,8 @@ from dpfl.errors import ConfigError
 #: [algorithm] keys every algorithm has (the round loop's own): name, rounds, client sampling.
 COMMON_KEYS = {
     "name": (str, "dp-scaffold-warm", None, "the algorithm (see `dpfl run --help`)"),
-    "rounds": (int, 100, None, "T, communication rounds"),
+    "rounds": (int, 100, None, "T, communication rounds (a one-pass family, e.g. projected-noisy-sgd: one pass, "
+                               "when data.num_clients is given)"),
     "client_rate": (float, 0.2, None, "l, fraction of clients per round"),
     "client_sampling": (str, "fixed", ("fixed", "poisson", "round_robin", "disjoint"),
                         "fixed size without replacement, Poisson, round robin, or disjoint batches per epoch"),
@@ -92,11 +93,15 @@ class AlgorithmSpec:
     #: whether the family's analysis treats its cohorts as public (drawn from run.seed, e.g. a reply schedule its
     #: noise is calibrated to before the first round); False: cohorts come from the secret noise key
     public_cohorts: bool = False
+    #: defaults of the round loop's keys (COMMON_KEYS) that differ for this family, e.g. {"client_rate": 1.0} for a
+    #: cross-silo family (a few silos, every one in every round)
+    common_defaults: dict = dataclasses.field(default_factory=dict, hash=False)
 
     def common_keys(self) -> dict[str, tuple]:
-        """The round loop's keys that apply to this family."""
+        """The round loop's keys that apply to this family, with this family's defaults."""
         own_cohort = ("client_rate", "client_sampling") if self.cohort is not None else ()
-        return {k: v for k, v in COMMON_KEYS.items() if k not in own_cohort}
+        return {k: (v[0], self.common_defaults.get(k, v[1]), *v[2:]) for k, v in COMMON_KEYS.items()
+                if k not in own_cohort}
 
     def client_sampling(self, section, num_clients: int) -> tuple[float, str]:
         """(client rate, scheme) of the ClientSampler a run of this family uses."""
@@ -113,7 +118,9 @@ class AlgorithmSpec:
         most = self.max_rounds(section, num_clients)
         if rounds > most:
             raise ConfigError("algorithm.rounds", rounds, f"at most {most} for {name!r}: it makes one pass over the "
-                                                          f"{num_clients} clients, each in exactly one round")
+                                                          f"{num_clients} clients, each in exactly one round (left "
+                                                          "unset, algorithm.rounds is one pass when data.num_clients "
+                                                          "is given)")
 
     def section(self, algorithm: dict):
         """The config dataclass of a resolved [algorithm] table (its keys that apply to ``algorithm["name"]``)."""

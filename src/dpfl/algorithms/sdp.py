@@ -215,6 +215,7 @@ def build_sdp(name: str, config: SDPConfig, setting: Setting) -> SDPProxSGD:
 
 register(AlgorithmSpec(
     names=("sdp-prox-sgd",), config=SDPConfig, build=build_sdp, private=lambda name: True,
+    common_defaults={"client_rate": 1.0},  # cross-silo: a few silos, every one in every round
     help="SDP Prox-SGD: disjoint batches, Cheu et al.'s binomial vector summation through a shuffler, silo "
          "sampling, calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023)",
     release_keys=("algorithm.rounds",), noise_key=None,

@@ -180,6 +180,7 @@ def build_sdp_spider(name: str, config: SDPSpiderConfig, setting: Setting) -> SD
 
 register(AlgorithmSpec(
     names=("sdp-spider",), config=SDPSpiderConfig, build=build_sdp_spider, private=lambda name: True,
+    common_defaults={"client_rate": 1.0},  # cross-silo: a few silos, every one in every round
     help="SDP FedProx-SPIDER: checkpoint gradients and gradient differences, each through Cheu et al.'s binomial "
          "vector summation and a shuffler, both streams composed, calibrated to privacy.epsilon (Lowy et al. 2023, "
          "Alg. 10)",

@@ -28,7 +28,7 @@ import pkgutil
 import sys
 import warnings
 
-from dpfl.errors import DpflError
+from dpfl.errors import ConfigWarning, DpflError
 
 
 def _subcommand_modules(prefix: str):
@@ -138,6 +138,16 @@ def with_default_accountant(compute, accountant: str | None, pld_cannot: str | N
             "few per cent of PLD at such epsilons")
 
 
+def add_config_keys(parser, set_help: str) -> None:
+    """``--set KEY=VALUE`` and ``--unset KEY``: a config file's keys changed or dropped on the command line
+    (``dpfl.experiments.config.load_config``)."""
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=set_help)
+    parser.add_argument("--unset", dest="unset", action="append", default=[], metavar="KEY",
+                        help="drop a key the config file sets (it then takes its default, or is gone where it does "
+                             "not apply), e.g. --set algorithm.name=\"'fedavg'\" --unset algorithm.noise_multiplier "
+                             "--unset algorithm.clip for a private config's non-private twin (repeatable)")
+
+
 def version() -> str:
     """The installed distribution's version (importlib.metadata), else the package's ``__version__``."""
     from importlib import metadata
@@ -188,6 +198,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _shown_as(command: str, show):
+    """``warnings.showwarning`` that prints a ConfigWarning as "dpfl COMMAND: warning: ..." on stderr (its message
+    names the key and why; the file and line of the code that raised it would only distract), others with ``show``."""
+    def shown(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, ConfigWarning):
+            print(f"dpfl {command}: warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return shown
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -195,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as done:  # --help, --version (0) or a usage error (2, already printed): a status, not a raise
         return done.code if isinstance(done.code, int) else (0 if done.code is None else 2)
     try:
-        code = args.handler(args)  # a handler returns None, or an exit status of its own (130: interrupted)
+        with warnings.catch_warnings():
+            warnings.showwarning = _shown_as(args.command, warnings.showwarning)
+            code = args.handler(args)  # a handler returns None, or an exit status of its own (130: interrupted)
     except DpflError as err:
         print(f"dpfl {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ See ``dpfl.accounting.dp_scaffold``: the sound analysis by default, Noble et al.
 from __future__ import annotations
 
 from dpfl.accounting.dp_scaffold import ALGORITHMS, dp_scaffold_epsilon
+from dpfl.errors import check_noise_multiplier
 
 NAME = "dp-scaffold"
 HELP = "record-level epsilon of DP-SCAFFOLD / DP-FedAvg per observer (Noble et al. 2022), sound or the paper's"
@@ -39,7 +40,7 @@ def execute(args) -> dict:
         sample_rate=args.sample_rate,
         local_steps=args.local_steps,
         rounds=args.rounds,
-        noise_multiplier=args.noise_multiplier,
+        noise_multiplier=check_noise_multiplier("noise_multiplier", args.noise_multiplier),
         delta=args.delta,
         analysis=args.analysis,
         algorithm=args.algorithm,

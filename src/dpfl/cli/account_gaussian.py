@@ -11,6 +11,7 @@ from __future__ import annotations
 from dpfl.accounting.accountant import ACCOUNTANTS, SAMPLINGS, account, gaussian_event
 from dpfl.accounting.conversion import CONVERSIONS
 from dpfl.cli import with_default_accountant
+from dpfl.errors import check_noise_multiplier
 
 NAME = "gaussian"
 HELP = "epsilon of the Gaussian mechanism with Poisson, fixed-size or no sampling, composed over steps"
@@ -57,6 +58,6 @@ def configure(parser) -> None:
 
 
 def execute(args) -> dict:
-    event = event_maker(args)(args.noise_multiplier)
+    event = event_maker(args)(check_noise_multiplier("noise_multiplier", args.noise_multiplier))
     result, note = accounted(args, lambda options: account(event, *options))
     return {**result.to_dict(), "neighboring": neighboring(args.sampling), **({"note": note} if note else {})}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dpfl.accounting.accountant import ACCOUNTANTS, account, laplace_event, pure_epsilon
 from dpfl.accounting.conversion import CONVERSIONS
 from dpfl.cli import with_default_accountant
-from dpfl.errors import ConfigError
+from dpfl.errors import ConfigError, check_noise_multiplier, check_range
 
 NAME = "laplace"
 HELP = "epsilon of the Laplace mechanism composed over steps (pure DP without --delta)"
@@ -26,6 +26,9 @@ def configure(parser) -> None:
 
 
 def execute(args) -> dict:
+    for flag, value in (("scale", args.scale), ("sensitivity", args.sensitivity)):
+        check_range(flag, value, 0, float("inf"), low_open=True, high_open=True)
+    check_noise_multiplier("scale / sensitivity", args.scale / args.sensitivity)
     event = laplace_event(args.scale, args.sensitivity, args.steps)
     if args.delta is None:
         if args.accountant is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from dpfl.accounting import last_iterate
+from dpfl.errors import check_noise_multiplier, check_range
 
 NAME = "last-iterate"
 HELP = "epsilon when only the last model is released (Asoodeh et al., Theorem 2 / Corollary 3)"
@@ -30,6 +31,9 @@ def configure(parser) -> None:
 
 
 def execute(args) -> dict:
+    check_noise_multiplier("sigma", args.sigma)
+    check_range("lipschitz", args.lipschitz, 0, float("inf"), low_open=True, high_open=True)
+    check_noise_multiplier("sigma / lipschitz", args.sigma / args.lipschitz)  # sigma is in the units of L
     setting = (args.n, args.batch_size, args.lipschitz, args.radius)
     options = dict(nonconvex=args.nonconvex, random_stop=args.random_stop, smoothness=args.smoothness)
     eps = last_iterate.epsilon(args.delta, args.lr, args.sigma, *setting, **options)

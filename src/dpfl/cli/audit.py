@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dpfl.cli import add_config_keys
+
 METHODS = ("runs", "one-run")
 #: An audit of at least this many client rounds (trials x rounds) reports its progress on stderr.
 LONG_AUDIT = 5000
@@ -31,8 +33,7 @@ def configure(commands) -> None:
                     "confidence (a lower bound above the claim is a bug).")
     audit.add_argument("config", help="path of the TOML config (any algorithm that takes its per-example gradients "
                                       "from the gradient oracle, with a fixed clip)")
-    audit.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config key (repeatable)")
+    add_config_keys(audit, "override a config key (repeatable)")
     audit.add_argument("--observer", required=True, choices=OBSERVERS, help="whose view is audited")
     audit.add_argument("--method", default="runs", choices=METHODS,
                        help="runs: many independent runs; one-run: one run with --canaries canaries")
@@ -74,7 +75,7 @@ def _audit(args) -> None:
     if args.method == "one-run" and (args.canary, args.score, args.rounds) != ("dirac", "white-box", 1):
         raise ConfigError("--method", args.method, "'runs' for --canary input, --score loss or --rounds > 1 (the "
                           "one-run audit carries Dirac canaries through round 0)")
-    config = load_config(args.config, args.overrides)
+    config = load_config(args.config, args.overrides, args.unset)
     run_cfg = config["run"]  # an audit is an experiment: its trials are reproducible from run.seed (or noise_seed)
     sim = build_simulation(config, noise_key=run_cfg["seed"] if run_cfg["noise_seed"] is None else run_cfg["noise_seed"])
     out = Path(args.out) if args.out else Path("runs") / f"{Path(args.config).stem}-audit-{args.observer}"

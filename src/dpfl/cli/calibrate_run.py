@@ -10,6 +10,7 @@ runs longer than a few seconds reports its trials on stderr.
 from __future__ import annotations
 
 from dpfl.accounting.observers import THIRD_PARTY
+from dpfl.cli import add_config_keys
 
 NAME = "run"
 HELP = "noise multiplier (or rounds) of a run's TOML config for a target epsilon towards one observer"
@@ -24,8 +25,7 @@ def configure(parser) -> None:
     parser.add_argument("--solve", choices=("noise", "rounds"), default="noise",
                         help="noise (default): the smallest noise multiplier at the config's rounds; rounds: the "
                              "largest number of rounds at the config's noise multiplier")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config key, as for `dpfl run` (repeatable)")
+    add_config_keys(parser, "override a config key, as for `dpfl run` (repeatable)")
 
 
 def execute(args) -> dict:
@@ -33,7 +33,7 @@ def execute(args) -> dict:
     from dpfl.experiments import calibration
     from dpfl.experiments.config import load_config
 
-    run = calibration.RunAccounting.of(load_config(args.config, args.overrides), args.observer)
+    run = calibration.RunAccounting.of(load_config(args.config, args.overrides, args.unset), args.observer)
     what = "noise_multiplier" if args.solve == "noise" else "rounds"
     progress = Heartbeat(lambda value, eps: f"dpfl calibrate run: {what} {value:.6g} -> epsilon {eps:.6g} towards "
                                             f"{run.observer} (target {args.target_epsilon:g})")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+from dpfl.cli import add_config_keys
+
 
 def configure(commands) -> None:
     parser = commands.add_parser(
@@ -18,8 +20,7 @@ def configure(commands) -> None:
                     "reference of every config key (docs/config.md).")
     parser.add_argument("config", nargs="?", default=None,
                         help="path of a TOML config (default: none, i.e. every default)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config key, as in `dpfl run` (repeatable)")
+    add_config_keys(parser, "override a config key, as in `dpfl run` (repeatable)")
     parser.add_argument("--reference", action="store_true",
                         help="print the reference of every key (Markdown) instead of a config")
     parser.add_argument("--json", action="store_true", help="print the resolved config as JSON")
@@ -38,7 +39,7 @@ def _config(args) -> None:
         return
     from dpfl.experiments.config import load_config
 
-    config = load_config(args.config, args.overrides)
+    config = load_config(args.config, args.overrides, args.unset)
     print(json.dumps(config, indent=1) if args.json else to_toml(config), end="" if not args.json else "\n")
 
 

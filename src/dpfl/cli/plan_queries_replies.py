@@ -7,6 +7,12 @@ lambda, G, Gamma, Y0 (and Lambda_i for the Gaussian mechanism) are estimated fro
 non-private estimates. xi (the per-sample gradient bound) is the algorithm's clip (``algorithm.clip`` or --xi1/--xi2),
 never the data's norms: the privacy of the run holds for the clip the algorithm applies. Without CONFIG every
 constant is a flag.
+
+Zhou et al.'s bounds need a mu-strongly convex loss (their Assumption 4, mu > 0). Without weight decay the loss of
+every model here has mu = 0 (the softmax has a null direction), so a CONFIG with algorithm.weight_decay = 0 and no
+--mu is refused before anything is estimated. The estimation runs on run.threads torch threads (default 1: its
+operations are small and sequential, and threads that wait on a busy machine cost more than they give), reports each
+stage on stderr (--no-progress hides it) and its work is bounded (``dpfl.planning.constants``; --max-iterations).
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import sys
 
 from dpfl.errors import ConfigError
+from dpfl.planning.constants import MAX_ITERATIONS
 from dpfl.planning.queries_replies import (
     MECHANISMS, ROUNDINGS, SOLVES, Constants, GaussianBound, LaplaceBound, effective_c2, plan,
 )
@@ -25,7 +33,8 @@ HELP = "rounds T and clients per round b minimising Zhou et al.'s FedSGD-DPC bou
 
 #: constant -> (flag, help); the estimable ones are estimated from CONFIG's data when not given
 CONSTANT_FLAGS = {
-    "mu": ("--mu", "strong convexity of the regularised loss F"),
+    "mu": ("--mu", "strong convexity of the regularised loss F (Zhou et al.'s Assumption 4: mu > 0; the weight "
+                   "decay gives it: mu >= algorithm.weight_decay)"),
     "lam": ("--lambda", "smoothness of F (gamma = 2 lambda / mu)"),
     "G": ("--G", "bound on ||grad F_i|| (Assumption 5: E||grad F_i||^2 <= G^2)"),
     "Gamma": ("--Gamma", "non-iid degree F* - sum_i (d_i/d) F_i*"),
@@ -81,6 +90,10 @@ def configure(parser) -> None:
                                                  "accountant's calibrated noise implies at the planned b and T)")
     parser.add_argument("--steps", type=int, default=20,
                         help="estimation: full-batch gradient steps of the non-private run (default 20)")
+    parser.add_argument("--max-iterations", type=int, default=MAX_ITERATIONS,
+                        help=f"estimation: L-BFGS-B iterations of each minimisation (theta*, the clients' optima; "
+                             f"default {MAX_ITERATIONS}); one that stops there is reported under 'warnings'")
+    parser.add_argument("--no-progress", action="store_true", help="estimation: hide the stages printed on stderr")
     parser.add_argument("--plot", metavar="FILE.png", help="write U(T, b) over a grid (log colour scale) with the "
                                                            "plan marked")
 
@@ -98,9 +111,19 @@ def execute(args) -> dict:
     estimated, data_norms, p, d = {}, {}, args.p, args.d
     wanted = [n for n in (*CONSTANT_FLAGS, "Lambda") if known.get(n) is None and (n != "Lambda" or
                                                                                 mechanism == "gaussian")]
+    notes = []
     if config is not None and (wanted or p is None or d is None):
-        estimates = _estimate(config, args.steps)
+        if "mu" in wanted:
+            _check_strongly_convex(config)
+        estimates = _estimate(config, args, estimate_mu="mu" in wanted)
         estimated = {n: getattr(estimates, n) for n in wanted}
+        if "mu" in estimated and estimated["mu"] <= 0:
+            raise ConfigError("--mu", None, f"a value: the least Hessian eigenvalue of the loss is "
+                                            f"{estimated['mu']:.3g} along the estimation's run, so the loss is not "
+                                            "strongly convex there (model.name = 'mlp' is not convex), and Zhou et "
+                                            "al.'s bound (Assumption 4) needs mu > 0")
+        notes += [f"{what} stopped after {args.max_iterations} L-BFGS-B iterations without converging: those "
+                  "constants are rough (raise --max-iterations)" for what in estimates.unconverged]
         data_norms = {"xi1": estimates.xi1, "xi2": estimates.xi2}
         p = p if p is not None else estimates.p
         d = d if d is not None else estimates.d
@@ -147,6 +170,8 @@ def execute(args) -> dict:
                   max_rounds=max_rounds if mechanism == "gaussian" else None, rounding=args.rounding)
     out = {**result.to_dict(), "constants": _constants_dict(constants, mechanism),
            "nonprivate_estimates": sorted(PUBLIC_NAMES.get(n, n) for n in estimated)}
+    if notes:
+        out["warnings"] = notes
     if estimated:
         out["warning"] = ("the constants in nonprivate_estimates were estimated from the training data WITHOUT "
                           "privacy; that leak is in no privacy accounting")
@@ -182,19 +207,51 @@ def _spread(flag: str, values: tuple, N: int) -> tuple:
 
 
 def _clients_per_round(config: dict | None, N: int) -> int | None:
+    """The config's b: its cohort (algorithm.clients_per_round, default N, or client_rate x N), as a run draws it."""
     if config is None:
         return None
-    b = config["algorithm"].get("clients_per_round")
-    return b if b is not None else max(1, round(config["algorithm"]["client_rate"] * N))
+    from dpfl.experiments.validate import cohort_sampling
+
+    return max(1, round(cohort_sampling(config, N)[0] * N))
 
 
-def _estimate(config: dict, steps: int):
+def _check_strongly_convex(config: dict) -> None:
+    """Refuses a config whose loss has mu = 0 (no weight decay) before anything is estimated."""
+    weight_decay = config["algorithm"].get("weight_decay")
+    if weight_decay:
+        return
+    why = ("Zhou et al.'s bound needs a mu-strongly convex loss (Assumption 4, mu > 0), and without weight decay the "
+           "cross-entropy of a softmax model has mu = 0: adding one vector to every class's weights leaves the "
+           "softmax unchanged")
+    if weight_decay is None:
+        raise ConfigError("--mu", None, f"a value: {why}, and algorithm.name = "
+                                        f"{config['algorithm']['name']!r} has no algorithm.weight_decay")
+    raise ConfigError("algorithm.weight_decay", weight_decay,
+                      f"a positive weight decay w, e.g. weight_decay = 0.01 in CONFIG's [algorithm] (F is then "
+                      f"w-strongly convex: mu >= w; logistic regression: mu = w), "
+                      f"or --mu: {why}")
+
+
+def _estimate(config: dict, args, estimate_mu: bool):
+    import torch
+
     from dpfl.experiments.runner import build_data, build_initial_model
     from dpfl.planning.constants import estimate_constants
 
-    dataset = build_data(config)
-    model = build_initial_model(config, dataset)
-    return estimate_constants(dataset, model, config["algorithm"].get("weight_decay", 0.0), steps)
+    def stage(text: str) -> None:
+        if not args.no_progress:
+            print(f"dpfl plan: estimating the constants (non-private): {text}", file=sys.stderr, flush=True)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config["run"]["threads"] or 1)
+    try:
+        stage("building the data")
+        dataset = build_data(config)
+        model = build_initial_model(config, dataset)
+        return estimate_constants(dataset, model, config["algorithm"].get("weight_decay", 0.0), args.steps,
+                                  args.max_iterations, estimate_mu, stage)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _constants_dict(c: Constants, mechanism: str) -> dict:

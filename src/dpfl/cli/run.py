@@ -2,8 +2,9 @@
 `dpfl demo [--out DIR] [--json]`.
 
 Exit statuses (``EXIT_STATUSES``): 0 the run finished its rounds; 2 an error (bad config, run directory, ...);
-3 a privacy budget stopped it (BUDGET_STOPPED); 4 it diverged (DIVERGED); 130 Ctrl-C: it stops after the current round
-(a second Ctrl-C at once) and says how to resume, without a traceback. With --json the summary is one JSON object on
+3 a privacy budget stopped it (BUDGET_STOPPED); 4 it diverged (DIVERGED: a non-finite model or train loss, or a train
+loss above ``simulator.DIVERGED_LOSS``); 130 Ctrl-C: it stops after the current round (a second Ctrl-C at once) and
+says how to resume, without a traceback. With --json the summary is one JSON object on
 stdout and nothing else goes there (progress and notes go to stderr).
 """
 
@@ -15,6 +16,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from dpfl.cli import add_config_keys
 from dpfl.errors import DpflError, RunInterrupted
 
 INTERRUPTED = 130  # the shell's status for a command ended by SIGINT
@@ -24,7 +26,8 @@ EXIT_STATUSES = f"""exit status:
   0    the run finished all its rounds
   2    error (bad config or option, unusable run directory); nothing was run
   {BUDGET_STOPPED}    the privacy budget (privacy.budget) stopped the run early; results.json holds the rounds done
-  {DIVERGED}    the run diverged (non-finite model or train loss) and stopped; lower algorithm.lr
+  {DIVERGED}    the run diverged (non-finite model or train loss, or a train loss above 1e4) and stopped; lower
+       algorithm.lr
   {INTERRUPTED}  interrupted (Ctrl-C); the command to resume is printed"""
 _STATUS_OF = {"budget": BUDGET_STOPPED, "diverged": DIVERGED, "interrupted": INTERRUPTED}
 
@@ -53,8 +56,7 @@ def configure(commands) -> None:
                               description="Run one experiment; writes DIR/results.json, ledger.json, checkpoint.pt.",
                               epilog=EXIT_STATUSES + "\n\n" + _algorithms_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("config", help="path of the TOML config (see examples/)")
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a config key, e.g. --set algorithm.lr=0.5 (repeatable)")
+    add_config_keys(run, "override a config key, e.g. --set algorithm.lr=0.5 (repeatable)")
     run.add_argument("--out", default=None, help="run directory (default: runs/<config name>)")
     run.add_argument("--resume", action="store_true",
                      help="continue the run in DIR (from checkpoint.pt, or from the first round without one, keeping "
@@ -90,14 +92,14 @@ def _run(args) -> int | None:
     if args.resume and args.restart:
         raise DpflError("--resume and --restart cannot be combined: --resume continues the run in the directory, "
                         "--restart archives it and starts over")
-    config = load_config(args.config, args.overrides)
+    config = load_config(args.config, args.overrides, args.unset)
     if not read_toml(args.config):
         print(f"dpfl run: {args.config} sets no keys, so this runs the defaults"
               f"{' with the --set keys' if args.overrides else ''}: {defaults_in_use(config)}; `dpfl run --help` "
               "lists the keys", file=sys.stderr)
     out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
     resume = shlex.join(["dpfl", "run", args.config, *[a for o in args.overrides for a in ("--set", o)],
-                         "--out", str(out), "--resume"])
+                         *[a for key in args.unset for a in ("--unset", key)], "--out", str(out), "--resume"])
     try:
         with _collected_warnings(python_warnings=False) as collected:  # dp_accounting's log lines, summarised
             results = run_experiment(config, out, progress=not args.no_progress, resume=args.resume,

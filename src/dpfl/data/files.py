@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -26,9 +27,11 @@ import numpy as np
 
 from dpfl.data.federated import FederatedDataset
 from dpfl.data.pooled import federate
-from dpfl.errors import ConfigError
+from dpfl.errors import ConfigError, ConfigWarning
 
 NPZ_ARRAYS = ("x", "y", "client", "split")
+#: Fewer records per class than this on average warns: a label column with that many values is rarely a class.
+MIN_RECORDS_PER_CLASS = 10
 SPLIT_VALUES = ("train", "test")
 
 
@@ -104,7 +107,7 @@ def load_npz(path, **options) -> FederatedDataset:
     if x.dtype.kind not in "iuf":
         raise _refuse(path, "numeric features in 'x'", f"dtype {x.dtype}")
     test_mask = _npz_test_mask(path, arrays["split"]) if "split" in arrays else None
-    _check_records(path, x, y, test_mask)
+    _check_records(path, x, y, test_mask, label=("data.path", str(path)))
     source = {"name": path.stem, "format": "npz", "path": str(path), "sha256": _sha256(path),
               "arrays": sorted(arrays)}
     return federate(x, y, name=path.stem, client_ids=arrays.get("client"), test_mask=test_mask, source=source,
@@ -169,11 +172,21 @@ def load_csv(path, label_column: str = "label", client_column: str | None = None
             raise _refuse(path, f"'train' or 'test' in the split column {split_column!r}", f"{bad[:5]}",
                           field="data.split_column")
         test_mask = marks == "test"
-    _check_records(path, x, y, test_mask, [f"column {header[j]!r}" for j in features], [f"line {n}" for n in lines])
+    _check_records(path, x, y, test_mask, [f"column {header[j]!r}" for j in features], [f"line {n}" for n in lines],
+                   label=("data.label_column", label_column))
     source = {"name": path.stem, "format": "csv", "path": str(path), "sha256": _sha256(path),
               "label_column": label_column, "client_column": client_column, "split_column": split_column,
               "feature_columns": [header[j] for j in features]}
     return federate(x, y, name=path.stem, client_ids=client_ids, test_mask=test_mask, source=source, **options)
+
+
+def _fractional(labels: np.ndarray) -> list:
+    """The labels that are numbers but not integers (numeric strings from a csv count as numbers)."""
+    try:
+        numbers = labels.astype(np.float64)
+    except ValueError:  # names
+        return []
+    return labels[numbers != np.round(numbers)].tolist()
 
 
 def _as_numbers(values: np.ndarray) -> np.ndarray:
@@ -186,9 +199,12 @@ def _as_numbers(values: np.ndarray) -> np.ndarray:
 
 # -- checks shared by both formats ---------------------------------------------------------------------------------
 def _check_records(path: Path, x: np.ndarray, y: np.ndarray, test_mask: np.ndarray | None,
-                   features: list[str] | None = None, records: list[str] | None = None) -> None:
-    """Finite features, at least two classes (labels that are numbers must be finite), some test records under a
-    given split. ``features`` and ``records`` name the columns and rows in messages (default: x's indices)."""
+                   features: list[str] | None = None, records: list[str] | None = None,
+                   label: tuple[str, str] = ("data.path", "")) -> None:
+    """Finite features, at least two classes (labels that are numbers must be finite, and integers: a continuous
+    quantity is no class; ``label`` is (the key that chose them, its value)), some test records under a given split; a
+    warning (``ConfigWarning``) when the classes average fewer than ``MIN_RECORDS_PER_CLASS`` records. ``features``
+    and ``records`` name the columns and rows in messages (default: x's indices)."""
     finite = np.isfinite(x.reshape(len(x), -1))
     if not finite.all():
         record, feature = np.argwhere(~finite)[0]
@@ -200,6 +216,16 @@ def _check_records(path: Path, x: np.ndarray, y: np.ndarray, test_mask: np.ndarr
     classes = np.unique(y)
     if len(classes) < 2:
         raise _refuse(path, "labels of at least two classes", f"every record labelled {classes.tolist()[0]!r}")
+    fractional = _fractional(classes)
+    key, value = label
+    if len(fractional):
+        raise ConfigError(key, value, f"class labels (dpfl trains classifiers): integers or names (found in {path} "
+                                      f"{len(fractional)} fractional numbers, e.g. {fractional[0]}, among "
+                                      f"{len(classes)} distinct labels: a continuous quantity)")
+    if len(classes) * MIN_RECORDS_PER_CLASS > len(y):
+        warnings.warn(f"{key} = {value!r}: {len(classes)} classes for {len(y)} records in {path} "
+                      f"({len(y) / len(classes):.1f} records per class): are these labels classes?", ConfigWarning,
+                      stacklevel=3)
     if test_mask is not None and not test_mask.any():
         raise _refuse(path, "some records marked 'test' in the split", "every record marked 'train'")
 

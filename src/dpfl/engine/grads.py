@@ -9,7 +9,8 @@ Every client of the cohort has its own model (a row of ``theta``, shape [clients
 
 Two strategies give the same numbers:
 
-* ``ghost`` (models that are a stack of nn.Linear layers and element-wise activations: logistic regression, MLPs).
+* ``ghost`` (models that are a stack of nn.Linear layers and element-wise activations, after an optional nn.Flatten
+  of image-shaped records: logistic regression, MLPs).
   For a linear layer z = W h + b the per-example gradient is the outer product delta h^T, whose squared norm is
   ||delta||^2 (||h||^2 + 1) (Goodfellow 2015; "ghost clipping", Li et al. 2022). So one batched forward pass, one
   backward pass to the pre-activations and a few einsums give exact per-example norms and the clipped sum without
@@ -129,7 +130,7 @@ class CohortGradients:
                     z.requires_grad_()
                 pre_activations.append(z)
                 h = z
-            else:
+            elif not isinstance(module, nn.Flatten):  # the records are flat in this layout already
                 h = module(h)
         losses = F.cross_entropy(h, y, reduction="none")  # [clients, batch]
         deltas = torch.autograd.grad((losses * mask).sum(), pre_activations)
@@ -208,7 +209,8 @@ def _is_linear_stack(model: nn.Module) -> bool:
     has_params_elsewhere = any(
         len(list(m.parameters(recurse=False))) and not isinstance(m, nn.Linear) for m in model.modules()
     )
-    return not has_params_elsewhere and all(isinstance(m, (nn.Linear,) + ELEMENTWISE) for m in children)
+    leading = 1 if isinstance(children[0], nn.Flatten) and children[0].end_dim == -1 else 0
+    return not has_params_elsewhere and all(isinstance(m, (nn.Linear,) + ELEMENTWISE) for m in children[leading:])
 
 
 def memory_per_example(grads: CohortGradients, example_numel: int) -> int:

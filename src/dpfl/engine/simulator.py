@@ -51,6 +51,11 @@ from dpfl.engine.protocol import Algorithm, ClientContext, ClientData, ClientOut
 from dpfl.engine.sampling import ClientSampler
 from dpfl.errors import BudgetExceededError, DpflError, RunDirectoryError, TrainingDivergedError
 
+#: A mean train cross-entropy above this stops a run as diverged, as a non-finite one does: a uniform guess among K
+#: classes scores ln K (< 10 for up to 22,000 classes), so such a loss means logits thousands of units wrong, a
+#: model that only grows worse (a learning rate of 1e6 reached 1e47 in 5 rounds with exit status 0).
+DIVERGED_LOSS = 1e4
+
 
 @dataclass
 class RoundMetrics:
@@ -228,7 +233,8 @@ class Simulation:
     def run(self, rounds: int, progress: bool = False,
             on_evaluated: Callable[["Simulation"], None] | None = None) -> list[RoundMetrics]:
         """Runs until ``rounds`` rounds are done (counting rounds done before a resume), a budget stops it (before the
-        round that would exceed it), the model or the train loss diverges, or Ctrl-C does: then the round in progress completes, the run checkpoints (with a checkpoint_dir) and returns with
+        round that would exceed it), the model or the train loss diverges (non-finite, or a train loss above
+        ``DIVERGED_LOSS``), or Ctrl-C does: then the round in progress completes, the run checkpoints (with a checkpoint_dir) and returns with
         ``interrupted`` set and ``stopped_reason`` saying so (a second Ctrl-C raises KeyboardInterrupt at once).
         ``on_evaluated(self)`` is called after each evaluated round, once its metrics are in ``history`` and its
         checkpoint (if due) is written (the runner writes results.json there)."""
@@ -252,9 +258,12 @@ class Simulation:
                     metrics = None
                     if self.next_round % self.eval_every == 0 or self.next_round == rounds:
                         metrics = self.evaluate()
-                        if not math.isfinite(metrics.train_loss):
-                            self.stopped_reason = (f"round {self.next_round}: the train loss is not finite "
-                                                   f"(diverged); {self._divergence_hint()}")
+                        if not metrics.train_loss <= DIVERGED_LOSS:  # NaN included
+                            what = ("is not finite" if not math.isfinite(metrics.train_loss) else
+                                    f"is {metrics.train_loss:.3g}, above {DIVERGED_LOSS:g} (a uniform guess scores "
+                                    "ln K)")
+                            self.stopped_reason = (f"round {self.next_round}: the train loss {what} (diverged); "
+                                                   f"{self._divergence_hint()}")
                             self.stopped_by = "diverged"
                             break
                         self.history.append(metrics)

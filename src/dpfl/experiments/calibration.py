@@ -27,7 +27,7 @@ from dpfl.algorithms import registry
 from dpfl.engine.boundary import Boundary
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.simulator import declare_round
-from dpfl.errors import ConfigError, DpflError, check_range
+from dpfl.errors import NOISE_MULTIPLIERS, ConfigError, DpflError, check_range
 from dpfl.experiments import runner
 
 #: Relative precision of a calibrated noise multiplier (as `dpfl calibrate gaussian`).
@@ -144,7 +144,15 @@ def calibrate_noise(run: RunAccounting, target_epsilon: float, *, rtol: float = 
     most ``target_epsilon`` towards ``run.observer``; verified: noise / (1 + rtol) spends more."""
     target_epsilon = check_range("--target-epsilon", target_epsilon, 0, low_open=True)
     _check_private(run)
-    noise = solve_noise(run.epsilon, target_epsilon, initial_noise=run.noise, rtol=rtol, progress=progress)
+
+    def epsilon_of(noise: float) -> float:
+        low, high = NOISE_MULTIPLIERS
+        if not low <= noise <= high:
+            raise ConfigError("--target-epsilon", target_epsilon, f"a target that a noise multiplier in [{low:g}, "
+                                                                  f"{high:g}] meets (the search reached {noise:.3g})")
+        return run.epsilon(noise)
+
+    noise = solve_noise(epsilon_of, target_epsilon, initial_noise=run.noise, rtol=rtol, progress=progress)
     epsilon, settings = run.accounting(noise)
     less = noise / (1 + rtol)
     epsilon_less = run.epsilon(less)
@@ -195,7 +203,7 @@ def max_rounds(run: RunAccounting, target_epsilon: float, *,
 
 def _check_private(run: RunAccounting) -> None:
     """Epsilon must be finite for some noise: a NonPrivate part (a data-dependent clip) is infinite whatever it is."""
-    if math.isinf(run.epsilon()) and math.isinf(run.epsilon(run.noise * 2.0**40)):
+    if math.isinf(run.epsilon()) and math.isinf(run.epsilon(NOISE_MULTIPLIERS[1])):
         raise ConfigError(f"algorithm.{run.noise_key}", run.noise,
                           "a config whose run is private: its epsilon is infinite whatever the noise (e.g. "
                           "algorithm.clip_heuristic = 'median-nonprivate' clips at a data-dependent bound)")

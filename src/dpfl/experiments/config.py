@@ -143,12 +143,21 @@ def defaults(algorithm: str | None = None, model: str = MODEL_DEFAULT) -> dict:
     return {section: config[section] for section in SECTIONS}
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """Defaults, updated by the TOML file at ``path``, then by ``overrides`` ("section.key=value"), validated."""
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
+                unset: list[str] | tuple[str, ...] = ()) -> dict:
+    """Defaults, updated by the TOML file at ``path`` less its keys named in ``unset`` ("section.key": the key then
+    takes its default, or is gone where it does not apply), then by ``overrides`` ("section.key=value"), validated."""
     given: dict = {}
     if path is not None:
         path = Path(path)
         merge(given, _anchored(read_toml(path), path.parent))
+    for key in unset:
+        ((section, values),) = _nested(key, None).items()
+        (name,) = values
+        if name not in given.get(section, {}):
+            keys = ", ".join(f"{s}.{k}" for s, table in given.items() for k in table) or "none"
+            raise ConfigError("--unset", key, f"a key that {path or 'the config'} sets, to drop (it sets {keys})")
+        del given[section][name]
     for item in overrides:
         key, value = parse_override(item)
         merge(given, _anchored(_nested(key, value), Path.cwd()))
@@ -231,11 +240,22 @@ def resolve(given: dict) -> dict:
             if name in RETIRED:
                 raise ConfigError(name, value, f"no value: this key was retired; use {RETIRED[name]}")
             if key not in schema[section]:
-                raise ConfigError(name, value, _not_applicable(section, key, algorithm, model, schema[section]))
+                raise ConfigError(name, value, _not_applicable(section, key, algorithm, model, schema[section], given))
             types, _, choices, _ = schema[section][key]
             config[section][key] = _check(name, value, types, choices)
     _resolve_data(config["data"], given.get("data", {}))
+    if "rounds" not in given.get("algorithm", {}):
+        _one_pass_rounds(config)
     return config
+
+
+def _one_pass_rounds(config: dict) -> None:
+    """algorithm.rounds left unset for a one-pass family (its spec's ``max_rounds``): one pass over data.num_clients
+    clients (unknown until the data is built when the data brings its own clients: then the common default)."""
+    spec = registry.spec_of(config["algorithm"]["name"])
+    num_clients = config["data"]["num_clients"]
+    if spec.max_rounds is not None and num_clients is not None:
+        config["algorithm"]["rounds"] = spec.max_rounds(spec.section(config["algorithm"]), num_clients)
 
 
 def _resolve_data(data: dict, given: dict) -> None:
@@ -274,7 +294,7 @@ def key_schema(algorithm: str, model: str) -> dict[str, dict[str, tuple]]:
     return {"data": SCHEMA["data"], "model": model_keys, "algorithm": algo, "privacy": privacy, "run": SCHEMA["run"]}
 
 
-def _not_applicable(section: str, key: str, algorithm: str, model: str, allowed: dict) -> str:
+def _not_applicable(section: str, key: str, algorithm: str, model: str, allowed: dict, given: dict) -> str:
     if section == "model" and any(key in keys for keys in MODEL_KEYS.values()):
         users = [m for m, keys in MODEL_KEYS.items() if key in keys]
         return f"no value: model.{key} applies to model.name in {users}, not {model!r}"
@@ -285,7 +305,10 @@ def _not_applicable(section: str, key: str, algorithm: str, model: str, allowed:
                     f"`dpfl run --help`)")
         if key in {f.name for f in dataclasses.fields(spec.config)}:
             private = [n for n in spec.names if spec.private(n)]
-            return f"no value: algorithm.{key} applies only to the private names {private}, not {algorithm!r}"
+            others = [k for k in given["algorithm"] if k not in allowed and k in spec.keys(private[0])]
+            return (f"no value: algorithm.{key} applies only to the private names {private}, not {algorithm!r}; drop "
+                    f"{'them' if len(others) > 1 else 'it'} from the config (on the command line: "
+                    f"{' '.join(f'--unset algorithm.{k}' for k in others)})")
         users = [s.names[0] + "..." for s in registry.specs() if key in {f.name for f in dataclasses.fields(s.config)}]
         if users:
             return f"no value: algorithm.{key} belongs to other algorithms ({', '.join(users)}), not {algorithm!r}"

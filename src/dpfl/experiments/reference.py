@@ -31,8 +31,10 @@ _HEADER = f"""# Configuration reference
 A run is a TOML file with up to five sections, `[data]`, `[model]`, `[algorithm]`, `[privacy]` and `[run]`; every
 key not given takes its default. `dpfl run CONFIG.toml --set section.key=value` overrides a key (the value is read as
 TOML: `--set algorithm.lr=0.5`, `--set algorithm.name="'dp-fedavg'"`). A key that does not exist, or does not apply to
-the chosen `algorithm.name` or `model.name`, is rejected with a message naming the key, the value and what is allowed.
-`dpfl config CONFIG.toml [--set ...]` prints the config with every default filled in, as TOML.
+the chosen `algorithm.name` or `model.name`, is rejected with a message naming the key, the value and what is allowed;
+`--unset section.key` drops a key the file sets (it then takes its default, or is gone where it does not apply: a
+private name's keys when `--set` switches to its non-private twin). `dpfl config CONFIG.toml [--set ...] [--unset
+...]` prints the config with every default filled in, as TOML.
 
 Types: *number* accepts integers too (read as floats); *none* means the key may be left unset. Ranges not listed
 here are checked where the value is used (samplers, algorithms, data builders), with messages naming the key.
@@ -112,7 +114,11 @@ def reference() -> str:
 
     out += ["", "## [model]", "",
             f"`model.name` picks the model (default `{value_text(MODEL_DEFAULT)}`; allowed: "
-            f"{allowed_text(tuple(MODEL_KEYS))}); the other keys apply only to the models listed beside them.", ""]
+            f"{allowed_text(tuple(MODEL_KEYS))}); the other keys apply only to the models listed beside them. "
+            "`logreg` and `mlp` take records of any shape (an image's pixels, flattened); the CNNs take images: "
+            "records [C, H, W] or [H, W] (an npz's `x` [N, C, H, W] or [N, H, W]), or a square number of flat "
+            "features, read as one-channel images (digits: 64 = 8 x 8); `femnist-cnn` needs at least 4 x 4 pixels, "
+            "`papernot-cnn` at least 16 x 16.", ""]
     rows = []
     for key in dict.fromkeys(k for keys in MODEL_KEYS.values() for k in keys):
         users = [m for m, keys in MODEL_KEYS.items() if key in keys]
@@ -129,6 +135,11 @@ def reference() -> str:
     out += _table(["key", "type", "default", "allowed", "meaning"], _schema_rows("algorithm", registry.COMMON_KEYS))
     for spec in registry.specs():
         out += ["", f"### {', '.join(f'`{n}`' for n in spec.names)}", "", spec.help + ".", ""]
+        if spec.common_defaults:
+            out += ["Their round loop's defaults differ from the table above:", ""]
+            out += _table(["key", "type", "default", "allowed", "meaning"], _schema_rows("algorithm", {
+                k: v for k, v in spec.common_keys().items() if k in spec.common_defaults}))
+            out += [""]
         if spec.privacy_defaults:
             out += ["Their [privacy] defaults differ from the schema's:", ""]
             out += _table(["key", "type", "default", "allowed", "meaning"], _schema_rows("privacy", {

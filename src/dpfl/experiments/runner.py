@@ -64,6 +64,7 @@ from dpfl.durable import write_text_atomically
 from dpfl.engine.simulator import Simulation
 from dpfl.errors import ConfigError, RunDirectoryError, RunInterrupted, json_problem
 from dpfl.experiments.memory import check_run_memory, run_footprint
+from dpfl.experiments import doubtful
 from dpfl.experiments.validate import budget_of, check_warm_rounds, cohort_sampling, validate
 from dpfl.models import build_model
 
@@ -94,6 +95,9 @@ def build_simulation(config: dict, out_dir: Path | None = None, workers=None, no
                                            clients.cohort_size, run_cfg["memory_mb"] * 2**20))
     model = build_initial_model(config, dataset)
     boundary = build_boundary(privacy_cfg, algorithm, dataset.train.counts)
+    doubtful.check_delta(privacy_cfg["delta"], int(dataset.train.counts.sum()))
+    doubtful.check_cohort(clients)
+    doubtful.check_observers(boundary.observers, dataset.num_clients)
     ledger = build_ledger(config, boundary, delta, algorithm, budget=True)
     sim = Simulation(
         dataset.train, dataset.test, CohortGradients(model), algorithm, clients, ledger, seed=key, run_id=run_id,
@@ -125,7 +129,7 @@ def build_initial_model(config: dict, dataset: FederatedDataset, device: str | N
     model_cfg = config["model"]
     torch.manual_seed(config["run"]["seed"])  # model initialisation
     with torch.device(device) if device is not None else contextlib.nullcontext():
-        return build_model(model_cfg["name"], dataset.num_features, dataset.num_classes,
+        return build_model(model_cfg["name"], dataset.train.feature_shape, dataset.num_classes,
                            **{k: v for k, v in model_cfg.items() if k != "name"})
 
 

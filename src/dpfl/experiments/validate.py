@@ -5,8 +5,8 @@ allowed, not after minutes of data generation.
 The checks are the users' own: the sampler, the algorithm (built from its registered builder with what the config
 alone says about the data), the trust boundary, the ledger and the model check their values on construction, and
 ``validate`` constructs them from the config. What depends on the data itself (the delta default 1 / (M R_train),
-each client's number of records, the model's input width) is checked when the data is built; the data's own keys are
-checked by ``dpfl.data.build_dataset`` before it generates or loads anything.
+each client's number of records, whether the model takes the shape of the data's records) is checked when the data
+is built; the data's own keys are checked by ``dpfl.data.build_dataset`` before it generates or loads anything.
 """
 
 from __future__ import annotations
@@ -18,13 +18,15 @@ from dpfl.accounting.observers import THIRD_PARTY
 from dpfl.algorithms import registry
 from dpfl.engine.boundary import Boundary
 from dpfl.engine.sampling import ClientSampler
-from dpfl.errors import ConfigError, check_range
-from dpfl.models import build_model
+from dpfl.errors import ConfigError, check_range, check_target_epsilon
+from dpfl.models import check_model_keys
 
 #: A stand-in for privacy.delta when it is left to its data-dependent default: only the other ledger keys are checked.
 _DELTA_STAND_IN = 0.5
-#: A stand-in input width and class count for checking the model's own keys (the real ones come from the data).
-_SHAPE_STAND_IN = (1, 2)
+#: privacy.delta must be below this: delta is the probability that the epsilon guarantee fails outright, and a delta
+#: of 0.1 allows a mechanism that publishes a tenth of the records in full (values above 1 / N warn:
+#: ``dpfl.experiments.doubtful``).
+MAX_DELTA = 0.1
 
 
 def validate(config: dict) -> None:
@@ -40,6 +42,13 @@ def validate(config: dict) -> None:
     if run_cfg["noise_seed"] is not None:
         check_range("run.noise_seed", run_cfg["noise_seed"], 0, integer=True)
     rounds = check_range("algorithm.rounds", algo_cfg["rounds"], 1, integer=True)
+    if privacy_cfg["epsilon"] is not None:
+        check_target_epsilon("privacy.epsilon", privacy_cfg["epsilon"])
+    delta = privacy_cfg["delta"]
+    if delta is not None and check_range("privacy.delta", delta, 0.0, 1.0, low_open=True, high_open=True) >= MAX_DELTA:
+        raise ConfigError("privacy.delta", delta, f"a number in (0, {MAX_DELTA:g}): delta is the probability that the "
+                                                  "epsilon guarantee fails outright, meant to be well below 1 / N "
+                                                  "(N training records; the default is 1 / N)")
     num_clients = data_cfg["num_clients"]
     spec = registry.spec_of(algo_cfg["name"])
     section = spec.section(algo_cfg)
@@ -58,8 +67,7 @@ def validate(config: dict) -> None:
         delta = _DELTA_STAND_IN if privacy_cfg["delta"] is None else privacy_cfg["delta"]
         PrivacyLedger(boundary.observers, delta, budget_of(privacy_cfg["budget"]), privacy_cfg["conversion"],
                       privacy_cfg["analysis"], algorithm.neighboring)
-    with torch.device("meta"):  # its keys only: no memory (a model of 4e8 parameters is the memory guard's to refuse)
-        build_model(model_cfg["name"], *_SHAPE_STAND_IN, **{k: v for k, v in model_cfg.items() if k != "name"})
+    check_model_keys(model_cfg["name"], **{k: v for k, v in model_cfg.items() if k not in ("name", "bias")})
 
 
 def cohort_sampling(config: dict, num_clients: int) -> tuple[float, str]:

@@ -1,0 +1,52 @@
+"""Values a run accepts but that are most likely mistakes: each warns (``ConfigWarning``), naming the key, the value
+and why, once the data is built (what they are measured against, the records and clients, comes from it).
+
+* an explicit ``privacy.delta`` above 1 / N (N training records): the mechanism that publishes one random record in
+  full is (0, 1/N)-DP, so such a delta allows leaking whole records; delta is meant to be well below 1 / N (values of
+  0.1 and more are refused outright by ``validate``);
+* Poisson client sampling whose cohort is empty in at least half the rounds, (1 - l)^M >= 1/2: those rounds train
+  no client, yet add noise to the model and spend epsilon;
+* the other-silo observer of a run with a single client: there is no other silo, so its epsilon describes no one.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from dpfl.accounting.observers import OTHER_SILO
+from dpfl.engine.sampling import ClientSampler
+from dpfl.errors import ConfigWarning
+
+
+def warn(message: str) -> None:
+    warnings.warn(message, ConfigWarning, stacklevel=2)
+
+
+def check_delta(delta: float | None, train_records: int) -> None:
+    """An explicit ``privacy.delta`` (None: the default) above 1 / ``train_records``."""
+    if delta is not None and delta > 1.0 / train_records:
+        warn(f"privacy.delta = {delta:g} is above 1 / N = {1.0 / train_records:.3g} (N = {train_records} training "
+             "records): a mechanism that publishes one random record in full is (0, 1/N)-DP, so this delta allows "
+             "leaking whole records; choose delta well below 1 / N (or leave privacy.delta to its default)")
+
+
+def check_cohort(clients: ClientSampler) -> None:
+    """Poisson client sampling that leaves the cohort empty in at least half the rounds."""
+    if clients.scheme != "poisson":
+        return
+    empty = (1.0 - clients.rate) ** clients.num_clients
+    if empty >= 0.5:
+        warn(f"algorithm.client_rate = {clients.rate:g} samples each of the {clients.num_clients} clients with that "
+             f"probability, so {empty:.0%} of the rounds have no client: they train nothing, yet add noise and "
+             f"spend epsilon; raise algorithm.client_rate (to 1 / {clients.num_clients} = "
+             f"{1 / clients.num_clients:.3g} or more) or sample a fixed cohort (algorithm.client_sampling = 'fixed')")
+
+
+def check_observers(observers, num_clients: int) -> None:
+    """An other-silo observer in a run with a single client."""
+    if num_clients == 1 and OTHER_SILO in observers:
+        warn(f"data.num_clients = 1: there is no other silo, so the {OTHER_SILO} epsilon the run reports describes "
+             "no one (it is the epsilon another silo would have, if there were one)")
+
+
+__all__ = ["check_delta", "check_cohort", "check_observers"]
