@@ -11,7 +11,6 @@ is built; the data's own keys are checked by ``dpfl.data.build_dataset`` before 
 
 from __future__ import annotations
 
-import torch
 
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import THIRD_PARTY
