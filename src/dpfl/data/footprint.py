@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from dpfl.data import synthetic
 from dpfl.data.federated import TEST_FRACTION
 from dpfl.data.files import shape_of
+from dpfl.data.public import NATURAL, PUBLIC
+from dpfl.data.public import shape_of as public_shape_of
 from dpfl.data.sources import SYNTHETIC_SAMPLES_PER_CLIENT
 from dpfl.errors import ConfigError
 
@@ -74,6 +76,8 @@ def data_footprint(data: dict) -> Footprint:
                          4 * r * f + 8 * r_train * f + 8 * r,  # unit norm and stacking
                          2 * (4 * f + 8) * r)  # the dataset and its flat copy
         return Footprint(int(m * per_client), m, r, f, per_client)
+    if name in PUBLIC:
+        return _public_footprint(data)
     if name in PACKAGED:
         n, f, _ = PACKAGED[name]
         file_bytes, sizes = 0, None
@@ -90,6 +94,30 @@ def data_footprint(data: dict) -> Footprint:
     flat = n * (4 * f + 8)
     labels = 8 * n * 4  # labels, their renumbering, per client and split (int64)
     peak = max(file_bytes + 8 * n * f * copies + labels + padded, padded + flat)
+    return Footprint(int(peak), m, largest, f, peak / max(m, 1))
+
+
+def _public_footprint(data: dict) -> Footprint:
+    """A public data set's estimate (module docstring), from its files' headers (``public.shape_of``)."""
+    shape = public_shape_of(data["name"], data["path"])
+    n_all, f, spc = shape.records, shape.features, data["samples_per_client"]
+    natural = data["name"] in NATURAL and data["partition"] in (None, "natural")
+    sizes = shape.client_sizes if natural else None
+    m = len(sizes) if sizes else (data["num_clients"] or 1)
+    largest = max(sizes) if sizes else math.ceil(n_all / max(m, 1))
+    n = n_all
+    if spc is not None:
+        largest, n = min(largest, spc), min(n_all, m * spc)
+    records = n_all * (f * shape.value_bytes + shape.id_bytes)  # as read
+    padded = m * (largest + 1) * (4 * f + 8)  # train and test padded separately: at most one extra row
+    flat = n * (4 * f + 8)
+    standardised = data["standardize"] != "none"
+    copies = (8 * 4 if standardised else 2 * shape.value_bytes) * n * f  # float64: x, per client, split, result
+    ids = 2 * n_all * shape.id_bytes + 8 * n_all * 4  # sorted client ids; labels, renumbered, per client and split
+    peak = max(shape.parse_bytes + 2 * records,  # reading: the records so far, then their concatenation
+               records + ids + copies + padded,  # federating
+               2 * padded,  # scaling the pixels by a public constant: the tensors before and after
+               padded + flat)  # the dataset and the simulator's flat copy
     return Footprint(int(peak), m, largest, f, peak / max(m, 1))
 
 
