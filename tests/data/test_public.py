@@ -13,10 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-from dpfl.data import leaf
+from dpfl.data import footprint, idx, leaf
+from dpfl.data.footprint import check_data_memory, data_footprint
+from dpfl.data.pooled import federate
+from dpfl.data.preprocess import rescale
 from dpfl.data.public import CATALOGUE, build_public, shape_of
 from dpfl.data.sources import build_dataset
 from dpfl.errors import ConfigError
+from dpfl.experiments.config import load_config
 
 from .conftest import (IDX_NAMES, cifar_batch, femnist_writer, idx_bytes, mnist_records, py2_pickle, shakespeare_role,
                        write_cifar, write_idx, write_leaf, write_mnist)
@@ -397,15 +401,17 @@ def test_shapes_come_from_the_headers(tmp_path):
     path = tmp_path / "mnist" / "train-images-idx3-ubyte.gz"
     path.write_bytes(gzip.compress(gzip.decompress(path.read_bytes())[:16 + 784]))  # the header, one image of 40
     shape = shape_of("mnist", str(tmp_path / "mnist"))
-    assert (shape.records, shape.record_shape, shape.value_bytes) == (50, (1, 28, 28), 1)
+    assert (shape.records, shape.test_records, shape.record_shape, shape.value_bytes) == (50, 10, (1, 28, 28), 1)
     with pytest.raises(ConfigError, match="truncated"):  # reading it finds what the header alone cannot
         build_public("mnist", str(tmp_path / "mnist"), num_clients=2)
     users = _femnist(tmp_path / "femnist")
     shape = shape_of("femnist", str(tmp_path / "femnist"))
     assert shape.records == sum(len(y) for _, y in users.values()) and shape.value_bytes == 4
-    assert sorted(shape.client_sizes) == sorted(len(y) for _, y in users.values())
+    assert shape.client_sizes == [(len(y) - 2, 2) for _, y in users.values()] and shape.test_records == 8
+    assert shape.id_bytes == 8 + 1 + 4 * len("f0000_00")
     write_cifar(tmp_path / "c")
-    assert shape_of("cifar10", str(tmp_path / "c")).records == 40  # size // 3072: exact for batches this small
+    shape = shape_of("cifar10", str(tmp_path / "c"))
+    assert (shape.records, shape.test_records) == (40, 10)  # size // 3072: exact for batches this small
 
 
 def test_a_file_whose_head_does_not_list_its_records_is_bounded_by_its_size(tmp_path):
@@ -416,3 +422,50 @@ def test_a_file_whose_head_does_not_list_its_records_is_bounded_by_its_size(tmp_
     path.write_text(json.dumps({"user_data": document["user_data"], "users": ["R"], "num_samples": [56]}))
     shape = shape_of("shakespeare", str(tmp_path / "s"))
     assert shape.client_sizes is None and 56 <= shape.records == path.stat().st_size // 85
+
+
+def _kept(dataset) -> int:
+    """Bytes of the data set's tensors and of the simulator's flat copies, all resident once a run is built."""
+    return sum(t.numel() * t.element_size() for split in (dataset.train, dataset.test)
+               for t in (split.x, split.y, *split.flat()))
+
+
+@pytest.mark.parametrize("name", ["mnist", "cifar10", "femnist", "shakespeare"])
+def test_the_estimate_covers_what_a_build_keeps(tmp_path, monkeypatch, name):
+    monkeypatch.setenv("DPFL_DATA", str(tmp_path))
+    if name == "mnist":
+        write_mnist(tmp_path / name, mnist_records(600, 100), gz=True)
+    elif name == "cifar10":
+        write_cifar(tmp_path / name, per_batch=60, test=60)
+    elif name == "femnist":
+        _femnist(tmp_path / name, writers=8, records=30)
+    else:
+        write_leaf(tmp_path / name / "all_data", "all_data.json",
+                   {role: shakespeare_role(text * 8) for role, text in LINES.items()})
+    config = load_config(None, [f"data.name='{name}'", *(["data.num_clients=7"] if name in ("mnist", "cifar10")
+                                                          else [])])
+    estimate = data_footprint(config["data"]).peak_bytes
+    kept = _kept(build_dataset(**config["data"]))
+    assert kept <= estimate, (kept, estimate)
+
+
+def test_a_public_data_set_too_large_is_refused_naming_it_and_the_knobs(tmp_path, monkeypatch):
+    monkeypatch.setenv("DPFL_DATA", str(tmp_path))
+    write_mnist(tmp_path / "mnist", mnist_records(600, 100))
+    monkeypatch.setattr(footprint, "available_memory_bytes", lambda: 2**20)
+    with pytest.raises(ConfigError, match=r"data.name = 'mnist' is not allowed: expected a data set that fits in "
+                                          r"memory \(building the data needs 10 clients x 70 records x 784 features: "
+                                          r".*1.0 MB available.*lower data.samples_per_client .*or use a subset of "
+                                          r"the data set's files"):
+        check_data_memory(load_config(None, ["data.name='mnist'", "data.num_clients=10"])["data"])
+
+
+def test_pixels_are_scaled_in_place_as_rescale_would_scale_them(tmp_path):
+    write_mnist(tmp_path / "mnist")
+    scaled = build_public("mnist", str(tmp_path / "mnist"), num_clients=3, seed=4)
+    spec = CATALOGUE["mnist"][0]
+    records = idx.load(spec, tmp_path / "mnist", "data.path")
+    raw = federate(records.x, records.y, name="mnist", num_clients=3, seed=4, test_mask=records.test,
+                   classes=spec.classes)
+    assert torch.equal(scaled.train.x, rescale(raw, 1 / 255).train.x)
+    assert raw.train.x.max() == 255 and scaled.train.x.max() <= 1

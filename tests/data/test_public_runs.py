@@ -73,10 +73,11 @@ def test_femnist_runs_with_its_cnn_and_results_record_the_files(study, tmp_path,
 
 
 def _tiny(name: str) -> list[str]:
-    """A tiny run of ``name``: the keys it has of a short, small-cohort run (a family calibrated to a target epsilon
-    gets one; the shuffle-DP families run the count path of their simulated shuffler)."""
+    """A tiny run of ``name``: the keys it has of a short run (6 rounds: past a warm start of round(4 / client_rate)
+    rounds; a family calibrated to a target epsilon gets one; the shuffle-DP families run the count path of their
+    simulated shuffler)."""
     keys = key_schema(name, "logreg")["algorithm"]
-    values = {"rounds": 3, "local_steps": 1, "client_rate": 1.0, "noise_multiplier": 1.0, "lr": 0.1}
+    values = {"rounds": 6, "local_steps": 1, "client_rate": 1.0, "noise_multiplier": 1.0, "lr": 0.1}
     spec = registry.spec_of(name)
     calibrated = spec.private(name) and "noise_multiplier" not in keys
     counts = ["privacy.shuffler='simulated'"] if spec.privacy_defaults.get("shuffler") == "real" else []
@@ -84,12 +85,20 @@ def _tiny(name: str) -> list[str]:
             *(["privacy.epsilon=2.0"] if calibrated else []), *counts]
 
 
+#: Names whose tiny run takes over 10 s (sdp-spider: about 30 s on a 2-core machine), run with -m slow.
+SLOW = ("sdp-spider",)
+
+
 @images
-@pytest.mark.parametrize("name", registry.names())
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
+                                  for n in registry.names()])
 def test_every_algorithm_runs_on_mnist(tmp_path, name):
     write_mnist(tmp_path / "mnist", mnist_records(60, 12, side=8))
     config = load_config(None, ["data.name='mnist'", f"data.path='{tmp_path / 'mnist'}'", "data.num_clients=6",
                                 *_tiny(name)])
+    spec = registry.spec_of(name)
+    if spec.max_rounds is not None:  # a one-pass family: each of the 6 clients in one round
+        config["algorithm"]["rounds"] = min(6, spec.max_rounds(spec.section(config["algorithm"]), 6))
     results = run_experiment(config)
     rounds = results["rounds"]
     assert rounds and all(math.isfinite(r["train_loss"]) for r in rounds), name

@@ -129,9 +129,10 @@ def shape_of(spec: PublicSet, folder: Path, why: str) -> Shape:
     """Records from the files' sizes: a batch of N images holds their N x 3,072 bytes and a little more, so
     size // 3,072 bounds N from above (10,000 for a published batch). Reading a batch holds its bytes and the array
     built from them."""
-    sizes = [path.stat().st_size for path in locate(spec, folder, why)]
-    return Shape(records=sum(size // ROW_BYTES for size in sizes), record_shape=IMAGE_SHAPE, value_bytes=1,
-                 client_sizes=None, parse_bytes=2 * max(sizes))
+    sizes = {path.name: path.stat().st_size for path in locate(spec, folder, why)}
+    return Shape(records=sum(size // ROW_BYTES for size in sizes.values()),
+                 test_records=sizes[TEST_FILE] // ROW_BYTES, record_shape=IMAGE_SHAPE, value_bytes=1,
+                 client_sizes=None, parse_bytes=2 * max(sizes.values()))
 
 
 __all__ = ["FILES", "ALLOWED", "PIXEL_SCALE", "read_batch", "load", "shape_of"]

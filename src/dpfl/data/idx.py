@@ -147,8 +147,8 @@ def shape_of(spec: PublicSet, folder: Path, why: str) -> Shape:
     shapes = [header_shape(paths[f"{split}-images-idx3-ubyte"], IMAGES_MAGIC) for split, _ in SPLITS]
     parse = max(paths[f"{split}-images-idx3-ubyte"].stat().st_size + int(np.prod(shape))
                 for (split, _), shape in zip(SPLITS, shapes))
-    return Shape(records=sum(s[0] for s in shapes), record_shape=(1, *shapes[0][1:]), value_bytes=1,
-                 client_sizes=None, parse_bytes=parse)
+    return Shape(records=sum(s[0] for s in shapes), test_records=shapes[1][0], record_shape=(1, *shapes[0][1:]),
+                 value_bytes=1, client_sizes=None, parse_bytes=parse)
 
 
 __all__ = ["IMAGES_MAGIC", "LABELS_MAGIC", "FILES", "PIXEL_SCALE", "read_idx", "header_shape", "load", "shape_of"]

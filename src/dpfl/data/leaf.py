@@ -106,13 +106,13 @@ class _Task:
     records: Callable[[Path, str, list, list], tuple[np.ndarray, np.ndarray]]
     record_shape: tuple[int, ...]
     value_bytes: int
-    parsed_bytes: int  # the JSON parser's Python objects per record (a float: 24 bytes + a list slot of 8)
+    parsed_bytes: int  # the JSON parser's objects per record (measured: 41 bytes a float, in its list)
     fewest_text_bytes: int  # the least JSON text one record takes (bounds the records of a file by its size)
 
 
 TASKS = {
-    "femnist": _Task(_femnist_records, (1, IMAGE_SIDE, IMAGE_SIDE), 4, 784 * 32 + 2 * 64, 784 * 2),
-    "shakespeare": _Task(_shakespeare_records, (SEQUENCE_LENGTH,), 1, 2 * (49 + 8) + SEQUENCE_LENGTH, 85),
+    "femnist": _Task(_femnist_records, (1, IMAGE_SIDE, IMAGE_SIDE), 4, 784 * 41 + 2 * 64, 784 * 2),
+    "shakespeare": _Task(_shakespeare_records, (SEQUENCE_LENGTH,), 1, 144 + 2 * 8 + 2 * 8, 85),  # 80-character str
 }
 
 
@@ -233,13 +233,14 @@ def _head_counts(path: Path) -> dict[str, int] | None:
 
 
 def shape_of(spec: PublicSet, folder: Path, why: str) -> Shape:
-    """Records and each writer's records from the files' heads ("users", "num_samples"); a file whose head does not
-    say is bounded by its size (``_Task.fewest_text_bytes`` per record), and then writers are not counted. Reading a
-    file holds its bytes, its text and the parser's objects for its records."""
+    """Records and each writer's (train, test) records from the files' heads ("users", "num_samples"); a file whose
+    head does not say is bounded by its size (``_Task.fewest_text_bytes`` per record), and then writers are not
+    counted. Reading a file holds its bytes, its text and the parser's objects for its records, and as much again
+    of the objects of the file before (freed, but kept by Python's allocator)."""
     task = TASKS[spec.name]
-    writers: dict[str, int] | None = {}
-    records, parse = 0, 0
-    for paths in locate(spec, folder, why).values():
+    writers: dict[str, list[int]] | None = {}
+    records, test, parse = 0, 0, 0
+    for split, paths in locate(spec, folder, why).items():
         for path in paths:
             size = path.stat().st_size
             counts = _head_counts(path)
@@ -248,13 +249,14 @@ def shape_of(spec: PublicSet, folder: Path, why: str) -> Shape:
                 writers = None
             elif writers is not None:
                 for user, n in counts.items():
-                    writers[user] = writers.get(user, 0) + n
+                    writers.setdefault(user, [0, 0])[split == "test"] += n
             records += in_file
-            parse = max(parse, 2 * size + in_file * task.parsed_bytes)
+            test += in_file if split == "test" else 0
+            parse = max(parse, 2 * size + 2 * in_file * task.parsed_bytes)
     longest = max(map(len, writers), default=0) if writers is not None else UNKNOWN_ID_LENGTH
-    return Shape(records=records, record_shape=task.record_shape, value_bytes=task.value_bytes,
-                 client_sizes=None if writers is None else [n for n in writers.values() if n], parse_bytes=parse,
-                 id_bytes=8 + 1 + 4 * longest)
+    sizes = None if writers is None else [(train, test) for train, test in writers.values() if train + test]
+    return Shape(records=records, test_records=test, record_shape=task.record_shape, value_bytes=task.value_bytes,
+                 client_sizes=sizes, parse_bytes=parse, id_bytes=8 + 1 + 4 * longest)
 
 
 __all__ = ["ALPHABET", "OTHER", "TASKS", "load", "shape_of"]

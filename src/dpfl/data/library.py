@@ -68,17 +68,19 @@ class Records:
 class Shape:
     """What a memory estimate needs of a public data set, read from its files' headers (``public.shape_of``).
 
-    ``records`` N (an upper bound where the headers do not say exactly), ``record_shape`` of one record's features,
-    ``value_bytes`` of one stored value as the loader keeps it, ``client_sizes`` the records of each natural client
-    (None without them), ``parse_bytes`` the most memory reading one file takes besides the records kept (its bytes,
-    decompressed, and the parser's objects), ``id_bytes`` what a record's class number, split mark and writer id
-    take as the loader keeps them (int64, bool, a numpy string of 4 bytes a character).
+    ``records`` N (an upper bound where the headers do not say exactly), ``test_records`` those of its own test split
+    (0 without one), ``record_shape`` of one record's features, ``value_bytes`` of one stored value as the loader keeps
+    it, ``client_sizes`` the (train, test) records of each natural client (None without them), ``parse_bytes`` the
+    most memory reading one file takes besides the records kept (its bytes, decompressed, and the parser's objects),
+    ``id_bytes`` what a record's class number, split mark and writer id take as the loader keeps them (int64, bool, a
+    numpy string of 4 bytes a character).
     """
 
     records: int
+    test_records: int
     record_shape: tuple[int, ...]
     value_bytes: int
-    client_sizes: list[int] | None
+    client_sizes: list[tuple[int, int]] | None
     parse_bytes: int
     id_bytes: int = 8 + 1
 

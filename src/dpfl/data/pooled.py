@@ -15,7 +15,7 @@ import numpy as np
 from dpfl.data.federated import NUM_CLIENTS, TEST_FRACTION, ClientArrays, FederatedDataset, split_clients
 from dpfl.data.partition import partition as partition_records
 from dpfl.data.partition import stratified_subsample
-from dpfl.data.preprocess import STANDARDIZE_SCOPES, describe_standardize, standardize
+from dpfl.data.preprocess import STANDARDIZE_SCOPES, describe_scale, describe_standardize, standardize
 from dpfl.errors import ConfigError, check_range
 
 #: ``data.labels``: the records' classes as they are, or mapped to their class number's parity (1 = even, 0 = odd).
@@ -89,6 +89,7 @@ def federate(
     source: dict | None = None,
     label_map: str = "original",
     classes: Sequence | None = None,
+    scale: float = 1.0,
 ) -> FederatedDataset:
     """Distributes pooled records (x [N, ...] numeric, y [N] labels of any type) over clients.
 
@@ -103,7 +104,8 @@ def federate(
     0..C-1 (then C is the data set's, whichever classes the records hold); then they are mapped by ``label_map`` after
     the partition (``map_labels``). ``source`` (provenance, JSON-safe) names the data in errors by its "path" when it
     has one. The features keep their type (e.g. uint8 pixels) until they are stacked as float32, exactly, unless they
-    are standardised (in float64).
+    are standardised (in float64); once stacked they are multiplied by ``scale``, a public constant (1/255 brings
+    8-bit pixels to [0, 1]), in place (``preprocess.rescale`` does the same on a built data set, with a copy).
     """
     samples_per_client, seed = check_common(samples_per_client, seed, test_fraction, standardize_scope)
     origin = (source or {}).get("path", name)
@@ -154,12 +156,12 @@ def federate(
         "samples_per_client": samples_per_client,
         "partition": partition_info,
         "split": split_info,
-        "preprocessing": [describe_standardize(standardize_scope)],
+        "preprocessing": [describe_standardize(standardize_scope), *([describe_scale(scale)] if scale != 1 else [])],
         "seed": seed,
     }
     return FederatedDataset(
-        train=ClientArrays.from_lists(train_xs, train_ys),
-        test=ClientArrays.from_lists(test_xs, test_ys),
+        train=ClientArrays.from_lists(train_xs, train_ys, scale),
+        test=ClientArrays.from_lists(test_xs, test_ys, scale),
         num_classes=len(class_names),
         name=name,
         info=info,

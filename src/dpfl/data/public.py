@@ -28,7 +28,6 @@ from dpfl.data.federated import FederatedDataset
 from dpfl.data.library import PublicSet, Shape, folder_of
 from dpfl.data.partition import PARTITIONS
 from dpfl.data.pooled import federate
-from dpfl.data.preprocess import rescale
 from dpfl.errors import ConfigError
 
 _DIGITS = tuple(str(d) for d in range(10))
@@ -86,10 +85,9 @@ def build_public(name: str, path: str | None = None, *, partition: str | None = 
     source = {"name": name, "title": spec.title, "path": str(folder), "files": records.files,
               "split": "the data set's own" if test is not None else "random per client (data.test_fraction)",
               **records.details}
-    dataset = federate(records.x, records.y, name=name, partition=None if natural else partition,
-                       client_ids=records.writers if natural else None, test_mask=test, test_fraction=test_fraction,
-                       classes=spec.classes, source=source, **options)
-    return rescale(dataset, records.pixel_scale)
+    return federate(records.x, records.y, name=name, partition=None if natural else partition,
+                    client_ids=records.writers if natural else None, test_mask=test, test_fraction=test_fraction,
+                    classes=spec.classes, source=source, scale=records.pixel_scale, **options)
 
 
 def shape_of(name: str, path: str | None = None) -> Shape:
