@@ -21,6 +21,8 @@ import numpy as np
 
 IDX_NAMES = {("train", "images"): "train-images-idx3-ubyte", ("train", "labels"): "train-labels-idx1-ubyte",
              ("test", "images"): "t10k-images-idx3-ubyte", ("test", "labels"): "t10k-labels-idx1-ubyte"}
+EMNIST_NAMES = {(split, kind): f"emnist-balanced-{split}-{kind}-idx{3 if kind == 'images' else 1}-ubyte"
+                for split in ("train", "test") for kind in ("images", "labels")}
 
 
 # -- IDX -----------------------------------------------------------------------------------------------------------
@@ -50,12 +52,14 @@ def mnist_records(n_train: int = 40, n_test: int = 10, side: int = 28, seed: int
     return records
 
 
-def write_mnist(folder: Path, records: dict | None = None, gz: bool = False) -> dict:
+def write_mnist(folder: Path, records: dict | None = None, gz: bool = False, emnist: bool = False) -> dict:
+    """MNIST's four files (or EMNIST-balanced's, whose images NIST stores transposed: column by column)."""
     folder.mkdir(parents=True, exist_ok=True)
     records = records or mnist_records()
+    names = EMNIST_NAMES if emnist else IDX_NAMES
     for split, (images, labels) in records.items():
-        write_idx(folder / IDX_NAMES[(split, "images")], images, gz)
-        write_idx(folder / IDX_NAMES[(split, "labels")], labels, gz)
+        write_idx(folder / names[(split, "images")], images.transpose(0, 2, 1) if emnist else images, gz)
+        write_idx(folder / names[(split, "labels")], labels, gz)
     return records
 
 

@@ -60,6 +60,24 @@ def test_idx_images_keep_their_pixels_labels_and_official_split(tmp_path, name, 
     assert files[path.name]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def test_emnist_balanced_images_are_turned_to_mnists_orientation_and_keep_47_classes(tmp_path):
+    records = mnist_records(40, 10)
+    records = {split: (images, labels + 37 * (np.arange(len(labels)) % 2)) for split, (images, labels) in
+               records.items()}  # classes 0..9 and 37..46 (lower-case b..t)
+    for images, _ in records.values():
+        images[:, 5, :] = 255  # row 5 white: a transposition would make it a column
+    write_mnist(tmp_path / "emnist", records, gz=True, emnist=True)
+    dataset = build_public("emnist_balanced", str(tmp_path / "emnist"), num_clients=4)
+    assert dataset.num_classes == 47 and dataset.info["classes"][36:] == list("abdefghnqrt")
+    images, labels = records["train"]
+    for i, r in _records_of(dataset.train, dataset.train.counts):
+        index = round(float(dataset.train.x[i, r, 0, 0, 0]) * 255)
+        assert torch.allclose(dataset.train.x[i, r, 0], torch.from_numpy(images[index] / 255).float())
+        assert bool((dataset.train.x[i, r, 0, 5] == 1).all()) and int(dataset.train.y[i, r]) == labels[index]
+    with pytest.raises(ConfigError, match=r"emnist-balanced-train-images-idx3-ubyte\[.gz\].*www.nist.gov"):
+        build_public("emnist_balanced", str(tmp_path / "mnist"), num_clients=4)
+
+
 def test_the_uncompressed_file_is_read_when_both_are_there(tmp_path):
     write_mnist(tmp_path / "mnist", gz=True)
     write_mnist(tmp_path / "mnist", gz=False)

@@ -1,19 +1,24 @@
-"""MNIST and Fashion-MNIST from their IDX files, gzipped (as published) or not.
+"""MNIST, Fashion-MNIST and EMNIST-balanced from their IDX files, gzipped (as published) or not.
 
 Format (LeCun, Cortes, Burges, "The MNIST database of handwritten digits", which defines IDX): a 4-byte magic number,
 big-endian, whose first two bytes are 0, third byte the value type (0x08: unsigned byte) and fourth byte the number of
 dimensions; then each dimension's size as a 4-byte big-endian unsigned integer; then the values in C order (the last
 dimension fastest). Images: magic 0x00000803 (unsigned bytes, 3 dimensions), sizes N, rows, columns, pixels 0..255
-(0 = background); labels: magic 0x00000801 (unsigned bytes, 1 dimension), size N, classes 0..9.
+(0 = background); labels: magic 0x00000801 (unsigned bytes, 1 dimension), size N, class numbers.
 
 Files, in the data set's folder (``library.folder_of``), each as named or with ``.gz`` (the uncompressed one is read
-when both are there):
+when both are there; ``LAYOUTS``):
 
-    train-images-idx3-ubyte   train-labels-idx1-ubyte   t10k-images-idx3-ubyte   t10k-labels-idx1-ubyte
+    MNIST, Fashion-MNIST:  train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte,
+                           t10k-labels-idx1-ubyte
+    EMNIST-balanced:       emnist-balanced-train-images-idx3-ubyte, emnist-balanced-train-labels-idx1-ubyte,
+                           emnist-balanced-test-images-idx3-ubyte, emnist-balanced-test-labels-idx1-ubyte
 
 MNIST is published by Y. LeCun, C. Cortes and C. Burges; Fashion-MNIST (Xiao, Rasul, Vollgraf 2017) by Zalando
-Research, with the same file names and format. Records: images [N, 1, rows, columns] of uint8 pixels (scaled to
-[0, 1] by the public constant 1/255 when federated), the official split kept (60,000 train, 10,000 t10k test).
+Research, with the same file names and format; EMNIST (Cohen, Afshar, Tapson, van Schaik 2017) by NIST, whose files
+store each image transposed (column by column), turned here to MNIST's row-by-row orientation. Records: images
+[N, 1, rows, columns] of uint8 pixels (scaled to [0, 1] by the public constant 1/255 when federated), the official
+split kept (MNIST: 60,000 train, 10,000 t10k test; EMNIST-balanced: 112,800 and 18,800, 47 classes).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import gzip
 import struct
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,11 +35,31 @@ from dpfl.data.library import PublicSet, Records, Shape, corrupt, missing, read_
 
 IMAGES_MAGIC = 0x00000803
 LABELS_MAGIC = 0x00000801
-#: (file name prefix, whether its records are the test split), in the order they are pooled
-SPLITS = (("train", False), ("t10k", True))
-FILES = tuple(f"{split}-{kind}" for split, _ in SPLITS for kind in ("images-idx3-ubyte", "labels-idx1-ubyte"))
 GZIP_MAGIC = b"\x1f\x8b"
 PIXEL_SCALE = 1 / 255
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A data set's IDX files: the name prefixes of its training and test splits, and whether its images are stored
+    transposed."""
+
+    train: str
+    test: str
+    transposed: bool = False
+
+    def splits(self) -> tuple[tuple[str, bool], ...]:
+        """(file name prefix, whether its records are the test split), in the order they are pooled."""
+        return (self.train, False), (self.test, True)
+
+    def files(self) -> tuple[str, ...]:
+        return tuple(f"{prefix}-{kind}" for prefix, _ in self.splits()
+                     for kind in ("images-idx3-ubyte", "labels-idx1-ubyte"))
+
+
+#: data.name -> its layout
+LAYOUTS = {"mnist": Layout("train", "t10k"), "fashion_mnist": Layout("train", "t10k"),
+           "emnist_balanced": Layout("emnist-balanced-train", "emnist-balanced-test", transposed=True)}
 
 
 def _kind(magic: int) -> str:
@@ -41,9 +67,11 @@ def _kind(magic: int) -> str:
 
 
 def locate(spec: PublicSet, folder: Path, why: str) -> dict[str, Path]:
-    """name -> the file to read (plain preferred to .gz) for each of ``FILES``; refused naming what is missing."""
+    """name -> the file to read (plain preferred to .gz) for each of the data set's files (``LAYOUTS``); refused
+    naming what is missing."""
     found, absent = {}, []
-    for name in FILES:
+    files = LAYOUTS[spec.name].files()
+    for name in files:
         candidates = [folder / name, folder / f"{name}.gz"]
         present = [path for path in candidates if path.is_file()]
         if present:
@@ -51,7 +79,7 @@ def locate(spec: PublicSet, folder: Path, why: str) -> dict[str, Path]:
         else:
             absent.append(f"{name}[.gz]")
     if absent:
-        raise missing(spec, folder, why, ", ".join(f"{name}[.gz]" for name in FILES), absent)
+        raise missing(spec, folder, why, ", ".join(f"{name}[.gz]" for name in files), absent)
     return found
 
 
@@ -114,10 +142,10 @@ def header_shape(path: Path, magic: int) -> tuple[int, ...]:
 
 
 def load(spec: PublicSet, folder: Path, why: str) -> Records:
-    """MNIST or Fashion-MNIST's records (module docstring): every image of both splits, the t10k ones marked test."""
-    paths = locate(spec, folder, why)
-    xs, ys, marks, files = [], [], [], []
-    for split, is_test in SPLITS:
+    """The records of an IDX data set (module docstring): every image of both splits, the test ones marked."""
+    paths, layout = locate(spec, folder, why), LAYOUTS[spec.name]
+    xs, ys, marks, files, sizes = [], [], [], [], ()
+    for split, is_test in layout.splits():
         images_path, labels_path = paths[f"{split}-images-idx3-ubyte"], paths[f"{split}-labels-idx1-ubyte"]
         images, images_sha = read_idx(images_path, IMAGES_MAGIC)
         labels, labels_sha = read_idx(labels_path, LABELS_MAGIC)
@@ -128,10 +156,11 @@ def load(spec: PublicSet, folder: Path, why: str) -> Records:
         if len(bad):
             raise corrupt(labels_path, f"labels 0..{len(spec.classes) - 1}",
                           f"{labels[bad[0]]} at record {bad[0]} ({len(bad)} out of range)")
-        if xs and images.shape[1:] != xs[0].shape[2:]:
-            raise corrupt(images_path, f"{' x '.join(map(str, xs[0].shape[2:]))} images, as in the training images",
+        if xs and images.shape[1:] != sizes:
+            raise corrupt(images_path, f"{' x '.join(map(str, sizes))} images, as in the training images",
                           f"{' x '.join(map(str, images.shape[1:]))}")
-        xs.append(images[:, None])
+        sizes = images.shape[1:]
+        xs.append((images.transpose(0, 2, 1) if layout.transposed else images)[:, None])
         ys.append(labels.astype(np.int64))
         marks.append(np.full(len(labels), is_test))
         files += [{"file": path.name, "sha256": sha, "records": len(labels)}
@@ -143,12 +172,15 @@ def load(spec: PublicSet, folder: Path, why: str) -> Records:
 def shape_of(spec: PublicSet, folder: Path, why: str) -> Shape:
     """The records and image size from the image files' headers; the largest file's stored and decompressed bytes
     are the parse's own memory."""
-    paths = locate(spec, folder, why)
-    shapes = [header_shape(paths[f"{split}-images-idx3-ubyte"], IMAGES_MAGIC) for split, _ in SPLITS]
+    paths, splits = locate(spec, folder, why), LAYOUTS[spec.name].splits()
+    shapes = [header_shape(paths[f"{split}-images-idx3-ubyte"], IMAGES_MAGIC) for split, _ in splits]
     parse = max(paths[f"{split}-images-idx3-ubyte"].stat().st_size + int(np.prod(shape))
-                for (split, _), shape in zip(SPLITS, shapes))
-    return Shape(records=sum(s[0] for s in shapes), test_records=shapes[1][0], record_shape=(1, *shapes[0][1:]),
+                for (split, _), shape in zip(splits, shapes))
+    height, width = shapes[0][1:]
+    return Shape(records=sum(s[0] for s in shapes), test_records=shapes[1][0],
+                 record_shape=(1, width, height) if LAYOUTS[spec.name].transposed else (1, height, width),
                  value_bytes=1, client_sizes=None, parse_bytes=parse)
 
 
-__all__ = ["IMAGES_MAGIC", "LABELS_MAGIC", "FILES", "PIXEL_SCALE", "read_idx", "header_shape", "load", "shape_of"]
+__all__ = ["IMAGES_MAGIC", "LABELS_MAGIC", "LAYOUTS", "Layout", "PIXEL_SCALE", "read_idx", "header_shape", "load",
+           "shape_of"]

@@ -1,15 +1,18 @@
 """The public data sets of the papers, read from their published files in a local folder, and federated.
 
-=================  =========================================  ==========================  ==========================
-data.name          files (``library.folder_of``: data.path,   records                     natural clients
-                   else $DPFL_DATA/<name>, else ~/.dpfl/...)
-=================  =========================================  ==========================  ==========================
-``mnist``          IDX (``idx.py``)                           [1, 28, 28] pixels, 10      none
-``fashion_mnist``  IDX (``idx.py``)                           [1, 28, 28] pixels, 10      none
-``femnist``        LEAF JSON (``leaf.py``)                    [1, 28, 28] in [0, 1], 62   writers
-``cifar10``        python batches (``cifar.py``)              [3, 32, 32] pixels, 10      none
-``shakespeare``    LEAF JSON (``leaf.py``)                    [80] character ids, 81      speaking roles
-=================  =========================================  ==========================  ==========================
+===================  =================================  ===========================  ===============
+data.name            format (reader)                    records, classes             natural clients
+===================  =================================  ===========================  ===============
+``mnist``            IDX (``idx.py``)                   [1, 28, 28] pixels, 10       none
+``fashion_mnist``    IDX (``idx.py``)                   [1, 28, 28] pixels, 10       none
+``emnist_balanced``  IDX (``idx.py``)                   [1, 28, 28] pixels, 47       none
+``femnist``          LEAF JSON (``leaf.py``)            [1, 28, 28] in [0, 1], 62    writers
+``cifar10``          python batches (``cifar.py``)      [3, 32, 32] pixels, 10       none
+``shakespeare``      LEAF JSON (``leaf.py``)            [80] character ids, 81       speaking roles
+===================  =================================  ===========================  ===============
+
+The files are read from one folder (``library.folder_of``): data.path, else $DPFL_DATA/<data.name>, else
+~/.dpfl/data/<data.name>.
 
 Federating (``pooled.federate``): the clients are the natural ones where the data set has them and data.partition is
 unset or "natural"; otherwise data.partition (default "iid", e.g. "k_labels", "dirichlet") divides the pooled records
@@ -31,6 +34,8 @@ from dpfl.data.pooled import federate
 from dpfl.errors import ConfigError
 
 _DIGITS = tuple(str(d) for d in range(10))
+_UPPER = tuple(chr(c) for c in range(ord("A"), ord("Z") + 1))
+_LOWER = tuple(chr(c) for c in range(ord("a"), ord("z") + 1))
 _LEAF = ("the LEAF benchmark (github.com/TalwalkarLab/leaf): its data/{0}/preprocess.sh with -t sample writes them "
          "to data/{0}/data")
 
@@ -44,10 +49,13 @@ CATALOGUE: dict[str, tuple[PublicSet, ModuleType]] = {
                                           "(github.com/zalandoresearch/fashion-mnist, data/fashion)",
         ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")),
         idx),
+    "emnist_balanced": (PublicSet(
+        "emnist_balanced", "EMNIST-balanced", "NIST's EMNIST page (www.nist.gov/itl/products-and-services/"
+                                              "emnist-dataset): the binary format, gzip.zip, unpacked",
+        (*_DIGITS, *_UPPER, *"abdefghnqrt")), idx),
     "femnist": (PublicSet(
         "femnist", "FEMNIST", _LEAF.format("femnist"),
-        (*_DIGITS, *(chr(c) for c in range(ord("A"), ord("Z") + 1)), *(chr(c) for c in range(ord("a"), ord("z") + 1))),
-        natural=True), leaf),
+        (*_DIGITS, *_UPPER, *_LOWER), natural=True), leaf),
     "cifar10": (PublicSet(
         "cifar10", "CIFAR-10", "A. Krizhevsky's CIFAR page at the University of Toronto (www.cs.toronto.edu/~kriz/"
                                "cifar.html): the CIFAR-10 python version, cifar-10-python.tar.gz, unpacked",
