@@ -145,12 +145,14 @@ def planned_ranks(claimed_epsilon: float, n0: int, n1: int, delta: float,
     return tuple(zip(kept, _levels(len(kept), alpha)))
 
 
-def expected_lower_bound(claimed_epsilon: float, n0: int, n1: int, delta: float, confidence: float = 0.95) -> float:
+def expected_lower_bound(claimed_epsilon: float, n0: int, n1: int, delta: float, confidence: float = 0.95,
+                         mu: float | None = None) -> float:
     """The bound ``many_run_lower_bound`` planned for ``claimed_epsilon`` gives at the expected error counts of test
-    A if the scores followed the claim's own mu-GDP twin (the claim tight; exact law for one Gaussian release): the
-    largest over the planned ranks, each at its level. A function of the claim and the numbers of runs alone."""
+    A if the scores were N(0, 1) against N(``mu``, 1) (default: the claim's own mu-GDP twin, i.e. the claim tight;
+    the exact law of one Gaussian release): the largest over the planned ranks, each at its level. A function of
+    the claim, mu and the numbers of runs alone."""
     alpha = (1 - confidence) / 4
-    mu = claimed_mu(claimed_epsilon, delta)
+    mu = claimed_mu(claimed_epsilon, delta) if mu is None else mu
     return float(max(_expected_bounds(mu, n0, n1, delta, level)[k - 1]
                      for k, level in planned_ranks(float(claimed_epsilon), n0, n1, delta, alpha)))
 
