@@ -12,6 +12,9 @@ from dpfl.cli import main
 from dpfl.errors import ConfigError
 from dpfl.experiments.config import load_config
 from dpfl.experiments.runner import build_simulation
+from dpfl.protocols.shuffler import BinomialVectorSum
+
+import survivors
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -133,3 +136,37 @@ def test_spider_with_period_one_has_no_difference_rounds():
     assert model.epsilon_of([(model.own_event(b1, dimension), 3)]) <= 4.0
     sim.run(3)
     assert all(0 < eps <= 4.0 for eps in sim.ledger.epsilon().values())
+
+
+def largest_randomiser_input(name: str, monkeypatch) -> float:
+    """The largest ||x|| / L over the vectors x that enter P_vec's local randomiser (``BinomialVectorSum.counts``)
+    in two real rounds of ``name`` (sdp-spider: a checkpoint round, then a difference round), every record's
+    features scaled 1000x (raw gradient norms ~10^3 C)."""
+    period = ["algorithm.period=2"] if name == "sdp-spider" else []
+    sim = build_simulation(load_config(None, [f"algorithm.name='{name}'", *TINY, *period, "algorithm.clip=0.5",
+                                              "privacy.shuffler='simulated'"]))  # the same vectors as 'real'
+    sim.train.x.mul_(1000.0)
+    ratios = []
+    counts = BinomialVectorSum.counts
+
+    def recording(self, x, rounding, noise):
+        ratios.append(float(x.double().norm(dim=-1).max()) / self.bound)
+        return counts(self, x, rounding, noise)
+
+    monkeypatch.setattr(BinomialVectorSum, "counts", recording)
+    sim.run(2)
+    assert ratios
+    return max(ratios)
+
+
+@pytest.mark.parametrize("name", ["sdp-prox-sgd", "sdp-spider"])
+def test_every_vector_entering_the_local_randomiser_is_in_its_l2_ball(name, monkeypatch):
+    """The shuffle-DP families' events assume each user's vector lies in the l2 ball of radius L (l2_shift g:
+    replacing a record moves it by <= 2L), while P_vec's randomiser itself only refuses coordinates outside [-L, L]:
+    every vector has l2 norm <= L, and the clip bites (the largest is L)."""
+    assert 0.999 < largest_randomiser_input(name, monkeypatch) <= 1 + 1e-5
+
+
+def test_the_l2_ball_test_catches_examples_left_unclipped(monkeypatch):
+    survivors.unclipped_examples(monkeypatch)
+    assert largest_randomiser_input("sdp-prox-sgd", monkeypatch) > 2

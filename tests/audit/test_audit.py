@@ -255,6 +255,6 @@ def test_audit_table_script_runs(capsys):
     spec.loader.exec_module(module)
     module.main(["--trials", "20", "dp-fedsgd", "dp-scaffold-warm", "fedsgd-dpc"])
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2 + 4 * 3 and all(line.count("|") == 9 for line in lines)
+    assert len(lines) == 2 + 4 * 3 and all(line.count("|") == 10 for line in lines)
     assert sum("fedsgd-dpc (laplace)" in line for line in lines) == 3
     assert "**above**" not in "\n".join(lines)

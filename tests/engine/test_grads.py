@@ -8,6 +8,8 @@ import torch.nn.functional as F
 from dpfl.engine.grads import CohortGradients, memory_per_example
 from dpfl.models import build_model
 
+import survivors
+
 CLIENTS, BATCH, FEATURES, CLASSES = 3, 5, 4, 3
 
 
@@ -95,6 +97,48 @@ def test_each_clipped_example_has_norm_at_most_clip(kind, strategy):
     assert big.any() and (~big).any()  # both cases occur
     torch.testing.assert_close(clipped[big], torch.full_like(clipped[big], clip), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(clipped[~big], raw[~big], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["logreg", "mlp"])
+@pytest.mark.parametrize("strategy", ["ghost", "vmap"])
+@pytest.mark.parametrize("scale", [1.0, 1e4])
+def test_clipped_examples_are_each_within_the_clip_even_for_huge_gradients(kind, strategy, scale):
+    assert_each_example_within_the_clip(kind, strategy, scale)
+
+
+def assert_each_example_within_the_clip(kind: str, strategy: str, scale: float) -> None:
+    """``clipped_examples`` (the shuffle-DP families' local randomiser input, one vector per example): every
+    example's vector has l2 norm <= C, also when the raw gradients are 10^4 times larger (inputs scaled up); the ones
+    the clip bites are scaled to exactly C along their own direction, the others pass unchanged; a masked example is
+    0; and the vectors add up to ``clipped_sum``. (A ``clipped_examples`` that skips the clip passes every other test
+    of the shuffle-DP path: the randomiser's l-inf clamp hides it while the accounting assumes the l2 ball.)"""
+    model = make_model(kind)
+    grads = CohortGradients(model, strategy)
+    theta, x, y, mask = cohort(num_params=grads.num_params, scale=2.0)
+    x = scale * x
+    clip = 0.25
+    vectors = grads.clipped_examples(theta, x, y, mask, clip)
+    raw = grads.clipped_examples(theta, x, y, mask, float("inf"))  # min(1, C / ||g||) = 1: the raw gradients
+    assert vectors.shape == (CLIENTS, BATCH, grads.num_params)
+    norms, raw_norms = vectors.norm(dim=-1), raw.norm(dim=-1)
+    real = mask > 0
+    assert (norms <= clip * (1 + 1e-5)).all()
+    assert (vectors[~real] == 0).all()
+    big = real & (raw_norms > clip)
+    assert big.any() and (real & ~big).any()  # both cases occur (saturated softmaxes give exact zeros)
+    assert raw_norms.max() > (20 if scale > 1 else 2) * clip  # the clip bites hard
+    torch.testing.assert_close(norms[big], torch.full_like(norms[big], clip), rtol=1e-5, atol=1e-7)
+    direction = (vectors[big] * raw[big]).sum(-1) / (norms[big] * raw_norms[big])
+    torch.testing.assert_close(direction, torch.ones_like(direction), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(vectors[real & ~big], raw[real & ~big])
+    torch.testing.assert_close(vectors.sum(1), grads.clipped_sum(theta, x, y, mask, clip), rtol=1e-4,
+                               atol=1e-5 * clip)
+
+
+def test_the_per_example_clip_test_catches_examples_left_unclipped(monkeypatch):
+    survivors.unclipped_examples(monkeypatch)
+    with pytest.raises(AssertionError):
+        assert_each_example_within_the_clip("logreg", "vmap", 1e4)
 
 
 @pytest.mark.parametrize("strategy", ["ghost", "vmap"])

@@ -145,6 +145,18 @@ def planned_ranks(claimed_epsilon: float, n0: int, n1: int, delta: float,
     return tuple(zip(kept, _levels(len(kept), alpha)))
 
 
+def expected_lower_bound(claimed_epsilon: float, n0: int, n1: int, delta: float, confidence: float = 0.95,
+                         mu: float | None = None) -> float:
+    """The bound ``many_run_lower_bound`` planned for ``claimed_epsilon`` gives at the expected error counts of test
+    A if the scores were N(0, 1) against N(``mu``, 1) (default: the claim's own mu-GDP twin, i.e. the claim tight;
+    the exact law of one Gaussian release): the largest over the planned ranks, each at its level. A function of
+    the claim, mu and the numbers of runs alone."""
+    alpha = (1 - confidence) / 4
+    mu = claimed_mu(claimed_epsilon, delta) if mu is None else mu
+    return float(max(_expected_bounds(mu, n0, n1, delta, level)[k - 1]
+                     for k, level in planned_ranks(float(claimed_epsilon), n0, n1, delta, alpha)))
+
+
 def _rank_test(negatives: np.ndarray, positives: np.ndarray, rank: int, delta: float, alpha: float):
     """Test A of the module docstring at rank ``rank``: (eps, threshold, false positives, false negatives)."""
     threshold = float(np.sort(negatives)[negatives.size - rank])
@@ -264,6 +276,6 @@ def one_run_lower_bound(m: int, r: int, v: int, delta: float = 0.0, confidence: 
 
 
 __all__ = ["clopper_pearson", "clopper_pearson_upper", "claimed_mu", "planned_rank", "planned_ranks", "CLAIM_DIVISORS",
-           "CLAIM_SHARE", "fewest_runs", "LowerBound",
+           "CLAIM_SHARE", "fewest_runs", "expected_lower_bound", "LowerBound",
            "many_run_lower_bound", "roc_curve",
            "one_run_p_value", "one_run_lower_bound"]

@@ -34,6 +34,14 @@ verified smoothness (SPIDER with ``feature_clip``).
 
 A marked record's own features are ignored (its model gradient is replaced, not added to). ``scale`` multiplies the
 canary's gradient (``scale = 10``: a planted bug, clipping skipped for a record of norm 10 C).
+
+**The randomiser's input** (``RandomiserInput``). A local randomiser (the shuffle-DP families' P_vec,
+``dpfl.algorithms.sdp``) encodes every example's vector on its own, and its event assumes each vector lies in the l2
+ball of radius C (``l2_shift``: replacing a record moves one vector by at most 2C); the randomiser itself only refuses
+coordinates outside [-C, C], so a vector left unclipped (norm up to C sqrt(d)) would pass it. Every oracle here hands
+those vectors out through ``clipped_examples`` and keeps the largest ||x|| / C it handed out (``largest_input``), the
+canary's and its neighbour's included: the audit reports it beside its bound, and a value above 1 breaks the premise
+of the claim (``dpfl.audit.runs``).
 """
 
 from __future__ import annotations
@@ -46,7 +54,29 @@ CANARY, OPPOSITE, ABSENT = -1, -2, -3
 SIGNS = {CANARY: 1.0, OPPOSITE: -1.0, ABSENT: 0.0}
 
 
-class DiracCanaryGradients:
+#: Relative float error allowed above the clip bound in ``RandomiserInput.within_clip``.
+INPUT_TOLERANCE = 1e-5
+
+
+class RandomiserInput:
+    """The view of a local randomiser's input (module docstring): ``largest_input``, the largest ||x|| / C over the
+    vectors handed out by ``clipped_examples`` (None until one is)."""
+
+    largest_input: float | None = None
+
+    def _handed_out(self, vectors: torch.Tensor, clip) -> torch.Tensor:
+        if vectors.numel():
+            largest = float(vectors.double().norm(dim=-1).max()) / float(clip)
+            self.largest_input = max(self.largest_input or 0.0, largest)
+        return vectors
+
+
+def within_clip(largest_input: float | None) -> bool:
+    """Whether every vector a local randomiser received lay in the clip's ball (up to ``INPUT_TOLERANCE``)."""
+    return largest_input is None or largest_input <= 1 + INPUT_TOLERANCE
+
+
+class DiracCanaryGradients(RandomiserInput):
     """The run's gradient oracle with one extra coordinate e (index ``base.num_params``) for the canary (module
     docstring). Duck-typed like ``CohortGradients`` for ``LocalSGD``: ``initial_params``, ``clipped_sum``."""
 
@@ -85,7 +115,7 @@ class DiracCanaryGradients:
         y_base, mask_base, signs = self._split(y, mask)
         base = self.base.clipped_examples(theta[:, :-1], x, y_base, mask_base, clip)
         along_e = self.scale * signs * float(clip) * direction(theta, self.flip).unsqueeze(1)
-        return torch.cat([base, along_e.to(base.dtype).unsqueeze(2)], dim=2)
+        return self._handed_out(torch.cat([base, along_e.to(base.dtype).unsqueeze(2)], dim=2), clip)
 
     def example_norms(self, theta, x, y, mask, **kwargs):
         raise NotImplementedError("the Dirac canary audits a fixed clip bound (algorithm.clip_heuristic = 'fixed')")
@@ -103,7 +133,7 @@ def direction(theta: torch.Tensor, flip: bool) -> torch.Tensor:
 FIRST_OF_MANY = -4
 
 
-class ManyDiracCanaryGradients:
+class ManyDiracCanaryGradients(RandomiserInput):
     """The one-run audit's oracle: m canaries, canary i a Dirac gradient ``signs[i]`` x C along its own extra
     coordinate e_i (index ``base.num_params + i``, initialised to 0); a record marked ``FIRST_OF_MANY - i`` is canary
     i (its features ignored, as for ``DiracCanaryGradients``). ``signs[i]`` is +1 for an included canary and the
@@ -141,13 +171,13 @@ class ManyDiracCanaryGradients:
                                           mask * (~marked).to(mask.dtype), clip)
         weight = torch.where(marked, self.signs[index.clamp(0, m - 1)], 0.0) * mask.double() * float(clip)
         along = torch.nn.functional.one_hot(index.clamp(0, m - 1), m).double() * weight.unsqueeze(2)
-        return torch.cat([base, along.to(base.dtype)], dim=2)
+        return self._handed_out(torch.cat([base, along.to(base.dtype)], dim=2), clip)
 
     def example_norms(self, theta, x, y, mask, **kwargs):
         raise NotImplementedError("the Dirac canary audits a fixed clip bound (algorithm.clip_heuristic = 'fixed')")
 
 
-class NullRecordGradients:
+class NullRecordGradients(RandomiserInput):
     """The run's gradient oracle with records marked ``ABSENT`` given gradient 0 (the zero-out neighbour of an input
     canary: the client's count, hence its divisor, stays the same). Duck-typed like ``CohortGradients``. It keeps
     the clipping the algorithm asked for (``clipping``: the bound and the norm of its last call), with which the
@@ -169,7 +199,8 @@ class NullRecordGradients:
     def clipped_examples(self, theta, x, y, mask, clip):
         self.clipping = (clip, {})
         absent = y == ABSENT
-        return self.base.clipped_examples(theta, x, y.masked_fill(absent, 0), mask * (~absent).to(mask.dtype), clip)
+        return self._handed_out(self.base.clipped_examples(theta, x, y.masked_fill(absent, 0),
+                                                           mask * (~absent).to(mask.dtype), clip), clip)
 
     def example_norms(self, theta, x, y, mask, **kwargs):
         raise NotImplementedError("the audit audits a fixed clip bound (algorithm.clip_heuristic = 'fixed')")
@@ -207,5 +238,6 @@ def neighbour_mark(neighboring: str) -> int:
     raise ValueError(f"neighboring = {neighboring!r}: expected 'replace_one', 'zero_out' or 'add_remove'")
 
 
-__all__ = ["CANARY", "OPPOSITE", "ABSENT", "SIGNS", "FIRST_OF_MANY", "DiracCanaryGradients", "direction", "ManyDiracCanaryGradients",
+__all__ = ["CANARY", "OPPOSITE", "ABSENT", "SIGNS", "FIRST_OF_MANY", "INPUT_TOLERANCE", "RandomiserInput",
+           "within_clip", "DiracCanaryGradients", "direction", "ManyDiracCanaryGradients",
            "NullRecordGradients", "input_canary", "mark", "neighbour_mark"]

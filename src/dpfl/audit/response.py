@@ -50,10 +50,11 @@ def no_canary_path(algorithm, missing: str) -> ConfigError:
                        f"axis; {missing}")
 
 
-def responses(sim, target, round_index: int, client: int = 0, probes: int = 4) -> dict[str, float]:
-    """{tensor: r_u(t)} of round ``round_index`` (module docstring) for the canary ``target``
-    (``dpfl.audit.runs.Canary``) in client ``client``'s data: every message with the parameter axis, and the model's
-    move ``MOVE``."""
+def probe(sim, target, round_index: int, client: int = 0, probes: int = 4):
+    """The paired probe of round ``round_index`` (module docstring) for the canary ``target``
+    (``dpfl.audit.runs.Canary``) in client ``client``'s data, on ``probes`` rows with streams of their own: (what
+    each world's rows send, with the model's move ``MOVE``, [probes, ...] per name; the canary's gradient g
+    [probes, P] at the round's model)."""
     algorithm, train = sim.algorithm, sim.train
     population = train.num_clients
     x0 = target.worlds[0].grads.initial_params()
@@ -80,9 +81,36 @@ def responses(sim, target, round_index: int, client: int = 0, probes: int = 4) -
     for world in target.worlds:
         out, after = step(round_index, world, server, clients)
         seen.append({**out.messages, MOVE: after[MOVE] - server[MOVE]})
-    g = target.gradient(server[MOVE]).double()
-    return {name: float(((seen[1][name] - seen[0][name]).double() * g).sum(1).mean())
-            for name in seen[0] if seen[0][name].dim() == 2 and seen[0][name].shape[1] == g.shape[1]}
+    return (seen[0], seen[1]), target.gradient(server[MOVE]).double()
+
+
+def responses(sim, target, round_index: int, client: int = 0, probes: int = 4) -> dict[str, float]:
+    """{tensor: r_u(t)} of round ``round_index`` (module docstring) for the canary ``target``
+    (``dpfl.audit.runs.Canary``) in client ``client``'s data: every message with the parameter axis, and the model's
+    move ``MOVE``."""
+    (without, with_canary), g = probe(sim, target, round_index, client, probes)
+    return {name: float(((with_canary[name] - without[name]).double() * g).sum(1).mean())
+            for name in without if without[name].dim() == 2 and without[name].shape[1] == g.shape[1]}
+
+
+#: Probe rows from which ``row_law`` measures the law of a message's score.
+LAW_PROBES = 32
+#: The least spread ``row_law`` returns (in units of the canary's shift): a noise-free message.
+LEAST_SPREAD = 1e-3
+
+
+def row_law(sim, target, round_index: int, weights: dict[str, float], client: int = 0,
+            probes: int = LAW_PROBES) -> tuple[float, float]:
+    """(mean, standard deviation) over ``probes`` probe rows in the neighbour's world of the owner's message score
+    sum_u w_u <u, g> (``weights`` w_u: ``score_weights`` of the round, so the canary moves it by 1), the standard
+    deviation at least ``LEAST_SPREAD``: the m + mu_0 and sigma of ``dpfl.audit.distinguisher.multiset_score``.
+    Measured on the probe's own streams, before any audited run."""
+    (without, _), g = probe(sim, target, round_index, client, probes)
+    score = torch.zeros(probes, dtype=torch.float64)
+    for name, w in weights.items():
+        if w and name != MOVE:
+            score += w * (without[name].double() * g).sum(1)
+    return float(score.mean()), max(float(score.std()), LEAST_SPREAD)
 
 
 def score_weights(response: dict[str, float]) -> dict[str, float]:
@@ -102,4 +130,5 @@ def round_weights(sim, target, rounds: int, client: int = 0) -> list[dict[str, f
     return weights
 
 
-__all__ = ["MOVE", "NEGLIGIBLE", "no_canary_path", "responses", "score_weights", "round_weights"]
+__all__ = ["MOVE", "NEGLIGIBLE", "LAW_PROBES", "LEAST_SPREAD", "no_canary_path", "probe", "responses",
+           "row_law", "score_weights", "round_weights"]

@@ -26,6 +26,12 @@ The claimed epsilon is that of R rounds of the same configuration: each round's 
 release, the boundary and the client sampler (``Simulation.round_privacy``), composed by a fresh ledger with the run's
 delta, analysis, neighbouring relation and accountants. A sound claim must satisfy lower_bound <= claim with
 probability >= the confidence; a lower bound above the claim is a bug (in the mechanism, the accounting, or both).
+
+The randomiser's input: an algorithm that encodes every example with a local randomiser (the shuffle-DP families)
+takes the vectors from the canary's oracle (``clipped_examples``), which keeps the largest ||x|| / C it handed out
+(``canary.RandomiserInput``). The result reports it (``randomiser_input``); above 1 the claim's premise fails (its
+event assumes the C-ball) and the audit counts as violated whatever its bound, since a skipped clip need not move
+the canary's own (clipped by construction) message.
 """
 
 from __future__ import annotations
@@ -66,14 +72,29 @@ class AuditResult:
     score: str = "white-box"
     rounds: int = 1
     release: str = "every_round"
+    randomiser_input: float | None = None
+
+    @property
+    def violated(self) -> bool:
+        """The bound above the claim, or a local randomiser's input outside the clip's ball (the claim's premise)."""
+        return self.bound.epsilon > self.claimed_epsilon or not canary.within_clip(self.randomiser_input)
 
     def to_dict(self) -> dict:
         return {"observer": self.observer, "claimed_epsilon": self.claimed_epsilon, "delta": self.delta,
                 "lower_bound": self.bound.epsilon, "confidence": self.bound.confidence, "trials": self.trials,
                 "method": self.method, "canary": self.canary, "score": self.score, "rounds": self.rounds,
-                "release": self.release, "violated": self.bound.epsilon > self.claimed_epsilon,
+                "release": self.release, "violated": self.violated,
                 "test": {k: v for k, v in self.bound.to_dict().items() if k not in ("lower_bound", "confidence")},
-                "seconds": self.seconds}
+                **randomiser_input_summary(self.randomiser_input), "seconds": self.seconds}
+
+
+def randomiser_input_summary(largest_input: float | None) -> dict:
+    """{"randomiser_input": ...} for a run whose algorithm encodes examples with a local randomiser (none otherwise):
+    the largest ||x|| / C it received, and whether that is within the clip's ball (``dpfl.audit.canary``)."""
+    if largest_input is None:
+        return {}
+    return {"randomiser_input": {"largest_norm_over_clip": largest_input,
+                                 "within_clip": canary.within_clip(largest_input)}}
 
 
 def claims(sim, events: dict | None = None, rounds: int = 1) -> dict[str, float]:
@@ -108,6 +129,13 @@ class Canary:
     worlds: tuple[World, World]
     gradient: Callable[[torch.Tensor], torch.Tensor]
     loss: Callable[[torch.Tensor], torch.Tensor] | None
+    neighbour_offset: float = -0.5
+
+    @property
+    def largest_input(self) -> float | None:
+        """The largest ||x|| / C a local randomiser received in either world so far (``canary.RandomiserInput``)."""
+        seen = [w.grads.largest_input for w in self.worlds if getattr(w.grads, "largest_input", None) is not None]
+        return max(seen) if seen else None
 
 
 def make_canary(sim, kind: str, scale: float = 1.0, canary_client: int = 0, canary_record: int = 0) -> Canary:
@@ -120,6 +148,8 @@ def make_canary(sim, kind: str, scale: float = 1.0, canary_client: int = 0, cana
         raise ConfigError("canary_record", canary_record, f"a record of client {canary_client} "
                           f"(0..{int(train.counts[canary_client]) - 1})")
     out_mark = _neighbour_mark(algorithm)
+    # the neighbour's shift relative to the other records, in units of the canary's (mu_0 of the multiset score)
+    offset = canary.SIGNS[out_mark] / (canary.SIGNS[canary.CANARY] - canary.SIGNS[out_mark])
     if kind in ("dirac", "flip"):
         flip = kind == "flip"
         grads = canary.DiracCanaryGradients(sim.grads, scale, flip)
@@ -127,7 +157,7 @@ def make_canary(sim, kind: str, scale: float = 1.0, canary_client: int = 0, cana
                        for label in (out_mark, canary.CANARY))
         e = torch.zeros(grads.num_params)
         e[grads.coordinate] = 1.0
-        return Canary(worlds, lambda theta: e * canary.direction(theta, flip).to(e.dtype).unsqueeze(1), None)
+        return Canary(worlds, lambda theta: e * canary.direction(theta, flip).to(e.dtype).unsqueeze(1), None, offset)
     if scale != 1.0:
         raise ConfigError("scale", scale, "1 for an input canary (its gradient is the model's)")
     features, label = canary.input_canary(train, sim.seed)
@@ -153,7 +183,7 @@ def make_canary(sim, kind: str, scale: float = 1.0, canary_client: int = 0, cana
     def loss(theta):
         return sim.grads.example_losses(theta, *record(theta.shape[0]))
 
-    return Canary((World(train.x, y_out, grads), World(x_in, y_in, grads)), gradient, loss)
+    return Canary((World(train.x, y_out, grads), World(x_in, y_in, grads)), gradient, loss, offset)
 
 
 def run_trials(sim, observer: str, trials: int, **options) -> tuple[np.ndarray, np.ndarray]:
@@ -164,12 +194,14 @@ def run_trials(sim, observer: str, trials: int, **options) -> tuple[np.ndarray, 
 def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind: str = "dirac",
                    score: str = "white-box", release: str = "every_round", scale: float = 1.0,
                    canary_client: int = 0, canary_record: int = 0, silo: int | None = None, silo_weight: float = 1.0,
-                   progress: bool = False) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+                   progress: bool = False, target: Canary | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{observer: (scores without, scores with the canary)} from the same ``trials`` runs of ``rounds`` rounds per
-    world (``distinguisher``: the views and scores; ``release``: which models the third party sees)."""
+    world (``distinguisher``: the views and scores; ``release``: which models the third party sees); ``target``:
+    the canary (default ``make_canary`` of ``canary_kind``, ``scale``, ``canary_client``, ``canary_record``)."""
     train = sim.train
+    seen_by_server = distinguisher.server_view(sim.boundary)
     for observer in observers:
-        distinguisher.check_view(observer, sim.boundary.name, train.num_clients, score)
+        distinguisher.check_view(observer, seen_by_server, train.num_clients, score)
     if release not in RELEASES:
         raise ConfigError("privacy.release", release, f"one of {list(RELEASES)}")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
@@ -177,8 +209,10 @@ def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind:
     if score == "loss" and canary_kind != "input":
         raise ConfigError("--score", score, "'white-box' with --canary dirac (a Dirac canary has no loss; the "
                           "black-box score needs --canary input)")
-    target = make_canary(sim, canary_kind, scale, canary_client, canary_record)
+    target = make_canary(sim, canary_kind, scale, canary_client, canary_record) if target is None else target
     weights = response.round_weights(sim, target, rounds, canary_client)
+    multiset = distinguisher.SERVER in observers and seen_by_server == distinguisher.MULTISET and score != "loss"
+    laws = [response.row_law(sim, target, t, weights[t], canary_client) for t in range(rounds)] if multiset else []
     moves = [1.0 / w[response.MOVE] for w in weights if w[response.MOVE]]
     # x_R - x_0, the rounds' moves together: weighted by 1 / (the rounds' mean response), so that with equal rounds
     # the last model alone scores as the sum of every round's move does
@@ -196,8 +230,11 @@ def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind:
         def observe(view):
             g = target.gradient(view.before["x"])
             for observer in observers:
-                if not at_the_end(observer):
-                    seen = distinguisher.observed_updates(observer, sim.boundary.name, view, canary_client, silo,
+                if observer == distinguisher.SERVER and multiset:
+                    totals[observer] += distinguisher.multiset_score(view, canary_client, g, weights[view.round],
+                                                                     laws[view.round], target.neighbour_offset)
+                elif not at_the_end(observer):
+                    seen = distinguisher.observed_updates(observer, seen_by_server, view, canary_client, silo,
                                                           fixed, silo_weight)
                     totals[observer] += distinguisher.white_box_score(seen, g, weights[view.round])
 
@@ -232,8 +269,9 @@ def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, rounds: 
                           "fewer, even a perfect distinguisher certifies no epsilon > 0 (a useful bound needs "
                           "thousands)")
     started = time.perf_counter()
+    target = make_canary(sim, canary_kind, scale)
     scores = run_trials_all(sim, observers, trials, rounds=rounds, canary_kind=canary_kind, score=score,
-                            release=release, scale=scale, silo_weight=silo_weight, progress=progress)
+                            release=release, scale=scale, silo_weight=silo_weight, progress=progress, target=target)
     seconds = time.perf_counter() - started
     results, claimed = {}, claims(sim, claim_events, rounds)
     for observer in observers:
@@ -242,7 +280,7 @@ def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, rounds: 
         bound = bounds.many_run_lower_bound(negatives, positives, sim.ledger.delta, confidence,
                                             claimed_epsilon=claim)
         results[observer] = AuditResult(observer, claim, sim.ledger.delta, bound, trials, "runs", seconds, negatives,
-                                        positives, canary_kind, score, rounds, release)
+                                        positives, canary_kind, score, rounds, release, target.largest_input)
     return results
 
 
@@ -280,7 +318,11 @@ def one_run_scores(sim, observer: str, canaries: int, *, scale: float = 1.0, see
     views of ``dpfl.audit.distinguisher``, read per canary (the plain server reads canary i's owner's messages)."""
     algorithm, train = sim.algorithm, sim.train
     population = train.num_clients
-    distinguisher.check_view(observer, sim.boundary.name, population)
+    seen_by_server = distinguisher.server_view(sim.boundary)
+    distinguisher.check_view(observer, seen_by_server, population)
+    if observer == distinguisher.SERVER and seen_by_server == distinguisher.MULTISET:
+        raise ConfigError("--method", "one-run", "'runs' for the server behind the simulated shuffler (its multiset "
+                          "score reads one canary's owner among the rows; the one-run audit has many owners)")
     hosts = [c for c in range(population) if not (observer == distinguisher.OTHER_SILO and c == silo)]
     slots = [(c, r) for r in range(int(train.counts.max())) for c in hosts if r < int(train.counts[c])]
     if canaries < 2 or canaries > len(slots):
@@ -324,7 +366,7 @@ def one_run_scores(sim, observer: str, canaries: int, *, scale: float = 1.0, see
     def weighted(view_of) -> torch.Tensor:  # sum over the messages u the canary moves of w_u x (the view of u)
         return sum(w * view_of(name) for name, w in weights.items() if w and name != response.MOVE)
 
-    if observer == distinguisher.SERVER and sim.boundary.name == "secagg":
+    if observer == distinguisher.SERVER and seen_by_server == distinguisher.SUM:
         view = weighted(lambda name: messages[name].double().sum(0)[coords])
     elif observer == distinguisher.SERVER:
         view = weighted(lambda name: torch.stack([own(name, int(c))[int(k)] for c, k in zip(owner, coords)]))

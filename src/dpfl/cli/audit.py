@@ -1,7 +1,7 @@
 """`dpfl audit CONFIG --observer NAME --method runs|one-run --canary dirac|input [--score white-box|loss]
-[--rounds R] [--trials N | --canaries M [--guesses R]] [--json] [--out DIR] [--roc FILE.png]`.
+[--rounds R|auto [--max-rounds L]] [--trials N | --canaries M [--guesses R]] [--json] [--out DIR] [--roc FILE.png]`.
 
-``--method runs``: runs R rounds (default 1) of the config's algorithm N times with a canary and N times with its
+``--method runs``: runs R rounds (default 1; ``auto``: ``dpfl.audit.plan``) of the config's algorithm N times with a canary and N times with its
 neighbour (``dpfl.audit.runs``), and prints the observer's claimed epsilon for those R rounds beside a lower bound on
 epsilon that holds with the given confidence. A lower bound above the claim means the claim is wrong. Writes
 DIR/audit.json and the ROC curve (DIR/roc.png, or --roc FILE). Progress goes to stderr for long audits.
@@ -11,6 +11,7 @@ on the highest scores, half on the lowest) and the Steinke-Nasr-Jagielski bound;
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -23,6 +24,7 @@ LONG_AUDIT = 5000
 
 def configure(commands) -> None:
     from dpfl.audit.distinguisher import OBSERVERS, SCORES
+    from dpfl.audit.plan import ROUND_LIMIT
     from dpfl.audit.runs import CANARIES
 
     audit = commands.add_parser(
@@ -44,9 +46,12 @@ def configure(commands) -> None:
     audit.add_argument("--score", default="white-box", choices=SCORES,
                        help="white-box: the observed updates against the canary's gradient; loss: minus the canary's "
                             "loss on the released model (third party, --canary input)")
-    audit.add_argument("--rounds", type=int, default=1,
+    audit.add_argument("--rounds", type=_rounds, default=1,
                        help="runs: rounds per trial; the claim is the R-round epsilon (privacy.release decides whether "
-                            "the third party sees every model or the last)")
+                            "the third party sees every model or the last); 'auto': the R in 1..--max-rounds at which "
+                            "the bound is expected to be the largest fraction of the claim (dpfl.audit.plan)")
+    audit.add_argument("--max-rounds", type=int, default=ROUND_LIMIT,
+                       help=f"runs, --rounds auto: the most rounds planned (default {ROUND_LIMIT})")
     audit.add_argument("--trials", type=int, default=1000, help="runs with, and as many without, the canary")
     audit.add_argument("--canaries", type=int, default=1000,
                        help="one-run: canaries, each included with probability 1/2 (each replaces one record)")
@@ -84,9 +89,17 @@ def _audit(args) -> None:
                                      confidence=args.confidence).to_dict()
         out.mkdir(parents=True, exist_ok=True)
     else:
-        result = runs.audit(sim, args.observer, args.trials, confidence=args.confidence, rounds=args.rounds,
+        rounds = args.rounds
+        if rounds == AUTO:
+            from dpfl.audit.plan import planned_rounds
+
+            if args.max_rounds < 1:
+                raise ConfigError("--max-rounds", args.max_rounds, "an integer >= 1")
+            rounds = planned_rounds(sim, args.observer, args.trials, confidence=args.confidence,
+                                    limit=args.max_rounds)
+        result = runs.audit(sim, args.observer, args.trials, confidence=args.confidence, rounds=rounds,
                             canary_kind=args.canary, score=args.score, release=config["privacy"]["release"],
-                            progress=args.progress or args.trials * args.rounds >= LONG_AUDIT)
+                            progress=args.progress or args.trials * rounds >= LONG_AUDIT)
         out.mkdir(parents=True, exist_ok=True)
         roc = Path(args.roc) if args.roc else out / "roc.png"
         roc.parent.mkdir(parents=True, exist_ok=True)
@@ -95,6 +108,19 @@ def _audit(args) -> None:
         plot_roc(result, roc)
     (out / "audit.json").write_text(json.dumps(summary, indent=2) + "\n")
     _print_result(summary, args.json)
+
+
+AUTO = "auto"
+
+
+def _rounds(text: str) -> int | str:
+    """--rounds: an integer (the audit refuses one below 1, naming the flag), or 'auto'."""
+    if text == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1 or 'auto'") from None
 
 
 def plot_roc(result, path: Path) -> None:

@@ -1,0 +1,111 @@
+"""How many rounds to audit: the number R at which the audit is expected to exceed a claim that is wrong by the
+smallest factor it can hope to catch by the widest margin.
+
+Where an observer does not see one full-sensitivity release (the third party sees the cohort's sum, another silo the
+sum less its own share, a sampled client takes part in a fraction of the rounds), one round is a release at a small
+mu (mu = 1/sqrt(10) for the sum of ten Gaussian messages) whose epsilon lies in tails a few thousand runs resolve
+poorly: at 2000 runs per world and delta 1e-2 the grid of rank tests (``dpfl.audit.bounds``) is expected to certify
+0.37x a tight claim of 0.46 (mu 0.3), against 0.62x a claim of 3.1 (mu 1.25) (``bounds.expected_lower_bound``). An
+accounting bug that lowers such a claim (a sampling rate credited twice, a noise multiplier the ledger overstates,
+a round left out of the composition) is then out of reach, whatever the distinguisher. The white-box score adds up
+over rounds, and for Gaussian releases along the canary's coordinate that sum is the likelihood-ratio statistic of
+the composed view (mu_R = sqrt(R) mu): auditing R rounds moves the claim to where the audit is strong.
+
+**The objective.** A claim that is wrong understates the mechanism's mu by some factor k > 1, and is caught when the
+bound, which follows the true mu, exceeds it. ``planned_rounds`` takes R in 1..``limit`` maximising the expected
+margin m(c) = expected_lower_bound(c, at mu = k mu(c)) / c at the predicted claim c = c(R), mu(c) its mu-GDP twin,
+with k = ``UNDERSTATEMENT`` = 1.5: a tight claim is caught by no audit, and at a few thousand runs per world a bound
+reaches 0.55-0.6x a tight claim at best, so a factor of about 1.5 in mu (1.6-1.8 in epsilon) is the smallest error
+within reach. m peaks at a smaller claim than the tight ratio does (the true mu is larger): at delta 1e-2, claim 2.0
+(mu 0.9) for 2000 runs, 2.3 (mu 1) for 1000, and it is flat around it: at 2000 runs m = 0.99 there, while a tight
+claim still gets 0.60x (0.62x at best) and k = 2 gets 1.27 (1.30 at best). Fewer rounds than the tight optimum also
+cost less.
+
+**The predicted claim** c(R) comes from each round's own claim alone: round t's events towards the observer
+(``Simulation.round_privacy``), each charged by a fresh ledger as if it were the only round (eps_t), taken as mu-GDP
+(mu_t on the curve through (eps_t, delta), ``bounds.claimed_mu``) and composed as Gaussian releases compose,
+c(R) = eps of mu = sqrt(mu_0^2 + ... + mu_{R-1}^2). It reads the run's accounting and never the audited runs, so the
+plan is fixed before them and the bound stays honest. It does not read the ledger's composition of the rounds: an
+accounting bug there (a round left out, one round charged however many) would otherwise plan the one round in
+which it is invisible; the audit's claim is still the ledger's composition of the R rounds. A round whose own event
+releases nothing about the record (a one-pass algorithm's later rounds) adds nothing, so R stays where the record is
+used. c(R) does not decrease with R and m is unimodal in the claim, so R is the first round count whose c(R) reaches
+the best margin's claim (``best_claim``; or c(limit), when it stays below it), or the one before it, whichever has
+the larger margin; an infinite claim gives R = 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Callable
+
+import numpy as np
+
+from dpfl.accounting.exact import gdp_epsilon
+from dpfl.audit import bounds
+
+#: The most rounds ``planned_rounds`` audits by default.
+ROUND_LIMIT = 32
+#: k: the factor by which the planned-for wrong claim understates the mechanism's mu (module docstring).
+UNDERSTATEMENT = 1.5
+
+
+def expected_margin(claim: float, trials: int, delta: float, confidence: float = 0.95,
+                    understatement: float = UNDERSTATEMENT) -> float:
+    """m(claim) (module docstring): the expected bound for ``trials`` runs per world of a mechanism at
+    ``understatement`` x the claim's mu, over the claim (0 for a claim of 0 or infinity); ``understatement`` = 1:
+    the expected fraction of a tight claim."""
+    if not 0 < claim < math.inf:
+        return 0.0
+    mu = understatement * bounds.claimed_mu(claim, delta)
+    return bounds.expected_lower_bound(claim, trials, trials, delta, confidence, mu) / claim
+
+
+@functools.lru_cache(maxsize=32)
+def best_claim(trials: int, delta: float, confidence: float = 0.95) -> float:
+    """The claim (on the mu-GDP curve at ``delta``, mu in [0.1, 10] in steps of 12%) with the largest
+    ``expected_margin``."""
+    claims = [gdp_epsilon(mu, delta) for mu in np.geomspace(0.1, 10.0, 41)]
+    return max(claims, key=lambda c: expected_margin(c, trials, delta, confidence))
+
+
+def planned_rounds(sim, observer: str, trials: int, *, confidence: float = 0.95, limit: int = ROUND_LIMIT,
+                   round_events: Callable[[int], dict] | None = None) -> int:
+    """R in 1..``limit`` (module docstring) for ``trials`` runs per world towards ``observer``; ``round_events(t)``:
+    round t's events per observer (default ``sim.round_privacy(t)``)."""
+    from dpfl.audit.runs import claimed_epsilon
+
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit = {limit!r}: an integer >= 1")
+    delta = sim.ledger.delta
+    events_of = sim.round_privacy if round_events is None else round_events
+    charged: dict = {}  # a round's event -> its epsilon as the only round (rounds often repeat one event)
+
+    def alone(t: int) -> float:
+        events = events_of(t)
+        if events[observer] not in charged:
+            charged[events[observer]] = claimed_epsilon(sim, observer, events)
+        return charged[events[observer]]
+
+    epsilons = [alone(t) for t in range(limit)]
+    if not math.isfinite(epsilons[0]):
+        return 1
+    squares = np.cumsum([bounds.claimed_mu(eps, delta) ** 2 if eps > 0 else 0.0 for eps in epsilons])
+
+    def claim(rounds: int) -> float:
+        return gdp_epsilon(math.sqrt(squares[rounds - 1]), delta) if squares[rounds - 1] > 0 else 0.0
+
+    goal = min(best_claim(trials, delta, confidence), claim(limit))
+    low, high = 1, limit  # the first R with claim(R) >= goal lies in [low, high]
+    while low < high:
+        middle = (low + high) // 2
+        if claim(middle) >= goal * (1 - 1e-9):
+            high = middle
+        else:
+            low = middle + 1
+    candidates = [r for r in (low - 1, low) if r >= 1]
+    return max(candidates, key=lambda r: (expected_margin(claim(r), trials, delta, confidence), -r))
+
+
+__all__ = ["ROUND_LIMIT", "UNDERSTATEMENT", "expected_margin", "best_claim", "planned_rounds"]
