@@ -140,8 +140,8 @@ class PrivacyLedger:
     def charged(self, round_index: int) -> dict[str, dp_event.DpEvent] | None:
         """Each observer's event of round ``round_index``'s latest composition (as ``record`` numbered it); None if
         that round was never composed."""
-        latest = self._latest.get(round_index)
-        return None if latest is None else dict(latest[0])
+        position = self._latest.get(round_index)
+        return None if position is None else dict(self._journal[position][1])
 
     def epsilon(self) -> dict[str, float]:
         """Epsilon spent so far towards each observer, at ``self.delta`` (inf for a non-private run)."""
