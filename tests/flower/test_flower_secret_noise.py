@@ -22,6 +22,7 @@ from flower_grid import InProcessGrid  # noqa: E402
 from dpfl.flower import records  # noqa: E402
 from dpfl.flower.client_app import algorithm_of, client_app  # noqa: E402
 from dpfl.flower.server_app import serve  # noqa: E402
+from dpfl.flower.silo import write_silos  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "flower_task")
 
@@ -45,13 +46,12 @@ threads = 1
 
 
 def setup(folder, text=CONFIG):
+    """The config and its training data, written as one silo file per client (``dpfl.flower.silo.write_silos``)."""
     path = folder / "c.toml"
     path.write_text(text)
     config = load_config(path)
     train = build_data(config).train
-    for i in range(train.num_clients):
-        n = int(train.counts[i])
-        np.savez(folder / f"silo-{i}.npz", x=train.x[i, :n].numpy(), y=train.y[i, :n].numpy(), client=np.full(n, i))
+    write_silos(train, folder)
     return config, train
 
 
