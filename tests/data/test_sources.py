@@ -73,7 +73,7 @@ def test_build_dataset_synthetic_maps_config_keys():
 @pytest.mark.parametrize(
     "name, options, field",
     [
-        ("mnist", {}, "data.name"),
+        ("imagenet", {}, "data.name"),
         ("digits", {"num_clients": 0}, "data.num_clients"),
         ("digits", {"num_clients": 2.5}, "data.num_clients"),
         ("digits", {"alpha": 1.0}, "data.alpha"),

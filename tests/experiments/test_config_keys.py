@@ -23,6 +23,7 @@ import torch.nn as nn
 from dp_accounting import dp_event
 
 from dpfl.algorithms import registry
+from dpfl.data.public import PUBLIC
 from dpfl.errors import ConfigError
 from dpfl.experiments import config as config_module
 from dpfl.experiments import runner
@@ -896,12 +897,12 @@ def test_every_example_loads_and_runs_to_a_finite_epsilon(path, tmp_path):
 
 # -- the user's own data: keys that apply to some data.name only, data.path ----------------------------------------
 @pytest.mark.parametrize("overrides, field, users", [
-    (["data.path='x.csv'"], "data.path", "['npz', 'csv']"),
+    (["data.path='x.csv'"], "data.path", str(["npz", "csv", *PUBLIC])),
     (["data.name='npz'", "data.path='x.npz'", "data.label_column='y'"], "data.label_column", "['csv']"),
     (["data.name='digits'", "data.split_column='part'"], "data.split_column", "['csv']"),
     (["data.name='csv'", "data.path='x.csv'", "data.alpha=1.0"], "data.alpha", "['synthetic']"),
-    (["data.partition='iid'"], "data.partition", "['digits', 'breast_cancer', 'npz', 'csv']"),
-    (["data.labels='parity'"], "data.labels", "['digits', 'breast_cancer', 'npz', 'csv']"),
+    (["data.partition='iid'"], "data.partition", str(["digits", "breast_cancer", "npz", "csv", *PUBLIC])),
+    (["data.labels='parity'"], "data.labels", str(["digits", "breast_cancer", "npz", "csv", *PUBLIC])),
 ])
 def test_a_data_key_of_another_source_is_rejected(overrides, field, users):
     with pytest.raises(ConfigError, match=rf"no value: {field} applies to data.name in {re.escape(users)}") as caught:

@@ -43,8 +43,9 @@ class ClientArrays:
             )
 
     @classmethod
-    def from_lists(cls, xs: Sequence[np.ndarray], ys: Sequence[np.ndarray]) -> ClientArrays:
-        """Stacks per-client arrays (x_i [n_i, *feature_shape], y_i [n_i]) into zero-padded tensors."""
+    def from_lists(cls, xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], scale: float = 1.0) -> ClientArrays:
+        """Stacks per-client arrays (x_i [n_i, *feature_shape], y_i [n_i]) into zero-padded tensors, the features
+        multiplied by ``scale`` (a public constant, e.g. 1/255 for 8-bit pixels) in place once stacked."""
         if len(xs) != len(ys) or not xs:
             raise ValueError(
                 f"need one x and one y array per client, and at least one client; got {len(xs)} x, {len(ys)} y"
@@ -62,6 +63,8 @@ class ClientArrays:
                 )
             x[i, : counts[i]] = x_i
             y[i, : counts[i]] = y_i
+        if scale != 1:
+            x *= np.float32(scale)
         return cls(torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(counts))
 
     @property

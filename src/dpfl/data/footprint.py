@@ -15,12 +15,27 @@ largest of its phases (bytes; M clients, R records each, F features, C classes, 
   207 MB at M = 100, R = 5000 (202 MB).
 * pooled records (packaged sets, npz, csv; ``pooled.py``): the file as read (npz: its arrays; csv: one Python
   string per field, ~72 bytes each), x in float64 and its float64 copies on the way (per client, split, and
-  standardised if data.standardize is not "none"), then the padded arrays M x (largest client) x (4F + 8), and
-  afterwards those and the flat copy (4F + 8) N. The largest client is known for an npz with a 'client' array;
-  otherwise clients are taken to be equal (a skewed partition pads more than estimated). Measured (peak resident
-  memory of the build): a 400,000 x 50 float32 npz over 200 clients, 631 MB estimated, 555 MB measured (637 MB
-  traced by tracemalloc; untouched padding pages are not resident); with standardisation 783 MB, 710 MB; a
-  100,000 x 20 csv, 220 MB estimated, 217 MB measured.
+  standardised if data.standardize is not "none"; an upper bound without standardisation, where the features keep
+  the file's type), then the padded arrays M x (largest client) x (4F + 8), and afterwards those and the flat copy
+  (4F + 8) N. The largest client is known for an npz with a 'client' array; otherwise clients are taken to be equal
+  (a skewed partition pads more than estimated). Measured (peak resident memory of the build): a 400,000 x 50
+  float32 npz over 200 clients, 626 MB estimated, 325 MB measured (630 MB when its features were copied as float64);
+  with standardisation 778 MB, 782 MB (an earlier measurement: 710 MB); a 100,000 x 20 csv, 220 MB estimated,
+  217 MB measured.
+* public data sets (``public.py``, from the files' headers: IDX dimensions, the CIFAR batches' sizes, LEAF's
+  "num_samples"): reading one file at a time holds its bytes (decompressed, decoded) and, for LEAF's JSON, the
+  parser's objects (41 bytes a number, measured), counted twice since Python's allocator keeps those of the file
+  before; then the records as read (uint8 pixels, float32 values or uint8 character ids, with int64 labels and writer
+  ids) and their concatenation. Federating holds the per-client and per-split copies in the records' own type
+  (float64 when standardised) and the padded float32 arrays (pixels scaled in place); afterwards those and the flat
+  copy, the copies' memory counted as kept by the allocator. Each split is padded to its own largest client: natural
+  clients' largest train and test shares come from the headers; a partition of the pooled records gives each client
+  an equal share, whose part of the data set's own test split is taken 3 standard deviations above its mean either
+  way. Measured (peak resident memory of the build and the flat copies, files written in the real formats): 70,000
+  MNIST-sized images (gzipped IDX) over 100 clients, 541.5 MB estimated, 512.1 MB measured, over 1,000 clients
+  581.4 MB and 558.1 MB; 60,000 CIFAR-10-sized images over 100 clients, 1.8 GB and 1.7 GB; FEMNIST of 150 writers
+  (15,000 images, 3 + 3 files), 502.2 MB and 436.8 MB; Shakespeare of 200 roles (200,000 records), 208.9 MB and
+  198.7 MB. A skewed partition (data.partition = 'dirichlet') pads more than estimated, as for files.
 """
 
 from __future__ import annotations
@@ -32,6 +47,8 @@ from dataclasses import dataclass
 from dpfl.data import synthetic
 from dpfl.data.federated import TEST_FRACTION
 from dpfl.data.files import shape_of
+from dpfl.data.public import NATURAL, PUBLIC
+from dpfl.data.public import shape_of as public_shape_of
 from dpfl.data.sources import SYNTHETIC_SAMPLES_PER_CLIENT
 from dpfl.errors import ConfigError
 
@@ -75,6 +92,8 @@ def data_footprint(data: dict) -> Footprint:
                          4 * r * f + 8 * r_train * f + 8 * r,  # unit norm and stacking
                          2 * (4 * f + 8) * r)  # the dataset and its flat copy
         return Footprint(int(m * per_client), m, r, f, per_client)
+    if name in PUBLIC:
+        return _public_footprint(data)
     if name in PACKAGED:
         n, f, _ = PACKAGED[name]
         file_bytes, sizes = 0, None
@@ -91,6 +110,39 @@ def data_footprint(data: dict) -> Footprint:
     flat = n * (4 * f + 8)
     labels = 8 * n * 4  # labels, their renumbering, per client and split (int64)
     peak = max(file_bytes + 8 * n * f * copies + labels + padded, padded + flat)
+    return Footprint(int(peak), m, largest, f, peak / max(m, 1))
+
+
+def _public_footprint(data: dict) -> Footprint:
+    """A public data set's estimate (module docstring), from its files' headers (``public.shape_of``)."""
+    shape = public_shape_of(data["name"], data["path"])
+    n_all, f, spc = shape.records, shape.features, data["samples_per_client"]
+    natural = data["name"] in NATURAL and data["partition"] in (None, "natural") and shape.client_sizes
+    own_split = data["test_fraction"] is None and shape.test_records > 0
+    if natural:
+        m, cap = len(shape.client_sizes), spc or n_all
+        largest = min(max(train + test for train, test in shape.client_sizes), cap)
+        rows = (max(min(train, cap) for train, _ in shape.client_sizes) +
+                max(min(test, cap) for _, test in shape.client_sizes)) if own_split else largest + 1
+    else:
+        m = data["num_clients"] or 1
+        largest = min(math.ceil(n_all / m), spc or n_all)
+        rows = largest + 1
+        if own_split:  # each client's share of the test split varies: its largest train and test shares, 3 sd up
+            p = shape.test_records / max(n_all, 1)
+            rows += math.ceil(6 * math.sqrt(largest * p * (1 - p)))
+    n = min(n_all, m * spc) if spc is not None else n_all
+    records = n_all * (f * shape.value_bytes + shape.id_bytes)  # as read
+    padded = m * rows * (4 * f + 8)  # train and test, each padded to its largest client
+    flat = n * (4 * f + 8)
+    standardised = data["standardize"] != "none"
+    copies = (8 * 4 if standardised else 2 * shape.value_bytes) * n * f  # float64: x, per client, split, result
+    ids = 2 * n_all * shape.id_bytes + 8 * n_all * 4  # sorted client ids; labels, renumbered, per client and split
+    # the per-client copies are freed before the end, but Python's allocator may keep their memory
+    peak = max(shape.parse_bytes + 2 * records,  # reading: the records so far, then their concatenation
+               records + ids + copies + padded,  # federating
+               copies + padded * (2 if data["scale"] != 1 else 1),  # data.scale: the tensors before and after
+               copies + padded + flat)  # the dataset and the simulator's flat copy
     return Footprint(int(peak), m, largest, f, peak / max(m, 1))
 
 
@@ -120,9 +172,9 @@ def available_memory_bytes() -> int:
 
 def check_data_memory(data: dict, available: int | None = None) -> Footprint:
     """Refuses (ConfigError naming the knob to change, with the estimate) a [data] config whose build would take
-    more than HEADROOM of ``available`` bytes (the packaged sets are far below any machine; the knob of a synthetic
-    set is the number of clients or their records, that of a file the records kept per client) (default: ``available_memory_bytes()``); returns the estimate
-    otherwise."""
+    more than HEADROOM of ``available`` bytes (default: ``available_memory_bytes()``; the packaged sets are far below
+    any machine; the knob of a synthetic set is the number of clients or their records, that of a file or a public
+    data set the records kept per client); returns the estimate otherwise."""
     footprint = data_footprint(data)
     available = available_memory_bytes() if available is None else available
     if footprint.peak_bytes <= HEADROOM * available:
@@ -135,8 +187,9 @@ def check_data_memory(data: dict, available: int | None = None) -> Footprint:
                           f"at most {fit:,} clients of {footprint.records_per_client:,} records ({need}); lower "
                           "data.num_clients or data.samples_per_client")
     field, value = ("data.path", data["path"]) if data["path"] else ("data.name", data["name"])
+    smaller = "a subset of the data set's files" if data["name"] in PUBLIC else "a smaller file"
     raise ConfigError(field, value, f"a data set that fits in memory ({need}); lower data.samples_per_client (records "
-                                    "kept per client), or use a smaller file")
+                                    f"kept per client), or use {smaller}")
 
 
 __all__ = ["HEADROOM", "Footprint", "data_footprint", "available_memory_bytes", "check_data_memory", "size"]

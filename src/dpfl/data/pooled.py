@@ -8,12 +8,14 @@ marked, its training records the others, none re-drawn.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from dpfl.data.federated import NUM_CLIENTS, TEST_FRACTION, ClientArrays, FederatedDataset, split_clients
 from dpfl.data.partition import partition as partition_records
 from dpfl.data.partition import stratified_subsample
-from dpfl.data.preprocess import STANDARDIZE_SCOPES, describe_standardize, standardize
+from dpfl.data.preprocess import STANDARDIZE_SCOPES, describe_scale, describe_standardize, standardize
 from dpfl.errors import ConfigError, check_range
 
 #: ``data.labels``: the records' classes as they are, or mapped to their class number's parity (1 = even, 0 = odd).
@@ -86,6 +88,8 @@ def federate(
     standardize_scope: str = "none",
     source: dict | None = None,
     label_map: str = "original",
+    classes: Sequence | None = None,
+    scale: float = 1.0,
 ) -> FederatedDataset:
     """Distributes pooled records (x [N, ...] numeric, y [N] labels of any type) over clients.
 
@@ -96,15 +100,25 @@ def federate(
     None; without it each client's records are split at random, ``test_fraction`` (default 0.2) of them for testing.
     ``samples_per_client`` trims each client to exactly that many records (label proportions kept; a trimmed
     client's records keep their marks). Labels are renumbered 0..C-1 in sorted order of their values (kept in
-    ``info["classes"]``), then mapped by ``label_map`` after the partition (``map_labels``). ``source`` (provenance, JSON-safe) names the data in errors by its "path" when it has one.
+    ``info["classes"]``), unless ``classes`` names the C classes of a data set whose labels already are class numbers
+    0..C-1 (then C is the data set's, whichever classes the records hold); then they are mapped by ``label_map`` after
+    the partition (``map_labels``). ``source`` (provenance, JSON-safe) names the data in errors by its "path" when it
+    has one. The features keep their type (e.g. uint8 pixels) until they are stacked as float32, exactly, unless they
+    are standardised (in float64); once stacked they are multiplied by ``scale``, a public constant (1/255 brings
+    8-bit pixels to [0, 1]), in place (``preprocess.rescale`` does the same on a built data set, with a copy).
     """
     samples_per_client, seed = check_common(samples_per_client, seed, test_fraction, standardize_scope)
     origin = (source or {}).get("path", name)
     if test_mask is not None and test_fraction is not None:
         raise ConfigError("data.test_fraction", test_fraction,
                           f"no value: {origin} marks each record train or test, and that split is kept as it is")
-    classes, labels = np.unique(y, return_inverse=True)
-    x = np.asarray(x, dtype=np.float64)
+    if classes is None:
+        classes, labels = np.unique(y, return_inverse=True)
+    else:
+        classes, labels = np.asarray(classes), np.asarray(y, dtype=np.int64)
+    x = np.asarray(x)
+    if standardize_scope != "none":  # statistics in float64; otherwise the records are only copied
+        x = x.astype(np.float64, copy=False)
     rng = np.random.default_rng(seed)
     partition_info = {"scheme": partition or "iid", "param": partition_param}
     if client_ids is not None:
@@ -142,12 +156,12 @@ def federate(
         "samples_per_client": samples_per_client,
         "partition": partition_info,
         "split": split_info,
-        "preprocessing": [describe_standardize(standardize_scope)],
+        "preprocessing": [describe_standardize(standardize_scope), *([describe_scale(scale)] if scale != 1 else [])],
         "seed": seed,
     }
     return FederatedDataset(
-        train=ClientArrays.from_lists(train_xs, train_ys),
-        test=ClientArrays.from_lists(test_xs, test_ys),
+        train=ClientArrays.from_lists(train_xs, train_ys, scale),
+        test=ClientArrays.from_lists(test_xs, test_ys, scale),
         num_classes=len(class_names),
         name=name,
         info=info,

@@ -63,9 +63,13 @@ def rescale(dataset: FederatedDataset, scale: float) -> FederatedDataset:
     if scale == 1:
         return dataset
     train, test = (dataclasses.replace(split, x=split.x * scale) for split in (dataset.train, dataset.test))
-    info = {**dataset.info, "preprocessing": [*dataset.info.get("preprocessing", []),
-                                              {"step": "scale", "factor": scale, "private": True}]}
+    info = {**dataset.info, "preprocessing": [*dataset.info.get("preprocessing", []), describe_scale(scale)]}
     return dataclasses.replace(dataset, train=train, test=test, info=info)
+
+
+def describe_scale(factor: float) -> dict:
+    """The provenance entry of a multiplication by a public constant (for FederatedDataset.info)."""
+    return {"step": "scale", "factor": factor, "private": True}
 
 
 def describe_standardize(scope: str) -> dict:
@@ -78,4 +82,4 @@ def describe_standardize(scope: str) -> dict:
     return {"step": "standardize", "scope": scope, "statistics": statistics, "private": scope == "none"}
 
 
-__all__ = ["STANDARDIZE_SCOPES", "standardize", "unit_norm", "rescale", "describe_standardize"]
+__all__ = ["STANDARDIZE_SCOPES", "standardize", "unit_norm", "rescale", "describe_scale", "describe_standardize"]

@@ -5,6 +5,8 @@
 * ``breast_cancer``: scikit-learn's Wisconsin diagnostic breast cancer (569 records, 30 features, 2 classes).
 * ``npz`` / ``csv``: the user's own records (``files.py``), partitioned by a scheme of ``partition.py`` or naturally
   by a client-id array / column, split at random or as the file marks it.
+* ``mnist``, ``fashion_mnist``, ``femnist``, ``cifar10``, ``shakespeare``: the papers' public data sets, read from
+  their published files in a local folder, never downloaded (``public.py``).
 
 Pooled records go through ``pooled.federate``: partition over clients -> optional per-client subsample to exactly
 ``samples_per_client`` records (label proportions kept) -> per-client train/test split -> optional standardisation
@@ -19,10 +21,13 @@ from dpfl.data.federated import TEST_FRACTION, FederatedDataset
 from dpfl.data.files import load_csv, load_npz
 from dpfl.data.pooled import check_common, federate, require_natural
 from dpfl.data.preprocess import rescale
+from dpfl.data.public import NATURAL, PUBLIC, build_public
 from dpfl.data.synthetic import synthetic_dataset
 from dpfl.errors import ConfigError, check_range
 
-DATASETS = ("synthetic", "digits", "breast_cancer", "npz", "csv")
+DATASETS = ("synthetic", "digits", "breast_cancer", "npz", "csv", *PUBLIC)
+#: Sources whose records may come with their clients (then data.num_clients may be left unset).
+OWN_CLIENTS = ("npz", "csv", *NATURAL)
 SYNTHETIC_SAMPLES_PER_CLIENT = 5000  # R of DP-SCAFFOLD's synthetic experiments (Noble et al. 2022)
 _SKLEARN_LOADERS = {"digits": sklearn_datasets.load_digits, "breast_cancer": sklearn_datasets.load_breast_cancer}
 
@@ -58,12 +63,14 @@ def build_dataset(
     number = 1, odd = 0; ``pooled.map_labels``). ``npz`` and ``csv`` read the file at ``path`` (``files.py``; csv: ``label_column``,
     ``client_column``, ``split_column``): partitioned like the packaged sets unless the file names each record's
     client, split by ``test_fraction`` (default 0.2) unless it marks each record train or test. Last, every feature
-    is multiplied by ``scale``, a public constant (``preprocess.rescale``).
+    is multiplied by ``scale``, a public constant (``preprocess.rescale``). The public data sets (``public.py``) are
+    read from the folder ``path`` (default: ``$DPFL_DATA/<name>``, else ``~/.dpfl/data/<name>``), partitioned like
+    the packaged sets or by their writers, their own split kept unless ``test_fraction`` is given.
     """
     if name not in DATASETS:
         raise ConfigError("data.name", name, f"one of {DATASETS}")
     check_range("data.scale", scale, 0.0, float("inf"), low_open=True, high_open=True)
-    if num_clients is not None or name not in ("npz", "csv"):
+    if num_clients is not None or name not in OWN_CLIENTS:
         check_range("data.num_clients", num_clients, 1, integer=True)
     if name == "synthetic":
         check_range("data.alpha", alpha, 0, float("inf"), high_open=True)
@@ -87,6 +94,8 @@ def build_dataset(
     options = dict(num_clients=num_clients, partition=partition, partition_param=partition_param,
                    samples_per_client=samples_per_client, seed=seed, test_fraction=test_fraction,
                    standardize_scope=standardize, label_map=labels)
+    if name in PUBLIC:
+        return rescale(build_public(name, path, **options), scale)
     if name in ("npz", "csv"):
         if not path:
             raise ConfigError("data.path", path, f"the path of the {name} file (data.name = {name!r})")
@@ -98,4 +107,4 @@ def build_dataset(
     return rescale(federate(bunch.data, bunch.target, name=name, source=source, **options), scale)
 
 
-__all__ = ["DATASETS", "SYNTHETIC_SAMPLES_PER_CLIENT", "build_dataset", "load_npz", "load_csv"]
+__all__ = ["DATASETS", "OWN_CLIENTS", "SYNTHETIC_SAMPLES_PER_CLIENT", "build_dataset", "load_npz", "load_csv"]

@@ -22,6 +22,9 @@ from pathlib import Path
 
 from dpfl.algorithms import registry
 from dpfl.data.federated import NUM_CLIENTS, TEST_FRACTION
+from dpfl.data.library import DATA_ENV, DEFAULT_ROOT
+from dpfl.data.public import NATURAL, PUBLIC
+from dpfl.data.sources import DATASETS
 from dpfl.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -35,10 +38,13 @@ _OPTIONAL_NUMBER = (int, float, type(None))
 # section -> key -> (allowed types, default, choices or None, help)
 SCHEMA: dict[str, dict[str, tuple]] = {
     "data": {
-        "name": (str, "synthetic", ("synthetic", "digits", "breast_cancer", "npz", "csv"),
-                 "the data source: a generator, a packaged data set, or the user's own npz / csv file"),
-        "path": ((str, type(None)), None, None, "npz / csv: the file (relative: to the config file's folder, or to "
-                                                "the current directory when given with --set)"),
+        "name": (str, "synthetic", DATASETS,
+                 "the data source: a generator, a packaged data set, the user's own npz / csv file, or a public data "
+                 "set read from its published files (docs/data.md)"),
+        "path": ((str, type(None)), None, None, "npz / csv: the file; a public data set: the folder holding its "
+                                                f"files (none: ${DATA_ENV}/<data.name>, else {DEFAULT_ROOT}/"
+                                                "<data.name>); relative: to the config file's folder, or to the "
+                                                "current directory when given with --set"),
         "label_column": (str, "label", None, "csv: the column of labels"),
         "client_column": ((str, type(None)), None, None, "csv: the column of client ids (None: data.partition over "
                                                          "data.num_clients)"),
@@ -48,9 +54,11 @@ SCHEMA: dict[str, dict[str, tuple]] = {
                                       "the draws but not their distribution: dpfl.data.synthetic)"),
         "beta": (_NUMBER, 0.0, None, "synthetic: feature heterogeneity"),
         "num_clients": ((int, type(None)), None, None, f"M, the clients (None: {NUM_CLIENTS}, or the data's own clients: "
-                                                       "data.client_column, an npz 'client' array)"),
+                                                       "data.client_column, an npz 'client' array, the writers of "
+                                                       f"{' and '.join(NATURAL)})"),
         "samples_per_client": ((int, type(None)), None, None, "records per client (synthetic: default 5000)"),
-        "partition": ((str, type(None)), None, None, "how records are split over clients (packaged data sets)"),
+        "partition": ((str, type(None)), None, None, "how records are split over clients (None: 'iid', or the "
+                                                     "data's own clients where it has them; 'natural': those)"),
         "partition_param": (_OPTIONAL_NUMBER, None, None, "the partition's parameter"),
         "labels": (str, "original", ("original", "parity"), "the classes as they are, or 'parity': the class "
                                                              "number's parity, even = 1 and odd = 0 (mapped after "
@@ -59,7 +67,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "scale": (_NUMBER, 1.0, None, "a public constant multiplying every feature (e.g. 1/16 for digits' pixels "
                                       "0..16): data-independent, so private"),
         "test_fraction": (_OPTIONAL_NUMBER, None, None, f"each client's test split (None: {TEST_FRACTION}, or the "
-                                                        "data's own split: data.split_column, an npz 'split' array)"),
+                                                        "data's own split: data.split_column, an npz 'split' array, "
+                                                        "a public data set's test files)"),
         "seed": (int, 0, None, "the data's seed"),
     },
     "privacy": {
@@ -111,13 +120,13 @@ MODEL_DEFAULT = "logreg"
 DATA_KEYS: dict[str, tuple[str, ...]] = {
     "alpha": ("synthetic",),
     "beta": ("synthetic",),
-    "path": ("npz", "csv"),
+    "path": ("npz", "csv", *PUBLIC),
     "label_column": ("csv",),
     "client_column": ("csv",),
     "split_column": ("csv",),
-    "partition": ("digits", "breast_cancer", "npz", "csv"),
-    "partition_param": ("digits", "breast_cancer", "npz", "csv"),
-    "labels": ("digits", "breast_cancer", "npz", "csv"),
+    "partition": ("digits", "breast_cancer", "npz", "csv", *PUBLIC),
+    "partition_param": ("digits", "breast_cancer", "npz", "csv", *PUBLIC),
+    "labels": ("digits", "breast_cancer", "npz", "csv", *PUBLIC),
 }
 
 #: Keys that were removed, and what replaces them.
@@ -261,20 +270,22 @@ def _one_pass_rounds(config: dict) -> None:
 def _resolve_data(data: dict, given: dict) -> None:
     """Checks that every given [data] key applies to data.name (``DATA_KEYS``) and that a file source has its
     path; fills ``num_clients`` (NUM_CLIENTS) and ``test_fraction`` (TEST_FRACTION) unless the data may bring its own
-    clients or split: an npz file's 'client' and 'split' arrays, which only the file tells, or a csv's
+    clients or split: an npz file's 'client' and 'split' arrays, which only the file tells, a csv's
     data.client_column and data.split_column (a split column decides every client's test records and leaves no room
-    for a test_fraction)."""
+    for a test_fraction), a public data set's test files (kept unless data.test_fraction is set) and the writers of
+    those that have them (unless data.partition names a scheme)."""
     source = data["name"]
     for key, sources in DATA_KEYS.items():
         if key in given and source not in sources:
             raise ConfigError(f"data.{key}", given[key], f"no value: data.{key} applies to data.name in "
                                                          f"{list(sources)}, not {source!r}")
-    if source in DATA_KEYS["path"] and not data["path"]:
+    if source in ("npz", "csv") and not data["path"]:
         raise ConfigError("data.path", data["path"], f"the path of the {source} file (data.name = {source!r})")
-    own_clients = source == "npz" or (source == "csv" and data["client_column"] is not None)
+    own_clients = source == "npz" or (source == "csv" and data["client_column"] is not None) or \
+        (source in NATURAL and data["partition"] in (None, "natural"))
     if data["num_clients"] is None and not own_clients:
         data["num_clients"] = NUM_CLIENTS
-    own_split = source == "npz" or (source == "csv" and data["split_column"] is not None)
+    own_split = source in ("npz", *PUBLIC) or (source == "csv" and data["split_column"] is not None)
     if source == "csv" and own_split and data["test_fraction"] is not None:
         raise ConfigError("data.test_fraction", data["test_fraction"],
                           f"no value: data.split_column = {data['split_column']!r} marks each record train or test, "
