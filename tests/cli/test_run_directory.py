@@ -424,7 +424,7 @@ def test_a_full_disk_at_a_checkpoint_is_a_clear_error_and_the_run_resumes(config
     err = capsys.readouterr().err
     assert f"dpfl run: error: cannot write the checkpoint {out / 'checkpoint.pt'}: No space left on device" in err
     assert "Traceback" not in err
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "ledger.json", "results.json", "run.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "ledger.json", "noise.key", "results.json", "run.json"]
     assert torch.load(out / "checkpoint.pt", weights_only=True)["next_round"] == 2
     monkeypatch.undo()
     assert run(config, out, "--resume") == 0
