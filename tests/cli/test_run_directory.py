@@ -1,7 +1,6 @@
 """Crash-safe run directories through `dpfl run`: privacy already spent is never lost, and a round's noise is never
 replayed onto a different computation (run.json, --resume, --restart, Ctrl-C, damaged files, SIGKILL)."""
 
-import errno
 import io
 import json
 import os
@@ -19,11 +18,12 @@ import torch
 from dpfl import durable
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.cli import main
-from dpfl.engine.simulator import Simulation
-from dpfl.experiments.config import load_config
 from dpfl.engine.keys import KEY_FILE, load_key
+from dpfl.engine.simulator import Simulation
 from dpfl.experiments import runner
+from dpfl.experiments.config import load_config
 from dpfl.experiments.runner import release_hash, with_threads
+from full_disk import FullDisk
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 FIXED_KEY = 2**200 + 12345
@@ -417,34 +417,21 @@ def test_a_full_disk_at_a_checkpoint_is_a_clear_error_and_the_run_resumes(config
     def full_at_round_3(path, mode):
         opened.append(Path(path).name)
         room = 2000 if opened.count("checkpoint.pt.tmp") == 3 else 2**40
-        return io.BufferedWriter(DiskWithRoom(path, mode, room))
+        return io.BufferedWriter(FullDisk(path, mode, room))
 
     monkeypatch.setattr(durable, "open", full_at_round_3, raising=False)
     assert run(config, out) == 2
     err = capsys.readouterr().err
     assert f"dpfl run: error: cannot write the checkpoint {out / 'checkpoint.pt'}: No space left on device" in err
     assert "Traceback" not in err
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "ledger.json", "results.json", "run.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "ledger.json", "noise.key", "results.json",
+                                                     "run.json"]
     assert torch.load(out / "checkpoint.pt", weights_only=True)["next_round"] == 2
     monkeypatch.undo()
     assert run(config, out, "--resume") == 0
     assert torch.equal(final_model(out), final_model(finished))
     assert json.loads((out / "ledger.json").read_text())["epsilon"] == \
         json.loads((finished / "ledger.json").read_text())["epsilon"]
-
-
-class DiskWithRoom(io.FileIO):
-    """A file on a disk with ``room`` bytes left: a write past it fails as write(2) does on a full disk."""
-
-    def __init__(self, path, mode, room: int):
-        super().__init__(path, mode)
-        self.room = room
-
-    def write(self, data) -> int:
-        if len(data) > self.room:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        self.room -= len(data)
-        return super().write(data)
 
 
 # -- 9. a run's record without its ledger and checkpoint -----------------------------------------------------------
@@ -466,5 +453,6 @@ def test_a_run_directory_that_lost_its_ledger_and_checkpoint_is_refused(config, 
     assert {name: (out / name).read_bytes() for name in left} == before and not (out / "ledger.json").exists()
     assert run(config, out, "--restart") == 0
     (archive,) = (out / "archive").iterdir()
-    assert {p.name: p.read_bytes() for p in archive.iterdir()} == before
+    key = {KEY_FILE: (finished / KEY_FILE).read_bytes()}  # the old run's noise key is archived with its record
+    assert {p.name: p.read_bytes() for p in archive.iterdir()} == {**before, **key}
     assert torch.equal(final_model(out), final_model(finished))

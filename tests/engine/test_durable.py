@@ -15,22 +15,9 @@ from dpfl import durable
 from dpfl.engine import checkpoint
 from dpfl.engine.protocol import State
 from dpfl.errors import RunDirectoryError
+from full_disk import FullDisk
 
 STATE = State({"x": torch.arange(3000.0)}, {"c": torch.ones(4, 3000)})
-
-
-class FullDisk(io.FileIO):
-    """A file on a disk with ``room`` bytes left: a write past it fails as the kernel's write(2) does (ENOSPC)."""
-
-    def __init__(self, path, mode, room: int):
-        super().__init__(path, mode)
-        self.room = room
-
-    def write(self, data) -> int:
-        if len(data) > self.room:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        self.room -= len(data)
-        return super().write(data)
 
 
 def full_disk(monkeypatch, room: int) -> None:

@@ -45,7 +45,8 @@ UNKNOWN_ID_LENGTH = 64  # the characters of a writer id a memory estimate assume
 
 
 class _Ids(dict):
-    """str.translate's table: a character of ALPHABET -> its position as a character, any other -> OTHER."""
+    """str.translate's table: a character of ALPHABET -> its position in ALPHABET, any other -> OTHER (translate
+    writes the character of that code, whose latin-1 byte is the id)."""
 
     def __missing__(self, code: int) -> int:
         return OTHER
