@@ -54,6 +54,12 @@ from dpfl.experiments.validate import budget_of, check_warm_rounds, cohort_sampl
 from dpfl.models import build_model
 
 RUN_ONLY_KEYS = ("algorithm.rounds", "privacy.budget", "run.eval_every", "run.checkpoint_every")
+#: ``run.threads`` when a config leaves it unset. The cohort is one batched call (clients are a tensor axis), so a
+#: second intra-op thread has little to share, and on a busy machine the threads wait for each other's time slices at
+#: every op: alternated at the same moment on a shared 2-core machine (load 4-8, benchmarks/threads.py), the demo's
+#: DP-FedAvg took 0.17 s a round with one thread and 5.2 s with two, the seed-000 workload 1.9 s and 16.9 s. A fixed
+#: count (not one read off the machine's load) also keeps a config's results the same wherever it runs.
+DEFAULT_THREADS = 1
 RUN_FILES = ("ledger.json", "checkpoint.pt", "results.json", "run.json")
 
 
@@ -64,9 +70,7 @@ def build_simulation(config: dict, out_dir: Path | None = None, workers=None) ->
     (``Simulation.workers``; default: in this process)."""
     privacy_cfg, run_cfg = config["privacy"], config["run"]
     validate(config)  # every range check that needs no data, before the data is built
-    threads = run_cfg["threads"]
-    if threads is not None:
-        torch.set_num_threads(threads)
+    torch.set_num_threads(DEFAULT_THREADS if run_cfg["threads"] is None else run_cfg["threads"])
     dataset = build_data(config)
     model = build_initial_model(config, dataset)
     clients = build_clients(config, dataset)
@@ -176,15 +180,25 @@ def build_ledger(config: dict, boundary: Boundary, delta: float, algorithm, budg
                          getattr(algorithm, "accountant", None))
 
 
-def with_threads(config: dict) -> dict:
-    """``config`` with ``run.threads`` resolved (None: torch's default on this machine, its cores). The thread count
-    changes float rounding in multi-threaded matrix products, so it is part of the release config: a resume on a
-    machine with another default is refused unless it sets the same count."""
+def with_threads(config: dict, recorded: int | None = None) -> dict:
+    """``config`` with ``run.threads`` resolved: as set, else ``recorded`` (the count of the run being resumed, so
+    that a run started under an earlier default, the machine's cores, resumes with the count it was made with), else
+    ``DEFAULT_THREADS``. The thread count changes float rounding in multi-threaded matrix products, so it is part of
+    the release config: a resume that sets another count is refused."""
     if config["run"]["threads"] is not None:
         return config
     resolved = copy.deepcopy(config)
-    resolved["run"]["threads"] = torch.get_num_threads()
+    resolved["run"]["threads"] = DEFAULT_THREADS if recorded is None else recorded
     return resolved
+
+
+def recorded_threads(out: Path) -> int | None:
+    """``run.threads`` of the run recorded in out/run.json (None: no valid record; ``check_resumable`` says why)."""
+    try:
+        threads = load_run_record(out / "run.json")["config"].get("run", {}).get("threads")
+    except RunDirectoryError:
+        return None
+    return threads if isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1 else None
 
 
 def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bool = False,
@@ -198,7 +212,7 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
     directory that already holds a run is refused, unless ``restart`` archives that run first (``archive_run``). On
     Ctrl-C the run stops after its current round, checkpoints, writes results.json and raises RunInterrupted."""
     out = Path(out_dir) if out_dir is not None else None
-    config = with_threads(config)
+    config = with_threads(config, recorded_threads(out) if resume and out is not None else None)
     if resume and restart:
         raise ConfigError("--restart", True, "either --resume (continue the run) or --restart (archive it and start "
                                              "over), not both")
