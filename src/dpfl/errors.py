@@ -5,6 +5,11 @@ class DpflError(Exception):
     """Base class of dpfl's own errors."""
 
 
+class DpflWarning(UserWarning):
+    """A config dpfl runs but whose user should know something (a delta that protects no single record, features far
+    from unit scale); `dpfl` prints it as one line, "dpfl: warning: ..."."""
+
+
 class ConfigError(DpflError, ValueError):
     """A parameter or configuration value is out of range or of the wrong type."""
 

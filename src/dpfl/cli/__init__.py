@@ -118,6 +118,27 @@ def _collected_warnings(python_warnings: bool = True):
         absl.setLevel(level)
 
 
+@contextlib.contextmanager
+def _one_line_dpfl_warnings():
+    """dpfl's own warnings (``DpflWarning``) print as one line on stderr, "dpfl: warning: ...", not as Python's
+    "file:line: category" with a source line; other warnings as Python prints them."""
+    from dpfl.errors import DpflWarning
+
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, DpflWarning):
+            print(f"dpfl: warning: {message}", file=sys.stderr if file is None else file)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+
+
 def with_default_accountant(compute, accountant: str | None, pld_cannot: str | None = None):
     """``(compute(accountant), note)``. With no accountant named, PLD (the tight default), or RDP where PLD cannot
     answer: ``pld_cannot`` says why before anything is computed (e.g. fixed-size sampling), and a PLD too large to
@@ -192,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as done:  # --help, --version (0) or a usage error (2, already printed): a status, not a raise
         return done.code if isinstance(done.code, int) else (0 if done.code is None else 2)
     try:
-        code = args.handler(args)  # a handler returns None, or an exit status of its own (130: interrupted)
+        with _one_line_dpfl_warnings():
+            code = args.handler(args)  # a handler returns None, or an exit status of its own (130: interrupted)
     except DpflError as err:
         print(f"dpfl {args.command}: error: {err}", file=sys.stderr)
         return 2

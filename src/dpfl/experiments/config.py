@@ -63,7 +63,9 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "seed": (int, 0, None, "the data's seed"),
     },
     "privacy": {
-        "delta": (_OPTIONAL_NUMBER, None, None, "delta (default 1 / (M R_train))"),
+        "delta": (_OPTIONAL_NUMBER, None, None, "delta (None: the largest power of ten at most 1/(10 N), N the "
+                                                "training records, e.g. 1e-5 for N = 1,592; a delta above 1/N is "
+                                                "warned about)"),
         "budget": ((dict, int, float, type(None)), None, None, "epsilon for the third party, or {observer: eps}"),
         "epsilon": (_OPTIONAL_NUMBER, None, None, "the target epsilon of algorithms that calibrate their noise to it "
                                                   "(None: the algorithm's own noise keys)"),

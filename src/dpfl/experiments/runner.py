@@ -35,7 +35,7 @@ import json
 import math
 import os
 import sys
-from datetime import datetime, timezone
+import warnings
 from pathlib import Path
 
 import torch
@@ -49,7 +49,8 @@ from dpfl.engine.grads import CohortGradients
 from dpfl.engine.sampling import ClientSampler
 from dpfl.durable import write_text_atomically
 from dpfl.engine.simulator import Simulation
-from dpfl.errors import ConfigError, RunDirectoryError, RunInterrupted, json_problem
+from dpfl.errors import ConfigError, DpflWarning, RunDirectoryError, RunInterrupted, json_problem
+from dpfl.experiments.archive import RUN_FILES, archive_run, archived_spend, with_archived  # noqa: F401
 from dpfl.experiments.validate import budget_of, check_warm_rounds, cohort_sampling, validate
 from dpfl.models import build_model
 
@@ -60,7 +61,6 @@ RUN_ONLY_KEYS = ("algorithm.rounds", "privacy.budget", "run.eval_every", "run.ch
 #: DP-FedAvg took 0.17 s a round with one thread and 5.2 s with two, the seed-000 workload 1.9 s and 16.9 s. A fixed
 #: count (not one read off the machine's load) also keeps a config's results the same wherever it runs.
 DEFAULT_THREADS = 1
-RUN_FILES = ("ledger.json", "checkpoint.pt", "results.json", "run.json")
 
 
 def build_simulation(config: dict, out_dir: Path | None = None, workers=None) -> Simulation:
@@ -121,9 +121,32 @@ def build_clients(config: dict, dataset: FederatedDataset) -> ClientSampler:
 
 
 def run_delta(config: dict, dataset: FederatedDataset) -> float:
-    """``privacy.delta``, by default 1 / (M R_train) (Noble et al. 2022)."""
-    delta = config["privacy"]["delta"]
-    return 1.0 / float(dataset.train.counts.sum()) if delta is None else delta
+    """``privacy.delta``, by default ``default_delta(N)`` for the N training records; an explicit delta above 1 / N is
+    warned about (``DpflWarning``): at delta = 1 / N a mechanism that publishes one record chosen at random, in full,
+    is (0, delta)-DP, so such a delta promises nothing about any single record."""
+    delta, records = config["privacy"]["delta"], int(dataset.train.counts.sum())
+    if delta is None:
+        return default_delta(records)
+    if delta > 1.0 / records:
+        warnings.warn(DpflWarning(
+            f"privacy.delta = {delta:g} is above 1/N = {1.0 / records:.3g} (N = {records} training records): a "
+            f"mechanism that publishes one record at random is (0, 1/N)-DP, so this delta protects no single record; "
+            f"the default is {default_delta(records):g} ({DELTA_RULE})"), stacklevel=2)
+    return delta
+
+
+#: The rule of ``default_delta``, as the docs and warnings state it.
+DELTA_RULE = "the largest power of ten at most 1/(10 N), N the training records"
+
+
+def default_delta(records: int) -> float:
+    """The default delta for ``records`` training records: the largest power of ten at most 1 / (10 N), so well below
+    1 / N (the convention users expect: delta = 1e-5 for N = 1,592 records, 1e-6 for 32,000). Papers reproduced with
+    their own delta (Noble et al. 2022: 1 / N) set privacy.delta explicitly."""
+    exponent = 1
+    while 10 ** exponent < 10 * records:
+        exponent += 1
+    return 10.0 ** -exponent
 
 
 def build_algorithm(config: dict, dataset: FederatedDataset, delta: float):
@@ -238,9 +261,10 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
         write_text_atomically(out / "run.json", json.dumps({"config": config, "release_sha256": sim.release}, indent=1),
                               "the run record")
     results_file = None if out is None else ResultsFile(out / "results.json")
-    sim.run(rounds, progress=progress,
-            on_evaluated=None if results_file is None else lambda s: results_file.write(results_of(s, config)))
-    results = results_of(sim, config)
+    archived = archived_spend(out)  # a restart archives the run, not the privacy it spent
+    sim.run(rounds, progress=progress, on_evaluated=None if results_file is None else
+            lambda s: results_file.write(results_of(s, config, archived)))
+    results = results_of(sim, config, archived)
     if results_file is not None:
         results_file.write(results)
     if sim.interrupted:
@@ -359,26 +383,6 @@ def _differences(old: dict, new: dict) -> list[tuple[str, str, str]]:
     return found
 
 
-def archive_run(out: Path) -> Path | None:
-    """Moves the run files in ``out`` (RUN_FILES) into out/archive/<UTC timestamp>/ and returns that folder (None if
-    there was nothing to archive). Nothing is deleted: the archived ledger still records the privacy it spent."""
-    present = [name for name in RUN_FILES if (out / name).exists()]
-    if not present:
-        return None
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    target, n = out / "archive" / stamp, 1
-    while target.exists():
-        n += 1
-        target = out / "archive" / f"{stamp}-{n}"
-    try:
-        target.mkdir(parents=True)
-        for name in present:
-            os.replace(out / name, target / name)
-    except OSError as err:
-        raise RunDirectoryError(f"cannot archive the run in {out} to {target}: {err.strerror or err}") from None
-    return target
-
-
 class ResultsFile:
     """results.json, rewritten atomically (``dpfl.durable``) after every evaluated round and when the run ends.
 
@@ -401,14 +405,17 @@ class ResultsFile:
                                                             for k, text in entries) + "\n}", "the results")
 
 
-def results_of(sim: Simulation, config: dict) -> dict:
-    """The run's results so far (the module docstring lists the keys)."""
+def results_of(sim: Simulation, config: dict, archived: list[dict] = ()) -> dict:
+    """The run's results so far (the module docstring lists the keys); ``archived``: the spend of the runs archived
+    in its directory (``archive.archived_spend``)."""
     done = sim.history[-1] if sim.history and sim.history[-1].round == sim.next_round else None
     final = (done or sim.evaluate()).to_dict()  # the model after the last round done
     final["delta"] = sim.ledger.delta
     if sim.ledger.hides_iterates():  # beside the last-iterate epsilon: what releasing every iterate would cost
         final["epsilon_composition"] = {o: None if math.isinf(e) else e
                                         for o, e in sim.ledger.epsilon_composition().items()}
+    archive = {"archived": {"runs": list(archived), "with_this_run": with_archived(final["epsilon"], final["delta"],
+                                                                              list(archived))}} if archived else {}
     return {
         "config": config,
         "data": sim.data,
@@ -425,6 +432,7 @@ def results_of(sim: Simulation, config: dict) -> dict:
             "unproven": list(sim.algorithm.release(sim.next_round, sim.state, sim.train).unproven)
             if sim.ledger.analysis == "paper" else [],
             "delta": sim.ledger.delta,
+            "budget": sim.ledger.budget,
             "observers": list(sim.ledger.observers),
             "unit": getattr(sim.algorithm, "privacy_unit", "one record (record-level DP)"),
             "not_covered": "the reported metrics (train loss on all training records, test accuracy) are computed "
@@ -438,4 +446,5 @@ def results_of(sim: Simulation, config: dict) -> dict:
         "session_seconds": sim.session_seconds,
         "stopped_reason": sim.stopped_reason,
         "stopped_by": sim.stopped_by,
+        **archive,
     }
