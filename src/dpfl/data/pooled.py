@@ -86,6 +86,7 @@ def federate(
     standardize_scope: str = "none",
     source: dict | None = None,
     label_map: str = "original",
+    steps: list[dict] = (),
 ) -> FederatedDataset:
     """Distributes pooled records (x [N, ...] numeric, y [N] labels of any type) over clients.
 
@@ -97,6 +98,8 @@ def federate(
     ``samples_per_client`` trims each client to exactly that many records (label proportions kept; a trimmed
     client's records keep their marks). Labels are renumbered 0..C-1 in sorted order of their values (kept in
     ``info["classes"]``), then mapped by ``label_map`` after the partition (``map_labels``). ``source`` (provenance, JSON-safe) names the data in errors by its "path" when it has one.
+    ``steps``: the provenance of per-record preprocessing already applied to ``x`` (e.g. ``data.bounds``), listed
+    before the standardisation in ``info["preprocessing"]``.
     """
     samples_per_client, seed = check_common(samples_per_client, seed, test_fraction, standardize_scope)
     origin = (source or {}).get("path", name)
@@ -142,7 +145,7 @@ def federate(
         "samples_per_client": samples_per_client,
         "partition": partition_info,
         "split": split_info,
-        "preprocessing": [describe_standardize(standardize_scope)],
+        "preprocessing": [*steps, describe_standardize(standardize_scope)],
         "seed": seed,
     }
     return FederatedDataset(

@@ -58,6 +58,10 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "standardize": (str, "none", ("none", "client", "pooled"), "non-private preprocessing, if not 'none'"),
         "scale": (_NUMBER, 1.0, None, "a public constant multiplying every feature (e.g. 1/16 for digits' pixels "
                                       "0..16): data-independent, so private"),
+        "bounds": ((dict, list, type(None)), None, None, "npz / csv: public [low, high] per feature, known without "
+                                                         "looking at the data ({column = [low, high], ...}, a list of "
+                                                         "one pair per feature, or one pair for all): clipped, then "
+                                                         "mapped onto [-1, 1]; private by construction"),
         "test_fraction": (_OPTIONAL_NUMBER, None, None, f"each client's test split (None: {TEST_FRACTION}, or the "
                                                         "data's own split: data.split_column, an npz 'split' array)"),
         "seed": (int, 0, None, "the data's seed"),
@@ -110,6 +114,7 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
     "alpha": ("synthetic",),
     "beta": ("synthetic",),
     "path": ("npz", "csv"),
+    "bounds": ("npz", "csv"),
     "label_column": ("csv",),
     "client_column": ("csv",),
     "split_column": ("csv",),
