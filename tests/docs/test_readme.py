@@ -120,6 +120,19 @@ def test_speed_table_is_labelled_a_measurement_and_its_benchmark_prints_it(monke
     assert len(rows) == 3 and rows[-1].startswith("| baseline") and rows[-1].endswith("| 1.0x |")
 
 
+def test_python_api_section_runs(tmp_path, monkeypatch, capsys):
+    """The README's Python API block runs as shown (from the repository's root: its example path is relative), writes
+    its run directory and prints what it says it prints."""
+    section = TEXT[TEXT.index("## Python API"):]
+    code = section[section.index("```python") + len("```python"):section.index("```", section.index("```python") + 3)]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code.replace('"examples/', f'"{ROOT}/examples/'), "README.md (Python API)", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    results = json.loads((tmp_path / "runs" / "api" / "results.json").read_text())
+    assert printed[0] == f"{results['final']['test_accuracy']} {results['final']['epsilon']} 1e-05"
+    assert printed[1].startswith("1 ") and len(printed) == 3 and 0 < float(printed[2]) < 10
+
+
 # -- slow: training ---------------------------------------------------------------------------------------------------
 def _skip_unless_doc_threads():
     import torch
