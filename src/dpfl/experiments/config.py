@@ -92,8 +92,9 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "memory_mb": (int, 512, None, "memory for one chunk of the cohort's work (results depend on it only through "
                                       "float rounding, and not at all with one thread)"),
         "threads": ((int, type(None)), None, None, "torch threads (None: 1, the cohort being one batched call; two "
-                                                   "ran a round 10-30x slower on a busy 2-core machine; more may help "
-                                                   "a large model on idle cores; a resume keeps the run's count)"),
+                                                   "ran a round 7-30x slower on a busy 2-core machine, 1.5x faster on "
+                                                   "an idle one for Noble et al.'s workload; a resume keeps the run's "
+                                                   "count)"),
     },
 }
 
