@@ -50,7 +50,7 @@ from dpfl.engine.sampling import ClientSampler
 from dpfl.durable import write_text_atomically
 from dpfl.engine.simulator import Simulation
 from dpfl.errors import ConfigError, DpflWarning, RunDirectoryError, RunInterrupted, json_problem
-from dpfl.experiments.archive import RUN_FILES, archive_run, archived_spend, with_archived  # noqa: F401
+from dpfl.experiments.archive import archive_run, archived_spend, with_archived
 from dpfl.experiments.validate import budget_of, check_warm_rounds, cohort_sampling, validate
 from dpfl.models import build_model
 
