@@ -8,11 +8,12 @@ the latest results. It holds "config", "data" (where the data came from and how 
 ``FederatedDataset.info``: its source (for a file: path, format, sha256, columns or arrays), classes, partition,
 split, preprocessing), "rounds" (one entry per evaluated round: round, test_accuracy, train_loss,
 epsilon per observer, and gradient_mapping for an algorithm with a prox step: ``RoundMetrics``), "final" (the same keys plus delta, for the model after the last round done), "privacy"
-(accountant, conversion, observers, what each sees), "status" ("running": the run has not ended, or its process died
+(accountant, conversion, observers, what each sees, the budget per observer), "status" ("running": the run has not ended, or its process died
 (resume it); "finished": it ran all its rounds; "stopped": see "stopped_by"), "wall_seconds" (the time in the round
 loop over the whole run, across resumes), "session_seconds" (this process's part of it), "stopped_reason" and
-"stopped_by" (what stopped the run early: "budget", "diverged", "interrupted"; null when it did not). A run directory
-also holds
+"stopped_by" (what stopped the run early: "budget", "diverged", "interrupted"; null when it did not) and, when the
+directory holds runs archived by ``restart``, "archived" (their spend, and the total with this run:
+``dpfl.experiments.archive``). A run directory also holds
 
 * run.json: the full resolved config and the sha256 of its release config, written (atomically) before the first round;
 * ledger.json: the privacy spent, written before each round draws noise (see dpfl.accounting.ledger);
