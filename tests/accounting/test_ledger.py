@@ -6,7 +6,7 @@ import math
 import pytest
 from dp_accounting import dp_event
 
-from dpfl.accounting.accountant import account
+from dpfl.accounting.accountant import NEIGHBORING, account
 from dpfl.accounting.conversion import rdp_to_epsilon
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import OBSERVERS, Cohort, Release, local_steps_additive, observer_events
@@ -289,3 +289,29 @@ def test_epsilon_through_follows_an_ordered_accountant():
     reported = {t: ledger.record(t, {"server": e}, str(t)) for t, e in enumerate(hidden, start=1)}
     loaded = PrivacyLedger.from_dict(json.loads(json.dumps(ledger.to_dict())))
     assert {t: loaded.epsilon_through(t) for t in reported} == reported
+
+
+def test_a_long_poisson_run_builds_each_round_event_once_and_keeps_its_numbers(monkeypatch):
+    """A run's round t is accounted as SelfComposed(round event, t): the round event's PLD (its leaf Poisson-sampled
+    Gaussians, the costly part) is built once per run, not once per round and observer, and every round's epsilon is
+    bit-identical to accounting that round afresh with nothing cached."""
+    from dpfl.accounting import pld
+
+    def round_event(z):
+        return dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(0.2, dp_event.GaussianDpEvent(z)), 2)
+
+    round_events = {"third_party": round_event(12.0), "server": round_event(8.0), "other_silo": round_event(12.0)}
+    pld._CACHE.clear()
+    built = []
+    build = pld._build
+    monkeypatch.setattr(pld, "_build", lambda event, *rest: built.append(repr(event)) or build(event, *rest))
+    ledger = PrivacyLedger(list(round_events), DELTA, neighboring="zero_out")
+    per_round = [ledger.record(t, round_events) for t in range(20)]
+    leaves = [key for key in built if key.startswith("PoissonSampled")]
+    assert sorted(leaves) == sorted({repr(e.event) for e in round_events.values()})  # each built once
+    monkeypatch.setattr(pld, "_build", build)
+    for t, epsilons in enumerate(per_round, start=1):
+        for observer, event in round_events.items():
+            pld._CACHE.clear()  # afresh: nothing cached
+            composed = event if t == 1 else dp_event.SelfComposedDpEvent(event, t)
+            assert epsilons[observer] == pld.pld_epsilon(composed, DELTA, NEIGHBORING["zero_out"]), (t, observer)

@@ -1,7 +1,6 @@
 """RDP curves (dpfl.accounting.rdp): delegation to dp_accounting, the Wang et al. 2019 subsampling bound, the accountant."""
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -117,10 +116,9 @@ def test_wor_gaussian_paper_bound_is_the_general_one_and_tight_adds_thm27():
 @pytest.mark.parametrize("q, sigma", [(1 / 142, 4.27), (0.2, 0.7), (0.01, 240.0)])
 def test_thm27_for_all_orders_at_once_is_dp_accountings_value(q, sigma):
     """The vectorised Thm 27 (forward differences computed once) equals dp_accounting's per-order evaluation at every
-    integer order up to 256 (checked at 2..48, 128 and 256: dp_accounting's cost grows as the order cubed)."""
-    started = time.perf_counter()
+    integer order up to 256 (checked at 2..48, 128 and 256: dp_accounting's cost grows as the order cubed; the time
+    is benchmarks/accounting_speed.py's)."""
     ours = wang_gaussian_subsampled_rdp(q, sigma, 256)
-    assert time.perf_counter() - started < 2.0
     orders = np.concatenate([np.arange(2, 49), [128, 256]])
     reference = dpa._compute_rdp_sample_wor_gaussian(q, sigma, orders)
     np.testing.assert_allclose(ours[orders - 2], reference, rtol=1e-9)
@@ -145,13 +143,11 @@ def test_wor_around_a_non_gaussian_mechanism():
     assert np.all(np.isfinite(curve)) and np.all(curve < rdp_curve(laplace))
 
 
-def test_nested_dp_scaffold_round_is_fast_and_amplified():
-    sigma = 59.5 * math.sqrt(20)  # used by no other test: the curve is not cached yet
+def test_nested_dp_scaffold_round_is_amplified():
+    """(Its time, under a second: benchmarks/accounting_speed.py.)"""
+    sigma = 59.5 * math.sqrt(20)
     inner = dp_event.SelfComposedDpEvent(wor(4000, 800, dp_event.GaussianDpEvent(sigma)), 50)
-    start = time.perf_counter()
     curve = rdp_curve(wor(100, 20, inner), subsampling_bound="paper")
-    elapsed = time.perf_counter() - start
-    assert elapsed < 1.0
     assert np.all(np.isfinite(curve)) and np.all(curve < rdp_curve(inner, subsampling_bound="paper"))
 
 

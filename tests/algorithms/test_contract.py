@@ -34,6 +34,14 @@ from dpfl.experiments.runner import build_simulation
 
 NAMES = registry.names()
 PRIVATE = [n for n in NAMES if registry.spec_of(n).private(n)]
+#: Names whose run in the heaviest contracts takes 20-55 s (SPIDER's two shuffled streams, their bits calibrated per
+#: run): those contracts run them under -m slow (tests/algorithms/test_sdp.py covers them in the default run).
+SLOW = ("sdp-spider",)
+
+
+def _marked(name, *rest):
+    """A parameter, marked slow for a name in SLOW."""
+    return pytest.param(name, *rest, marks=pytest.mark.slow) if name in SLOW else (name, *rest) if rest else name
 NON_PRIVATE = [n for n in NAMES if not registry.spec_of(n).private(n)]
 ENGINE = Path(__file__).resolve().parents[2] / "src" / "dpfl" / "engine"
 SRC = ENGINE.parent.parent
@@ -131,7 +139,7 @@ def test_every_registered_name_builds_an_algorithm_of_the_protocol():
         assert isinstance(simulation(name).algorithm, Algorithm), name
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [_marked(n) for n in NAMES])
 def test_the_noise_drawn_is_the_noise_declared(name):
     sim = simulation(name)
     drawn, declared = [], []
@@ -167,8 +175,8 @@ TAMPERS = {
 }
 
 
-@pytest.mark.parametrize("tamper", list(TAMPERS))
-@pytest.mark.parametrize("name", PRIVATE)
+@pytest.mark.parametrize("name, tamper", [_marked(name, tamper) if tamper == "one draw fewer" else (name, tamper)
+                                          for name in PRIVATE for tamper in TAMPERS])  # sdp-spider's: 27 s
 def test_noise_drawn_other_than_declared_stops_the_round(name, tamper):
     sim = simulation(name)
     x0 = sim.model.clone()
@@ -445,7 +453,7 @@ def threads(request):
 #: client's row differently when the batch holds one client than when it holds several: chunking then changes the
 #: models in the last bits (float rounding; the random draws are the same). With one thread chunking is exact. That
 #: is why run.memory_mb and run.threads are part of a run's release config (a resume must keep them).
-@pytest.mark.parametrize("name, threads", [*((name, 1) for name in PRIVATE), (PRIVATE[0], 2)],
+@pytest.mark.parametrize("name, threads", [*(_marked(name, 1) for name in PRIVATE), (PRIVATE[0], 2)],
                          indirect=["threads"])
 def test_results_do_not_depend_on_the_memory_chunking(name, threads):
     runs, key = {}, 2**255 + 7  # one noise key for both runs

@@ -34,7 +34,12 @@ def simulation(name: str):
         *(f"algorithm.{k}={v!r}" for k, v in values.items()), *(["privacy.epsilon=1.0"] if calibrated else [])]))
 
 
-@pytest.mark.parametrize("name", registry.names())
+#: SPIDER's shuffled streams take about 40 s here (their bits calibrated per run): audited under -m slow.
+SLOW = ("sdp-spider",)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
+                                  for n in registry.names()])
 def test_every_registered_algorithm_is_audited_towards_every_observer(name):
     sim = simulation(name)
     target = runs.make_canary(sim, "dirac")

@@ -85,3 +85,34 @@ def test_a_bad_file_or_key_exits_2_naming_it_without_a_traceback(study, tmp_path
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err, err
     assert not (tmp_path / "bad").exists()
+
+
+def test_raw_clinical_columns_are_warned_about_and_public_bounds_train_them(tmp_path, capsys):
+    """Ages and blood pressures as they are: a one-line warning naming both columns, and a poor model; the same file
+    with public bounds (data.bounds, clipped and mapped onto [-1, 1], recorded in results.json) trains well, unwarned."""
+    rng = np.random.default_rng(0)
+    age, bp = rng.uniform(20, 90, N).round(), rng.uniform(90, 180, N).round()
+    y = (age + 0.5 * (bp - 135) + rng.normal(0, 5, N) > 55).astype(int)
+    (tmp_path / "clinical.csv").write_text("age,blood_pressure,outcome\n" + "".join(
+        f"{a:g},{b:g},{c}\n" for a, b, c in zip(age, bp, y)))
+    (tmp_path / "study.toml").write_text(
+        "[data]\nname = 'csv'\npath = 'clinical.csv'\nlabel_column = 'outcome'\nnum_clients = 4\n"
+        "[algorithm]\nname = 'dp-fedavg'\nrounds = 10\nlocal_steps = 5\nclient_rate = 1.0\nlr = 0.5\n"
+        "noise_multiplier = 1.0\n")
+    losses = {}
+    for name, extra in (("raw", []), ("bounded", ["--set", "data.bounds={age = [0, 120], blood_pressure = [50, 250]}"])):
+        assert main(["run", str(tmp_path / "study.toml"), "--out", str(tmp_path / name), "--no-progress", *extra]) == 0
+        err = capsys.readouterr().err
+        results = json.loads((tmp_path / name / "results.json").read_text())
+        losses[name] = results["final"]["train_loss"]
+        warned = [line for line in err.splitlines() if "far from unit scale" in line]
+        if name == "raw":
+            assert len(warned) == 1 and warned[0].startswith(
+                "dpfl run: warning: clinical.csv: 2 feature(s) far from unit scale (largest |value| above 10: "
+                "blood_pressure 18") and "data.bounds = {blood_pressure = [low, high], age = [low, high]}" in warned[0]
+        else:
+            assert warned == []
+            assert results["data"]["preprocessing"][0] == {
+                "step": "bounds", "range": [-1.0, 1.0], "private": True, "clipped": True,
+                "bounds": {"age": [0.0, 120.0], "blood_pressure": [50.0, 250.0]}}
+    assert losses["raw"] > 2 and losses["bounded"] < 0.7, losses

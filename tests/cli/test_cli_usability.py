@@ -49,7 +49,8 @@ def test_run_json_prints_one_object_and_nothing_else(config, tmp_path, capsys):
     assert main(["run", str(config), "--out", str(out), "--json"]) == 0  # progress on: it must go to stderr
     captured = capsys.readouterr()
     summary = json.loads(captured.out)
-    assert set(summary) == {"round", "test_accuracy", "train_loss", "epsilon", "delta", "results", "stopped_reason"}
+    assert set(summary) == {"round", "test_accuracy", "train_loss", "epsilon", "delta", "results", "stopped_reason",
+                            "budget", "not_covered"}
     assert summary["round"] == 2 and summary["stopped_reason"] is None
     assert set(summary["epsilon"]) == {"third_party", "server", "other_silo"}
     assert summary["results"] == str(out / "results.json")
@@ -124,6 +125,96 @@ def test_plot_draws_all_observers_distinguishably(two_runs):
                   for o in ("third party", "server", "other silo")}
         assert len(styles) == 3
     plt.close(drawn["fig"])
+
+
+def _curves(rounds: int = 30) -> dict:
+    """Two runs' results whose noisy curves fill each panel, corners included (as noisy DP runs' curves do)."""
+    results = {}
+    for name, shift in (("first", 0.0), ("second", 0.4)):
+        wave = [(t * 7 % 11) / 10 for t in range(1, rounds + 1)]  # 0.7, 0.3, 0.0, 0.7, ... in [0, 1]
+        entries = [{"round": t, "test_accuracy": 0.1 + 0.8 * abs(w - shift), "train_loss": 1 + 2 * abs(w - shift),
+                    "epsilon": {"third_party": 1 + abs(w - shift), "server": 2 - abs(w - shift),
+                                "other_silo": 1.5 + 0.5 * w}}
+                   for t, w in zip(range(1, rounds + 1), wave)]
+        results[name] = {"rounds": entries, "final": {**entries[-1], "delta": 1e-5},
+                         "privacy": {"observers": ["third_party", "server", "other_silo"]}}
+    return results
+
+
+def _drawn(draw):
+    """The figure ``draw()`` makes and closes, drawn (plt.close intercepted)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    drawn, original = {}, plt.close
+    plt.close = lambda fig: drawn.setdefault("fig", fig)
+    try:
+        draw()
+    finally:
+        plt.close = original
+    fig = drawn["fig"]
+    fig.canvas.draw()
+    return fig
+
+
+def _inside(inner, outer) -> bool:
+    return inner.x0 >= outer.x0 - 1 and inner.y0 >= outer.y0 - 1 and inner.x1 <= outer.x1 + 1 and \
+        inner.y1 <= outer.y1 + 1
+
+
+def test_plot_legends_cover_no_data_and_stay_in_the_figure(tmp_path):
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from dpfl.experiments import plots
+
+    fig = _drawn(lambda: plots.plot_runs(_curves(), tmp_path / "curves.png"))
+    legends = 0
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is None:
+            continue
+        legends += 1
+        box = legend.get_window_extent()
+        assert _inside(box, fig.bbox), f"{ax.get_title()}: legend cut off"
+        for line in ax.get_lines():
+            points = ax.transData.transform(line.get_xydata())
+            covered = [(x, y) for x, y in points if np.isfinite(x) and np.isfinite(y) and box.contains(x, y)]
+            assert covered == [], f"{ax.get_title()}: the legend covers {line.get_label()} at {covered[:3]}"
+    assert legends == 3
+    plt.close(fig)
+
+
+def test_plot_labels_name_the_runs(two_runs, tmp_path, capsys, monkeypatch):
+    from dpfl.experiments import plots
+
+    named = []
+    monkeypatch.setattr(plots, "plot_runs", lambda results, out, title="": named.append(list(results)))
+    assert main(["plot", *map(str, two_runs), "--labels", "DP-SCAFFOLD", "DP-FedAvg", "--out",
+                 str(tmp_path / "x.png")]) == 0
+    assert named == [["DP-SCAFFOLD", "DP-FedAvg"]]
+    assert main(["plot", *map(str, two_runs), "--labels", "one", "--out", str(tmp_path / "x.png")]) == 2
+    assert ("dpfl plot: error: --labels = ['one'] is not allowed: expected 2 distinct labels, one per RUN_DIR in "
+            "order") in capsys.readouterr().err
+
+
+def test_the_audit_roc_title_is_inside_the_figure(tmp_path):
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from dpfl.audit.bounds import LowerBound
+    from dpfl.audit.runs import AuditResult
+    from dpfl.cli.audit import plot_roc
+
+    rng = np.random.default_rng(0)
+    result = AuditResult("third_party", 2.318, 1e-5, LowerBound(1.654, 0.95, "A", 10, 1.0, 3, 500, 2000, 2000),
+                         2000, "runs", 1.0, rng.normal(0, 1, 2000), rng.normal(1, 1, 2000), rounds=10)
+    fig = _drawn(lambda: plot_roc(result, tmp_path / "roc.png"))
+    (ax,) = fig.axes
+    assert _inside(ax.title.get_window_extent(), fig.bbox)
+    plt.close(fig)
 
 
 @pytest.mark.parametrize("case, message", [

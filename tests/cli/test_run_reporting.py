@@ -13,7 +13,7 @@ import torch
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.cli import main
 from dpfl.engine.simulator import Simulation
-from dpfl.errors import DpflError
+from dpfl.errors import DpflError, ConfigWarning
 from dpfl.experiments import runner
 from dpfl.experiments.config import load_config
 
@@ -287,3 +287,63 @@ def test_dp_accountings_log_lines_are_summarised_once_on_stderr(tmp_path, capsys
     notes = [line for line in err.splitlines() if line.startswith("dpfl run: note: dp_accounting:")]
     assert len(notes) == 1 and "more like it)" in notes[0], err
     assert "WARNING:absl" not in err and "failed to converge" not in err.replace(notes[0], "")
+
+
+# -- what the summary says about privacy ---------------------------------------------------------------------------
+def test_the_default_delta_is_a_power_of_ten_well_below_one_over_n(config, tmp_path, capsys):
+    """delta unset: the largest power of ten at most 1/(10 N) (N = 6 x 24 = 144 training records: 1e-4, not 1/144)."""
+    assert [runner.default_delta(n) for n in (1, 10, 11, 144, 1592, 32_000, 400_000)] == \
+        [0.1, 0.01, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7]
+    assert run(config, tmp_path / "run", "--no-progress") == 0
+    assert read(tmp_path / "run" / "results.json")["final"]["delta"] == 1e-4
+    assert "at delta 0.0001\n" in capsys.readouterr().out
+
+
+def test_a_delta_above_one_over_n_is_warned_about_on_one_line(config, tmp_path, capsys):
+    assert run(config, tmp_path / "run", "--no-progress", "--set", "privacy.delta=0.01") == 0
+    err = capsys.readouterr().err
+    assert ("dpfl run: warning: privacy.delta = 0.01 is above 1 / N = 0.00694 (N = 144 training records): a "
+            "mechanism that publishes one random record in full is (0, 1/N)-DP, so this delta allows leaking whole "
+            "records; choose delta well below 1 / N, or leave privacy.delta to its default (0.0001: the largest "
+            "power of ten at most 1/(10 N), N the training records)\n") in err
+    assert "UserWarning" not in err and err.count("privacy.delta = 0.01 is above") == 1
+
+
+def test_a_bare_budget_says_which_observers_it_leaves_unlimited(config, tmp_path, capsys):
+    assert run(config, tmp_path / "run", "--no-progress", "--set", "privacy.budget=50.0") == 0
+    out = capsys.readouterr().out
+    eps = read(tmp_path / "run" / "results.json")["final"]["epsilon"]
+    assert (f"budget: third_party <= 50 only; not limited: server {eps['server']:.3f}, other_silo "
+            f"{eps['other_silo']:.3f} (privacy.budget = {{observer = epsilon, ...}} limits others too)") in out
+    assert run(config, tmp_path / "all", "--no-progress", "--set",
+               "privacy.budget={third_party = 50.0, server = 50.0, other_silo = 50.0}") == 0
+    assert "budget:" not in capsys.readouterr().out
+
+
+def test_a_restart_keeps_the_archived_runs_spend_in_the_report(config, tmp_path, capsys):
+    """--restart on the same data archives the run; its privacy is still reported, with the total by basic
+    composition (epsilons and deltas add), in the summary and results.json."""
+    out = tmp_path / "run"
+    assert run(config, out, "--no-progress") == 0
+    first = read(out / "results.json")["final"]
+    assert run(config, out, "--no-progress", "--restart", "--set", "algorithm.rounds=2") == 0
+    printed = capsys.readouterr().out
+    results = read(out / "results.json")
+    (archived,) = results["archived"]["runs"]
+    assert archived["rounds"] == 6 and archived["epsilon"] == first["epsilon"] and archived["delta"] == 1e-4
+    total = results["archived"]["with_this_run"]
+    assert total["epsilon"] == {o: e + first["epsilon"][o] for o, e in results["final"]["epsilon"].items()}
+    assert total["delta"] == 2e-4
+    assert ("archived: 1 earlier run(s) in this directory spent privacy too (--restart does not give it back); with "
+            "this run, by basic composition: epsilon (third_party=" f"{total['epsilon']['third_party']:.3f}") in printed
+
+
+def test_non_private_preprocessing_is_printed_beside_the_epsilon(config, tmp_path, capsys):
+    assert run(config, tmp_path / "run", "--no-progress", "--set", "data.standardize='client'", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["not_covered"] == [
+        "data.standardize = 'client' (mean and std of the client's own training split)"]
+    assert run(config, tmp_path / "run2", "--no-progress", "--set", "data.standardize='pooled'") == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.startswith("round 6: ") and line.endswith(
+        "; NOT covered by epsilon: data.standardize = 'pooled' (mean and std of all clients' training splits "
+        "together (crosses silos))")

@@ -186,3 +186,60 @@ def test_shape_of_reads_headers_only(tmp_path):
     assert shape["client_sizes"].tolist() == [10, 10, 10]
     shape = shape_of(_write_csv(tmp_path / "d.csv", x, y, site), "csv")
     assert (shape["records"], shape["features"], shape["fields"]) == (30, 5, 150)
+
+
+# -- data.bounds: public per-feature bounds ---------------------------------------------------------------------------
+def _clinical(tmp_path):
+    """age (years), blood pressure (mmHg) and a 0/1 smoker flag: raw clinical columns far from unit scale."""
+    path = tmp_path / "clinical.csv"
+    path.write_text("age,bp,smoker,label\n20,90,0,0\n60,120,1,1\n95,250,0,1\n40,150,1,0\n")
+    return path
+
+
+def test_bounds_clip_then_map_each_named_column_onto_minus_one_one(tmp_path):
+    ds = load_csv(_clinical(tmp_path), bounds={"age": [0, 80], "bp": [50, 250]}, num_clients=1, test_fraction=0.0)
+    x = ds.train.x[0, :4].numpy()
+    order = np.argsort(x[:, 0])  # the split shuffles records; sort by the (monotone) age feature
+    # age 20 -> -0.5, 40 -> 0, 60 -> 0.5, 95 clipped to 80 -> 1; bp (x - 150) / 100; smoker untouched
+    assert np.array_equal(x[order], np.float32([[-0.5, -0.6, 0.0], [0.0, 0.0, 1.0], [0.5, -0.3, 1.0], [1.0, 1.0, 0.0]]))
+    step, standardize = ds.info["preprocessing"]
+    assert step == {"step": "bounds", "range": [-1.0, 1.0], "private": True, "clipped": True,
+                    "bounds": {"age": [0.0, 80.0], "bp": [50.0, 250.0]}}
+    assert standardize["step"] == "standardize" and standardize["private"]
+
+
+def test_bounds_are_data_independent_and_take_a_list_or_one_pair(tmp_path):
+    """A record's bounded features depend on the record and the bounds alone: the same on a subset of the file."""
+    from dpfl.data.preprocess import bound_features, feature_bounds
+
+    x = np.array([[20.0, 90.0], [60.0, 120.0], [95.0, 250.0]])
+    low, high = feature_bounds([[0, 80], [50, 250]], ["age", "bp"])
+    assert np.array_equal(bound_features(x, low, high)[1:], bound_features(x[1:], low, high))
+    assert np.array_equal(bound_features(x, *feature_bounds([0, 250], ["a", "b"])),
+                          np.clip(x, 0, 250) / 125 - 1)
+    npz = tmp_path / "images.npz"
+    np.savez(npz, x=np.array([[[0, 255], [51, 102]]] * 4), y=np.array([0, 1, 0, 1]))
+    ds = load_npz(npz, bounds=[0, 255], num_clients=1, test_fraction=0.0)
+    assert np.array_equal(np.unique(ds.train.x[0, :4].numpy()), np.float32([-1.0, -0.6, -0.2, 1.0]))
+
+
+@pytest.mark.parametrize("bounds, message", [
+    ({"weight": [0, 1]}, "data.bounds = {'weight': [0, 1]} is not allowed: expected bounds for feature columns of the "
+                         "data: ['age', 'bp', 'smoker']"),
+    ({"age": [80, 0]}, "data.bounds.age = [80, 0] is not allowed: expected [low, high]: two finite numbers with low < "
+                       "high"),
+    ([[0, 1], [0, 1]], "expected one [low, high] per feature (3)"),
+    ("wide", "data.bounds = 'wide' is not allowed: expected [low, high]"),
+])
+def test_bad_bounds_are_refused_naming_the_key(tmp_path, bounds, message):
+    with pytest.raises(ConfigError) as err:
+        load_csv(_clinical(tmp_path), bounds=bounds, num_clients=1)
+    assert message in str(err.value)
+
+
+def test_features_far_from_unit_scale_are_warned_about_by_name(tmp_path):
+    from dpfl.errors import ConfigWarning
+
+    with pytest.warns(ConfigWarning, match=r"clinical.csv: 2 feature\(s\) far from unit scale \(largest \|value\| "
+                                         r"above 10: bp 250, age 95\); .*\(data.bounds = \{bp = \[low, high\], age = "):
+        load_csv(_clinical(tmp_path), check_scale=True, num_clients=1)

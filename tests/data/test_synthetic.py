@@ -1,5 +1,4 @@
 import json
-import time
 
 import numpy as np
 import torch
@@ -79,11 +78,7 @@ def test_beta_drives_label_heterogeneity_and_alpha_does_not():
     assert _dominant_label_fraction(at_00) > 0.5
 
 
-def test_paper_size_generates_quickly():
-    best = float("inf")
-    for _ in range(2):
-        start = time.perf_counter()
-        dataset = synthetic_dataset(100, 5000, 5.0, 5.0, seed=0)
-        best = min(best, time.perf_counter() - start)
+def test_paper_size_has_the_papers_shape():
+    """M = 100 users of R = 5000 records, 40 features, 80/20 split (its time: benchmarks/data_speed.py)."""
+    dataset = synthetic_dataset(100, 5000, 5.0, 5.0, seed=0)
     assert dataset.train.x.shape == (100, 4000, 40) and dataset.test.x.shape == (100, 1000, 40)
-    assert best < 2.0

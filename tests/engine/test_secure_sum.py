@@ -5,7 +5,6 @@ out-of-round messages) that end the round with an error, no model update, and th
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 import torch
@@ -91,12 +90,11 @@ def test_a_bad_message_ends_the_round_with_a_clear_error_and_no_update(fault, mo
     assert torch.equal(sim.model, x1) and sim.next_round == 1 and sim.ledger.compositions == 2
 
 
-def test_a_round_of_50_clients_and_10000_parameters_takes_under_5_seconds():
+def test_a_round_of_50_clients_and_10000_parameters_sums_every_row():
+    """The size benchmarks/secagg_round.py times (target < 5 s a round; timings belong there, not in a test)."""
     torch.manual_seed(0)
     rows = {"dy": torch.randn(50, 10_000)}
     secure = SecureAggregation({"dy": 8.0}, min_clients=26)
-    started = time.perf_counter()
     sums, contributors = secure.sum(rows, torch.arange(50), seed=0, round_index=0)
-    elapsed = time.perf_counter() - started
-    assert len(contributors) == 50 and elapsed < 5.0, elapsed
+    assert len(contributors) == 50
     torch.testing.assert_close(sums["dy"], rows["dy"].sum(0), rtol=0, atol=50 * 50 * 8.0 / 2**31 + 1e-5)

@@ -237,6 +237,16 @@ def _scale(p):  # digits' pixels 0..16 times 1/16: every feature, train and test
     assert p.sim.data["preprocessing"][-1] == {"step": "scale", "factor": 0.0625, "private": True}
 
 
+def _bounds(p):  # own.csv's x0 (the record's index, 0..359) clipped to [0, 359] and mapped onto [-1, 1]; x1 as it is
+    for split in ("train", "test"):
+        bounded, raw = getattr(p.sim, split), getattr(p.base, split)
+        for i, n in enumerate(bounded.counts.tolist()):
+            x, r = bounded.x[i, :n], raw.x[i, :n]
+            assert torch.equal(x[:, 0], (-1.0 + 2.0 * r[:, 0].double() / 359).float()) and torch.equal(x[:, 1], r[:, 1])
+    assert p.sim.data["preprocessing"][0] == {"step": "bounds", "range": [-1.0, 1.0], "private": True,
+                                              "clipped": True, "bounds": {"x0": [0.0, 359.0]}}
+
+
 def _test_fraction(p):
     assert (p.sim.test.counts == 15).all() and (p.sim.train.counts == 15).all()
     assert (p.base.test.counts == 6).all()
@@ -337,15 +347,15 @@ def _clip_heuristic(p):
     assert all(math.isinf(e) for e in sim.ledger.epsilon().values())
 
 
-def _delta(p):
-    assert p.sim.ledger.delta == 1e-4 and p.base.ledger.delta == pytest.approx(1 / (6 * 24))
+def _delta(p):  # the default for N = 6 x 24 = 144 training records: the largest power of ten at most 1/(10 N)
+    assert p.sim.ledger.delta == 1e-3 and p.base.ledger.delta == 1e-4
 
 
 def _budget_number(p):  # a number is the third party's budget; the run stops before the round that exceeds it
-    assert p.sim.ledger.budget == {"third_party": 1.7}
-    p.sim.run(4)  # epsilon towards a third party is 1.22, 1.56, 1.89, 2.20 after rounds 1-4
+    assert p.sim.ledger.budget == {"third_party": 3.0}
+    p.sim.run(4)  # epsilon towards a third party is 2.28, 2.89, 3.31, 3.64 after rounds 1-4 (delta 1e-4)
     assert "privacy.budget.third_party" in p.sim.stopped_reason and p.sim.next_round == 2
-    assert 0 < p.sim.ledger.epsilon()["third_party"] <= 1.7
+    assert 0 < p.sim.ledger.epsilon()["third_party"] <= 3.0
 
 
 def _budget_table(p):
@@ -702,6 +712,7 @@ TABLE: dict[str, list[Row]] = {
                                                          "data.partition_param=2"))],
     "data.standardize": [Row("'client'", _standardize, DIGITS)],
     "data.scale": [Row("0.0625", _scale, DIGITS)],
+    "data.bounds": [Row("{x0 = [0, 359]}", _bounds, (*CSV, "data.split_column='part'"))],
     "data.test_fraction": [Row("0.5", _test_fraction)],
     "data.seed": [Row("1", _data_seed)],
     "model.name": [Row("'mlp'", _model_name)],
@@ -721,8 +732,8 @@ TABLE: dict[str, list[Row]] = {
     "algorithm.clip": [Row("2.5", _clip)],
     "algorithm.noise_multiplier": [Row("3.0", _noise_multiplier)],
     "algorithm.clip_heuristic": [Row("'median-nonprivate'", _clip_heuristic)],
-    "privacy.delta": [Row("1e-4", _delta)],
-    "privacy.budget": [Row("1.7", _budget_number), Row("{server = 7.0}", _budget_table)],
+    "privacy.delta": [Row("1e-3", _delta)],
+    "privacy.budget": [Row("3.0", _budget_number), Row("{server = 7.0}", _budget_table)],
     "privacy.epsilon": [Row("2.0", _epsilon)],
     "algorithm.mechanism": [Row("'gaussian'", _mechanism, base=DPC_EPS)],
     "algorithm.clients_per_round": [Row("2", _clients_per_round, base=DPC_EPS)],

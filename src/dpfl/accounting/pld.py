@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import OrderedDict
 
 import attr
 import numpy as np
@@ -66,7 +67,11 @@ TAIL_MASS = 1e-15
 _SIZE_ORDERS = np.array([1.05, 1.1, 1.25, 1.5, 1.75, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 128, 256, 512,
                          1024], dtype=float)
 
-_CACHE: dict = {}  # (repr(event), relation, interval) -> PLD; PLDs are never modified in place
+#: (repr(event), relation, interval) -> PLD, least recently used first; PLDs are never modified in place. Every
+#: part of a composition is cached too (``_build``), so the ledger's round t, SelfComposed(round event, t), reuses the
+#: round event's PLD built at round 1 and only self-composes it: the same operations on the same operands as building
+#: it afresh, so the same numbers.
+_CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 64
 
 
@@ -137,15 +142,24 @@ def pld_of(
         raise ConfigError(
             "accountant", "pld",
             f"'rdp' for this event: the PLD accountant cannot compose {problem} under {neighboring_relation.name}")
-    key = (repr(event), neighboring_relation, value_discretization_interval)
-    if key not in _CACHE:  # a run accounts the same round event again and again
+    if (repr(event), neighboring_relation, value_discretization_interval) not in _CACHE:
         points = estimated_points(event, neighboring_relation, value_discretization_interval)
         if points > MAX_POINTS:
             raise PldTooLargeError(points, value_discretization_interval)
-        if len(_CACHE) >= _CACHE_SIZE:
-            _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[key] = _build(event, neighboring_relation, value_discretization_interval)
-    return _CACHE[key]
+    return _cached(event, neighboring_relation, value_discretization_interval)
+
+
+def _cached(event, relation, interval):
+    """``_build(event)`` from ``_CACHE`` (a run accounts the same round event, and its parts, again and again)."""
+    key = (repr(event), relation, interval)
+    if key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    pld = _build(event, relation, interval)
+    _CACHE[key] = pld
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return pld
 
 
 def pld_epsilon(
@@ -197,19 +211,19 @@ def _build(event, relation, interval):
     if isinstance(event, dp_event.NonPrivateDpEvent):
         return None
     if isinstance(event, dp_event.SelfComposedDpEvent):
-        inner = _build(event.event, relation, interval)
+        inner = _cached(event.event, relation, interval)
         return inner if inner is None or event.count == 1 else (
             privacy_loss_distribution.identity(interval) if event.count == 0 else inner.self_compose(event.count))
     if isinstance(event, dp_event.ComposedDpEvent):
         total = privacy_loss_distribution.identity(interval)
         for part in event.events:
-            pld = _build(part, relation, interval)
+            pld = _cached(part, relation, interval)
             if pld is None:
                 return None
             total = total.compose(pld)
         return total
     if isinstance(event, ParticipationDpEvent):
-        inner = _build(event.event, relation, interval)
+        inner = _cached(event.event, relation, interval)
         if inner is None:
             return None if event.probability > 0 else privacy_loss_distribution.identity(interval)
         return inner.compute_mixture(privacy_loss_distribution.identity(interval), event.probability)

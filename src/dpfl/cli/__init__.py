@@ -118,6 +118,27 @@ def _collected_warnings(python_warnings: bool = True):
         absl.setLevel(level)
 
 
+@contextlib.contextmanager
+def _one_line_dpfl_warnings():
+    """dpfl's own warnings (``ConfigWarning``) print as one line on stderr, "dpfl: warning: ...", not as Python's
+    "file:line: category" with a source line; other warnings as Python prints them."""
+    from dpfl.errors import ConfigWarning
+
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, ConfigWarning):
+            print(f"dpfl: warning: {message}", file=sys.stderr if file is None else file)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+
+
 def with_default_accountant(compute, accountant: str | None, pld_cannot: str | None = None):
     """``(compute(accountant), note)``. With no accountant named, PLD (the tight default), or RDP where PLD cannot
     answer: ``pld_cannot`` says why before anything is computed (e.g. fixed-size sampling), and a PLD too large to

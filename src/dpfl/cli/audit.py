@@ -124,9 +124,18 @@ def _rounds(text: str) -> int | str:
 
 
 def plot_roc(result, path: Path) -> None:
+    """``roc_figure`` of ``result``, written to ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = roc_figure(result)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def roc_figure(result):
     """The observer's empirical ROC curve (the score is oriented so that the canary raises it) on log axes, with the
     boundary of the claimed (eps, delta) region: an (eps, delta)-DP mechanism has TPR <= e^eps FPR + delta and
-    TPR <= 1 - e^-eps (1 - delta - FPR) (Kairouz et al. 2015)."""
+    TPR <= 1 - e^-eps (1 - delta - FPR) (Kairouz et al. 2015). The title takes two lines, inside the figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -136,7 +145,7 @@ def plot_roc(result, path: Path) -> None:
     from dpfl.audit.bounds import roc_curve
 
     fpr, tpr = roc_curve(result.negatives, result.positives)
-    fig, ax = plt.subplots(figsize=(5, 5))
+    fig, ax = plt.subplots(figsize=(5, 5), layout="constrained")
     floor = 1.0 / (2 * result.trials)
     ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), label=f"{result.score} score ({result.canary} canary)")
     grid = np.logspace(np.log10(floor), 0, 200)
@@ -151,9 +160,7 @@ def plot_roc(result, path: Path) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("false positive rate")
     ax.set_ylabel("true positive rate")
-    ax.set_title(f"{result.observer}: lower bound {result.bound.epsilon:.3g} ({result.bound.confidence:.0%}), "
-                 f"{result.trials} trials, {result.rounds} round(s)")
+    ax.set_title(f"{result.observer}: lower bound {result.bound.epsilon:.3g} ({result.bound.confidence:.0%})\n"
+                 f"{result.trials} trials, {result.rounds} round(s)", fontsize=10)
     ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig

@@ -1,4 +1,4 @@
-"""`dpfl plot RUN_DIR [RUN_DIR ...] --out FILE.png`: accuracy, loss and epsilon per observer per round, one line per
+"""`dpfl plot RUN_DIR [RUN_DIR ...] --out FILE.png [--title T] [--labels L ...]`: accuracy, loss and epsilon per observer per round, one line per
 run (drawn by ``dpfl.experiments.plots.plot_runs``, the code `dpfl demo` uses)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dpfl.errors import RunDirectoryError, json_problem
+from dpfl.errors import ConfigError, RunDirectoryError, json_problem
 
 
 def configure(commands) -> None:
@@ -17,6 +17,8 @@ def configure(commands) -> None:
     plot.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directory holding results.json")
     plot.add_argument("--out", required=True, metavar="FILE.png", help="the PNG to write")
     plot.add_argument("--title", default="", help="a title over the panels")
+    plot.add_argument("--labels", nargs="+", default=None, metavar="LABEL",
+                      help="the runs' names in the legends, one per RUN_DIR in order (default: each directory's name)")
     plot.set_defaults(handler=_plot)
 
 
@@ -54,7 +56,10 @@ def _plot(args) -> None:
     from dpfl.experiments.plots import plot_runs
 
     paths = [Path(p) for p in args.runs]
-    results = {label: load_results(p) for label, p in zip(_labels(paths), paths)}
+    labels = _labels(paths) if args.labels is None else args.labels
+    if len(labels) != len(paths) or len(set(labels)) < len(labels):
+        raise ConfigError("--labels", args.labels, f"{len(paths)} distinct labels, one per RUN_DIR in order")
+    results = {label: load_results(p) for label, p in zip(labels, paths)}
     if len(results) < len(paths):
         raise RunDirectoryError("the same run directory is given twice")
     out = Path(args.out)

@@ -121,13 +121,52 @@ def _run(args) -> int | None:
         print(json.dumps(summary, indent=1))
     else:
         final = results["final"]
-        eps = ", ".join(f"{o}={'inf' if e is None else f'{e:.3f}'}" for o, e in final["epsilon"].items())
+        not_private = "".join(f"; NOT covered by epsilon: {step}" for step in non_private_steps(results["data"]))
         print(f"round {final['round']}: test accuracy {final['test_accuracy']:.4f}, train loss "
-              f"{final['train_loss']:.4f}, epsilon ({eps}) at delta {final['delta']:.3g}")
+              f"{final['train_loss']:.4f}, epsilon ({_epsilons(final['epsilon'])}) at delta "
+              f"{final['delta']:.3g}{not_private}")
+        for line in privacy_notes(results):
+            print(line)
         print(f"results: {summary['results']}")
     if config["run"]["noise_seed"] is not None:
         print(f"dpfl run: note: noise: {results['privacy']['noise']}", file=sys.stderr)
     return _report_stop(results)
+
+
+def _epsilons(epsilon: dict) -> str:
+    return ", ".join(f"{o}={'inf' if e is None else f'{e:.3f}'}" for o, e in epsilon.items())
+
+
+def non_private_steps(data: dict) -> list[str]:
+    """The data's non-private preprocessing steps (results.json's data.preprocessing entries with private = false),
+    as the config key that made each: what the run's epsilon does not cover."""
+    steps = []
+    for step in data.get("preprocessing", []):
+        if not step.get("private", True):
+            what = f"data.{step['step']} = {step['scope']!r}" if "scope" in step else step["step"]
+            steps.append(f"{what} ({step.get('statistics', 'non-private preprocessing')})")
+    return steps
+
+
+def privacy_notes(results: dict) -> list[str]:
+    """Lines the summary adds under the epsilon: observers a budget leaves unlimited, and the privacy the runs
+    archived in the run directory (by --restart) spent, with the total by basic composition."""
+    notes = []
+    budget, epsilon = results["privacy"].get("budget") or {}, results["final"]["epsilon"]
+    unlimited = [o for o in epsilon if o not in budget]
+    if budget and unlimited:
+        limited = ", ".join(f"{o} <= {b:g}" for o, b in budget.items())
+        print_eps = ", ".join(f"{o} {'inf' if epsilon[o] is None else f'{epsilon[o]:.3f}'}" for o in unlimited)
+        notes.append(f"budget: {limited} only; not limited: {print_eps} (privacy.budget = {{observer = epsilon, ...}} "
+                     f"limits others too)")
+    archived = results.get("archived")
+    if archived:
+        runs = archived["runs"]
+        total = archived["with_this_run"]
+        notes.append(f"archived: {len(runs)} earlier run(s) in this directory spent privacy too (--restart does not "
+                     f"give it back); with this run, by basic composition: epsilon ({_epsilons(total['epsilon'])}) at "
+                     f"delta {total['delta']:.3g}")
+    return notes
 
 
 def summary_of(results: dict, path: Path) -> dict:
@@ -139,7 +178,9 @@ def summary_of(results: dict, path: Path) -> dict:
     return {"round": final["round"], "test_accuracy": finite(final["test_accuracy"]),
             "train_loss": finite(final["train_loss"]),
             "epsilon": dict(final["epsilon"]), "delta": final["delta"], "results": str(path),
-            "stopped_reason": results["stopped_reason"]}
+            "stopped_reason": results["stopped_reason"], "budget": results["privacy"].get("budget") or {},
+            "not_covered": non_private_steps(results["data"]),
+            **({"with_archived_runs": results["archived"]["with_this_run"]} if results.get("archived") else {})}
 
 
 def _report_stop(results: dict, label: str = "") -> int | None:

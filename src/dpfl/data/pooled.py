@@ -90,6 +90,7 @@ def federate(
     label_map: str = "original",
     classes: Sequence | None = None,
     scale: float = 1.0,
+    steps: list[dict] = (),
 ) -> FederatedDataset:
     """Distributes pooled records (x [N, ...] numeric, y [N] labels of any type) over clients.
 
@@ -106,6 +107,8 @@ def federate(
     has one. The features keep their type (e.g. uint8 pixels) until they are stacked as float32, exactly, unless they
     are standardised (in float64); once stacked they are multiplied by ``scale``, a public constant (1/255 brings
     8-bit pixels to [0, 1]), in place (``preprocess.rescale`` does the same on a built data set, with a copy).
+    ``steps``: the provenance of per-record preprocessing already applied to ``x`` (e.g. ``data.bounds``), listed
+    before the standardisation in ``info["preprocessing"]``.
     """
     samples_per_client, seed = check_common(samples_per_client, seed, test_fraction, standardize_scope)
     origin = (source or {}).get("path", name)
@@ -156,7 +159,8 @@ def federate(
         "samples_per_client": samples_per_client,
         "partition": partition_info,
         "split": split_info,
-        "preprocessing": [describe_standardize(standardize_scope), *([describe_scale(scale)] if scale != 1 else [])],
+        "preprocessing": [*steps, describe_standardize(standardize_scope),
+                          *([describe_scale(scale)] if scale != 1 else [])],
         "seed": seed,
     }
     return FederatedDataset(

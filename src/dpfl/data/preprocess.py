@@ -1,4 +1,5 @@
-"""Feature preprocessing of per-client arrays: standardisation and unit L2 norm (Noble et al. 2022, Experiments).
+"""Feature preprocessing of per-client arrays: standardisation and unit L2 norm (Noble et al. 2022, Experiments),
+public per-feature bounds (``data.bounds``) and a public scale (``data.scale``).
 
 The default everywhere is ``scope="none"``: no statistic is shared between records, so the privacy analysis of a run
 covers everything (per-record operations such as the unit L2 norm are private by construction). Standardisation is
@@ -70,6 +71,72 @@ def rescale(dataset: FederatedDataset, scale: float) -> FederatedDataset:
 def describe_scale(factor: float) -> dict:
     """The provenance entry of a multiplication by a public constant (for FederatedDataset.info)."""
     return {"step": "scale", "factor": factor, "private": True}
+#: ``data.bounds`` maps each bounded feature onto this interval.
+BOUNDED_RANGE = (-1.0, 1.0)
+#: A feature whose largest absolute value exceeds this is "far from unit scale" (``far_from_unit_scale``).
+FAR_FROM_UNIT = 10.0
+
+
+def feature_bounds(bounds, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``data.bounds`` as (low, high) arrays over the features ``names`` (NaN: a feature left as it is). ``bounds``
+    is a table {column: [low, high]} naming some of the columns (a csv's header names; an npz's features are "0",
+    "1", ...), a list of one [low, high] per feature, or one [low, high] for every feature; every bound is a finite
+    number and low < high. ConfigError naming data.bounds otherwise."""
+    low, high = np.full(len(names), np.nan), np.full(len(names), np.nan)
+
+    def pair(where: str, value) -> tuple[float, float]:
+        if not (isinstance(value, (list, tuple)) and len(value) == 2
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in value)
+                and value[0] < value[1]):
+            raise ConfigError(f"data.bounds{where}", value, "[low, high]: two finite numbers with low < high")
+        return float(value[0]), float(value[1])
+
+    if isinstance(bounds, dict):
+        unknown = [k for k in bounds if k not in names]
+        if unknown:
+            raise ConfigError("data.bounds", {unknown[0]: bounds[unknown[0]]},
+                              f"bounds for feature columns of the data: {names[:20]}"
+                              + (f" and {len(names) - 20} more" if len(names) > 20 else ""))
+        for name, value in bounds.items():
+            j = names.index(name)
+            low[j], high[j] = pair(f".{name}", value)
+    elif isinstance(bounds, (list, tuple)) and bounds and all(isinstance(b, (list, tuple)) for b in bounds):
+        if len(bounds) != len(names):
+            raise ConfigError("data.bounds", bounds, f"one [low, high] per feature ({len(names)}), or one [low, high] "
+                                                     "for every feature, or a table {column = [low, high]}")
+        for j, value in enumerate(bounds):
+            low[j], high[j] = pair(f"[{j}]", value)
+    else:
+        low[:], high[:] = pair("", bounds)
+    return low, high
+
+
+def bound_features(x: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """Each bounded feature (finite ``low``, ``high``) clipped to [low, high], then mapped affinely onto
+    ``BOUNDED_RANGE`` = [-1, 1] (low -> -1, high -> 1); the others as they are. ``x`` is [N, features...] with
+    features flattened in C order. The bounds are public constants, chosen without looking at any record, so the
+    transformation is per record and private by construction (unlike standardisation)."""
+    flat = x.reshape(len(x), -1).astype(np.float64, copy=True)
+    bounded = np.isfinite(low)
+    lo, hi = low[bounded], high[bounded]
+    a, b = BOUNDED_RANGE
+    flat[:, bounded] = a + (b - a) * (np.clip(flat[:, bounded], lo, hi) - lo) / (hi - lo)
+    return flat.reshape(x.shape)
+
+
+def describe_bounds(low: np.ndarray, high: np.ndarray, names: list[str]) -> dict:
+    """The provenance entry of a ``data.bounds`` step (for FederatedDataset.info)."""
+    return {"step": "bounds", "range": list(BOUNDED_RANGE), "private": True, "clipped": True,
+            "bounds": {n: [float(lo), float(hi)] for n, lo, hi in zip(names, low, high) if np.isfinite(lo)}}
+
+
+def far_from_unit_scale(x: np.ndarray, names: list[str]) -> dict[str, float]:
+    """{feature name: largest |value|} of the features whose largest absolute value exceeds ``FAR_FROM_UNIT``, largest
+    first (a local diagnostic of the user's own records: it is printed to them and released nowhere)."""
+    flat = np.abs(x.reshape(len(x), -1))
+    largest = flat.max(axis=0) if len(flat) else np.zeros(flat.shape[1])
+    far = {names[j]: float(largest[j]) for j in np.flatnonzero(largest > FAR_FROM_UNIT)}
+    return dict(sorted(far.items(), key=lambda item: -item[1]))
 
 
 def describe_standardize(scope: str) -> dict:
@@ -82,4 +149,6 @@ def describe_standardize(scope: str) -> dict:
     return {"step": "standardize", "scope": scope, "statistics": statistics, "private": scope == "none"}
 
 
-__all__ = ["STANDARDIZE_SCOPES", "standardize", "unit_norm", "rescale", "describe_scale", "describe_standardize"]
+__all__ = ["STANDARDIZE_SCOPES", "BOUNDED_RANGE", "FAR_FROM_UNIT", "standardize", "unit_norm", "rescale",
+           "describe_scale", "describe_standardize", "feature_bounds", "bound_features", "describe_bounds",
+           "far_from_unit_scale"]

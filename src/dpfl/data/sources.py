@@ -50,6 +50,7 @@ def build_dataset(
     split_column: str | None = None,
     scale: float = 1.0,
     labels: str = "original",
+    bounds=None,
 ) -> FederatedDataset:
     """The federated dataset a config's ``data.*`` keys describe.
 
@@ -62,10 +63,13 @@ def build_dataset(
     ``preprocess.py``). ``labels`` maps the classes after the partition ("original" or "parity": even class
     number = 1, odd = 0; ``pooled.map_labels``). ``npz`` and ``csv`` read the file at ``path`` (``files.py``; csv: ``label_column``,
     ``client_column``, ``split_column``): partitioned like the packaged sets unless the file names each record's
-    client, split by ``test_fraction`` (default 0.2) unless it marks each record train or test. Last, every feature
-    is multiplied by ``scale``, a public constant (``preprocess.rescale``). The public data sets (``public.py``) are
-    read from the folder ``path`` (default: ``$DPFL_DATA/<name>``, else ``~/.dpfl/data/<name>``), partitioned like
-    the packaged sets or by their writers, their own split kept unless ``test_fraction`` is given.
+    client, split by ``test_fraction`` (default 0.2) unless it marks each record train or test; ``bounds``
+    (``data.bounds``: public [low, high] per feature) clips and maps their features onto [-1, 1] before anything else,
+    and without bounds, scale or standardisation a warning names the features far from unit scale
+    (``files.bounded``). Last, every feature is multiplied by ``scale``, a public constant (``preprocess.rescale``).
+    The public data sets (``public.py``) are read from the folder ``path`` (default: ``$DPFL_DATA/<name>``, else
+    ``~/.dpfl/data/<name>``), partitioned like the packaged sets or by their writers, their own split kept unless
+    ``test_fraction`` is given.
     """
     if name not in DATASETS:
         raise ConfigError("data.name", name, f"one of {DATASETS}")
@@ -88,6 +92,8 @@ def build_dataset(
             test_fraction=TEST_FRACTION if test_fraction is None else test_fraction,
             standardize_scope=standardize,
         ), scale)
+    if bounds is not None and name not in ("npz", "csv"):
+        raise ConfigError("data.bounds", bounds, f"None for data.name = {name!r} (bounds apply to npz / csv features)")
     for field, value in (("data.alpha", alpha), ("data.beta", beta)):
         if value != 0:
             raise ConfigError(field, value, f"0 for data.name = {name!r} (alpha and beta only shape 'synthetic')")
@@ -99,9 +105,10 @@ def build_dataset(
     if name in ("npz", "csv"):
         if not path:
             raise ConfigError("data.path", path, f"the path of the {name} file (data.name = {name!r})")
+        own = dict(bounds=bounds, check_scale=scale == 1 and standardize == "none")
         if name == "npz":
-            return rescale(load_npz(path, **options), scale)
-        return rescale(load_csv(path, label_column, client_column, split_column, **options), scale)
+            return rescale(load_npz(path, **own, **options), scale)
+        return rescale(load_csv(path, label_column, client_column, split_column, **own, **options), scale)
     bunch = _SKLEARN_LOADERS[name]()
     source = {"name": name, "provider": f"sklearn.datasets.load_{name}", "num_records": len(bunch.target)}
     return rescale(federate(bunch.data, bunch.target, name=name, source=source, **options), scale)

@@ -66,13 +66,19 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "standardize": (str, "none", ("none", "client", "pooled"), "non-private preprocessing, if not 'none'"),
         "scale": (_NUMBER, 1.0, None, "a public constant multiplying every feature (e.g. 1/16 for digits' pixels "
                                       "0..16): data-independent, so private"),
+        "bounds": ((dict, list, type(None)), None, None, "npz / csv: public [low, high] per feature, known without "
+                                                         "looking at the data ({column = [low, high], ...}, a list of "
+                                                         "one pair per feature, or one pair for all): clipped, then "
+                                                         "mapped onto [-1, 1]; private by construction"),
         "test_fraction": (_OPTIONAL_NUMBER, None, None, f"each client's test split (None: {TEST_FRACTION}, or the "
                                                         "data's own split: data.split_column, an npz 'split' array, "
                                                         "a public data set's test files)"),
         "seed": (int, 0, None, "the data's seed"),
     },
     "privacy": {
-        "delta": (_OPTIONAL_NUMBER, None, None, "delta (default 1 / (M R_train))"),
+        "delta": (_OPTIONAL_NUMBER, None, None, "delta (None: the largest power of ten at most 1/(10 N), N the "
+                                                "training records, e.g. 1e-5 for N = 1,592; a delta above 1/N is "
+                                                "warned about)"),
         "budget": ((dict, int, float, type(None)), None, None, "epsilon for the third party, or {observer: eps}"),
         "epsilon": (_OPTIONAL_NUMBER, None, None, "the target epsilon of algorithms that calibrate their noise to it "
                                                   "(None: the algorithm's own noise keys)"),
@@ -99,8 +105,10 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "checkpoint_every": (int, 10, None, "checkpoint every this many rounds"),
         "memory_mb": (int, 512, None, "memory for one chunk of the cohort's work (results depend on it only through "
                                       "float rounding, and not at all with one thread)"),
-        "threads": ((int, type(None)), None, None, "torch threads (default: the machine's cores; a busy machine "
-                                                   "runs faster with fewer)"),
+        "threads": ((int, type(None)), None, None, "torch threads (None: 1, the cohort being one batched call; two "
+                                                   "ran a round 7-30x slower on a busy 2-core machine, 1.5x faster on "
+                                                   "an idle one for Noble et al.'s workload; a resume keeps the run's "
+                                                   "count)"),
     },
 }
 
@@ -121,6 +129,7 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
     "alpha": ("synthetic",),
     "beta": ("synthetic",),
     "path": ("npz", "csv", *PUBLIC),
+    "bounds": ("npz", "csv"),
     "label_column": ("csv",),
     "client_column": ("csv",),
     "split_column": ("csv",),

@@ -17,17 +17,21 @@ from dpfl.accounting.observers import OTHER_SILO
 from dpfl.engine.sampling import ClientSampler
 from dpfl.errors import ConfigWarning
 
+#: The rule of the default delta (``runner.default_delta``), as the docs and warnings state it.
+DELTA_RULE = "the largest power of ten at most 1/(10 N), N the training records"
+
 
 def warn(message: str) -> None:
     warnings.warn(message, ConfigWarning, stacklevel=2)
 
 
-def check_delta(delta: float | None, train_records: int) -> None:
-    """An explicit ``privacy.delta`` (None: the default) above 1 / ``train_records``."""
+def check_delta(delta: float | None, train_records: int, default: float) -> None:
+    """An explicit ``privacy.delta`` (None: the default, ``default``) above 1 / ``train_records``."""
     if delta is not None and delta > 1.0 / train_records:
         warn(f"privacy.delta = {delta:g} is above 1 / N = {1.0 / train_records:.3g} (N = {train_records} training "
              "records): a mechanism that publishes one random record in full is (0, 1/N)-DP, so this delta allows "
-             "leaking whole records; choose delta well below 1 / N (or leave privacy.delta to its default)")
+             "leaking whole records; choose delta well below 1 / N, or leave privacy.delta to its "
+             f"default ({default:g}: {DELTA_RULE})")
 
 
 def check_cohort(clients: ClientSampler) -> None:

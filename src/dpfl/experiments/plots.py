@@ -1,6 +1,7 @@
 """Figures regenerated from results (never edited): accuracy, loss and epsilon per round for one or more runs.
 
-``plot_runs`` is what `dpfl plot` and `dpfl demo` draw. Runs differ by colour and marker (earlier runs drawn wider, underneath later ones); in the epsilon panel every observer in
+``plot_runs`` is what `dpfl plot` and `dpfl demo` draw (``draw_runs`` the figure). Each panel's legend sits below
+it, outside the data. Runs differ by colour and marker (earlier runs drawn wider, underneath later ones); in the epsilon panel every observer in
 the results (third party, server, other silo, ...) has its own line style, width and hollow marker, so curves that
 coincide (e.g. the server's and the third party's epsilon of DP-SCAFFOLD) both stay visible."""
 
@@ -45,7 +46,21 @@ def _markevery(n: int, k: int, count: int):
 
 def plot_runs(results: dict[str, dict], path: str | Path, title: str = "") -> Path:
     """One PNG with three panels (test accuracy, train loss, epsilon per observer) for runs {label: results}, and a
-    fourth, the squared gradient mapping ||G_eta(w)||^2 (log scale), when a run reports it (a prox-step algorithm)."""
+    fourth, the squared gradient mapping ||G_eta(w)||^2 (log scale), when a run reports it (a prox-step algorithm);
+    the figure of ``draw_runs``."""
+    import matplotlib.pyplot as plt
+
+    fig = draw_runs(results, title)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # nothing cut off, whatever the legends hold
+    plt.close(fig)
+    return path
+
+
+def draw_runs(results: dict[str, dict], title: str = ""):
+    """The figure of ``plot_runs`` (each panel's legend below it, outside the data; a constrained layout keeps
+    legends and titles inside the figure)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -56,7 +71,7 @@ def plot_runs(results: dict[str, dict], path: str | Path, title: str = "") -> Pa
     others = [o for o in observers if o not in OBSERVER_STYLES]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     mapped = any("gradient_mapping" in r for result in results.values() for r in result["rounds"])
-    fig, axes = plt.subplots(1, 4 if mapped else 3, figsize=(21 if mapped else 16, 4.8))
+    fig, axes = plt.subplots(1, 4 if mapped else 3, figsize=(21 if mapped else 16, 6.0), layout="constrained")
     losses, never = [], []
     for i, (label, result) in enumerate(results.items()):
         color, marker = colors[i % len(colors)], _RUN_MARKERS[i % len(_RUN_MARKERS)]
@@ -105,13 +120,10 @@ def plot_runs(results: dict[str, dict], path: str | Path, title: str = "") -> Pa
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.tick_params(labelsize=10)
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8, handlelength=3.5)
+        entries = len(ax.get_legend_handles_labels()[0])
+        if entries:  # below the panel, never over a curve
+            ax.legend(fontsize=8, handlelength=3.5, loc="upper center", bbox_to_anchor=(0.5, -0.14),
+                      ncol=2 if entries > 3 else 1, frameon=False)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig

@@ -11,15 +11,16 @@ epsilon per observer as of that round, and gradient_mapping for an algorithm wit
 round replayed after a resume reports its own epsilon), "final" (the same keys plus delta, for the model after the last
 round done, with the epsilon of every round the ledger records: after a resume stopped mid-replay, also the rounds
 recorded before the crash), "privacy"
-(accountant, conversion, observers, what each sees, how the boundary is "enforced" (real protocol, simulated, declared),
+(accountant, conversion, observers, what each sees, the budget per observer, how the boundary is "enforced" (real protocol, simulated, declared),
 where the "noise" comes from (a secret key, or the research mode's run.noise_seed); "events_per_round": each
 observer's event of round "events_round", the last round done as the ledger charged it, or the first round as it will
 be charged when none is done: one round's events, not the run's, which an algorithm that charges a record once
 (isrl-prox-sgd) spends in round 1), "status" ("running": the run has not ended, or its process died
 (resume it); "finished": it ran all its rounds; "stopped": see "stopped_by"), "wall_seconds" (the time in the round
 loop over the whole run, across resumes), "session_seconds" (this process's part of it), "stopped_reason" and
-"stopped_by" (what stopped the run early: "budget", "diverged", "interrupted"; null when it did not). A run directory
-also holds
+"stopped_by" (what stopped the run early: "budget", "diverged", "interrupted"; null when it did not) and, when the
+directory holds runs archived by ``restart``, "archived" (their spend, and the total with this run:
+``dpfl.experiments.archive``). A run directory also holds
 
 * run.json: the full resolved config, the sha256 of its release config and the run's public identity (run_id),
   written (atomically) before the first round;
@@ -47,7 +48,6 @@ import math
 import os
 import secrets
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -63,13 +63,22 @@ from dpfl.engine.sampling import ClientSampler
 from dpfl.durable import write_text_atomically
 from dpfl.engine.simulator import Simulation
 from dpfl.errors import ConfigError, RunDirectoryError, RunInterrupted, json_problem
-from dpfl.experiments.memory import check_run_memory, run_footprint
 from dpfl.experiments import doubtful
+from dpfl.experiments.archive import archive_run, archived_spend, with_archived
+from dpfl.experiments.memory import check_run_memory, run_footprint
 from dpfl.experiments.validate import budget_of, check_warm_rounds, cohort_sampling, validate
 from dpfl.models import build_model
 
 RUN_ONLY_KEYS = ("algorithm.rounds", "privacy.budget", "run.eval_every", "run.checkpoint_every")
 RUN_FILES = ("ledger.json", "checkpoint.pt", "results.json", "run.json", KEY_FILE)
+#: ``run.threads`` when a config leaves it unset. The cohort is one batched call (clients are a tensor axis), so a
+#: second intra-op thread has little to share, and on a busy machine the threads wait for each other's time slices at
+#: every op: alternated at the same moment on a shared 2-core machine (load 4-8, benchmarks/threads.py), the demo's
+#: DP-FedAvg took 0.17 s a round with one thread and 5.2 s with two, Noble et al.'s (2022) synthetic workload 1.9 s
+#: and 16.9 s. At load 1.5-2 the demo did not care (0.047 s against 0.045) and that workload took 0.34 s against 0.22:
+#: two threads pay only on cores known to be free, which a config can say (run.threads). A fixed count (not one read
+#: off the machine's load) also keeps a config's results the same wherever it runs.
+DEFAULT_THREADS = 1
 
 
 def build_simulation(config: dict, out_dir: Path | None = None, workers=None, noise_key: int | None = None,
@@ -82,9 +91,7 @@ def build_simulation(config: dict, out_dir: Path | None = None, workers=None, no
     (``dpfl.engine.keys``; default: ``run_key``)."""
     privacy_cfg, run_cfg = config["privacy"], config["run"]
     validate(config)  # every range check that needs no data, before the data is built
-    threads = run_cfg["threads"]
-    if threads is not None:
-        torch.set_num_threads(threads)
+    torch.set_num_threads(DEFAULT_THREADS if run_cfg["threads"] is None else run_cfg["threads"])
     dataset = build_data(config)
     clients = build_clients(config, dataset)
     delta = run_delta(config, dataset)
@@ -95,7 +102,8 @@ def build_simulation(config: dict, out_dir: Path | None = None, workers=None, no
                                            clients.cohort_size, run_cfg["memory_mb"] * 2**20))
     model = build_initial_model(config, dataset)
     boundary = build_boundary(privacy_cfg, algorithm, dataset.train.counts)
-    doubtful.check_delta(privacy_cfg["delta"], int(dataset.train.counts.sum()))
+    records = int(dataset.train.counts.sum())
+    doubtful.check_delta(privacy_cfg["delta"], records, default_delta(records))
     doubtful.check_cohort(clients)
     doubtful.check_observers(boundary.observers, dataset.num_clients)
     ledger = build_ledger(config, boundary, delta, algorithm, budget=True)
@@ -142,9 +150,22 @@ def build_clients(config: dict, dataset: FederatedDataset) -> ClientSampler:
 
 
 def run_delta(config: dict, dataset: FederatedDataset) -> float:
-    """``privacy.delta``, by default 1 / (M R_train) (Noble et al. 2022)."""
-    delta = config["privacy"]["delta"]
-    return 1.0 / float(dataset.train.counts.sum()) if delta is None else delta
+    """``privacy.delta``, by default ``default_delta(N)`` for the N training records (an explicit delta above 1 / N
+    is warned about by ``doubtful.check_delta``)."""
+    delta, records = config["privacy"]["delta"], int(dataset.train.counts.sum())
+    if delta is None:
+        return default_delta(records)
+    return delta
+
+
+def default_delta(records: int) -> float:
+    """The default delta for ``records`` training records: the largest power of ten at most 1 / (10 N), so well below
+    1 / N (the convention users expect: delta = 1e-5 for N = 1,592 records, 1e-6 for 32,000). Papers reproduced with
+    their own delta (Noble et al. 2022: 1 / N) set privacy.delta explicitly."""
+    exponent = 1
+    while 10 ** exponent < 10 * records:
+        exponent += 1
+    return 10.0 ** -exponent
 
 
 def build_algorithm(config: dict, dataset: FederatedDataset, delta: float, secret: int | None = None):
@@ -224,15 +245,25 @@ def noise_of(config: dict) -> str:
             "observers who do not know that seed")
 
 
-def with_threads(config: dict) -> dict:
-    """``config`` with ``run.threads`` resolved (None: torch's default on this machine, its cores). The thread count
-    changes float rounding in multi-threaded matrix products, so it is part of the release config: a resume on a
-    machine with another default is refused unless it sets the same count."""
+def with_threads(config: dict, recorded: int | None = None) -> dict:
+    """``config`` with ``run.threads`` resolved: as set, else ``recorded`` (the count of the run being resumed, so
+    that a run started under an earlier default, the machine's cores, resumes with the count it was made with), else
+    ``DEFAULT_THREADS``. The thread count changes float rounding in multi-threaded matrix products, so it is part of
+    the release config: a resume that sets another count is refused."""
     if config["run"]["threads"] is not None:
         return config
     resolved = copy.deepcopy(config)
-    resolved["run"]["threads"] = torch.get_num_threads()
+    resolved["run"]["threads"] = DEFAULT_THREADS if recorded is None else recorded
     return resolved
+
+
+def recorded_threads(out: Path) -> int | None:
+    """``run.threads`` of the run recorded in out/run.json (None: no valid record; ``check_resumable`` says why)."""
+    try:
+        threads = load_run_record(out / "run.json")["config"].get("run", {}).get("threads")
+    except RunDirectoryError:
+        return None
+    return threads if isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1 else None
 
 
 def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bool = False,
@@ -246,7 +277,7 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
     directory that already holds a run is refused, unless ``restart`` archives that run first (``archive_run``). On
     Ctrl-C the run stops after its current round, checkpoints, writes results.json and raises RunInterrupted."""
     out = Path(out_dir) if out_dir is not None else None
-    config = with_threads(config)
+    config = with_threads(config, recorded_threads(out) if resume and out is not None else None)
     if resume and restart:
         raise ConfigError("--restart", True, "either --resume (continue the run) or --restart (archive it and start "
                                              "over), not both")
@@ -275,9 +306,10 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
         write_text_atomically(out / "run.json", json.dumps({"config": config, "release_sha256": sim.release,
                                                             "run_id": run_id}, indent=1), "the run record")
     results_file = None if out is None else ResultsFile(out / "results.json")
-    sim.run(rounds, progress=progress,
-            on_evaluated=None if results_file is None else lambda s: results_file.write(results_of(s, config)))
-    results = results_of(sim, config)
+    archived = archived_spend(out)  # a restart archives the run, not the privacy it spent
+    sim.run(rounds, progress=progress, on_evaluated=None if results_file is None else
+            lambda s: results_file.write(results_of(s, config, archived)))
+    results = results_of(sim, config, archived)
     if results_file is not None:
         results_file.write(results)
     if sim.interrupted:
@@ -412,26 +444,6 @@ def _differences(old: dict, new: dict) -> list[tuple[str, str, str]]:
     return found
 
 
-def archive_run(out: Path) -> Path | None:
-    """Moves the run files in ``out`` (RUN_FILES) into out/archive/<UTC timestamp>/ and returns that folder (None if
-    there was nothing to archive). Nothing is deleted: the archived ledger still records the privacy it spent."""
-    present = [name for name in RUN_FILES if (out / name).exists()]
-    if not present:
-        return None
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    target, n = out / "archive" / stamp, 1
-    while target.exists():
-        n += 1
-        target = out / "archive" / f"{stamp}-{n}"
-    try:
-        target.mkdir(parents=True)
-        for name in present:
-            os.replace(out / name, target / name)
-    except OSError as err:
-        raise RunDirectoryError(f"cannot archive the run in {out} to {target}: {err.strerror or err}") from None
-    return target
-
-
 class ResultsFile:
     """results.json, rewritten atomically (``dpfl.durable``) after every evaluated round and when the run ends.
 
@@ -463,8 +475,9 @@ def reported_events(sim: Simulation) -> tuple[int, dict]:
     return sim.next_round, done
 
 
-def results_of(sim: Simulation, config: dict) -> dict:
-    """The run's results so far (the module docstring lists the keys)."""
+def results_of(sim: Simulation, config: dict, archived: list[dict] = ()) -> dict:
+    """The run's results so far (the module docstring lists the keys); ``archived``: the spend of the runs archived
+    in its directory (``archive.archived_spend``)."""
     done = sim.history[-1] if sim.history and sim.history[-1].round == sim.next_round else None
     final = (done or sim.evaluate()).to_dict()  # the model after the last round done
     final["epsilon"] = {o: None if math.isinf(e) else e for o, e in sim.ledger.epsilon().items()}  # all spent so far
@@ -473,6 +486,8 @@ def results_of(sim: Simulation, config: dict) -> dict:
     if sim.ledger.hides_iterates():  # beside the last-iterate epsilon: what releasing every iterate would cost
         final["epsilon_composition"] = {o: None if math.isinf(e) else e
                                         for o, e in sim.ledger.epsilon_composition().items()}
+    archive = {"archived": {"runs": list(archived), "with_this_run": with_archived(final["epsilon"], final["delta"],
+                                                                              list(archived))}} if archived else {}
     return {
         "config": config,
         "data": sim.data,
@@ -490,6 +505,7 @@ def results_of(sim: Simulation, config: dict) -> dict:
             "unproven": list(sim.algorithm.release(sim.next_round, sim.state, sim.train).unproven)
             if sim.ledger.analysis == "paper" else [],
             "delta": sim.ledger.delta,
+            "budget": sim.ledger.budget,
             "observers": list(sim.ledger.observers),
             "unit": getattr(sim.algorithm, "privacy_unit", "one record (record-level DP)"),
             "noise": noise_of(config),
@@ -505,4 +521,5 @@ def results_of(sim: Simulation, config: dict) -> dict:
         "session_seconds": sim.session_seconds,
         "stopped_reason": sim.stopped_reason,
         "stopped_by": sim.stopped_by,
+        **archive,
     }

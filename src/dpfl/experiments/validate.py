@@ -4,9 +4,9 @@ allowed, not after minutes of data generation.
 
 The checks are the users' own: the sampler, the algorithm (built from its registered builder with what the config
 alone says about the data), the trust boundary, the ledger and the model check their values on construction, and
-``validate`` constructs them from the config. What depends on the data itself (the delta default 1 / (M R_train),
-each client's number of records, whether the model takes the shape of the data's records) is checked when the data
-is built; the data's own keys are checked by ``dpfl.data.build_dataset`` before it generates or loads anything.
+``validate`` constructs them from the config. What depends on the data itself (the default delta, from the number of
+training records, each client's number of records, the model's input width) is checked when the data is built; the
+data's own keys are checked by ``dpfl.data.build_dataset`` before it generates or loads anything.
 """
 
 from __future__ import annotations
