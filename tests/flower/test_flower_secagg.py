@@ -16,6 +16,7 @@ import torch
 
 from dpfl.cli import main
 from dpfl.engine.simulator import Simulation
+from dpfl.errors import DpflError
 from dpfl.experiments.config import load_config
 from dpfl.experiments.runner import build_data, build_simulation
 
@@ -24,7 +25,7 @@ flwr = pytest.importorskip("flwr")
 from flwr.app import ArrayRecord, Message, RecordDict  # noqa: E402
 
 from dpfl.flower import secure_sum  # noqa: E402
-from flower_grid import InProcessGrid  # noqa: E402
+from flower_grid import InProcessGrid, write_federation_keys  # noqa: E402
 from dpfl.flower.client_app import client_app  # noqa: E402
 from dpfl.flower.server_app import serve  # noqa: E402
 from dpfl.protocols.messages import (  # noqa: E402
@@ -33,8 +34,13 @@ from dpfl.protocols.messages import (  # noqa: E402
     SecAggError,
     decode,
     read_header,
+    signed_parts,
     unpack_vector,
 )
+from dpfl.protocols.session import Stage  # noqa: E402
+
+#: The stages of the honest-but-curious protocol (the nodes have no signing keys).
+STAGES = (Stage.ADVERTISE_KEYS, Stage.SHARE_KEYS, Stage.MASKED_INPUT, Stage.UNMASKING)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -80,9 +86,9 @@ def write_config(folder, text: str = JOINT):
     return path, config
 
 
-def flower_run(folder, config, lost=lambda message: False):
+def flower_run(folder, config, lost=lambda message: False, node_config=lambda partition: {}):
     """Runs ``config`` through ``serve`` over an ``InProcessGrid``; (the grid, the raised error or None)."""
-    grid = InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz")}), 3)
+    grid = InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz")}), 3, node_config)
     grid.lost = lost
     try:
         serve(grid, {"dpfl-config": json.dumps(config), "out": str(folder / "flower"), "round-timeout": 5.0})
@@ -112,12 +118,16 @@ def stage_of(message) -> str | None:
     return str(content[secure_sum.SECAGG]["stage"]) if secure_sum.SECAGG in content else None
 
 
-def test_flower_secure_aggregation_gives_dpfl_runs_model_and_ledger(tmp_path, flower_task, seeded_keys, reference):
+@pytest.mark.parametrize("signing_keys", [False, True], ids=["honest-but-curious", "active"])
+def test_flower_secure_aggregation_gives_dpfl_runs_model_and_ledger(tmp_path, flower_task, seeded_keys, reference,
+                                                                    signing_keys):
     """2 rounds of DP-FedAvg with joint noise, its sums by the protocol across the nodes: the same ledger and, bit for
     bit, the same model as `dpfl run` with privacy.secure_aggregation = true (the same rounding draws, and the masks
-    cancel exactly mod 2^32)."""
+    cancel exactly mod 2^32). With signing keys in the nodes' configs (one of them the ECDSA P-384 key of a SuperNode's
+    authentication) the round is the actively secure variant, with its ConsistencyCheck stage."""
     _, config = write_config(tmp_path)
-    grid, error = flower_run(tmp_path, config)
+    keys = write_federation_keys(tmp_path / "keys", 3) if signing_keys else {}
+    grid, error = flower_run(tmp_path, config, node_config=lambda partition: keys.get(partition, {}))
     assert error is None
     ledger, checkpoint = outputs(tmp_path / "flower")
     ledger_ref, checkpoint_ref = reference
@@ -125,8 +135,9 @@ def test_flower_secure_aggregation_gives_dpfl_runs_model_and_ledger(tmp_path, fl
     assert checkpoint["next_round"] == 2
     assert torch.equal(checkpoint["state"]["server"]["x"], checkpoint_ref["state"]["server"]["x"])
     stages = [stage_of(m) for m, _ in grid.received if m.metadata.message_type != "query"]
-    per_round = [None] * 3 + [s.name for s in secure_sum.STAGES for _ in range(3)]
-    assert stages == per_round * 2  # train, then the four stages, with each of the 3 nodes, in every round
+    expected = (*STAGES[:3], Stage.CONSISTENCY_CHECK, STAGES[3]) if signing_keys else STAGES
+    per_round = [None] * 3 + [s.name for s in expected for _ in range(3)]
+    assert stages == per_round * 2  # train, then the stages, with each of the 3 nodes, in every round
 
 
 def test_the_server_receives_only_masked_vectors_independent_of_the_updates(tmp_path, flower_task, seeded_keys):
@@ -160,7 +171,8 @@ def test_the_server_receives_only_masked_vectors_independent_of_the_updates(tmp_
             sent = bytes(reply.content[secure_sum.SECAGG]["message"])
             round_id = read_header(sent, 0, "server").round_id
             _, payload = decode(sent, round_id, "server", MessageType.MASKED_INPUT)
-            masked[message.metadata.dst_node_id, round_id] = unpack_vector(PayloadReader(payload, round_id, "", ""))
+            body = signed_parts(payload, round_id, "", "")[1]
+            masked[message.metadata.dst_node_id, round_id] = unpack_vector(PayloadReader(body, round_id, "", ""))
     assert set(masked) == set(kept) and len(masked) == 6
     for key, y in masked.items():
         x = kept[key].astype(np.int64)
@@ -227,7 +239,7 @@ def test_a_node_answers_each_stage_once_and_forgets_the_round_after_unmasking(tm
 
     def ask_again(message):  # the same stage's message a second time, once the node has answered it
         if stage_of(message) in ("SHARE_KEYS", "UNMASKING") and message.metadata.dst_node_id == 101:
-            with pytest.raises(SecAggError) as caught:
+            with pytest.raises(DpflError) as caught:
                 grid.app(message, grid.contexts[101])
             refused.append(str(caught.value))
         return False
@@ -235,13 +247,16 @@ def test_a_node_answers_each_stage_once_and_forgets_the_round_after_unmasking(tm
     grid.lost = ask_again
     serve(grid, {"dpfl-config": json.dumps({**config, "algorithm": {**config["algorithm"], "rounds": 1}}),
                  "out": str(tmp_path / "flower")})
-    assert len(refused) == 2 and "SHARE_KEYS out of order" in refused[0] and "did not train" in refused[1]
+    assert len(refused) == 2 and "stage 1 of round 1's secure aggregation out of order" in refused[0]
+    assert "did not train" in refused[1]
     assert secure_sum.KEPT not in grid.contexts[101].state and secure_sum.KEPT_INPUT not in grid.contexts[101].state
 
 
-def test_at_10000_parameters_a_client_sends_8_bytes_a_parameter_and_a_few_hundred_more(tmp_path, flower_task, seeded_keys):
+def test_at_10000_parameters_a_client_sends_8_bytes_a_parameter_and_a_kilobyte_more(tmp_path, flower_task, seeded_keys):
     """The per-round cost at 3 nodes x 10^4 parameters (an MLP with 200 hidden units): the bytes each client sends in
-    the protocol, which are 8 d for its masked vector plus O(n) for keys and shares."""
+    the protocol, which are 8 d for its masked vector plus O(n) for keys and shares: 4 headers (4 x 22), 4 Ed25519
+    signatures (4 x 66), its 3 public keys (96), the commitment and 2 ciphertexts (32 + 4 + 2 x 152), the vector's
+    count (4) and 3 unmasking shares (4 + 3 x 71): 1,009 bytes."""
     _, config = write_config(tmp_path, JOINT.replace("[run]", '[model]\nname = "mlp"\nhidden = [200]\n\n[run]')
                              .replace("rounds = 2", "rounds = 1"))
     grid, error = flower_run(tmp_path, config)
@@ -252,7 +267,7 @@ def test_at_10000_parameters_a_client_sends_8_bytes_a_parameter_and_a_few_hundre
             node = message.metadata.dst_node_id
             sent[node] = sent.get(node, 0) + len(reply.content[secure_sum.SECAGG]["message"])
     d = 40 * 200 + 200 + 200 * 10 + 10
-    assert all(8 * d < b < 8 * d + 1000 for b in sent.values()), (d, sent)
+    assert sent == dict.fromkeys((101, 102, 103), 8 * d + 4 * 22 + 4 * 66 + 96 + 340 + 4 + 217), (d, sent)
 
 
 @pytest.mark.slow

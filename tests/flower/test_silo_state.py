@@ -55,3 +55,43 @@ def test_a_damaged_journal_is_refused(tmp_path):
     (state.directory / "rounds.json").write_text("{not json")
     with pytest.raises(SiloStateError, match="rounds.json is damaged"):
         state.admit(RELEASE, RUN, 1, "other")
+
+
+def test_a_silo_answers_each_stage_of_a_rounds_secure_aggregation_once_and_in_order(tmp_path):
+    """The journal of secure aggregations (on disk: a new process, i.e. a re-sent message or a restarted node, reads
+    the same): stages 0, 1, 2 (the masked input) in order; no repeat; no other setup mid-way; and once the masked
+    input is out, no new aggregation of the round; before, a new one may start (a resumed round)."""
+    state = SiloState(tmp_path / "state")
+    assert state.secagg_defaults(RUN, RELEASE, {"min_cohort": 3, "min_threshold": 2}) == {"min_cohort": 3,
+                                                                                          "min_threshold": 2}
+    state.secagg_stage(RUN, 0, "setup", 0, committed=2)
+    state.secagg_stage(RUN, 0, "setup", 1, committed=2)
+    with pytest.raises(SiloStateError, match="stage 1 of round 1's secure aggregation out of order: this silo's last "
+                                             "answer in that round was stage 1"):
+        SiloState(tmp_path / "state").secagg_stage(RUN, 0, "setup", 1, committed=2)
+    with pytest.raises(SiloStateError, match="was stage 1 of an aggregation set up differently"):
+        state.secagg_stage(RUN, 0, "other setup", 2, committed=2)
+    with pytest.raises(SiloStateError, match="out of order: this silo's last answer in that round was none"):
+        state.secagg_stage(RUN, 1, "setup", 1, committed=2)
+    state.secagg_stage(RUN, 0, "other setup", 0, committed=2)  # nothing of the input left yet: may start again
+    state.secagg_stage(RUN, 0, "other setup", 1, committed=2)
+    state.secagg_stage(RUN, 0, "other setup", 2, committed=2)
+    for setup in ("other setup", "setup"):
+        with pytest.raises(SiloStateError, match="already sent its masked input in round 1 of this run: it takes part "
+                                                 "in no other secure aggregation of that round"):
+            SiloState(tmp_path / "state").secagg_stage(RUN, 0, setup, 0, committed=2)
+    state.secagg_stage(RUN, 0, "other setup", 3, committed=2)
+    state.secagg_defaults("run-2", RELEASE, {"min_cohort": 5, "min_threshold": 3})
+    state.secagg_stage("run-2", 0, "setup", 0, committed=2)  # another run: its own rounds
+
+
+def test_a_runs_secure_aggregation_policy_is_the_one_of_its_first_round(tmp_path):
+    state = SiloState(tmp_path / "state")
+    state.secagg_defaults(RUN, RELEASE, {"min_cohort": 3, "min_threshold": 2})
+    assert state.secagg_defaults(RUN, RELEASE, {"min_cohort": 1, "min_threshold": 1}) == {"min_cohort": 3,
+                                                                                          "min_threshold": 2}
+    with pytest.raises(SiloStateError, match="run run-1 came with the release config abababababab... to this silo's "
+                                             "first secure aggregation of it, and now comes with cdcdcdcdcdcd"):
+        state.secagg_defaults(RUN, "cd" * 32, {"min_cohort": 1, "min_threshold": 1})
+    with pytest.raises(SiloStateError, match="no secure aggregation policy recorded"):
+        state.secagg_stage("run-9", 0, "setup", 0, committed=2)

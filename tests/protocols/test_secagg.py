@@ -1,6 +1,7 @@
 """Secure aggregation (dpfl.protocols.secagg, Bonawitz et al. 2017): exact sums, privacy of the server's view,
 dropout recovery up to the threshold, and refusal of bad messages."""
 
+import dataclasses
 import struct
 
 import numpy as np
@@ -10,9 +11,11 @@ from scipy import stats
 
 from dpfl.errors import ConfigError
 from dpfl.protocols import messages
+from dpfl.protocols.identity import ed25519_key, sign
 from dpfl.protocols.messages import MessageType, SecAggError
 from dpfl.protocols.primitives import SeededRandomBytes
 from dpfl.protocols.secagg import SecAggClient, SecAggConfig, SecAggServer, Stage, simulate_round
+from dpfl.protocols.shamir import PRIME
 
 
 def random_inputs(n, d, bits, seed=0):
@@ -26,15 +29,34 @@ def modular_sum(rows, bits):
     return torch.from_numpy(total.view(np.int64))
 
 
-class Round:
-    """All parties of one round, driven stage by stage so that a test can intercept any message."""
+def body_of(message, kind):
+    """The body of a client message (after its signature)."""
+    header = messages.read_header(message, 0, "test")
+    _, payload = messages.decode(message, header.round_id, "test", kind)
+    return messages.signed_parts(payload, header.round_id, "test", kind.name)[1]
 
-    def __init__(self, inputs, threshold, bits=16, seed=0, round_id=0, clients=None):
+
+def signed(client, kind, body, sender=None):
+    """A message of type ``kind`` with ``body`` in the name of ``sender`` (default: the client), signed with the
+    client's key (what a malicious client can send)."""
+    sender = client.id if sender is None else sender
+    signature = sign(client._signing_key, messages.statement(client.config.digest, kind, sender, body))
+    return messages.encode(kind, client.config.round_id, sender, messages.pack_signature(signature) + body)
+
+
+class Round:
+    """All parties of one round, driven stage by stage so that a test can intercept any message (``active``: the
+    actively secure variant, each client with an Ed25519 identity in the registry ``peers``)."""
+
+    def __init__(self, inputs, threshold, bits=16, seed=0, round_id=0, clients=None, active=False):
         ids = tuple(range(inputs.shape[0])) if clients is None else tuple(clients)
-        self.config = SecAggConfig(round_id, ids, threshold, inputs.shape[1], bits)
+        self.config = SecAggConfig(round_id, ids, threshold, inputs.shape[1], bits, active=active)
         self.inputs = dict(zip(ids, inputs))
-        self.clients = {c: SecAggClient(c, self.config, SeededRandomBytes(seed, round_id, c)) for c in ids}
-        self.server = SecAggServer(self.config)
+        self.identities = {c: identity(seed, c) for c in ids} if active else {}
+        self.peers = {c: key.public_key() for c, key in self.identities.items()} if active else None
+        self.clients = {c: SecAggClient(c, self.config, SeededRandomBytes(seed, round_id, c), self.identities.get(c),
+                                        self.peers) for c in ids}
+        self.server = SecAggServer(self.config, self.peers)
 
     def advertise(self, among=None):
         sent = {c: self.clients[c].advertise_keys() for c in (among or self.clients)}
@@ -54,14 +76,37 @@ class Round:
         sent = {c: self.clients[c].masked_input(self.routed[c], self.inputs[c]) for c in (among or self.routed)}
         for message in sent.values():
             self.server.receive(message)
+        if self.config.active:
+            self.survivors = self.server.consistency_request()
+        else:
+            self.request = self.server.unmask_request()
+        return sent
+
+    def check(self, among=None):
+        sent = {c: self.clients[c].consistency_check(self.survivors) for c in (among or self.server.masked)}
+        for message in sent.values():
+            self.server.receive(message)
         self.request = self.server.unmask_request()
         return sent
 
     def unmask(self, among=None):
-        sent = {c: self.clients[c].unmask(self.request) for c in (among or self.server.masked)}
+        sent = {c: self.clients[c].unmask(self.request) for c in (among or self.server.eligible)}
         for message in sent.values():
             self.server.receive(message)
         return self.server.aggregate()
+
+    def run(self):
+        self.advertise()
+        self.share()
+        self.mask()
+        if self.config.active:
+            self.check()
+        return self.unmask()
+
+
+def identity(seed, client):
+    """A client's long-term Ed25519 signing key (reproducible)."""
+    return ed25519_key(SeededRandomBytes(seed, 2**32, client)(32))
 
 
 # --- the sum -------------------------------------------------------------------------------------------------------
@@ -100,8 +145,8 @@ def masked_view(x_of_client_0, seed, bits=8):
     parties.advertise()
     parties.share()
     sent = parties.mask()
-    _, payload = messages.decode(sent[0], 0, "test", MessageType.MASKED_INPUT)
-    return messages.unpack_vector(messages.PayloadReader(payload, 0, "test", "y")).astype(np.int64)
+    body = body_of(sent[0], MessageType.MASKED_INPUT)
+    return messages.unpack_vector(messages.PayloadReader(body, 0, "test", "y")).astype(np.int64)
 
 
 def independence_p(x, y, bins=16, bits=8):
@@ -185,9 +230,9 @@ def test_a_client_refuses_a_request_below_the_threshold():
     parties.advertise()
     parties.share()
     parties.mask()
-    short = messages.encode(MessageType.UNMASK_REQUEST, 0, messages.SERVER, struct.pack(">III", 2, 0, 1))
-    with pytest.raises(SecAggError, match="round 0, client 2: only 2 clients with masked inputs"):
-        parties.clients[2].unmask(short)
+    short = messages.encode(MessageType.UNMASK_REQUEST, 0, messages.SERVER, struct.pack(">IIII", 2, 0, 1, 0))
+    with pytest.raises(SecAggError, match="round 0, client 1: only 2 clients with masked inputs"):
+        parties.clients[1].unmask(short)
 
 
 # --- bad messages --------------------------------------------------------------------------------------------------
@@ -247,11 +292,12 @@ def test_a_client_cannot_pose_as_the_server(advertised):
 @pytest.mark.parametrize("corrupt, match", [
     (lambda m: m[:10], "10 bytes, shorter than the 22-byte header"),
     (lambda m: b"XXXX" + m[4:], "magic"),
-    (lambda m: m[:4] + b"\x02" + m[5:], "malformed message from client 1: protocol version 2, this party speaks 1"),
+    (lambda m: m[:4] + b"\x01" + m[5:], "malformed message from client 1: protocol version 1, this party speaks 2"),
     (lambda m: m[:5] + b"\x63" + m[6:], "unknown message type 99"),
-    (lambda m: m + b"\x00", "header says 64 payload bytes, 65 arrived"),
-    (lambda m: m[:-1], "header says 64 payload bytes, 63 arrived"),
-    (lambda m: m[:18] + struct.pack(">I", 63) + m[22:-1], "malformed ADVERTISE_KEYS from client 1: truncated"),
+    (lambda m: m + b"\x00", "header says 162 payload bytes, 163 arrived"),
+    (lambda m: m[:-1], "header says 162 payload bytes, 161 arrived"),
+    (lambda m: m[:18] + struct.pack(">I", 161) + m[22:-1], "malformed ADVERTISE_KEYS from client 1: 95 bytes of keys"),
+    (lambda m: m[:-1] + bytes([m[-1] ^ 1]), "ADVERTISE_KEYS in the name of client 1 does not carry client 1's sig"),
     (lambda m: m[:14] + struct.pack(">I", 99) + m[18:], "ADVERTISE_KEYS from client 99, who is not invited"),
     (lambda m: "text", "received a str, expected bytes"),
 ])
@@ -266,7 +312,9 @@ def test_malformed_messages_are_refused_and_leave_the_server_unchanged(advertise
 def test_a_reused_public_key_is_refused(advertised):
     parties, sent = advertised
     parties.server.receive(sent[0])
-    copied = messages.encode(MessageType.ADVERTISE_KEYS, 0, 1, sent[0][22:])
+    own = body_of(sent[1], MessageType.ADVERTISE_KEYS)
+    copied = signed(parties.clients[1], MessageType.ADVERTISE_KEYS, body_of(sent[0], MessageType.ADVERTISE_KEYS)[:64]
+                    + own[64:])  # client 0's public keys, with client 1's key of the round
     with pytest.raises(SecAggError, match="client 1 advertised a public key already in use"):
         parties.server.receive(copied)
 
@@ -274,12 +322,13 @@ def test_a_reused_public_key_is_refused(advertised):
 def test_forged_counts_are_refused():
     parties = Round(random_inputs(3, 4, 16), 2)
     parties.advertise()
-    shares = parties.clients[0].share_keys(parties.key_list)
-    payload = shares[22:]
-    forged = messages.encode(MessageType.ENCRYPTED_SHARES, 0, 0, struct.pack(">I", 2**31) + payload[4:])
+    client = parties.clients[0]
+    body = body_of(client.share_keys(parties.key_list), MessageType.ENCRYPTED_SHARES)
+    commitment, entries = body[:32], body[36:]
+    forged = signed(client, MessageType.ENCRYPTED_SHARES, commitment + struct.pack(">I", 2**31) + entries)
     with pytest.raises(SecAggError, match="ENCRYPTED_SHARES from client 0: count 2147483648"):
         parties.server.receive(forged)
-    missing = messages.encode(MessageType.ENCRYPTED_SHARES, 0, 0, struct.pack(">I", 1) + payload[4:4 + 152])
+    missing = signed(client, MessageType.ENCRYPTED_SHARES, commitment + struct.pack(">I", 1) + entries[:152])
     with pytest.raises(SecAggError, match=r"ciphertexts for clients \[1\], expected one for each of \[1, 2\]"):
         parties.server.receive(missing)
 
@@ -288,10 +337,10 @@ def test_masked_inputs_of_the_wrong_size_or_range_are_refused():
     parties = Round(random_inputs(3, 4, 16), 2)
     parties.advertise()
     parties.share()
-    wrong_size = messages.encode(MessageType.MASKED_INPUT, 0, 0, messages.pack_vector(np.zeros(5, np.uint64)))
+    wrong_size = signed(parties.clients[0], MessageType.MASKED_INPUT, messages.pack_vector(np.zeros(5, np.uint64)))
     with pytest.raises(SecAggError, match="MASKED_INPUT from client 0: 5 values, expected 4"):
         parties.server.receive(wrong_size)
-    too_big = messages.encode(MessageType.MASKED_INPUT, 0, 0, messages.pack_vector(np.full(4, 2**16, np.uint64)))
+    too_big = signed(parties.clients[0], MessageType.MASKED_INPUT, messages.pack_vector(np.full(4, 2**16, np.uint64)))
     with pytest.raises(SecAggError, match=r"value 65536 outside Z_\(2\^16\)"):
         parties.server.receive(too_big)
 
@@ -341,11 +390,14 @@ def test_a_corrupted_share_of_a_dropped_clients_key_is_detected():
     parties.share()
     parties.mask(among=[0, 1, 2])  # client 3 drops: the server reconstructs its mask key
     for c in (0, 1, 2):
-        message = bytearray(parties.clients[c].unmask(parties.request))
-        if c == 0:
-            message[-1] ^= 1  # the last entry is client 3's key share
-        parties.server.receive(bytes(message))
-    with pytest.raises(SecAggError, match=r"shares of client 3's .*\(a share was altered\)"):
+        message = parties.clients[c].unmask(parties.request)
+        if c == 0:  # the last entry is client 3's key share: client 0 alters it
+            body = bytearray(body_of(message, MessageType.UNMASK_SHARES))
+            body[-1] ^= 1
+            message = signed(parties.clients[0], MessageType.UNMASK_SHARES, bytes(body))
+        parties.server.receive(message)
+    with pytest.raises(SecAggError, match=r"shares of client 3's mask key .* not its advertised public key .*"
+                                          r"\(a share was altered: with 3 responders for a threshold of 3"):
         parties.server.aggregate()
 
 
@@ -354,10 +406,219 @@ def test_unmasking_shares_of_the_wrong_kind_are_refused():
     parties.advertise()
     parties.share()
     parties.mask(among=[0, 1, 2])
-    message = bytearray(parties.clients[0].unmask(parties.request))
-    message[22 + 4 + 4] = 1  # client 0's own entry: a mask-key share although it survived
+    body = bytearray(body_of(parties.clients[0].unmask(parties.request), MessageType.UNMASK_SHARES))
+    body[4 + 4] = 1  # client 0's own entry: a mask-key share although it survived
     with pytest.raises(SecAggError, match="a share of kind 1 for client 0, expected 0"):
-        parties.server.receive(bytes(message))
+        parties.server.receive(signed(parties.clients[0], MessageType.UNMASK_SHARES, bytes(body)))
+
+
+# --- the actively secure variant (Bonawitz et al. 2017: signed keys, ConsistencyCheck) --------------------------
+
+
+@pytest.mark.parametrize("stage", ["share_keys", "masked_input", "consistency_check", "unmasking"])
+def test_the_active_variant_sums_exactly_with_dropouts_at_every_stage(stage):
+    """7 clients, t = 4, three leave at ``stage``: a client that leaves at ConsistencyCheck sent its masked input, so
+    it is in the sum (its self-mask removed with the signers' shares), as one that leaves at Unmasking."""
+    inputs = random_inputs(7, 30, 24, seed=8)
+    result = simulate_round(inputs, 4, {1: stage, 4: stage, 6: stage}, bits=24, seed=9, active=True)
+    included = [0, 2, 3, 5] if stage in ("share_keys", "masked_input") else list(range(7))
+    assert result.contributors == tuple(included)
+    assert torch.equal(result.total, modular_sum(inputs[included], 24))
+
+
+def sybil_round(config, victim, x_victim):
+    """A malicious server's round with one real client, ``victim`` (client 0), in which it plays clients 1 and 2
+    itself: their keys (and, in the active variant, identities, which its own registry holds) are its own, their
+    inputs zero. Returns the sum, or the victim's refusal."""
+    sybil_peers = {0: identity(0, 0).public_key(), 1: identity(99, 1).public_key(), 2: identity(99, 2).public_key()}
+    sybils = {c: SecAggClient(c, config, SeededRandomBytes(99, 0, c), identity(99, c) if config.active else None,
+                              sybil_peers if config.active else None) for c in (1, 2)}
+    server = SecAggServer(config, sybil_peers if config.active else None)
+    parties, inputs = {0: victim, **sybils}, {0: x_victim, 1: torch.zeros_like(x_victim), 2: torch.zeros_like(x_victim)}
+    answer = {Stage.ADVERTISE_KEYS: lambda c, m: parties[c].advertise_keys(),
+              Stage.SHARE_KEYS: lambda c, m: parties[c].share_keys(m),
+              Stage.MASKED_INPUT: lambda c, m: parties[c].masked_input(m, inputs[c]),
+              Stage.CONSISTENCY_CHECK: lambda c, m: parties[c].consistency_check(m),
+              Stage.UNMASKING: lambda c, m: parties[c].unmask(m)}
+    outgoing = dict.fromkeys(parties, b"")
+    try:
+        for stage in config.stages:
+            for c, message in outgoing.items():
+                server.receive(answer[stage](c, message))
+            outgoing = server.next_messages() if stage != Stage.UNMASKING else None
+    except SecAggError as err:
+        return err
+    return server.aggregate()
+
+
+@pytest.mark.parametrize("active", [False, True])
+def test_a_server_that_substitutes_the_other_clients_keys_reads_an_input_unless_keys_are_signed(active):
+    """Key substitution: the server answers client 0 with a key list of its own sybils for clients 1 and 2. In the
+    honest-but-curious protocol client 0 cannot tell, and the round's "sum" is its input, exactly (what that protocol
+    does not protect against). In the active variant the sybils' keys carry no signature of clients 1 and 2's
+    registered keys, and client 0 refuses the key list before it sends anything that depends on its input."""
+    parties = Round(random_inputs(3, 40, 32, seed=4), 2, bits=32, active=active)
+    result = sybil_round(parties.config, parties.clients[0], parties.inputs[0])
+    if not active:
+        assert torch.equal(result.total, parties.inputs[0])
+        return
+    assert isinstance(result, SecAggError) and result.party == "client 0"
+    assert "keys of clients [1, 2] are not signed by their registered keys" in result.problem
+    assert parties.clients[0].stage == Stage.ABORTED
+
+
+def test_the_server_cannot_show_clients_different_survivor_sets():
+    """ConsistencyCheck: client 0 is told that client 4's masked input did not arrive, the others that it did (the
+    server's first step towards both shares of client 4's secrets). Client 0 signs the list it saw, the others theirs;
+    at Unmasking each client checks t signatures of the list it signed, and both lies are refused."""
+    parties = Round(random_inputs(5, 6, 16), 3, active=True)
+    parties.advertise()
+    parties.share()
+    parties.mask()
+    short = messages.encode(MessageType.CONSISTENCY_CHECK, 0, messages.SERVER, messages.pack_ids([0, 1, 2, 3]))
+    signatures = {c: messages.signed_parts(messages.decode(parties.clients[c].consistency_check(
+        short if c == 0 else parties.survivors), 0, "test", MessageType.CONSISTENCY_SIGNATURE)[1], 0, "test", "")[0]
+        for c in range(5)}
+
+    def request(survivors, signers):
+        entries = b"".join(c.to_bytes(4, "big") + messages.pack_signature(signatures[c]) for c in signers)
+        payload = messages.pack_ids(survivors) + messages.pack_count(len(signers)) + entries
+        return messages.encode(MessageType.UNMASK_REQUEST, 0, messages.SERVER, payload)
+
+    with pytest.raises(SecAggError, match=r"client 0: the consistency signatures of clients \[1, 2, 3\] are not"):
+        parties.clients[0].unmask(request([0, 1, 2, 3], [0, 1, 2, 3]))
+    with pytest.raises(SecAggError, match=r"client 1: the consistency signatures of clients \[0\] are not"):
+        parties.clients[1].unmask(request(range(5), range(5)))
+    with pytest.raises(SecAggError, match="client 2: the unmasking request's survivor list is not the one this"):
+        parties.clients[2].unmask(request([0, 1, 2, 3], [0, 1, 2, 3]))
+
+
+def test_fewer_than_t_consistency_signatures_stop_the_round():
+    parties = Round(random_inputs(5, 6, 16), 3, active=True)
+    parties.advertise()
+    parties.share()
+    parties.mask()
+    with pytest.raises(SecAggError, match="only 2 clients signed the survivor list at CONSISTENCY_CHECK"):
+        parties.check(among=[0, 1])
+    assert parties.server.stage == Stage.ABORTED
+
+
+def test_a_client_with_an_identity_refuses_a_round_without_signatures():
+    """No downgrade: a client that has a signing key does not take part in the honest-but-curious protocol."""
+    config = SecAggConfig(0, (0, 1, 2), 2, 4, 16)
+    with pytest.raises(SecAggError, match="client 0: the round is set up without signatures .* cannot turn off"):
+        SecAggClient(0, config, identity=identity(0, 0))
+    active = SecAggConfig(0, (0, 1, 2), 2, 4, 16, active=True)
+    with pytest.raises(ConfigError, match="identity"):
+        SecAggClient(0, active)
+    with pytest.raises(SecAggError, match="holds no public key of the invited clients \\[2\\]"):
+        SecAggClient(0, active, identity=identity(0, 0), peers={c: identity(0, c).public_key() for c in (0, 1)})
+    with pytest.raises(SecAggError, match="not the one the registry holds for it"):
+        SecAggClient(0, active, identity=identity(0, 5), peers={c: identity(0, c).public_key() for c in (0, 1, 2)})
+    with pytest.raises(ConfigError, match="peers"):
+        SecAggServer(active, {0: identity(0, 0).public_key()})
+
+
+def test_signatures_bind_the_round_setup():
+    """A key list signed in a round set up with threshold 2 does not verify for a client told threshold 3."""
+    parties = Round(random_inputs(3, 4, 16), 2, active=True)
+    parties.advertise()
+    other = dataclasses.replace(parties.config, threshold=3)
+    victim = SecAggClient(0, other, SeededRandomBytes(0, 0, 0), parties.identities[0], parties.peers)
+    victim.advertise_keys()  # the same keys again (the same seed)
+    with pytest.raises(SecAggError, match=r"keys of clients \[1, 2\] are not signed .* set the round up differently"):
+        victim.share_keys(parties.key_list)
+
+
+# --- malicious clients: sender authentication and checked secrets -------------------------------------------------
+
+
+@pytest.mark.parametrize("active", [False, True])
+def test_a_client_cannot_send_in_another_clients_name(active):
+    """Client 1 sends its masked input under client 0's id, before client 0: refused (it does not carry client 0's
+    signature), and the round then sums everyone's own input."""
+    parties = Round(random_inputs(3, 5, 16), 2, active=active)
+    parties.advertise()
+    parties.share()
+    sent = {c: parties.clients[c].masked_input(parties.routed[c], parties.inputs[c]) for c in range(3)}
+    forged = sent[1][:14] + (0).to_bytes(4, "big") + sent[1][18:]  # the header's sender
+    with pytest.raises(SecAggError, match="MASKED_INPUT in the name of client 0 does not carry client 0's signature"):
+        parties.server.receive(forged)
+    for message in sent.values():
+        parties.server.receive(message)
+    parties.survivors = parties.request = parties.server.next_messages()[0]
+    if active:
+        parties.check()
+    assert torch.equal(parties.unmask().total, modular_sum(torch.stack(list(parties.inputs.values())), 16))
+
+
+@pytest.mark.parametrize("active", [False, True])
+def test_a_party_advertising_in_another_clients_name(active):
+    """An impostor advertises keys as client 0 before client 0 does. With registered keys its signature fails and
+    client 0's own advertisement is accepted; without, the second, different advertisement in one name stops the
+    round (which of the two is client 0 cannot be told)."""
+    parties = Round(random_inputs(3, 5, 16), 2, active=active)
+    impostor = SecAggClient(0, parties.config, SeededRandomBytes(7, 0, 0), identity(7, 0) if active else None,
+                            {**parties.peers, 0: identity(7, 0).public_key()} if active else None)
+    if active:
+        with pytest.raises(SecAggError, match="ADVERTISE_KEYS in the name of client 0 does not carry"):
+            parties.server.receive(impostor.advertise_keys())
+        assert torch.equal(parties.run().total, modular_sum(torch.stack(list(parties.inputs.values())), 16))
+        return
+    parties.server.receive(impostor.advertise_keys())
+    with pytest.raises(SecAggError, match="two different ADVERTISE_KEYS in the name of client 0"):
+        parties.server.receive(parties.clients[0].advertise_keys())
+    assert parties.server.stage == Stage.ABORTED
+
+
+@pytest.mark.parametrize("active", [False, True])
+def test_a_corrupted_share_of_a_survivors_seed_is_detected_and_its_sender_named(active):
+    """Client 0 (malicious) alters its share of client 3's self-mask seed b_3 before it unmasks. The server's
+    reconstruction from t = 3 responders no longer matches client 3's commitment: the round stops instead of giving a
+    wrong sum, and the leave-one-out reconstructions from the 5 responders name client 0."""
+    parties = Round(random_inputs(5, 8, 16), 3, active=active)
+    parties.advertise()
+    parties.share()
+    parties.mask()
+    if active:
+        parties.check()
+    seed_share, key_share = parties.clients[0]._held[3]
+    parties.clients[0]._held[3] = ((seed_share + 1) % PRIME, key_share)
+    with pytest.raises(SecAggError, match=r"shares of client 3's self-mask seed from clients \[0, 1, 2\] reconstruct "
+                                          r"a value that is not its commitment; the shares of clients \[0\]") as err:
+        parties.unmask()
+    assert err.value.culprits == (0,)
+    assert parties.server.stage == Stage.ABORTED
+
+
+def test_with_only_t_responders_a_corrupted_share_is_detected_without_a_culprit():
+    parties = Round(random_inputs(5, 8, 16), 3)
+    parties.advertise()
+    parties.share()
+    parties.mask()
+    seed_share, key_share = parties.clients[1]._held[4]
+    parties.clients[1]._held[4] = ((seed_share + 5) % PRIME, key_share)
+    with pytest.raises(SecAggError, match=r"client 4's self-mask seed .* \(a share was altered: with 3 responders "
+                                          r"for a threshold of 3 its sender cannot be located\)") as err:
+        parties.unmask(among=[0, 1, 2])
+    assert err.value.culprits == ()
+
+
+def test_a_client_that_committed_to_another_seed_is_named():
+    """Client 3 sends a commitment that is not to the seed it shares: every responder's share agrees on the seed, which
+    does not match the commitment, so the server names client 3 (and never sums with an unchecked seed)."""
+    parties = Round(random_inputs(5, 8, 16), 3)
+    parties.advertise()
+    sent = {c: parties.clients[c].share_keys(parties.key_list) for c in parties.clients}
+    body = body_of(sent[3], MessageType.ENCRYPTED_SHARES)
+    sent[3] = signed(parties.clients[3], MessageType.ENCRYPTED_SHARES, bytes(32) + body[32:])
+    for message in sent.values():
+        parties.server.receive(message)
+    parties.routed = parties.server.routed_shares()
+    parties.mask()
+    with pytest.raises(SecAggError, match=r"all 5 shares agree on that value: client 3 shared another secret") as err:
+        parties.unmask()
+    assert err.value.culprits == (3,)
 
 
 # --- configuration -------------------------------------------------------------------------------------------------

@@ -19,6 +19,15 @@ def test_reference_polynomial():
     assert shamir.reconstruct({2: 19, 3: 32, 7: 5 + 21 + 98}) == 5
 
 
+def test_interpolation_gives_the_value_a_share_must_have():
+    """f(x) = 5 + 3x + 2x^2 through (1, 10), (2, 19), (3, 32): f(7) = 124 and f(0) = 5; a share off the polynomial is
+    told apart (the server's check of a responder's share)."""
+    assert shamir.interpolate({1: 10, 2: 19, 3: 32}, 7) == 5 + 21 + 98
+    assert shamir.interpolate({1: 10, 2: 19, 3: 32}, 0) == 5
+    assert shamir.lagrange_at([1, 2, 3], 0) == shamir.lagrange_at_zero([1, 2, 3])
+    assert shamir.interpolate({1: 10, 2: 19, 3: 33}, 7) != 124
+
+
 def test_any_threshold_shares_reconstruct_and_fewer_do_not():
     secret = int.from_bytes(bytes(range(32)), "big")
     xs = [1, 5, 9, 12, 40]

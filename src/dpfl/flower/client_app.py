@@ -6,15 +6,18 @@ runtime sets) and optionally the folder of its own state (``state-dir``; default
 ``dpfl.flower.silo_state``). In the simulation runtime the run config's ``silo-path`` (e.g.
 "silos/{partition-id}.npz") stands in for a per-node ``data-path``.
 
-* query: replies with its client id and number of training records (the ServerApp maps clients to nodes and checks
-  the counts the ledger is computed from).
+* query: replies with its client id, number of training records (the ServerApp maps clients to nodes and checks
+  the counts the ledger is computed from) and its secure aggregation public key, if it has one
+  (``dpfl.flower.secagg_policy``).
 * train: builds the algorithm from the job's config and ``Setting`` (cached per job), checks its own state (its data
   unchanged since its first round, the round not answered before on another input: ``SiloState``), runs
   ``client_round`` for its client with its own random streams (``ClientContext``: (the silo's noise key for the run,
   round, client id, purpose); the key never leaves the node), and replies with the messages, its new state rows and
   the events of the noise it drew. With ``privacy.secure_aggregation`` it keeps
   its messages, encoded, on the node and replies with their layout instead (``dpfl.flower.secure_sum.keep_input``).
-* query "secagg": one stage of the secure aggregation round (``dpfl.flower.secure_sum.respond``).
+* query "secagg": one stage of the secure aggregation round (``dpfl.flower.secure_sum.respond``), under the silo's
+  own policy (node config ``secagg-min-cohort``, ``secagg-min-threshold``, ``secagg-signing-key``, ``secagg-peers``:
+  ``dpfl.flower.secagg_policy``) and its journal of secure aggregations (``SiloState``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.errors import ConfigError
 from dpfl.experiments.runner import build_boundary, release_hash
 from dpfl.flower import records, secure_sum
+from dpfl.flower.secagg_policy import SecAggPolicy, node_identity
 from dpfl.flower.silo import Silo, load_silo
 from dpfl.flower.silo_state import SiloState, data_fingerprint, input_digest
 from dpfl.models import build_model
@@ -87,9 +91,12 @@ def algorithm_of(config_json: str, setting_json: str, num_features: int):
 
 
 def identify(msg: Message, context: Context, run_config: dict | None = None) -> Message:
-    """The reply to a query: this node's client id and number of training records."""
+    """The reply to a query: this node's client id, number of training records and secure aggregation public key
+    (an OpenSSH line; empty without a signing key)."""
     client, silo = node_silo(context, run_config)
-    return Message(RecordDict({records.JOB: ConfigRecord({"client": client, "records": int(silo.y.numel())})}),
+    identity = node_identity(context.node_config, client)
+    return Message(RecordDict({records.JOB: ConfigRecord({"client": client, "records": int(silo.y.numel()),
+                                                          records.IDENTITY: identity.public if identity else ""})}),
                    reply_to=msg)
 
 
@@ -108,8 +115,10 @@ def train(msg: Message, context: Context, run_config: dict | None = None) -> Mes
     if bool(job["secure"]):  # privacy.secure_aggregation: the messages stay here, encoded, for the protocol
         counts = torch.tensor(json.loads(str(job["setting"]))["train_counts"])
         secure = build_boundary(config["privacy"], algorithm, counts).secure
+        defaults = SecAggPolicy.of_release(secure, json.loads(str(job["setting"])))
         sent = {secure_sum.LAYOUT: secure_sum.keep_input(context, secure, out.messages, client, key, t,
-                                                         int(job["cohort"]))}
+                                                         int(job["cohort"]), release_hash(config), str(job["run"]),
+                                                         defaults)}
     else:
         sent = {records.MESSAGES: records.tensors_record(out.messages)}
     return Message(RecordDict({**sent, records.CLIENT: records.tensors_record(out.state),
@@ -130,14 +139,20 @@ def noise_key(context: Context, run_config: dict | None, config: dict, run_id: s
     return key
 
 
+def secagg(msg: Message, context: Context, run_config: dict | None = None) -> Message:
+    """The reply to a "secagg" query: one stage of the secure aggregation round, under this silo's policy and journal
+    (``dpfl.flower.secure_sum.respond``)."""
+    state = SiloState.beside(silo_path(context, run_config), context.node_config.get("state-dir"))
+    return secure_sum.respond(msg, context, node_silo(context, run_config)[0], state)
+
+
 def client_app(run_config: dict | None = None) -> ClientApp:
     """A ClientApp answering ``identify`` and ``train``, with ``run_config`` under the one Flower passes (the
     simulation runtime passes none: give it the silo-path template here)."""
     application = ClientApp()
     application.query()(lambda msg, context: identify(msg, context, run_config))
     application.train()(lambda msg, context: train(msg, context, run_config))
-    application.query(secure_sum.ACTION)(lambda msg, context: secure_sum.respond(msg, context,
-                                                                                 node_silo(context, run_config)[0]))
+    application.query(secure_sum.ACTION)(lambda msg, context: secagg(msg, context, run_config))
     return application
 
 

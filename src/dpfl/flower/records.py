@@ -1,10 +1,12 @@
 """What crosses Flower's wire: named tensors as ArrayRecords, the round's job and the drawn noise as ConfigRecords.
 
-A train message from the ServerApp holds the records "job" (ConfigRecord: the resolved dpfl config and the
-algorithm's ``registry.Setting`` as JSON, the round index, the client id), "server" (ArrayRecord: the broadcast
-server state) and "client" (ArrayRecord: the client's own state rows, leading axis 1). The reply holds "messages"
-(ArrayRecord: what crosses the boundary, leading axis 1), "client" (the new state rows) and "drawn" (ConfigRecord:
-the events of the noise the client drew, JSON, which the ServerApp checks against the declaration).
+A query's reply holds the record "job" with the node's client id, its number of training records and its secure
+aggregation public key ("secagg-identity": an OpenSSH line, empty without one). A train message from the ServerApp
+holds the records "job" (ConfigRecord: the resolved dpfl config and the algorithm's ``registry.Setting`` as JSON, the
+round index, the client id), "server" (ArrayRecord: the broadcast server state) and "client" (ArrayRecord: the
+client's own state rows, leading axis 1). The reply holds "messages" (ArrayRecord: what crosses the boundary, leading
+axis 1), "client" (the new state rows) and "drawn" (ConfigRecord: the events of the noise the client drew, JSON,
+which the ServerApp checks against the declaration).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from flwr.app import ArrayRecord, ConfigRecord
 from dpfl.accounting.events import event_from_dict, event_to_dict
 
 JOB, SERVER, CLIENT, MESSAGES, DRAWN = "job", "server", "client", "messages", "drawn"
+#: The field of a query reply's "job" record with the node's secure aggregation public key (empty: none).
+IDENTITY = "secagg-identity"
 
 
 def tensors_record(tensors: dict[str, torch.Tensor]) -> ArrayRecord:
@@ -36,5 +40,5 @@ def events_of(record: ConfigRecord) -> list[dp_event.DpEvent]:
     return [event_from_dict(d) for d in json.loads(record["events"])]
 
 
-__all__ = ["JOB", "SERVER", "CLIENT", "MESSAGES", "DRAWN", "tensors_record", "tensors_of", "events_record",
+__all__ = ["JOB", "SERVER", "CLIENT", "MESSAGES", "DRAWN", "IDENTITY", "tensors_record", "tensors_of", "events_record",
            "events_of"]

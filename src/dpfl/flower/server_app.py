@@ -27,9 +27,10 @@ from flwr.serverapp import Grid, ServerApp
 from dpfl.data import FederatedDataset
 from dpfl.engine.protocol import ClientOutput
 from dpfl.errors import ConfigError, DpflError
-from dpfl.experiments.runner import build_setting, run_experiment
+from dpfl.experiments.runner import build_setting, release_hash, run_experiment
 from dpfl.flower import records, secure_sum
 from dpfl.flower.app_dir import check_enforced
+from dpfl.protocols.identity import VerifyingKey, parse_verifying_key
 
 
 class FlowerCohort:
@@ -41,11 +42,14 @@ class FlowerCohort:
         self.counts = [int(c) for c in dataset.train.counts]
         setting = build_setting(config, dataset, delta)  # without the server's noise key (secret: None)
         self.job = {"config": json.dumps(config, sort_keys=True), "setting": json.dumps(dataclasses.asdict(setting))}
+        self.release = release_hash(config)
         self.node_of: dict[int, int] | None = None
+        self.identities: dict[int, VerifyingKey] = {}  # client -> its node's secure aggregation key (if it has one)
 
     def connect(self) -> dict[int, int]:
         """{client id: node id}, from each node's reply to a query; DpflError unless every client of the config is
-        held by exactly one node with the number of training records the ledger was computed from."""
+        held by exactly one node with the number of training records the ledger was computed from. Keeps the public
+        keys the nodes report in ``identities``."""
         deadline = time.monotonic() + (self.timeout or 60.0)
         nodes = list(self.grid.get_node_ids())
         while len(nodes) < len(self.counts) and time.monotonic() < deadline:
@@ -62,6 +66,10 @@ class FlowerCohort:
                 raise DpflError(f"node {node} holds {count} training records of client {client}; the config's data "
                                 f"has {self.counts[client]} (the privacy ledger is computed from those)")
             node_of[client] = node
+            identity = str(reply[records.JOB].get(records.IDENTITY, ""))
+            if identity:
+                self.identities[client] = parse_verifying_key(identity.encode(), f"node {node}'s reply",
+                                                              records.IDENTITY)
         missing = sorted(set(range(len(self.counts))) - set(node_of))
         if missing:
             raise DpflError(f"no node holds the clients {missing[:10]} ({len(node_of)} of {len(self.counts)} found)")
@@ -71,7 +79,8 @@ class FlowerCohort:
         if self.node_of is None:
             self.node_of = self.connect()
             if sim.boundary.secure is not None:  # privacy.secure_aggregation: the protocol runs with the nodes
-                sim.boundary.secure = secure_sum.FlowerSecureSum(sim.boundary.secure, self)
+                sim.boundary.secure = secure_sum.FlowerSecureSum(
+                    sim.boundary.secure, self, secure_sum.session_of(self.release, sim.run_id), self._peers())
         secure = isinstance(sim.boundary.secure, secure_sum.FlowerSecureSum)
         clients = cohort.tolist()
         jobs = []
@@ -90,6 +99,19 @@ class FlowerCohort:
             yield torch.tensor([client]), ClientOutput(messages,
                                                        records.tensors_of(reply[records.CLIENT]),
                                                        records.events_of(reply[records.DRAWN]))
+
+    def _peers(self) -> dict[int, VerifyingKey] | None:
+        """The nodes' public keys for the actively secure variant of secure aggregation, if every node has one (None
+        if none has); DpflError for a federation in which some have and some have not."""
+        if not self.identities:
+            return None
+        without = sorted(set(self.node_of) - set(self.identities))
+        if without:
+            raise DpflError(f"the nodes of clients {without[:10]} have no secure aggregation signing key, the others "
+                            "have one: a silo with a key takes part only in the actively secure variant, which needs "
+                            "every silo's signature. Give every SuperNode the node config keys secagg-signing-key and "
+                            "secagg-peers, or none")
+        return dict(self.identities)
 
     def _exchange(self, jobs: list, round_number: int | None = None) -> dict[int, RecordDict]:
         """Sends each (node, message type, content) and returns {node: reply content}; DpflError for a node that

@@ -20,6 +20,18 @@ noise is drawn)
 * when it has answered rounds but its key is gone: a new key would draw fresh noise onto computations whose noise was
   already released, which the server's ledger did not charge.
 
+With secure aggregation on Flower (``dpfl.flower.secure_sum``) the silo also keeps a journal of its secure
+aggregations (``secagg.json``), written before each answer leaves the node, so that no re-sent message and no
+restart can make it answer twice:
+
+* per run id, the release config (its sha256) and the default policy it gave at the run's first secure aggregation
+  (``secagg_defaults``): the run id coming back with another release config is refused;
+* per round, the setup of the aggregation under way (its SHA-256) and the last stage it answered (``secagg_stage``):
+  each stage is answered once and in order, and once the silo has sent its masked input for a round it takes part
+  in no other secure aggregation of that round, ever (a second sum of the same inputs over another survivor set
+  would give the server a client's input as the difference). Before that, nothing about its input has left the
+  silo, and an aggregation of the round may start again (a resumed round).
+
 The state folder is the node config's ``state-dir``, by default the silo file's path with ``.dpfl-state`` appended.
 """
 
@@ -40,6 +52,7 @@ from dpfl.errors import DpflError
 STATE_SUFFIX = ".dpfl-state"
 DATA_FILE = "data.sha256"
 JOURNAL_FILE = "rounds.json"
+SECAGG_FILE = "secagg.json"
 
 
 class SiloStateError(DpflError):
@@ -120,12 +133,50 @@ class SiloState:
                 "cancels it. Refused; a resumed run must send each round's original state")
         if recorded is None:
             rounds[str(round_index)] = digest
-            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            write_text_atomically(self.directory / JOURNAL_FILE, json.dumps(journal, indent=1, sort_keys=True),
-                                  "the silo's journal of rounds")
+            self._write(JOURNAL_FILE, journal, "the silo's journal of rounds")
 
-    def _journal(self) -> dict:
-        path = self.directory / JOURNAL_FILE
+    def secagg_defaults(self, run_id: str, release: str, defaults: dict[str, int]) -> dict[str, int]:
+        """The default secure aggregation policy of run ``run_id``: ``defaults`` (what its release config gives), as
+        recorded at the run's first secure aggregation; SiloStateError if the run id arrives with another release
+        config than it had then."""
+        journal = self._journal(SECAGG_FILE)
+        if run_id not in journal:
+            journal[run_id] = {"release": release, "defaults": dict(defaults), "rounds": {}}
+            self._write(SECAGG_FILE, journal, "the silo's journal of secure aggregations")
+        run = journal[run_id]
+        if run["release"] != release:
+            raise SiloStateError(
+                f"run {run_id} came with the release config {run['release'][:12]}... to this silo's first secure "
+                f"aggregation of it, and now comes with {release[:12]}...: refused (the first fixed its policy)")
+        return dict(run["defaults"])
+
+    def secagg_stage(self, run_id: str, round_index: int, setup: str, stage: int, committed: int) -> None:
+        """Records, before the answer leaves the silo, that it answers stage ``stage`` (the position in the round's
+        stages) of the secure aggregation of round ``round_index`` of run ``run_id``, set up as ``setup``;
+        SiloStateError for a stage out of order, answered before or of another setup than the aggregation under way,
+        and for a new aggregation (stage 0) of a round in which the silo has answered the stage ``committed`` (its
+        masked input). ``secagg_defaults`` must have recorded the run."""
+        journal = self._journal(SECAGG_FILE)
+        if run_id not in journal:
+            raise SiloStateError(f"run {run_id} has no secure aggregation policy recorded (secagg_defaults first)")
+        rounds, setup = journal[run_id]["rounds"], hashlib.sha256(setup.encode()).hexdigest()
+        record = rounds.get(str(round_index))
+        if stage == 0 and record is not None and record["answered"] >= committed:
+            raise SiloStateError(
+                f"this silo already sent its masked input in round {round_index + 1} of this run: it takes part in "
+                "no other secure aggregation of that round (a second sum over other survivors would give the server "
+                "a client's input as the difference)")
+        if stage > 0 and (record is None or record["setup"] != setup or record["answered"] != stage - 1):
+            last = "none" if record is None else f"stage {record['answered']}" + (
+                "" if record["setup"] == setup else " of an aggregation set up differently")
+            raise SiloStateError(
+                f"stage {stage} of round {round_index + 1}'s secure aggregation out of order: this silo's last answer "
+                f"in that round was {last} (each stage is answered once, in order)")
+        rounds[str(round_index)] = {"setup": setup, "answered": stage}
+        self._write(SECAGG_FILE, journal, "the silo's journal of secure aggregations")
+
+    def _journal(self, name: str = JOURNAL_FILE) -> dict:
+        path = self.directory / name
         if not path.exists():
             return {}
         try:
@@ -133,6 +184,10 @@ class SiloState:
         except (OSError, ValueError) as err:
             raise SiloStateError(f"{path} is damaged ({err}); this silo cannot tell which rounds it answered, so it "
                                  "answers none: restore the file") from None
+
+    def _write(self, name: str, journal: dict, what: str) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_text_atomically(self.directory / name, json.dumps(journal, indent=1, sort_keys=True), what)
 
 
 __all__ = ["SiloState", "SiloStateError", "STATE_SUFFIX", "data_fingerprint", "input_digest"]

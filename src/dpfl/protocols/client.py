@@ -8,6 +8,7 @@ from cryptography.exceptions import InvalidTag
 
 from dpfl.errors import ConfigError
 from dpfl.protocols import shamir
+from dpfl.protocols.identity import Registry, SigningKey, ed25519_key, raw_public, same_key, sign, verifies
 from dpfl.protocols.messages import (
     CIPHERTEXT_BYTES,
     MessageType,
@@ -17,10 +18,13 @@ from dpfl.protocols.messages import (
     decode,
     encode,
     pack_count,
+    pack_ids,
+    pack_signature,
     pack_vector,
     party_name,
     share_context,
     share_nonce,
+    statement,
 )
 from dpfl.protocols.primitives import (
     KEY_BYTES,
@@ -34,42 +38,70 @@ from dpfl.protocols.primitives import (
     private_key,
     public_bytes,
 )
-from dpfl.protocols.session import PublicKeys, SecAggConfig, Stage, element_bytes
+from dpfl.protocols.session import PublicKeys, SecAggConfig, Stage, element_bytes, seed_commitment
 
 
 class SecAggClient:
-    """One client's side of one round: call ``advertise_keys``, ``share_keys``, ``masked_input``, ``unmask`` in
-    order, each with the server's message of the previous stage; each returns the bytes to send to the server."""
+    """One client's side of one round: call ``advertise_keys``, ``share_keys``, ``masked_input``, (in the actively
+    secure variant) ``consistency_check``, and ``unmask`` in order, each with the server's message of the previous
+    stage; each returns the bytes to send to the server.
 
-    def __init__(self, client_id: int, config: SecAggConfig, random_bytes: RandomBytes = os_random_bytes):
+    ``identity`` is the client's long-term signing key and ``peers`` the registry of the cohort's public keys
+    (``dpfl.protocols.identity``): both are needed in a round of the actively secure variant (``config.active``),
+    and a client that holds an identity refuses a round set up without it (a server cannot downgrade it)."""
+
+    def __init__(self, client_id: int, config: SecAggConfig, random_bytes: RandomBytes = os_random_bytes,
+                 identity: SigningKey | None = None, peers: Registry | None = None):
         if client_id not in config.clients:
             raise ConfigError("client_id", client_id, f"one of the round's clients {list(config.clients)}")
         self.id, self.config, self._random_bytes = int(client_id), config, random_bytes
         self._name = party_name(self.id)
         self._stage = Stage.ADVERTISE_KEYS
+        self._digest = config.digest
         self._keys: dict[int, PublicKeys] = {}  # U1
         self._held: dict[int, tuple[int, int]] = {}  # owner v in U2 -> (share of b_v, share of s_v^SK) at x = id + 1
         self._encryption_keys: dict[int, bytes] = {}  # v -> c_uv, agreed in ShareKeys, used again to decrypt
+        self._signed_survivors: bytes | None = None  # U3 as this client signed it (ConsistencyCheck)
+        self._signing_key, self._peers = identity, peers
+        if config.active:
+            if identity is None or peers is None:
+                raise ConfigError("identity", identity, "this client's signing key and the registry of the cohort's "
+                                                        "public keys (peers) in a round of the actively secure variant")
+            unknown = sorted(set(config.clients) - set(peers))
+            if unknown:
+                self._fail(f"the registry holds no public key of the invited clients {unknown}: their signatures "
+                           "could not be checked")
+            if not same_key(peers[self.id], identity.public_key()):
+                self._fail("this client's signing key is not the one the registry holds for it")
+        elif identity is not None:
+            self._fail("the round is set up without signatures (the honest-but-curious protocol), but this client has "
+                       "a signing key: it takes part in the actively secure variant only, which a server cannot "
+                       "turn off")
 
     @property
     def stage(self) -> Stage:
         return self._stage
 
     def advertise_keys(self) -> bytes:
-        """AdvertiseKeys: the message c_u^PK | s_u^PK."""
+        """AdvertiseKeys: the message c_u^PK | s_u^PK, signed with the client's identity; without one (the
+        honest-but-curious protocol) with a fresh Ed25519 key of the round, a_u, whose public part it appends."""
         self._enter(Stage.ADVERTISE_KEYS, "advertise_keys")
         self._encryption_key = private_key(self._random_bytes(KEY_BYTES))
         self._mask_key = private_key(self._random_bytes(KEY_BYTES))
         payload = public_bytes(self._encryption_key) + public_bytes(self._mask_key)
+        if not self.config.active:
+            self._signing_key = ed25519_key(self._random_bytes(KEY_BYTES))
+            payload += raw_public(self._signing_key)
         return self._send(MessageType.ADVERTISE_KEYS, payload, Stage.SHARE_KEYS)
 
     def share_keys(self, key_list: bytes) -> bytes:
-        """ShareKeys: checks the server's key list (U1) and returns the encrypted shares of b_u and s_u^SK."""
+        """ShareKeys: checks the server's key list (U1: in the active variant, every entry's signature by its owner's
+        registered key) and returns the commitment to b_u and the encrypted shares of b_u and s_u^SK."""
         self._enter(Stage.SHARE_KEYS, "share_keys")
         reader = self._read(key_list, MessageType.KEY_LIST)
-        entries = reader.ids(reader.count(4 + 2 * KEY_BYTES), 2 * KEY_BYTES)
+        entries = reader.ids(reader.count(4 + 2 * KEY_BYTES + 2, exact=False), 2 * KEY_BYTES, signed=True)
         reader.done()
-        keys = {v: PublicKeys(rest[:KEY_BYTES], rest[KEY_BYTES:]) for v, rest in entries}
+        keys = {v: PublicKeys(rest[:KEY_BYTES], rest[KEY_BYTES:]) for v, rest, _ in entries}
         strangers = sorted(set(keys) - set(self.config.clients))
         if strangers:
             self._fail(f"the key list names clients {strangers}, who are not invited to this round")
@@ -80,6 +112,14 @@ class SecAggClient:
         all_keys = [k for pair in keys.values() for k in (pair.encryption, pair.mask)]
         if len(set(all_keys)) != len(all_keys):
             self._fail("the key list repeats a public key")
+        if self.config.active:
+            forged = [v for v, rest, signature in entries if v != self.id and not verifies(
+                self._peers[v], signature, statement(self._digest, MessageType.ADVERTISE_KEYS, v, rest))]
+            if forged:
+                self._fail(f"the key list's keys of clients {forged} are not signed by their registered keys for "
+                           "this round: the server substituted them (or set the round up differently for them)")
+        elif any(signature for _, _, signature in entries):
+            self._fail("the key list carries signatures in a round set up without them")
         self._keys = keys
         self._self_mask_seed = self._random_bytes(KEY_BYTES)
         xs = [v + 1 for v in keys]
@@ -87,7 +127,7 @@ class SecAggClient:
         seed_shares = shamir.split(int.from_bytes(self._self_mask_seed, "big"), t, xs, self._random_bytes)
         key_shares = shamir.split(int.from_bytes(private_bytes(self._mask_key), "big"), t, xs, self._random_bytes)
         self._held[self.id] = (seed_shares[self.id + 1], key_shares[self.id + 1])
-        payload = [pack_count(len(keys) - 1)]
+        payload = [seed_commitment(self.config, self.id, self._self_mask_seed), pack_count(len(keys) - 1)]
         for v in keys:
             if v == self.id:
                 continue
@@ -126,23 +166,64 @@ class SecAggClient:
             if v != self.id:
                 pair_mask = prg(self._mask_seed(v), self.config.dimension, self.config.bits)
                 masked = masked + pair_mask if v > self.id else masked - pair_mask
-        return self._send(MessageType.MASKED_INPUT, pack_vector(masked & self.config.modulus_mask), Stage.UNMASKING)
+        following = Stage.CONSISTENCY_CHECK if self.config.active else Stage.UNMASKING
+        return self._send(MessageType.MASKED_INPUT, pack_vector(masked & self.config.modulus_mask), following)
+
+    def consistency_check(self, request: bytes) -> bytes:
+        """ConsistencyCheck (the active variant): checks the server's survivor list U3 and returns this client's
+        signature of it, which every client checks before it unmasks anything (so the server cannot show different
+        clients different survivor sets)."""
+        self._enter(Stage.CONSISTENCY_CHECK, "consistency_check")
+        reader = self._read(request, MessageType.CONSISTENCY_CHECK)
+        survivors = self._survivors(reader, exact=True)
+        reader.done()
+        self._signed_survivors = pack_ids(survivors)
+        return self._send(MessageType.CONSISTENCY_SIGNATURE, self._signed_survivors, Stage.UNMASKING)
 
     def unmask(self, request: bytes) -> bytes:
-        """Unmasking: for each v in U2 the share of b_v if v is in the server's list U3, else the share of s_v^SK."""
+        """Unmasking: for each v in U2 the share of b_v if v is in the server's list U3, else the share of s_v^SK;
+        in the active variant only after checking that at least t clients signed the U3 this client signed."""
         self._enter(Stage.UNMASKING, "unmask")
         reader = self._read(request, MessageType.UNMASK_REQUEST)
-        survivors = {v for v, _ in reader.ids(reader.count(4))}
+        survivors = self._survivors(reader, exact=False)
+        signatures = reader.ids(reader.count(4 + 2, exact=False), signed=True)
         reader.done()
-        unknown = sorted(survivors - set(self._held))
-        if unknown:
-            self._fail(f"the unmasking request names clients {unknown}, who did not share keys with this client")
-        self._require_threshold(len(survivors), "clients with masked inputs (U3)")
+        if self.config.active:
+            self._check_consistency(survivors, {v: signature for v, _, signature in signatures})
+        elif signatures:
+            self._fail("the unmasking request carries consistency signatures in a round set up without them")
         payload = [pack_count(len(self._held))]
         for v in sorted(self._held):
             kind = ShareKind.SELF_MASK_SEED if v in survivors else ShareKind.MASK_KEY
             payload.append(v.to_bytes(4, "big") + bytes([kind]) + element_bytes(self._held[v][kind]))
         return self._send(MessageType.UNMASK_SHARES, b"".join(payload), Stage.DONE)
+
+    def _survivors(self, reader: PayloadReader, exact: bool) -> set[int]:
+        """The server's list U3 (the clients whose masked input arrived), checked: only clients that shared keys
+        with this one, this one among them, at least t."""
+        survivors = {v for v, _ in reader.ids(reader.count(4, exact=exact))}
+        unknown = sorted(survivors - set(self._held))
+        if unknown:
+            self._fail(f"the survivor list names clients {unknown}, who did not share keys with this client")
+        if self.id not in survivors:
+            self._fail("the survivor list leaves out this client, which sent its masked input")
+        self._require_threshold(len(survivors), "clients with masked inputs (U3)")
+        return survivors
+
+    def _check_consistency(self, survivors: set[int], signatures: dict[int, bytes]) -> None:
+        """U3 is the list this client signed, and at least t clients of it (U4) signed the same list."""
+        if pack_ids(survivors) != self._signed_survivors:
+            self._fail("the unmasking request's survivor list is not the one this client signed")
+        strangers = sorted(set(signatures) - survivors)
+        if strangers:
+            self._fail(f"consistency signatures from clients {strangers}, who are not in the survivor list")
+        self._require_threshold(len(signatures), "consistency signatures (U4)")
+        forged = [v for v, signature in sorted(signatures.items()) if not verifies(
+            self._peers[v], signature, statement(self._digest, MessageType.CONSISTENCY_SIGNATURE, v,
+                                                 self._signed_survivors))]
+        if forged:
+            self._fail(f"the consistency signatures of clients {forged} are not their signatures of this survivor "
+                       "list: the server showed clients different survivor sets (or altered the signatures)")
 
     def _encryption_pair_key(self, v: int) -> bytes:
         """c_uv (computed once: ShareKeys encrypts and MaskedInputCollection decrypts with it)."""
@@ -173,9 +254,11 @@ class SecAggClient:
         _, payload = decode(message, self.config.round_id, self._name, kind)
         return PayloadReader(payload, self.config.round_id, self._name, f"{kind.name} from the server")
 
-    def _send(self, kind: MessageType, payload: bytes, next_stage: Stage) -> bytes:
+    def _send(self, kind: MessageType, body: bytes, next_stage: Stage) -> bytes:
+        """The message: this client's signature of the body, then the body (``dpfl.protocols.messages``)."""
+        signature = sign(self._signing_key, statement(self._digest, kind, self.id, body))
         self._stage = next_stage
-        return encode(kind, self.config.round_id, self.id, payload)
+        return encode(kind, self.config.round_id, self.id, pack_signature(signature) + body)
 
     def _require_threshold(self, count: int, what: str) -> None:
         if count < self.config.threshold:

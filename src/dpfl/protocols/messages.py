@@ -1,27 +1,37 @@
-"""The wire format of secure aggregation (version 1): every message is plain bytes, a fixed header then a payload.
+"""The wire format of secure aggregation (version 2): every message is plain bytes, a fixed header then a payload.
 
 Header (22 bytes, big-endian)::
 
     magic  b"DPSA"  4 bytes
-    version         1 byte    (VERSION = 1)
+    version         1 byte    (VERSION = 2)
     type            1 byte    (MessageType)
     round id        8 bytes   (unsigned)
     sender          4 bytes   (client id in [0, 2^32 - 2]; SERVER = 2^32 - 1)
     payload length  4 bytes
 
-Payloads (ids are 4-byte unsigned, counts 4-byte unsigned):
+Every client message is signed: its payload is ``signature`` (2-byte length, then the signature) followed by its
+body, and the signature is the sender's signature of ``statement(round digest, type, sender, body)``
+(``dpfl.protocols.identity``). The key is the sender's registered long-term key in the actively secure variant, and
+in the honest-but-curious one the key of the round the sender advertised in its first message (which authenticates
+its later messages to the server: no other party can send in its name once it has advertised).
 
-=================  =======  =======================================================================================
-type               from     payload
-=================  =======  =======================================================================================
-ADVERTISE_KEYS     client   c_u^PK (32) | s_u^PK (32)
-KEY_LIST           server   count | count x (id | c^PK (32) | s^PK (32)), ids increasing
-ENCRYPTED_SHARES   client   count | count x (recipient id | AES-GCM ciphertext (148))
-ROUTED_SHARES      server   count | count x (sender id | ciphertext (148)), ids increasing
-MASKED_INPUT       client   count | count x little-endian uint64 (y_u mod 2^bits)
-UNMASK_REQUEST     server   count | count x id (U3, the clients whose masked input arrived), increasing
-UNMASK_SHARES      client   count | count x (owner id | kind (0: b, 1: s^SK) | share (66, big-endian))
-=================  =======  =======================================================================================
+Bodies (ids are 4-byte unsigned, counts 4-byte unsigned, a signature is its 2-byte length then its bytes):
+
+======================  ======  ===================================================================================
+type                    from    body
+======================  ======  ===================================================================================
+ADVERTISE_KEYS          client  c_u^PK (32) | s_u^PK (32) [| a_u^PK (32): its round's Ed25519 key, not active]
+KEY_LIST                server  count | count x (id | c^PK (32) | s^PK (32) | signature), ids increasing; the
+                                signature is the owner's ADVERTISE_KEYS signature (active), empty otherwise
+ENCRYPTED_SHARES        client  commitment to b_u (32) | count | count x (recipient id | AES-GCM ciphertext (148))
+ROUTED_SHARES           server  count | count x (sender id | ciphertext (148)), ids increasing
+MASKED_INPUT            client  count | count x little-endian uint64 (y_u mod 2^bits)
+CONSISTENCY_CHECK       server  count | count x id (U3), increasing (active only)
+CONSISTENCY_SIGNATURE   client  the same list U3: its signature is u's signature of U3 (active only)
+UNMASK_REQUEST          server  count | count x id (U3) | count | count x (id | signature): the consistency
+                                signatures of U4 (active), none otherwise
+UNMASK_SHARES           client  count | count x (owner id | kind (0: b, 1: s^SK) | share (66, big-endian))
+======================  ======  ===================================================================================
 
 A ciphertext from u to v is AES-GCM under c_uv with nonce (u as 12 bytes) and associated data
 ``share_context(round, u, v)``; its plaintext is the two Shamir shares (of b_u and of s_u^SK) at x = v + 1,
@@ -42,7 +52,7 @@ from dpfl.protocols.primitives import TAG_BYTES
 from dpfl.protocols.shamir import ELEMENT_BYTES
 
 MAGIC = b"DPSA"
-VERSION = 1
+VERSION = 2
 #: The sender id of the server.
 SERVER = 2**32 - 1
 #: Bytes of an encrypted pair of shares.
@@ -52,11 +62,18 @@ _HEADER = struct.Struct(">4sBBQII")
 _COUNT = struct.Struct(">I")
 
 
-class SecAggError(DpflError):
-    """A secure aggregation round refused a message or could not go on: says which round, which party, what."""
+#: What every signed statement starts with (``statement``).
+STATEMENT_TAG = b"DPSA/signed"
+#: The largest signature a message may carry (an ECDSA P-521 signature in DER is at most 139 bytes).
+MAX_SIGNATURE_BYTES = 256
 
-    def __init__(self, round_id: int, party: str, problem: str):
-        self.round_id, self.party, self.problem = round_id, party, problem
+
+class SecAggError(DpflError):
+    """A secure aggregation round refused a message or could not go on: says which round, which party, what, and the
+    clients it found at fault (``culprits``) where it could tell."""
+
+    def __init__(self, round_id: int, party: str, problem: str, culprits: tuple[int, ...] = ()):
+        self.round_id, self.party, self.problem, self.culprits = round_id, party, problem, tuple(culprits)
         super().__init__(f"secure aggregation round {round_id}, {party}: {problem}")
 
 
@@ -68,6 +85,8 @@ class MessageType(enum.IntEnum):
     MASKED_INPUT = 5
     UNMASK_REQUEST = 6
     UNMASK_SHARES = 7
+    CONSISTENCY_CHECK = 8
+    CONSISTENCY_SIGNATURE = 9
 
 
 class ShareKind(enum.IntEnum):
@@ -131,7 +150,8 @@ def decode(message: bytes, round_id: int, receiver: str, expected: MessageType) 
     return header, bytes(message[_HEADER.size:])
 
 
-_FROM_SERVER = {MessageType.KEY_LIST, MessageType.ROUTED_SHARES, MessageType.UNMASK_REQUEST}
+_FROM_SERVER = {MessageType.KEY_LIST, MessageType.ROUTED_SHARES, MessageType.UNMASK_REQUEST,
+                MessageType.CONSISTENCY_CHECK}
 
 
 class PayloadReader:
@@ -154,17 +174,27 @@ class PayloadReader:
     def uint32(self) -> int:
         return _COUNT.unpack(self.take(4))[0]
 
-    def count(self, item_bytes: int) -> int:
-        """A count, checked against the bytes left (so a forged count cannot make the reader allocate)."""
+    def count(self, item_bytes: int, exact: bool = True) -> int:
+        """A count, checked against the bytes left (so a forged count cannot make the reader allocate): exactly
+        ``item_bytes`` per item to the end, or (``exact`` False, items of varying size) at least that many."""
         n = self.uint32()
-        if n * item_bytes != len(self.payload) - self.offset:
-            self.fail(f"count {n} of {item_bytes}-byte items, but {len(self.payload) - self.offset} bytes follow")
+        left = len(self.payload) - self.offset
+        if (n * item_bytes != left) if exact else (n * item_bytes > left):
+            self.fail(f"count {n} of {item_bytes}-byte items, but {left} bytes follow")
         return n
 
-    def ids(self, n: int, item_rest: int = 0) -> list[tuple[int, bytes]]:
-        """n items (id, rest) with ids strictly increasing (no repeats)."""
-        items = [(self.uint32(), self.take(item_rest)) for _ in range(n)]
-        ids = [i for i, _ in items]
+    def signature(self) -> bytes:
+        """A signature: its 2-byte length, then its bytes."""
+        n = int.from_bytes(self.take(2), "big")
+        if n > MAX_SIGNATURE_BYTES:
+            self.fail(f"a signature of {n} bytes (at most {MAX_SIGNATURE_BYTES})")
+        return self.take(n)
+
+    def ids(self, n: int, item_rest: int = 0, signed: bool = False) -> list[tuple[int, bytes]]:
+        """n items (id, rest) with ids strictly increasing (no repeats); ``signed``: each item ends with a signature,
+        returned as a third element."""
+        items = [(self.uint32(), self.take(item_rest), *([self.signature()] if signed else [])) for _ in range(n)]
+        ids = [item[0] for item in items]
         if any(a >= b for a, b in zip(ids, ids[1:])):
             self.fail(f"ids {ids} are not strictly increasing (a repeated or unsorted entry)")
         return items
@@ -174,8 +204,31 @@ class PayloadReader:
             self.fail(f"{len(self.payload) - self.offset} bytes left over")
 
 
+def signed_parts(payload: bytes, round_id: int, receiver: str, what: str) -> tuple[bytes, bytes]:
+    """(signature, body) of a client message's payload."""
+    reader = PayloadReader(payload, round_id, receiver, what)
+    return reader.signature(), payload[reader.offset:]
+
+
 def pack_count(n: int) -> bytes:
     return _COUNT.pack(n)
+
+
+def pack_signature(signature: bytes) -> bytes:
+    return len(signature).to_bytes(2, "big") + signature
+
+
+def pack_ids(ids) -> bytes:
+    """count | ids, increasing."""
+    ids = sorted(ids)
+    return pack_count(len(ids)) + b"".join(v.to_bytes(4, "big") for v in ids)
+
+
+def statement(digest: bytes, kind: MessageType, sender: int, body: bytes) -> bytes:
+    """What a client signs when it sends ``body`` as a message of type ``kind``: the tag, the version, the type, the
+    sender and the round's ``SecAggConfig.digest`` (which names the round, its cohort, threshold and session), then
+    the body. A signature is therefore valid for one message of one party in one round set up one way."""
+    return STATEMENT_TAG + struct.pack(">BBI", VERSION, int(kind), sender) + digest + body
 
 
 def pack_vector(values: np.ndarray) -> bytes:
@@ -199,6 +252,7 @@ def share_nonce(sender: int) -> bytes:
     return struct.pack(">4xQ", sender)
 
 
-__all__ = ["MAGIC", "VERSION", "SERVER", "CIPHERTEXT_BYTES", "SecAggError", "MessageType", "ShareKind",
-           "Header", "party_name", "encode", "read_header", "decode", "PayloadReader", "pack_count", "pack_vector",
-           "unpack_vector", "share_context", "share_nonce"]
+__all__ = ["MAGIC", "VERSION", "SERVER", "CIPHERTEXT_BYTES", "STATEMENT_TAG", "MAX_SIGNATURE_BYTES", "SecAggError",
+           "MessageType", "ShareKind", "Header", "party_name", "encode", "read_header", "decode", "PayloadReader",
+           "signed_parts", "pack_count", "pack_signature", "pack_ids", "statement", "pack_vector", "unpack_vector",
+           "share_context", "share_nonce"]

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
+from dpfl.errors import ConfigError
 from dpfl.protocols import shamir
+from dpfl.protocols.identity import Registry, VerifyingKey, ed25519_public, verifies
 from dpfl.protocols.messages import (
     CIPHERTEXT_BYTES,
     SERVER,
@@ -16,33 +21,65 @@ from dpfl.protocols.messages import (
     decode,
     encode,
     pack_count,
+    pack_ids,
+    pack_signature,
+    signed_parts,
+    statement,
     unpack_vector,
 )
 from dpfl.protocols.primitives import KEY_BYTES, agree, prg, private_key, public_bytes
-from dpfl.protocols.session import PublicKeys, SecAggConfig, SecureSum, Stage
+from dpfl.protocols.session import PublicKeys, SecAggConfig, SecureSum, Stage, seed_commitment
+
+#: At most this many reconstructions from other subsets of the responders when one fails its check, looking for the
+#: share that was altered (``SecAggServer.aggregate``).
+LOCATE_TRIES = 256
 
 
 class SecAggServer:
     """The server's side of one round. ``receive`` takes any client message of the current stage (raising
     ``SecAggError`` for a bad one, which leaves the server's state unchanged: treat its sender as dropped out); the
-    stage methods ``key_list``, ``routed_shares``, ``unmask_request``, ``aggregate`` close a stage with what has
-    arrived and return what to send on."""
+    stage methods ``key_list``, ``routed_shares``, ``consistency_request`` (active variant), ``unmask_request``,
+    ``aggregate`` close a stage with what has arrived and return what to send on, to the clients ``eligible`` names
+    (``next_messages`` closes whichever stage is current).
+
+    Every client message must carry its sender's signature: by its registered key in ``peers`` (the active variant,
+    ``config.active``), else by the round key the sender advertised in its first message, so that no client can send
+    in another's name. Every secret the server reconstructs is checked (b_v against v's commitment, s_v^SK against
+    v's advertised public key) before it enters the sum: a corrupted share stops the round, naming the client that
+    sent it where the shares tell (``SecAggError.culprits``)."""
 
     _EXPECTED = {Stage.ADVERTISE_KEYS: MessageType.ADVERTISE_KEYS, Stage.SHARE_KEYS: MessageType.ENCRYPTED_SHARES,
-                 Stage.MASKED_INPUT: MessageType.MASKED_INPUT, Stage.UNMASKING: MessageType.UNMASK_SHARES}
+                 Stage.MASKED_INPUT: MessageType.MASKED_INPUT,
+                 Stage.CONSISTENCY_CHECK: MessageType.CONSISTENCY_SIGNATURE, Stage.UNMASKING: MessageType.UNMASK_SHARES}
 
-    def __init__(self, config: SecAggConfig):
+    def __init__(self, config: SecAggConfig, peers: Registry | None = None):
+        if config.active and (peers is None or set(config.clients) - set(peers)):
+            missing = sorted(set(config.clients) - set(peers or {}))
+            raise ConfigError("peers", None if peers is None else f"keys of clients {sorted(peers)}",
+                              f"the public key of every invited client in the actively secure variant (none for "
+                              f"{missing})")
         self.config = config
+        self._digest = config.digest
         self._stage = Stage.ADVERTISE_KEYS
         self._eligible = set(config.clients)
+        self._verifying: dict[int, VerifyingKey] = dict(peers) if config.active else {}  # filled at AdvertiseKeys
+        self._advertisements: dict[int, bytes] = {}  # U1: sender -> its message (to tell a replay from a forgery)
         self._keys: dict[int, PublicKeys] = {}  # U1
+        self._key_signatures: dict[int, bytes] = {}  # U1: the AdvertiseKeys signatures (forwarded, active)
+        self._commitments: dict[int, bytes] = {}  # U2: the commitments to b_v
         self._ciphertexts: dict[int, dict[int, bytes]] = {}  # U2: sender -> recipient -> ciphertext
         self._masked: dict[int, np.ndarray] = {}  # U3
+        self._consistency: dict[int, bytes] = {}  # U4: the signatures of U3 (active)
         self._shares: dict[int, dict[int, tuple[ShareKind, int]]] = {}  # responders: owner -> (kind, share)
 
     @property
     def stage(self) -> Stage:
         return self._stage
+
+    @property
+    def eligible(self) -> tuple[int, ...]:
+        """The clients whose message the current stage accepts: those the previous stage's message goes to."""
+        return tuple(sorted(self._eligible))
 
     @property
     def advertised(self) -> tuple[int, ...]:
@@ -69,19 +106,47 @@ class SecAggServer:
         if sender not in self._eligible:
             why = "not invited to this round" if sender not in self.config.clients else "not in the previous stage"
             self._refuse(f"{kind.name} from client {sender}, who is {why}")
+        what = f"{kind.name} from client {sender}"
+        signature, body = signed_parts(payload, self.config.round_id, "server", what)
+        reader = PayloadReader(body, self.config.round_id, "server", what)
+        key = self._verifying_key(sender, body, reader)
+        if not verifies(key, signature, statement(self._digest, kind, sender, body)):
+            self._refuse(f"{kind.name} in the name of client {sender} does not carry client {sender}'s signature: "
+                         "another party sent it, or it was altered")
         if sender in self._store():
+            if self._stage == Stage.ADVERTISE_KEYS and self._advertisements[sender] != message:
+                self._fail(f"two different ADVERTISE_KEYS in the name of client {sender}: "
+                           + (f"client {sender} signed both" if self.config.active else
+                              "another party sends in its name, which without registered keys cannot be told from "
+                              "the client"), (sender,) if self.config.active else ())
             self._refuse(f"replayed {kind.name} from client {sender}: it already sent one in this round")
-        reader = PayloadReader(payload, self.config.round_id, "server", f"{kind.name} from client {sender}")
         {Stage.ADVERTISE_KEYS: self._receive_keys, Stage.SHARE_KEYS: self._receive_shares,
-         Stage.MASKED_INPUT: self._receive_masked_input, Stage.UNMASKING: self._receive_unmask_shares,
-         }[self._stage](sender, reader)
+         Stage.MASKED_INPUT: self._receive_masked_input, Stage.CONSISTENCY_CHECK: self._receive_consistency,
+         Stage.UNMASKING: self._receive_unmask_shares}[self._stage](sender, reader, signature)
+        if self._stage == Stage.ADVERTISE_KEYS:
+            self._advertisements[sender] = bytes(message)
+            self._verifying.setdefault(sender, key)
         return sender
 
+    def next_messages(self) -> dict[int, bytes]:
+        """Ends the current stage (before Unmasking, which ``aggregate`` ends): {client: its message of the next
+        stage}, for every client the next stage accepts a message from (``eligible``)."""
+        if self._stage == Stage.SHARE_KEYS:
+            return self.routed_shares()
+        end = {Stage.ADVERTISE_KEYS: self.key_list, Stage.CONSISTENCY_CHECK: self.unmask_request,
+               Stage.MASKED_INPUT: self.consistency_request if self.config.active else self.unmask_request}
+        if self._stage not in end:
+            self._fail(f"no stage follows {self._stage.name}")
+        message = end[self._stage]()
+        return dict.fromkeys(self.eligible, message)
+
     def key_list(self) -> bytes:
-        """Ends AdvertiseKeys: the list of U1's public keys, for every client in U1."""
+        """Ends AdvertiseKeys: the list of U1's public keys (with their owners' signatures in the active variant),
+        for every client in U1."""
         self._close(Stage.ADVERTISE_KEYS, self._keys, "clients advertised keys")
         payload = [pack_count(len(self._keys))]
-        payload += [v.to_bytes(4, "big") + k.encryption + k.mask for v, k in sorted(self._keys.items())]
+        payload += [v.to_bytes(4, "big") + k.encryption + k.mask + pack_signature(self._key_signatures.get(v, b""))
+                    for v, k in sorted(self._keys.items())]
         self._advance(self._keys, Stage.SHARE_KEYS)
         return encode(MessageType.KEY_LIST, self.config.round_id, SERVER, b"".join(payload))
 
@@ -96,15 +161,31 @@ class SecAggServer:
         self._advance(self._ciphertexts, Stage.MASKED_INPUT)
         return messages
 
-    def unmask_request(self) -> bytes:
-        """Ends MaskedInputCollection: the list U3, for every client in U3."""
+    def consistency_request(self) -> bytes:
+        """Ends MaskedInputCollection in the active variant: the list U3, for every client in U3 to sign."""
+        if not self.config.active:
+            self._fail("the ConsistencyCheck round belongs to the actively secure variant; this round is set up "
+                       "without it (call unmask_request)")
         self._close(Stage.MASKED_INPUT, self._masked, "masked inputs arrived")
-        payload = pack_count(len(self._masked)) + b"".join(v.to_bytes(4, "big") for v in sorted(self._masked))
-        self._advance(self._masked, Stage.UNMASKING)
+        self._advance(self._masked, Stage.CONSISTENCY_CHECK)
+        return encode(MessageType.CONSISTENCY_CHECK, self.config.round_id, SERVER, pack_ids(self._masked))
+
+    def unmask_request(self) -> bytes:
+        """Ends MaskedInputCollection (or, in the active variant, ConsistencyCheck): the list U3 (with the signatures
+        of U3 by the clients U4 that signed it, active), for every client in U3 (U4)."""
+        if self.config.active:
+            self._close(Stage.CONSISTENCY_CHECK, self._consistency, "clients signed the survivor list")
+            signed = self._consistency
+        else:
+            self._close(Stage.MASKED_INPUT, self._masked, "masked inputs arrived")
+            signed = {}
+        payload = pack_ids(self._masked) + pack_count(len(signed)) + b"".join(
+            v.to_bytes(4, "big") + pack_signature(signature) for v, signature in sorted(signed.items()))
+        self._advance(signed if self.config.active else self._masked, Stage.UNMASKING)
         return encode(MessageType.UNMASK_REQUEST, self.config.round_id, SERVER, payload)
 
     def aggregate(self) -> SecureSum:
-        """Ends Unmasking: reconstructs the secrets from any t responders and returns the sum over U3."""
+        """Ends Unmasking: reconstructs the secrets from t responders, checks each, and returns the sum over U3."""
         self._close(Stage.UNMASKING, self._shares, "clients sent unmasking shares")
         holders = sorted(self._shares)[: self.config.threshold]
         coefficients = shamir.lagrange_at_zero([w + 1 for w in holders])
@@ -113,14 +194,12 @@ class SecAggServer:
         for y in self._masked.values():
             total += y
         for v in sorted(self._ciphertexts):
-            secret = self._secret(v, holders, coefficients)
             if v in self._masked:
-                total -= prg(secret, d, bits)
+                seed = self._secret(v, holders, coefficients, self._seed_check(v), "self-mask seed", "commitment")
+                total -= prg(seed, d, bits)
                 continue
-            mask_key = private_key_matching(secret, self._keys[v].mask)
-            if mask_key is None:
-                self._fail(f"the shares of client {v}'s mask key do not reconstruct the public key it advertised "
-                           "(a share was altered)")
+            secret = self._secret(v, holders, coefficients, self._key_check(v), "mask key", "advertised public key")
+            mask_key = private_key(secret)
             for u in self._masked:
                 pair_mask = prg(agree(mask_key, self._keys[u].mask, b"mask", self.config.round_id), d, bits)
                 total = total - pair_mask if v > u else total + pair_mask  # undo u's term for its pair with v
@@ -128,23 +207,41 @@ class SecAggServer:
         values = (total & self.config.modulus_mask).view(np.int64)
         return SecureSum(torch.from_numpy(values.copy()), tuple(sorted(self._masked)))
 
-    def _receive_keys(self, sender: int, reader: PayloadReader) -> None:
+    def _verifying_key(self, sender: int, body: bytes, reader: PayloadReader) -> VerifyingKey:
+        """The key the sender's signature must verify under: its registered key (active), the round key its
+        advertisement carries (AdvertiseKeys), or the one it advertised."""
+        if self.config.active or self._stage != Stage.ADVERTISE_KEYS:
+            return self._verifying[sender]
+        if len(body) != 3 * KEY_BYTES:
+            reader.fail(f"{len(body)} bytes of keys, expected {3 * KEY_BYTES}")
+        try:
+            return ed25519_public(body[2 * KEY_BYTES:])
+        except ValueError:
+            reader.fail("its round key is not an Ed25519 public key")
+
+    def _receive_keys(self, sender: int, reader: PayloadReader, signature: bytes) -> None:
         keys = PublicKeys(reader.take(KEY_BYTES), reader.take(KEY_BYTES))
+        if not self.config.active:
+            reader.take(KEY_BYTES)  # a_u, already read by _verifying_key
         reader.done()
         seen = {k for pair in self._keys.values() for k in (pair.encryption, pair.mask)}
         if keys.encryption == keys.mask or {keys.encryption, keys.mask} & seen:
             self._refuse(f"client {sender} advertised a public key already in use in this round")
         self._keys[sender] = keys
+        if self.config.active:
+            self._key_signatures[sender] = signature
 
-    def _receive_shares(self, sender: int, reader: PayloadReader) -> None:
+    def _receive_shares(self, sender: int, reader: PayloadReader, signature: bytes) -> None:
+        commitment = reader.take(32)
         entries = dict(reader.ids(reader.count(4 + CIPHERTEXT_BYTES), CIPHERTEXT_BYTES))
         reader.done()
         expected = set(self._keys) - {sender}
         if set(entries) != expected:
             reader.fail(f"ciphertexts for clients {sorted(entries)}, expected one for each of {sorted(expected)}")
         self._ciphertexts[sender] = entries
+        self._commitments[sender] = commitment
 
-    def _receive_masked_input(self, sender: int, reader: PayloadReader) -> None:
+    def _receive_masked_input(self, sender: int, reader: PayloadReader, signature: bytes) -> None:
         y = unpack_vector(reader)
         reader.done()
         if y.size != self.config.dimension:
@@ -153,7 +250,14 @@ class SecAggServer:
             reader.fail(f"value {int(y.max())} outside Z_(2^{self.config.bits})")
         self._masked[sender] = y
 
-    def _receive_unmask_shares(self, sender: int, reader: PayloadReader) -> None:
+    def _receive_consistency(self, sender: int, reader: PayloadReader, signature: bytes) -> None:
+        signed = {v for v, _ in reader.ids(reader.count(4))}
+        reader.done()
+        if signed != set(self._masked):
+            reader.fail(f"a signature of the survivor list {sorted(signed)}, not of {sorted(self._masked)}")
+        self._consistency[sender] = signature
+
+    def _receive_unmask_shares(self, sender: int, reader: PayloadReader, signature: bytes) -> None:
         entries = reader.ids(reader.count(4 + 1 + shamir.ELEMENT_BYTES), 1 + shamir.ELEMENT_BYTES)
         reader.done()
         expected = {v: ShareKind.SELF_MASK_SEED if v in self._masked else ShareKind.MASK_KEY
@@ -170,15 +274,61 @@ class SecAggServer:
             reader.fail(f"shares for clients {sorted(shares)}, expected {sorted(expected)}")
         self._shares[sender] = shares
 
-    def _secret(self, owner: int, holders: list[int], coefficients: dict[int, int]) -> bytes:
-        value = shamir.combine({w + 1: self._shares[w][owner][1] for w in holders}, coefficients)
-        if value >= 2 ** (8 * KEY_BYTES):
-            self._fail(f"the shares of client {owner}'s secret reconstruct no 32-byte value (a share was altered)")
-        return value.to_bytes(KEY_BYTES, "big")
+    def _seed_check(self, owner: int) -> Callable[[bytes], bool]:
+        return lambda seed: seed_commitment(self.config, owner, seed) == self._commitments[owner]
+
+    def _key_check(self, owner: int) -> Callable[[bytes], bool]:
+        return lambda secret: public_bytes(private_key(secret)) == self._keys[owner].mask
+
+    def _secret(self, owner: int, holders: list[int], coefficients: dict[int, int], check: Callable[[bytes], bool],
+                what: str, reference: str) -> bytes:
+        """The owner's secret from the shares of ``holders``, if it passes ``check``; else the round stops, naming the
+        clients whose shares are off the polynomial that other subsets of the responders reconstruct a secret passing
+        the check with (``_locate``)."""
+        shares = {w + 1: self._shares[w][owner][1] for w in sorted(self._shares)}
+        secret = _as_key(shamir.combine({w + 1: shares[w + 1] for w in holders}, coefficients))
+        if secret is not None and check(secret):
+            return secret
+        off = self._locate(shares, check)
+        problem = (f"the shares of client {owner}'s {what} from clients {holders} reconstruct a value that is not its "
+                   f"{reference}")
+        if off:
+            culprits = tuple(x - 1 for x in off)
+            self._fail(f"{problem}; the shares of clients {list(culprits)} do not lie on the polynomial of t other "
+                       f"shares that reconstruct it: they sent corrupted shares (or client {owner} dealt them wrong "
+                       "ones)", culprits)
+        if off is not None:
+            self._fail(f"{problem}; all {len(shares)} shares agree on that value: client {owner} shared another "
+                       f"secret than its {reference} says", (owner,))
+        self._fail(f"{problem} (a share was altered: with {len(shares)} responders for a threshold of "
+                   f"{self.config.threshold} its sender cannot be located)")
+
+    def _locate(self, shares: dict[int, int], check: Callable[[bytes], bool]) -> list[int] | None:
+        """The x-coordinates of the shares off a polynomial through t of ``shares`` whose secret passes ``check``
+        (trying subsets that leave out 1, 2, ... responders, at most LOCATE_TRIES); [] if all shares lie on one
+        polynomial (whose secret then failed the check); None if neither was found."""
+        t, xs = self.config.threshold, sorted(shares)
+        if len(xs) > t and all(shamir.interpolate({x: shares[x] for x in xs[:t]}, x) == shares[x] for x in xs[t:]):
+            return []
+        tried = {tuple(xs[:t])}
+        for left_out in range(1, len(xs) - t + 1):
+            for excluded in itertools.combinations(xs, left_out):
+                subset = tuple(x for x in xs if x not in excluded)[:t]
+                if subset in tried:
+                    continue
+                if len(tried) >= LOCATE_TRIES:
+                    return None
+                tried.add(subset)
+                points = {x: shares[x] for x in subset}
+                secret = _as_key(shamir.interpolate(points, 0))
+                if secret is not None and check(secret):
+                    return [x for x in xs if shamir.interpolate(points, x) != shares[x]]
+        return None
 
     def _store(self) -> dict:
         return {Stage.ADVERTISE_KEYS: self._keys, Stage.SHARE_KEYS: self._ciphertexts,
-                Stage.MASKED_INPUT: self._masked, Stage.UNMASKING: self._shares}[self._stage]
+                Stage.MASKED_INPUT: self._masked, Stage.CONSISTENCY_CHECK: self._consistency,
+                Stage.UNMASKING: self._shares}[self._stage]
 
     def _close(self, stage: Stage, arrived: dict, what: str) -> None:
         if self._stage != stage:
@@ -195,15 +345,14 @@ class SecAggServer:
     def _refuse(self, problem: str):
         raise SecAggError(self.config.round_id, "server", problem)
 
-    def _fail(self, problem: str):
+    def _fail(self, problem: str, culprits: tuple[int, ...] = ()):
         self._stage = Stage.ABORTED
-        raise SecAggError(self.config.round_id, "server", problem)
+        raise SecAggError(self.config.round_id, "server", problem, culprits)
 
 
-def private_key_matching(secret: bytes, public: bytes):
-    """The X25519 private key with these 32 bytes if its public key is ``public``, else None."""
-    key = private_key(secret)
-    return key if public_bytes(key) == public else None
+def _as_key(value: int) -> bytes | None:
+    """A reconstructed field element as the 32-byte secret it should be (None if it is larger)."""
+    return value.to_bytes(KEY_BYTES, "big") if value < 2 ** (8 * KEY_BYTES) else None
 
 
-__all__ = ["SecAggServer"]
+__all__ = ["SecAggServer", "LOCATE_TRIES"]

@@ -52,14 +52,20 @@ def lagrange_at_zero(xs: Sequence[int]) -> dict[int, int]:
     """The Lagrange coefficients lambda_i = prod_{j != i} x_j / (x_j - x_i) mod p of interpolation at 0.
 
     They depend only on the set of x-coordinates, so one set of shareholders reconstructs many secrets with them."""
+    return lagrange_at(xs, 0)
+
+
+def lagrange_at(xs: Sequence[int], point: int) -> dict[int, int]:
+    """The Lagrange coefficients prod_{j != i} (point - x_j) / (x_i - x_j) mod p of interpolation at ``point``
+    (at 0: ``lagrange_at_zero``)."""
     _check_coordinates(xs)
     coefficients = {}
     for xi in xs:
         numerator, denominator = 1, 1
         for xj in xs:
             if xj != xi:
-                numerator = numerator * xj % PRIME
-                denominator = denominator * (xj - xi) % PRIME
+                numerator = numerator * (point - xj) % PRIME
+                denominator = denominator * (xi - xj) % PRIME
         coefficients[xi] = numerator * pow(denominator, -1, PRIME) % PRIME
     return coefficients
 
@@ -73,7 +79,13 @@ def combine(shares: Mapping[int, int], coefficients: Mapping[int, int]) -> int:
 
 def reconstruct(shares: Mapping[int, int]) -> int:
     """The secret from shares {x: f(x)}: exact when at least ``threshold`` shares of one sharing are given."""
-    return combine(shares, lagrange_at_zero(list(shares)))
+    return interpolate(shares, 0)
+
+
+def interpolate(shares: Mapping[int, int], point: int) -> int:
+    """f(point) for the polynomial of degree len(shares) - 1 through the shares {x: f(x)}: with ``threshold`` shares
+    of one sharing, the value a share at x = point must have (at 0, the secret)."""
+    return combine(shares, lagrange_at(list(shares), point))
 
 
 def _check_coordinates(xs: Sequence[int]) -> None:
@@ -84,4 +96,5 @@ def _check_coordinates(xs: Sequence[int]) -> None:
         raise ValueError(f"x-coordinates {bad} are not allowed: expected integers in [1, 2^521 - 1)")
 
 
-__all__ = ["PRIME", "ELEMENT_BYTES", "random_element", "split", "lagrange_at_zero", "combine", "reconstruct"]
+__all__ = ["PRIME", "ELEMENT_BYTES", "random_element", "split", "lagrange_at_zero", "lagrange_at", "combine",
+           "reconstruct", "interpolate"]
