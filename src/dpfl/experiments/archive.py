@@ -16,9 +16,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from dpfl.accounting.ledger import PrivacyLedger
+from dpfl.engine.keys import KEY_FILE
 from dpfl.errors import RunDirectoryError
 
-RUN_FILES = ("ledger.json", "checkpoint.pt", "results.json", "run.json")
+RUN_FILES = ("ledger.json", "checkpoint.pt", "results.json", "run.json", KEY_FILE)
 
 
 def archive_run(out: Path) -> Path | None:

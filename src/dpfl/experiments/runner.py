@@ -70,7 +70,6 @@ from dpfl.experiments.validate import budget_of, check_warm_rounds, cohort_sampl
 from dpfl.models import build_model
 
 RUN_ONLY_KEYS = ("algorithm.rounds", "privacy.budget", "run.eval_every", "run.checkpoint_every")
-RUN_FILES = ("ledger.json", "checkpoint.pt", "results.json", "run.json", KEY_FILE)
 #: ``run.threads`` when a config leaves it unset. The cohort is one batched call (clients are a tensor axis), so a
 #: second intra-op thread has little to share, and on a busy machine the threads wait for each other's time slices at
 #: every op: alternated at the same moment on a shared 2-core machine (load 4-8, benchmarks/threads.py), the demo's
