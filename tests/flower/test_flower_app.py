@@ -99,6 +99,20 @@ def test_silo_csv_with_and_without_a_client_column(tmp_path):
     assert load_silo(tmp_path / "s.csv").client is None
 
 
+def test_an_evaluation_set_is_its_files_test_records_or_all_of_them(tmp_path):
+    """The server's evaluation set (run config ``evaluation``) is read as a silo file is: a split column keeps its
+    "test" records, a file without one is all evaluation records; errors name the run config key."""
+    from dpfl.flower.silo import load_records
+
+    (tmp_path / "split.csv").write_text("a,label,split\n1,0,train\n2,1,test\n3,2,test\n")
+    (tmp_path / "all.csv").write_text("a,label\n1,0\n2,1\n")
+    x, y = load_records(tmp_path / "split.csv", "evaluation")
+    assert x.tolist() == [[2.0], [3.0]] and y.tolist() == [1, 2]
+    assert load_records(tmp_path / "all.csv", "evaluation")[1].tolist() == [0, 1]
+    with pytest.raises(ConfigError, match="evaluation = .*a .npz or .csv file"):
+        load_records(tmp_path / "holdout.txt", "evaluation")
+
+
 @pytest.mark.parametrize("write, message", [
     (lambda p: np.savez(p / "s.npz", x=np.ones((2, 2)), y=[0, 1], client=[1, 2]), "one integer client id"),
     (lambda p: np.savez(p / "s.npz", x=np.ones((2, 2)), y=["cat", "dog"]), "class indices"),
