@@ -6,17 +6,16 @@ runtime sets) and optionally the folder of its own state (``state-dir``; default
 ``dpfl.flower.silo_state``). In the simulation runtime the run config's ``silo-path`` (e.g.
 "silos/{partition-id}.npz") stands in for a per-node ``data-path``.
 
-* query: replies with its client id, number of training records (the ServerApp maps clients to nodes and checks
-  the counts the ledger is computed from) and its secure aggregation public key, if it has one
-  (``dpfl.flower.secagg_policy``).
-* train: builds the algorithm from the job's config and ``Setting`` (cached per job), checks that the run's release
-  config describes its records (its count, feature shape and classes: ``dpfl.flower.federation.check_silo``) and its
-  own state (its data unchanged since its first round, the round not answered before on another input:
-  ``SiloState``), runs
-  ``client_round`` for its client with its own random streams (``ClientContext``: (the silo's noise key for the run,
-  round, client id, purpose); the key never leaves the node), and replies with the messages, its new state rows and
-  the events of the noise it drew. With ``privacy.secure_aggregation`` it keeps
-  its messages, encoded, on the node and replies with their layout instead (``dpfl.flower.secure_sum.keep_input``).
+* query: replies with its client id, number of training records (the ServerApp maps clients to nodes and builds the
+  run from the counts: public metadata, ``dpfl.flower.federation``) and its secure aggregation public key, if it has
+  one (``dpfl.flower.secagg_policy``).
+* train: checks that the run's release config describes its records (its count, feature shape and classes:
+  ``dpfl.flower.federation.check_silo``), builds the algorithm from the job's config and ``Setting`` (cached per job),
+  checks its own state (its data unchanged since its first round, the round not answered before on another input:
+  ``SiloState``), runs ``client_round`` for its client with its own random streams (``ClientContext``: (the silo's
+  noise key for the run, round, client id, purpose); the key never leaves the node), and replies with the messages,
+  its new state rows and the events of the noise it drew. With ``privacy.secure_aggregation`` it keeps its messages,
+  encoded, on the node and replies with their layout instead (``dpfl.flower.secure_sum.keep_input``).
 * query "secagg": one stage of the secure aggregation round (``dpfl.flower.secure_sum.respond``), under the silo's
   own policy (node config ``secagg-min-cohort``, ``secagg-min-threshold``, ``secagg-signing-key``, ``secagg-peers``:
   ``dpfl.flower.secagg_policy``) and its journal of secure aggregations (``SiloState``).
