@@ -127,11 +127,15 @@ def on_flower(config: dict, folder: Path) -> tuple[list[float], Timers, list[dic
     from flwr.simulation import run_simulation
 
     from dpfl.engine.simulator import Simulation
+    from dpfl.experiments.runner import build_data
     from dpfl.flower import records, server_app
+    from dpfl.flower.app_dir import app_config
+    from dpfl.flower.federation import Federation
 
     timers = Timers()
     timing_file = folder / "client-times.jsonl"
-    run_config = {"dpfl-config": json.dumps(config), "out": str(folder / "flower"), "round-timeout": 600.0}
+    carried = app_config(config, Federation.of_dataset(build_data(config)))  # what `dpfl flower-app` writes
+    run_config = {"dpfl-config": json.dumps(carried), "out": str(folder / "flower"), "round-timeout": 600.0}
     start, started_at = time.perf_counter(), time.time()
     with contextlib.ExitStack() as timed:
         for owner, name, label in [(Simulation, "step", "round"), (records, "tensors_record", "encode"),
@@ -167,7 +171,7 @@ def main() -> None:
     config = config_of(args.clients, args.rounds)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        write_silos(build_data(config).train, folder)
+        write_silos(build_data(config), folder)
         local = in_process(config, folder)
         flower, timers, clients, total = on_flower(config, folder)
         same = [r["epsilon"] for r in json.loads((folder / "flower" / "results.json").read_text())["rounds"]] == \

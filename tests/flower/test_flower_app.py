@@ -28,10 +28,13 @@ def test_flower_app_writes_a_flower_project_carrying_the_config(tmp_path):
     app = project["tool"]["flwr"]["app"]
     assert app["components"] == {"serverapp": "dpfl_app.server_app:app", "clientapp": "dpfl_app.client_app:app"}
     expected = load_config(path, ["algorithm.rounds=5"])
-    assert json.loads(app["config"]["dpfl-config"]) == expected
-    assert app["config"]["out"] == str((out / "run").resolve())
+    metadata = {"name": "silos", "num_clients": 3, "num_classes": 10, "feature_shape": [40]}  # synthetic's
+    assert json.loads(app["config"]["dpfl-config"]) == {**expected, "data": metadata}
+    assert app["config"]["out"] == str((out / "run").resolve()) and app["config"]["evaluation"] == "none"
     assert project["project"]["dependencies"] == ["dpfl[flower]"]
-    assert (out / "dpfl.toml").read_text() == CONFIG
+    carried = (out / "dpfl.toml").read_text()
+    assert carried.startswith("# The config this Flower App carries") and 'name = "silos"' in carried
+    assert tomllib.loads(carried)["algorithm"]["rounds"] == 5
     assert "from dpfl.flower.server_app import app" in (out / "dpfl_app" / "server_app.py").read_text()
     assert main(["flower-app", str(path), "--out", str(out)]) == 0  # regenerating over its own app is allowed
     (out / "notes.txt").write_text("mine")
@@ -49,6 +52,37 @@ def test_flower_app_is_a_valid_flower_project(tmp_path):
     assert valid, errors
 
 
+def test_flower_app_carries_the_federations_metadata_and_no_path_to_the_data(tmp_path, capsys):
+    """Before, the app's config held data.path, which the ServerApp read for the counts and evaluation. Now it holds
+    the public metadata (clients, classes, feature shape): taken from the data on the launching machine in a
+    rehearsal, or given with --classes and --features, when no file is read (here: the data is gone)."""
+    data = tmp_path / "private" / "pooled-records.csv"
+    data.parent.mkdir()
+    rows = [f"{i % 7}.5,{i % 3},{i % 2}" for i in range(90)]
+    data.write_text("a,b,label\n" + "\n".join(rows) + "\n")
+    path = tmp_path / "c.toml"
+    path.write_text(f'[data]\nname = "csv"\npath = "{data}"\nnum_clients = 3\n\n[algorithm]\nname = "dp-fedavg"\n'
+                    'rounds = 2\nclient_rate = 1.0\n\n[run]\nthreads = 1\n')
+    metadata = {"name": "silos", "num_clients": 3, "num_classes": 2, "feature_shape": [2]}
+    for name, options in (("rehearsal", []), ("given", ["--classes", "2", "--features", "2"])):
+        if name == "given":
+            data.rename(tmp_path / "moved.csv")
+        out = tmp_path / name
+        assert main(["flower-app", str(path), "--out", str(out), *options]) == 0, capsys.readouterr().err
+        assert "the app holds no path to data" in capsys.readouterr().err
+        app = tomllib.loads((out / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+        assert json.loads(app["dpfl-config"])["data"] == metadata
+        for file in (out / "pyproject.toml", out / "dpfl.toml"):
+            assert "pooled-records" not in file.read_text() and str(data.parent) not in file.read_text()
+    assert main(["flower-app", str(path), "--out", str(tmp_path / "e"), "--classes", "2"]) == 2
+    assert "--features" in capsys.readouterr().err
+    assert main(["flower-app", str(path), "--out", str(tmp_path / "e"), "--classes", "2", "--features", "1,x"]) == 2
+    assert "--features = '1,x'" in capsys.readouterr().err
+    assert main(["flower-app", str(path), "--out", str(tmp_path / "e"), "--classes", "2", "--features", "2",
+                 "--evaluation", "holdout.txt"]) == 2
+    assert "--evaluation = 'holdout.txt'" in capsys.readouterr().err and not (tmp_path / "e").exists()
+
+
 def test_silo_npz_keeps_its_training_records_and_names_its_client(tmp_path):
     x = np.arange(12, dtype=np.float64).reshape(6, 2)
     np.savez(tmp_path / "s.npz", x=x, y=np.array([0, 1, 2, 0, 1, 2]), client=np.full(6, 4),
@@ -63,6 +97,20 @@ def test_silo_csv_with_and_without_a_client_column(tmp_path):
     assert silo.client == 7 and silo.x.tolist() == [[1.0, 2.0], [3.0, 4.0]] and silo.y.tolist() == [0, 1]
     assert load_silo(tmp_path / "s.csv").x.shape == (2, 3)  # without a client column "site" is a feature
     assert load_silo(tmp_path / "s.csv").client is None
+
+
+def test_an_evaluation_set_is_its_files_test_records_or_all_of_them(tmp_path):
+    """The server's evaluation set (run config ``evaluation``) is read as a silo file is: a split column keeps its
+    "test" records, a file without one is all evaluation records; errors name the run config key."""
+    from dpfl.flower.silo import load_records
+
+    (tmp_path / "split.csv").write_text("a,label,split\n1,0,train\n2,1,test\n3,2,test\n")
+    (tmp_path / "all.csv").write_text("a,label\n1,0\n2,1\n")
+    x, y = load_records(tmp_path / "split.csv", "evaluation")
+    assert x.tolist() == [[2.0], [3.0]] and y.tolist() == [1, 2]
+    assert load_records(tmp_path / "all.csv", "evaluation")[1].tolist() == [0, 1]
+    with pytest.raises(ConfigError, match="evaluation = .*a .npz or .csv file"):
+        load_records(tmp_path / "holdout.txt", "evaluation")
 
 
 @pytest.mark.parametrize("write, message", [
@@ -84,13 +132,15 @@ def test_write_silos_gives_each_client_a_file_its_node_reads_back(tmp_path):
 
     path = tmp_path / "c.toml"
     path.write_text(CONFIG)
-    train = build_data(load_config(path)).train
-    paths = write_silos(train, tmp_path)
+    dataset = build_data(load_config(path))
+    train, test = dataset.train, dataset.test
+    paths = write_silos(dataset, tmp_path)
     assert [p.name for p in paths] == ["silo-0.npz", "silo-1.npz", "silo-2.npz"]
     for i, p in enumerate(paths):
-        silo, n = load_silo(p), int(train.counts[i])
+        silo, n, m = load_silo(p), int(train.counts[i]), int(test.counts[i])
         assert silo.client == i and silo.y.tolist() == train.y[i, :n].tolist()
         assert silo.x.equal(train.x[i, :n])
+        assert m > 0 and silo.test_x.equal(test.x[i, :m]) and silo.test_y.equal(test.y[i, :m])
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -112,8 +162,7 @@ def test_a_boundary_flower_does_not_enforce_is_refused(tmp_path, capsys, overrid
 
 def test_dpfl_write_silos_writes_the_configs_clients_as_silo_files_without_flwr(tmp_path, capsys):
     """Before, only the tests knew ``write_silos``; now `dpfl write-silos` writes the files a test bed's SuperNodes
-    read, one per client of the config's data (as `dpfl run` builds it: the server checks each node's count against
-    it), refuses a folder of other files, and replaces the silos of a previous, larger federation."""
+    read, one per client of the config's data (as `dpfl run` builds it), refuses a folder of other files, and replaces the silos of a previous, larger federation."""
     from dpfl.experiments.runner import build_data
 
     path = tmp_path / "c.toml"

@@ -13,6 +13,7 @@ import torch
 
 from dpfl.errors import DpflError
 from dpfl.experiments.config import load_config
+from flower_config import app_run_config
 
 pytest.importorskip("flwr")
 
@@ -75,7 +76,7 @@ def serve_with(grid, folder, config, attack):
 
     grid.before = before
     try:
-        serve(grid, {"dpfl-config": json.dumps(config), "out": str(folder / "flower"), "round-timeout": 5.0})
+        serve(grid, app_run_config(config, folder / "flower", **{"round-timeout": 5.0}))
     except DpflError as err:
         return err
     return None

@@ -13,6 +13,7 @@ from dpfl.engine.keys import KEY_FILE, load_key
 from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.experiments.config import load_config
 from dpfl.experiments.runner import build_data
+from flower_config import app_run_config
 
 pytest.importorskip("flwr")
 
@@ -50,14 +51,14 @@ def setup(folder, text=CONFIG):
     path = folder / "c.toml"
     path.write_text(text)
     config = load_config(path)
-    train = build_data(config).train
-    write_silos(train, folder)
-    return config, train
+    dataset = build_data(config)
+    write_silos(dataset, folder)
+    return config, dataset.train
 
 
 def flower_run(folder, config):
     grid = InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz")}), 3)
-    serve(grid, {"dpfl-config": json.dumps(config), "out": str(folder / "flower"), "round-timeout": 5.0})
+    serve(grid, app_run_config(config, folder / "flower", **{"round-timeout": 5.0}))
     return grid
 
 

@@ -9,6 +9,7 @@ import torch
 from dpfl.errors import DpflError
 from dpfl.experiments.config import load_config
 from dpfl.experiments.runner import build_data
+from flower_config import app_run_config
 
 pytest.importorskip("flwr")
 from flwr.app import ConfigRecord, RecordDict  # noqa: E402
@@ -63,10 +64,11 @@ def federation(tmp_path_factory):
 def test_connect_maps_every_client_to_its_node_and_names_a_node_that_does_not_answer(federation):
     config, dataset, counts = federation
     grid = Grid(counts)
-    assert FlowerCohort(grid, config, dataset, 1e-3, timeout=1.0).connect() == {i: 1000 + i for i in range(CLIENTS)}
+    cohort = FlowerCohort(grid, CLIENTS, timeout=1.0)
+    assert cohort.connect() == counts and cohort.node_of == {i: 1000 + i for i in range(CLIENTS)}
     grid.silent = {1004}
     with pytest.raises(DpflError, match=r"^node 1004 did not reply within 1.0 seconds; check that SuperNode"):
-        FlowerCohort(grid, config, dataset, 1e-3, timeout=1.0).connect()
+        FlowerCohort(grid, CLIENTS, timeout=1.0).connect()
 
 
 @pytest.mark.parametrize("kind, what", [("silent", "did not reply within 1.0 seconds"),
@@ -74,8 +76,9 @@ def test_connect_maps_every_client_to_its_node_and_names_a_node_that_does_not_an
 def test_a_round_a_node_did_not_complete_names_round_node_client_and_remedy(federation, kind, what):
     config, dataset, counts = federation
     grid = Grid(counts)
-    cohort = FlowerCohort(grid, config, dataset, 1e-3, timeout=1.0)
-    cohort.node_of = cohort.connect()
+    cohort = FlowerCohort(grid, CLIENTS, timeout=1.0)
+    cohort.connect()
+    cohort.bind(config, dataset, 1e-3)
     setattr(grid, kind, {1007})
     sim = SimpleNamespace(run_id="r", state=SimpleNamespace(server={"x": torch.zeros(3)}, rows=lambda ids: {}),
                           boundary=SimpleNamespace(secure=None))  # the plain sum
@@ -88,13 +91,27 @@ def test_a_round_a_node_did_not_complete_names_round_node_client_and_remedy(fede
 
 def test_serve_refuses_a_boundary_the_deployment_does_not_enforce(federation, tmp_path):
     """Before any round or file: the ServerApp would receive each silo's update with its node id."""
-    import json
-
     from dpfl.errors import ConfigError
     from dpfl.flower.server_app import serve
 
     config, _, counts = federation
     unenforced = {**config, "privacy": {**config["privacy"], "boundary": "secagg"}}
     with pytest.raises(ConfigError, match="privacy.boundary = 'secagg'.*only with privacy.secure_aggregation"):
-        serve(Grid(counts), {"dpfl-config": json.dumps(unenforced), "out": str(tmp_path / "run")})
+        serve(Grid(counts), app_run_config(unenforced, tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_serve_refuses_a_config_that_names_data_the_server_would_read(federation, tmp_path):
+    """A config whose [data] is not the federation's metadata (`dpfl run`'s, or an app written before) is refused
+    before any node is asked or file written: the ServerApp reads no records."""
+    import json
+
+    from dpfl.errors import ConfigError
+    from dpfl.flower.server_app import serve
+
+    config, _, counts = federation
+    grid = Grid(counts)
+    grid.send_and_receive = None  # asking a node would fail
+    with pytest.raises(ConfigError, match=r"data.name = 'synthetic'.*'silos' in the config a Flower App carries"):
+        serve(grid, {"dpfl-config": json.dumps(config), "out": str(tmp_path / "run")})
     assert not (tmp_path / "run").exists()

@@ -1,5 +1,6 @@
 """`dpfl write-silos CONFIG.toml [--set key=value ...] --out DIR`: one silo file per client of the config's data
-(``DIR/silo-{i}.npz``: client i's training records, with its client id), the files the SuperNodes of a Flower
+(``DIR/silo-{i}.npz``: client i's training and test records, with its client id and a split column), the files the
+SuperNodes of a Flower
 deployment read (``dpfl.flower.silo``), for a test bed or a rehearsal on the config's own data. Needs no flwr."""
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ def _write_silos(args) -> None:
         if out.exists() else []
     if foreign:
         raise ConfigError("--out", str(out), f"an empty directory or one holding only silo-*.npz files (found {foreign[:5]})")
-    train = build_data(load_config(args.config, args.overrides)).train
+    dataset = build_data(load_config(args.config, args.overrides))
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("silo-*.npz"):  # a previous, larger federation's files would be read as clients
         stale.unlink()
-    paths = write_silos(train, out)
-    counts = [int(c) for c in train.counts]
+    paths = write_silos(dataset, out)
+    counts = [int(c) for c in dataset.train.counts]
     print(f"wrote {len(paths)} silo files to {out} (silo-0.npz .. silo-{len(paths) - 1}.npz: {min(counts)} to "
           f"{max(counts)} training records each); start client i's SuperNode with --node-config "
           f"'data-path=\"{out.resolve()}/silo-i.npz\"'", file=sys.stderr)

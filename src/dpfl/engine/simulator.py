@@ -36,7 +36,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 import torch
 from dp_accounting import dp_event
@@ -66,8 +66,8 @@ class RoundMetrics:
     loss it reads the data: an evaluation metric of the simulation, never sent to a client nor released."""
 
     round: int
-    train_loss: float
-    test_accuracy: float
+    train_loss: float | None  # None: not measured (an ``Evaluator`` without training records)
+    test_accuracy: float | None
     epsilon: dict
     gradient_mapping: float | None = None
 
@@ -77,6 +77,18 @@ class RoundMetrics:
         if self.gradient_mapping is not None:
             metrics["gradient_mapping"] = self.gradient_mapping
         return metrics
+
+
+class Evaluator(Protocol):
+    """Where a run's model is evaluated when not on the Simulation's own ``train`` and ``test`` records, e.g. a Flower
+    deployment whose server holds no training records (``dpfl.flower.evaluation``)."""
+
+    #: results.json's "evaluation": where the metrics come from and whether epsilon covers them; its "not_covered"
+    #: is results.json's privacy.not_covered
+    description: dict
+
+    def __call__(self, sim: "Simulation", x: torch.Tensor) -> tuple[float | None, float | None]:
+        """(train loss, test accuracy) of the model ``x``; None for a metric not measured."""
 
 
 @dataclass
@@ -109,6 +121,8 @@ class Simulation:
     #: the run's public identity (run.json's run_id): with the release config, what a silo's own noise key is derived
     #: for on Flower (``dpfl.flower.silo_state``), so that two runs never share noise
     run_id: str = ""
+    #: where the model is evaluated: None, here, on ``train`` and ``test`` (``evaluate``); otherwise an ``Evaluator``
+    evaluator: Evaluator | None = None
     history: list = field(default_factory=list)
 
     def __post_init__(self):
@@ -212,13 +226,17 @@ class Simulation:
         """The metrics of the model after the rounds done, with epsilon as it stood after the last of them (a round
         replayed after a resume reports its own epsilon, not that of rounds the ledger recorded after it)."""
         x = self.model
-        loss, _ = self.grads.loss_and_accuracy(x, *self._train_flat)
+        if self.evaluator is None:
+            loss, _ = self.grads.loss_and_accuracy(x, *self._train_flat)
+            _, accuracy = self.grads.loss_and_accuracy(x, *self._test_flat)
+            mapping = self.gradient_mapping(x)
+        else:
+            (loss, accuracy), mapping = self.evaluator(self, x), None
         regulariser = getattr(self.algorithm, "regulariser", None)
-        if regulariser is not None:
+        if regulariser is not None and loss is not None:
             loss += regulariser(x)
-        _, accuracy = self.grads.loss_and_accuracy(x, *self._test_flat)
         eps = {o: (None if e == float("inf") else e) for o, e in self.ledger.epsilon_through(self.next_round).items()}
-        return RoundMetrics(self.next_round, loss, accuracy, eps, self.gradient_mapping(x))
+        return RoundMetrics(self.next_round, loss, accuracy, eps, mapping)
 
     def gradient_mapping(self, x: torch.Tensor) -> float | None:
         """||G_eta(x)||^2 on the pooled train data (``RoundMetrics``), or None for an algorithm without a prox step."""
@@ -258,7 +276,7 @@ class Simulation:
                     metrics = None
                     if self.next_round % self.eval_every == 0 or self.next_round == rounds:
                         metrics = self.evaluate()
-                        if not metrics.train_loss <= DIVERGED_LOSS:  # NaN included
+                        if metrics.train_loss is not None and not metrics.train_loss <= DIVERGED_LOSS:  # NaN too
                             what = ("is not finite" if not math.isfinite(metrics.train_loss) else
                                     f"is {metrics.train_loss:.3g}, above {DIVERGED_LOSS:g} (a uniform guess scores "
                                     "ln K)")

@@ -38,6 +38,12 @@ def _style(observer: str, others: list[str]):
     return _MORE_STYLES[others.index(observer) % len(_MORE_STYLES)]
 
 
+def _measured(value: float | None) -> float:
+    """A metric of results.json's rounds, NaN (not drawn) where it is null: not measured (a Flower run's server holds
+    no training records, ``dpfl.flower.evaluation``)."""
+    return math.nan if value is None else value
+
+
 def _markevery(n: int, k: int, count: int):
     """About 10 markers per line, shifted per curve so the markers of coinciding curves do not sit on each other."""
     step = max(1, n // 10)
@@ -79,8 +85,8 @@ def draw_runs(results: dict[str, dict], title: str = ""):
         wider = 1 + 1.0 * (len(results) - 1 - i) / max(len(results) - 1, 1)  # earlier runs wider, underneath
         common = {"color": color, "marker": marker, "markersize": 5, "markerfacecolor": "none",
                   "linewidth": 1.5 * wider, "markevery": _markevery(len(rounds), i, len(results)), "label": label}
-        axes[0].plot(rounds, [r["test_accuracy"] for r in result["rounds"]], **common)
-        loss = [r["train_loss"] for r in result["rounds"]]
+        axes[0].plot(rounds, [_measured(r["test_accuracy"]) for r in result["rounds"]], **common)
+        loss = [_measured(r["train_loss"]) for r in result["rounds"]]
         losses += loss
         axes[1].plot(rounds, loss, **common)
         if mapped and any("gradient_mapping" in r for r in result["rounds"]):

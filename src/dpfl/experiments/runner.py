@@ -20,7 +20,9 @@ be charged when none is done: one round's events, not the run's, which an algori
 loop over the whole run, across resumes), "session_seconds" (this process's part of it), "stopped_reason" and
 "stopped_by" (what stopped the run early: "budget", "diverged", "interrupted"; null when it did not) and, when the
 directory holds runs archived by ``restart``, "archived" (their spend, and the total with this run:
-``dpfl.experiments.archive``). A run directory also holds
+``dpfl.experiments.archive``), and for a run evaluated elsewhere than on its own data (``Simulation.evaluator``),
+"evaluation" (where its metrics come from, whether epsilon covers them; a metric not measured is null). A run
+directory also holds
 
 * run.json: the full resolved config, the sha256 of its release config and the run's public identity (run_id),
   written (atomically) before the first round;
@@ -78,20 +80,25 @@ RUN_ONLY_KEYS = ("algorithm.rounds", "privacy.budget", "run.eval_every", "run.ch
 #: two threads pay only on cores known to be free, which a config can say (run.threads). A fixed count (not one read
 #: off the machine's load) also keeps a config's results the same wherever it runs.
 DEFAULT_THREADS = 1
+#: results.json's privacy.not_covered for a run evaluated on its own data (``Simulation.evaluate``).
+NOT_COVERED = ("the reported metrics (train loss on all training records, test accuracy) are computed without noise "
+               "for research evaluation; epsilon covers the models and messages only")
 
 
 def build_simulation(config: dict, out_dir: Path | None = None, workers=None, noise_key: int | None = None,
-                     run_id: str = "") -> Simulation:
+                     run_id: str = "", dataset: FederatedDataset | None = None, evaluator=None) -> Simulation:
     """The run ``config`` describes, ready to run; refused before the data is built when building it would not fit
     in the machine's memory, and before the model or any state is built when they would not fit in what is left
     (``memory.check_run_memory``) or one client's work does not fit in run.memory_mb.
     ``workers(config, dataset, delta)``, when given, builds where the cohort's client work runs
     (``Simulation.workers``; default: in this process). ``noise_key``: the secret of the run's DP randomness
-    (``dpfl.engine.keys``; default: ``run_key``)."""
+    (``dpfl.engine.keys``; default: ``run_key``). ``dataset``: the data the run is built from (default:
+    ``build_data(config)``; a Flower ServerApp passes its silos' public metadata, ``dpfl.flower.federation``), and
+    ``evaluator`` where its model is evaluated (``Simulation.evaluator``; default: on that data)."""
     privacy_cfg, run_cfg = config["privacy"], config["run"]
     validate(config)  # every range check that needs no data, before the data is built
     torch.set_num_threads(DEFAULT_THREADS if run_cfg["threads"] is None else run_cfg["threads"])
-    dataset = build_data(config)
+    dataset = build_data(config) if dataset is None else dataset
     clients = build_clients(config, dataset)
     delta = run_delta(config, dataset)
     key = run_key(config, out_dir) if noise_key is None else noise_key
@@ -111,7 +118,7 @@ def build_simulation(config: dict, out_dir: Path | None = None, workers=None, no
         secret=run_cfg["noise_seed"] is None,
         boundary=boundary, eval_every=run_cfg["eval_every"], memory_budget_bytes=run_cfg["memory_mb"] * 2**20,
         checkpoint_dir=out_dir, checkpoint_every=run_cfg["checkpoint_every"], release=release_hash(config),
-        data=dataset.info, workers=None if workers is None else workers(config, dataset, delta),
+        data=dataset.info, workers=None if workers is None else workers(config, dataset, delta), evaluator=evaluator,
     )
     return sim
 
@@ -266,12 +273,14 @@ def recorded_threads(out: Path) -> int | None:
 
 
 def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bool = False,
-                   resume: bool = False, restart: bool = False, workers=None) -> dict:
+                   resume: bool = False, restart: bool = False, workers=None, dataset: FederatedDataset | None = None,
+                   evaluator=None) -> dict:
     """Runs ``config`` and returns its results (also written to out_dir/results.json after every evaluated round and
     at the end, when out_dir is given).
 
     out_dir (``check_writable``, then ``check_resumable`` or ``check_free``) and the config's ranges (``validate``, in
-    ``build_simulation``) are checked before any data is built.
+    ``build_simulation``) are checked before any data is built. ``workers``, ``dataset``, ``evaluator``: as in
+    ``build_simulation``.
     ``resume`` continues the run in out_dir (refused unless its run.json has the same release config); otherwise a
     directory that already holds a run is refused, unless ``restart`` archives that run first (``archive_run``). On
     Ctrl-C the run stops after its current round, checkpoints, writes results.json and raises RunInterrupted."""
@@ -291,7 +300,7 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
         check_free(out)
     elif restart:  # never the archived run's key: its noise on another computation would cancel
         key = run_key(config)
-    sim = build_simulation(config, out, workers, key, run_id)  # builds data and model: only after the checks above
+    sim = build_simulation(config, out, workers, key, run_id, dataset, evaluator)  # builds data and model: only after the checks above
     rounds = config["algorithm"]["rounds"]
     if resume:
         sim.load_checkpoint(out)
@@ -508,8 +517,7 @@ def results_of(sim: Simulation, config: dict, archived: list[dict] = ()) -> dict
             "observers": list(sim.ledger.observers),
             "unit": getattr(sim.algorithm, "privacy_unit", "one record (record-level DP)"),
             "noise": noise_of(config),
-            "not_covered": "the reported metrics (train loss on all training records, test accuracy) are computed "
-                           "without noise for research evaluation; epsilon covers the models and messages only",
+            "not_covered": NOT_COVERED if sim.evaluator is None else sim.evaluator.description["not_covered"],
             "events_round": events_round,
             "events_per_round": {o: str(e) for o, e in events.items()},
             **({"assumptions": sim.algorithm.assumptions} if hasattr(sim.algorithm, "assumptions") else {}),
@@ -520,5 +528,6 @@ def results_of(sim: Simulation, config: dict, archived: list[dict] = ()) -> dict
         "session_seconds": sim.session_seconds,
         "stopped_reason": sim.stopped_reason,
         "stopped_by": sim.stopped_by,
+        **({"evaluation": sim.evaluator.description} if sim.evaluator is not None else {}),
         **archive,
     }

@@ -13,6 +13,11 @@ With ``privacy.secure_aggregation = true`` the secagg boundary is enforced: ``se
 2017's protocol between the ServerApp and the ClientApps, so the server holds masked vectors and the sum, never an
 update.
 
-``silo`` (reading a silo's file), ``silo_state`` (its key, data fingerprint and journal of rounds), ``records`` (tensors as Flower records) and ``app_dir`` (``dpfl flower-app``) import
-without flwr; ``server_app``, ``client_app`` and ``secure_sum`` need it.
+The server reads no records: it builds the run from the federation's public metadata and the record counts the nodes
+report (``federation``), and evaluates where the run config says (``evaluation``: not at all, on a set it may hold,
+or on the silos, in the clear and NOT covered by epsilon).
+
+``silo`` (reading a silo's file), ``silo_state`` (its key, data fingerprint and journal of rounds), ``federation``,
+``evaluation``, ``records`` (tensors as Flower records) and ``app_dir`` (``dpfl flower-app``) import without flwr;
+``server_app``, ``client_app`` and ``secure_sum`` need it.
 """

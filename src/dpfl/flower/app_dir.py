@@ -2,21 +2,26 @@
 
 DIR holds ``pyproject.toml`` (the project, with dpfl[flower] as its dependency, and the [tool.flwr.app] section: its
 components and its run config, in which ``dpfl-config`` is the resolved dpfl config as JSON, so the TOML stays the
-single source of truth: regenerate the app after editing it), a copy of the TOML config (``dpfl.toml``, for the
-reader), and the package ``dpfl_app`` whose ``server_app`` and ``client_app`` modules expose dpfl's ServerApp and
+single source of truth: regenerate the app after editing it), that config as TOML (``dpfl.toml``, for the reader),
+and the package ``dpfl_app`` whose ``server_app`` and ``client_app`` modules expose dpfl's ServerApp and
 ClientApp (``dpfl.flower``). The SuperLink to run it on is a connection of ``flwr``'s own configuration
 (``$FLWR_HOME/config.toml``, Flower >= 1.41), not of the app. Each SuperNode's node config names its silo's data
 (``data-path``) and, unless the data names it, its dpfl client id (``client-id``). The run config's ``resume`` and
 ``restart`` (false) exist so that ``flwr run DIR <superlink> --run-config 'resume=true'`` may set them.
+
+The config the app carries is the user's with its [data] section replaced by the federation's public metadata
+(``dpfl.flower.federation``: clients, classes, feature shape; no path: the ServerApp reads no records), and the run
+config's ``evaluation`` says where the model is evaluated (``dpfl.flower.evaluation``).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from dpfl.errors import ConfigError
+from dpfl.flower.evaluation import FEDERATED, NONE
+from dpfl.flower.federation import Federation
 
 PYPROJECT = """[build-system]
 requires = ["hatchling"]
@@ -46,6 +51,9 @@ dpfl-config = {config}
 out = {out}
 # Seconds the ServerApp waits for the nodes' replies in a round.
 round-timeout = 600.0
+# Where the model is evaluated: "none"; the path of an .npz / .csv evaluation set on the SuperLink's machine that the
+# server may hold; or "federated": the silos' own metrics, sent in the clear, NOT COVERED BY EPSILON.
+evaluation = {evaluation}
 # Continue the run in `out` (after an aborted round: flwr run APP SUPERLINK --run-config 'resume=true').
 resume = false
 # Archive the run in `out` and start over.
@@ -78,11 +86,24 @@ def check_enforced(config: dict) -> None:
                                                           "shuffler with `dpfl run`)")
 
 
-def write_flower_app(config_path: str | Path, config: dict, out: str | Path, run_out: str | None = None) -> Path:
-    """Writes the Flower App for ``config`` (loaded from ``config_path``) into ``out`` and returns its folder;
-    refuses an ``out`` that holds files other than a previous app's, and a config whose boundary Flower does not
-    enforce (``check_enforced``)."""
+def app_config(config: dict, federation: Federation) -> dict:
+    """The config a Flower App carries: ``config`` with its [data] section replaced by ``federation``'s metadata."""
+    return {**config, "data": federation.section()}
+
+
+def write_flower_app(config_path: str | Path, config: dict, out: str | Path, federation: Federation,
+                     run_out: str | None = None, evaluation: str = NONE) -> Path:
+    """Writes the Flower App for ``config`` (loaded from ``config_path``) on the federation ``federation``, evaluated
+    as ``evaluation`` says (``dpfl.flower.evaluation``), into ``out`` and returns its folder; refuses an ``out`` that
+    holds files other than a previous app's, and a config whose boundary Flower does not enforce
+    (``check_enforced``)."""
+    from dpfl.cli.config import to_toml
+
     check_enforced(config)
+    if evaluation not in (NONE, FEDERATED) and Path(evaluation).suffix not in (".npz", ".csv"):
+        raise ConfigError("--evaluation", evaluation, f"{NONE!r}, {FEDERATED!r} or the path of an .npz or .csv "
+                                                      "evaluation set on the SuperLink's machine")
+    carried = app_config(config, federation)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError("--out", str(out), "a directory (or a path to create one)")
@@ -91,7 +112,10 @@ def write_flower_app(config_path: str | Path, config: dict, out: str | Path, run
     if foreign:
         raise ConfigError("--out", str(out), f"an empty directory or a previous dpfl flower-app (found {foreign[:5]})")
     (out / "dpfl_app").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(config_path, out / "dpfl.toml")
+    (out / "dpfl.toml").write_text("# The config this Flower App carries (dpfl flower-app, from "
+                                   f"{Path(config_path).name}): [data] is the federation's public metadata.\n# Edit the original and rerun "
+                                   "`dpfl flower-app`; the app reads pyproject.toml, not this file.\n\n"
+                                   + to_toml(carried))
     (out / "dpfl_app" / "__init__.py").write_text('"""dpfl\'s ServerApp and ClientApp (dpfl.flower)."""\n')
     for side in ("server", "client"):
         (out / "dpfl_app" / f"{side}_app.py").write_text(f"from dpfl.flower.{side}_app import app\n\n"
@@ -99,8 +123,9 @@ def write_flower_app(config_path: str | Path, config: dict, out: str | Path, run
     name = "dpfl-" + config["algorithm"]["name"].replace("_", "-")
     (out / "pyproject.toml").write_text(PYPROJECT.format(
         name=name, algorithm=config["algorithm"]["name"], source=Path(config_path).name,
-        config=json.dumps(json.dumps(config, sort_keys=True)), out=json.dumps(run_out or str(out.resolve() / "run"))))
+        config=json.dumps(json.dumps(carried, sort_keys=True)), out=json.dumps(run_out or str(out.resolve() / "run")),
+        evaluation=json.dumps(evaluation)))
     return out
 
 
-__all__ = ["check_enforced", "write_flower_app"]
+__all__ = ["check_enforced", "app_config", "write_flower_app"]

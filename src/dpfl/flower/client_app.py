@@ -6,18 +6,22 @@ runtime sets) and optionally the folder of its own state (``state-dir``; default
 ``dpfl.flower.silo_state``). In the simulation runtime the run config's ``silo-path`` (e.g.
 "silos/{partition-id}.npz") stands in for a per-node ``data-path``.
 
-* query: replies with its client id, number of training records (the ServerApp maps clients to nodes and checks
-  the counts the ledger is computed from) and its secure aggregation public key, if it has one
-  (``dpfl.flower.secagg_policy``).
-* train: builds the algorithm from the job's config and ``Setting`` (cached per job), checks its own state (its data
-  unchanged since its first round, the round not answered before on another input: ``SiloState``), runs
-  ``client_round`` for its client with its own random streams (``ClientContext``: (the silo's noise key for the run,
-  round, client id, purpose); the key never leaves the node), and replies with the messages, its new state rows and
-  the events of the noise it drew. With ``privacy.secure_aggregation`` it keeps
-  its messages, encoded, on the node and replies with their layout instead (``dpfl.flower.secure_sum.keep_input``).
+* query: replies with its client id, number of training records (the ServerApp maps clients to nodes and builds the
+  run from the counts: public metadata, ``dpfl.flower.federation``) and its secure aggregation public key, if it has
+  one (``dpfl.flower.secagg_policy``).
+* train: checks that the run's release config describes its records (its count, feature shape and classes:
+  ``dpfl.flower.federation.check_silo``), builds the algorithm from the job's config and ``Setting`` (cached per job),
+  checks its own state (its data unchanged since its first round, the round not answered before on another input:
+  ``SiloState``), runs ``client_round`` for its client with its own random streams (``ClientContext``: (the silo's
+  noise key for the run, round, client id, purpose); the key never leaves the node), and replies with the messages,
+  its new state rows and the events of the noise it drew. With ``privacy.secure_aggregation`` it keeps its messages,
+  encoded, on the node and replies with their layout instead (``dpfl.flower.secure_sum.keep_input``).
 * query "secagg": one stage of the secure aggregation round (``dpfl.flower.secure_sum.respond``), under the silo's
   own policy (node config ``secagg-min-cohort``, ``secagg-min-threshold``, ``secagg-signing-key``, ``secagg-peers``:
   ``dpfl.flower.secagg_policy``) and its journal of secure aggregations (``SiloState``).
+* query "evaluate" (federated evaluation, ``dpfl.flower.evaluation``): the model's loss on its training records and
+  accuracy on its test records, in the clear (NOT covered by epsilon); refused with the node config
+  ``federated-evaluation = false``.
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.errors import ConfigError
 from dpfl.experiments.runner import build_boundary, release_hash
 from dpfl.flower import records, secure_sum
+from dpfl.flower.federation import check_silo
 from dpfl.flower.secagg_policy import SecAggPolicy, node_identity
 from dpfl.flower.silo import Silo, load_silo
-from dpfl.flower.silo_state import SiloState, data_fingerprint, input_digest
+from dpfl.flower.silo_state import SiloState, SiloStateError, data_fingerprint, input_digest
 from dpfl.models import build_model
 
 @functools.lru_cache(maxsize=4)
@@ -106,8 +111,9 @@ def train(msg: Message, context: Context, run_config: dict | None = None) -> Mes
     job = msg.content[records.JOB]
     if int(job["client"]) != client:
         raise ConfigError("client-id", client, f"the client the ServerApp addressed ({job['client']})")
-    algorithm, grads = algorithm_of(str(job["config"]), str(job["setting"]), silo.x[0].numel())
     config, t, ids = json.loads(str(job["config"])), int(job["round"]), torch.tensor([client])
+    check_silo(config, json.loads(str(job["setting"])), client, silo)  # before anything is built or drawn
+    algorithm, grads = algorithm_of(str(job["config"]), str(job["setting"]), silo.x[0].numel())
     server, rows = records.tensors_of(msg.content[records.SERVER]), records.tensors_of(msg.content[records.CLIENT])
     key = noise_key(context, run_config, config, str(job["run"]), t, server, rows)
     data = ClientData(silo.x.unsqueeze(0), silo.y.unsqueeze(0), torch.tensor([silo.y.numel()]))
@@ -139,6 +145,23 @@ def noise_key(context: Context, run_config: dict | None, config: dict, run_id: s
     return key
 
 
+def evaluate(msg: Message, context: Context, run_config: dict | None = None) -> Message:
+    """The reply to an "evaluate" query: the model's mean loss on this silo's training records and accuracy on its
+    test records, with their numbers, in the clear (``dpfl.flower.evaluation``: NOT covered by epsilon)."""
+    if not context.node_config.get("federated-evaluation", True):
+        raise SiloStateError("this silo sends no metrics of its records in the clear (node config "
+                             "federated-evaluation = false): run without federated evaluation")
+    _, silo = node_silo(context, run_config)
+    job = msg.content[records.JOB]
+    _, grads = algorithm_of(str(job["config"]), str(job["setting"]), silo.x[0].numel())
+    x = records.tensors_of(msg.content[records.SERVER])["x"]
+    loss, _ = grads.loss_and_accuracy(x, silo.x, silo.y)
+    _, accuracy = grads.loss_and_accuracy(x, silo.test_x, silo.test_y)
+    return Message(RecordDict({records.METRICS: ConfigRecord({
+        "train_loss": float(loss), "train_records": int(silo.y.numel()), "test_accuracy": float(accuracy),
+        "test_records": int(silo.test_y.numel())})}), reply_to=msg)
+
+
 def secagg(msg: Message, context: Context, run_config: dict | None = None) -> Message:
     """The reply to a "secagg" query: one stage of the secure aggregation round, under this silo's policy and journal
     (``dpfl.flower.secure_sum.respond``)."""
@@ -147,15 +170,17 @@ def secagg(msg: Message, context: Context, run_config: dict | None = None) -> Me
 
 
 def client_app(run_config: dict | None = None) -> ClientApp:
-    """A ClientApp answering ``identify`` and ``train``, with ``run_config`` under the one Flower passes (the
+    """A ClientApp answering ``identify``, ``train``, ``secagg`` and ``evaluate``, with ``run_config`` under the one
+    Flower passes (the
     simulation runtime passes none: give it the silo-path template here)."""
     application = ClientApp()
     application.query()(lambda msg, context: identify(msg, context, run_config))
     application.train()(lambda msg, context: train(msg, context, run_config))
     application.query(secure_sum.ACTION)(lambda msg, context: secagg(msg, context, run_config))
+    application.query(records.EVALUATE)(lambda msg, context: evaluate(msg, context, run_config))
     return application
 
 
 app = client_app()
 
-__all__ = ["app", "client_app", "identify", "train", "node_silo", "algorithm_of"]
+__all__ = ["app", "client_app", "identify", "train", "evaluate", "node_silo", "algorithm_of"]

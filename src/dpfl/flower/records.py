@@ -6,7 +6,9 @@ holds the records "job" (ConfigRecord: the resolved dpfl config and the algorith
 round index, the client id), "server" (ArrayRecord: the broadcast server state) and "client" (ArrayRecord: the
 client's own state rows, leading axis 1). The reply holds "messages" (ArrayRecord: what crosses the boundary, leading
 axis 1), "client" (the new state rows) and "drawn" (ConfigRecord: the events of the noise the client drew, JSON,
-which the ServerApp checks against the declaration).
+which the ServerApp checks against the declaration). With federated evaluation (``dpfl.flower.evaluation``) a query
+"evaluate" holds "job" and "server" (the model "x"), and its reply "metrics" (ConfigRecord: train_loss,
+train_records, test_accuracy, test_records: the silo's own, in the clear).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from flwr.app import ArrayRecord, ConfigRecord
 from dpfl.accounting.events import event_from_dict, event_to_dict
 
 JOB, SERVER, CLIENT, MESSAGES, DRAWN = "job", "server", "client", "messages", "drawn"
+#: The query of federated evaluation, and its reply's record.
+EVALUATE, METRICS = "evaluate", "metrics"
 #: The field of a query reply's "job" record with the node's secure aggregation public key (empty: none).
 IDENTITY = "secagg-identity"
 
@@ -40,5 +44,6 @@ def events_of(record: ConfigRecord) -> list[dp_event.DpEvent]:
     return [event_from_dict(d) for d in json.loads(record["events"])]
 
 
-__all__ = ["JOB", "SERVER", "CLIENT", "MESSAGES", "DRAWN", "IDENTITY", "tensors_record", "tensors_of", "events_record",
+__all__ = ["JOB", "SERVER", "CLIENT", "MESSAGES", "DRAWN", "IDENTITY", "EVALUATE", "METRICS", "tensors_record",
+           "tensors_of", "events_record",
            "events_of"]
