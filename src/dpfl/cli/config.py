@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from dpfl.cli import add_config_keys
+from dpfl.cli.common import add_config_keys
 
 
 def configure(commands) -> None:
