@@ -5,7 +5,8 @@ import json
 import pytest
 
 from dpfl.accounting import last_iterate
-from dpfl.accounting.calibrate import last_iterate_sigma, shuffle_local_epsilon, solve_noise
+from dpfl.accounting.calibrate import last_iterate_sigma, solve_noise
+from dpfl.accounting.shuffle import shuffle_local_epsilon
 from dpfl.accounting.shuffle import shuffle_epsilon
 from dpfl.cli import main
 from dpfl.errors import ConfigError

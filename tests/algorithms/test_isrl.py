@@ -18,7 +18,7 @@ from dpfl.algorithms.isrl import ISRLConfig, build_isrl, disjoint_keys, zcdp_noi
 from dpfl.algorithms.registry import Setting
 from dpfl.cli import main
 from dpfl.engine.boundary import Delivery
-from dpfl.engine.noise import GaussianMechanism
+from dpfl.noise import GaussianMechanism
 from dpfl.engine.sampling import RecordSampler
 from dpfl.errors import ConfigError, DpflError
 from dpfl.experiments.config import load_config

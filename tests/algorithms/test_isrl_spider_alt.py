@@ -22,7 +22,7 @@ from dpfl.algorithms.prox import Regularizer
 from dpfl.algorithms.registry import Setting
 from dpfl.algorithms.worst_case import LinearQuadraticOracle
 from dpfl.engine.boundary import Delivery
-from dpfl.engine.noise import GaussianMechanism
+from dpfl.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.engine.randomness import ClientStreams
 from dpfl.engine.sampling import RecordSampler

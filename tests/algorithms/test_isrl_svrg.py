@@ -20,7 +20,7 @@ from dpfl.algorithms.registry import Setting
 from dpfl.algorithms.worst_case import LinearQuadraticOracle
 from dpfl.cli import main
 from dpfl.engine.boundary import Delivery
-from dpfl.engine.noise import GaussianMechanism
+from dpfl.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.engine.randomness import ClientStreams
 from dpfl.engine.sampling import RecordSampler

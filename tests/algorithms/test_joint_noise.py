@@ -14,7 +14,7 @@ from dp_accounting import dp_event
 
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import JOINT_PAPER_UNPROVEN, observer_events
-from dpfl.algorithms.joint_noise import JointNoiseConfig, build_joint_noise
+from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig, build_joint_noise
 from dpfl.algorithms.registry import Setting
 from dpfl.cli import main
 from dpfl.engine.protocol import ClientContext, ClientData

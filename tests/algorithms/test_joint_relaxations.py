@@ -18,11 +18,11 @@ from dp_accounting import dp_event
 from dpfl.accounting import exact as ex
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import JOINT_PAPER_UNPROVEN, Release, observer_events
-from dpfl.algorithms.joint_noise import JointNoiseConfig, build_joint_noise
+from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig, build_joint_noise
 from dpfl.algorithms.joint_relaxations import FUSED_UNPROVEN
 from dpfl.algorithms.registry import Setting
 from dpfl.cli import main
-from dpfl.engine.noise import GaussianMechanism
+from dpfl.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.engine.sampling import ClientSampler
 from dpfl.errors import ConfigError

@@ -21,7 +21,7 @@ from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import observer_events
 from dpfl.accounting.rdp import NeighborRel, rdp_curve
 from dpfl.accounting.skellam import poisson_subsampled_rdp, skellam_rdp
-from dpfl.algorithms.joint_noise import JointNoiseConfig, build_joint_noise
+from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig, build_joint_noise
 from dpfl.algorithms.joint_skellam import JointSkellam, SkellamRounding
 from dpfl.algorithms.registry import Setting
 from dpfl.cli import main

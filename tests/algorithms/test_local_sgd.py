@@ -16,7 +16,7 @@ from dpfl.algorithms.local_sgd import NAMES, LocalSGD, LocalSGDConfig, build_loc
 from dpfl.data.federated import ClientArrays
 from dpfl.engine.boundary import Boundary, Delivery
 from dpfl.engine.grads import CohortGradients
-from dpfl.engine.noise import GaussianMechanism
+from dpfl.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData, State
 from dpfl.engine.randomness import ClientStreams
 from dpfl.engine.sampling import ClientSampler, RecordSampler

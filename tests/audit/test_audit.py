@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-import dpfl.engine.noise as noise
+import dpfl.noise as noise
 from dpfl.audit import runs
 from dpfl.cli import main
 from dpfl.errors import ConfigError

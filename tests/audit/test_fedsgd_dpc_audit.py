@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-import dpfl.engine.noise as noise
+import dpfl.noise as noise
 from dpfl.audit import response, runs
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.protocol import ClientContext, ClientData

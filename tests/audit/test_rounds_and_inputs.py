@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-import dpfl.engine.noise as noise
+import dpfl.noise as noise
 from dpfl.audit import response, runs
 from dpfl.cli import main
 

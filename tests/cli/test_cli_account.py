@@ -95,7 +95,7 @@ def test_printed_values_err_on_the_safe_side(capsys):
     """Defect 8: a user copies the printed noise; it must meet the target when accounted again (it was rounded
     down before: 2.57583 re-accounts to 8.0000177 > 8)."""
     from dpfl.accounting.accountant import account, gaussian_event
-    from dpfl.cli import safe_round
+    from dpfl.cli.common import safe_round
 
     argv = ("calibrate gaussian --target-epsilon 8 --delta 1e-5 --sampling poisson --sampling-rate 0.08192 "
             "--steps 2500").split()

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from dpfl.cli import main, safe_round
+from dpfl.cli import main
+from dpfl.cli.common import safe_round
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -6,7 +6,7 @@ import pytest
 import torch
 from dp_accounting import dp_event
 
-from dpfl.engine.noise import GaussianMechanism, LaplaceMechanism
+from dpfl.noise import GaussianMechanism, LaplaceMechanism
 from dpfl.errors import ConfigError
 
 
@@ -103,7 +103,7 @@ def test_laplace_noise_is_always_finite():
 
 def test_noise_is_drawn_only_from_an_event():
     """Defect 9 of the soundness review: the noise's scale comes from the declared event in one place. No module of
-    dpfl other than engine/noise.py may draw Gaussian, Laplace, Skellam (Poisson) or binomial noise (a second place could drift
+    dpfl other than noise.py may draw Gaussian, Laplace, Skellam (Poisson) or binomial noise (a second place could drift
     from its event); engine/randomness.py draws the clients' standard streams, which it never scales."""
     import pathlib
     import re
@@ -117,7 +117,7 @@ def test_noise_is_drawn_only_from_an_event():
     assert offenders == []
     assert "noise_multiplier" not in (package / "engine" / "randomness.py").read_text()
     # and the noise's std is the event's multiplier times the sensitivity, whatever the mechanism object holds
-    from dpfl.engine.noise import gaussian_noise
+    from dpfl.noise import gaussian_noise
 
     noise = gaussian_noise(dp_event.GaussianDpEvent(3.0), torch.tensor([2.0]), torch.zeros(1, 200_000), gen(5))
     assert float(noise.std()) == pytest.approx(6.0, rel=0.01)

@@ -27,7 +27,7 @@ from scipy import stats
 from dpfl.accounting import exact as ex
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import observer_events
-from dpfl.algorithms.joint_noise import JointNoiseConfig, build_joint_noise
+from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig, build_joint_noise
 from dpfl.algorithms.registry import Setting
 from dpfl.algorithms.worst_case import LinearQuadraticOracle
 from dpfl.engine.protocol import ClientContext, ClientData

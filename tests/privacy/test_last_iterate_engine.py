@@ -26,7 +26,7 @@ from dpfl.accounting import last_iterate as li
 from dpfl.algorithms import projected_noisy_sgd as pns
 from dpfl.algorithms.worst_case import LinearQuadraticOracle
 from dpfl.engine.boundary import Delivery
-from dpfl.engine.noise import GaussianMechanism
+from dpfl.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -40,7 +40,7 @@ from scipy import stats
 from dpfl.accounting import exact as ex
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.algorithms.fedsgd_dpc import FedSGDDPCConfig, build_fedsgd_dpc
-from dpfl.algorithms.joint_noise import JointNoiseConfig, build_joint_noise
+from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig, build_joint_noise
 from dpfl.algorithms.local_sgd import LocalSGDConfig, build_local_sgd
 from dpfl.algorithms.registry import Setting
 from dpfl.engine.boundary import Boundary, Delivery

@@ -1,4 +1,4 @@
-"""Discretisation into Z_(2^bits) and Skellam noise shares (dpfl.protocols.quantize, dpfl.engine.noise)."""
+"""Discretisation into Z_(2^bits) and Skellam noise shares (dpfl.protocols.quantize, dpfl.noise)."""
 
 import math
 
@@ -8,7 +8,7 @@ import torch
 from scipy import stats
 
 from dpfl.accounting.events import SkellamDpEvent
-from dpfl.engine.noise import skellam_noise
+from dpfl.noise import skellam_noise
 from dpfl.errors import ConfigError
 from dpfl.protocols.quantize import Discretisation, OverflowRiskError, rounded_l2_sensitivity, skellam_tail_margin
 from dpfl.protocols.secagg import simulate_round

@@ -190,17 +190,6 @@ def last_iterate_sigma(target_epsilon: float, delta: float, n: int, batch_size: 
     return solve_noise(epsilon_of, target_epsilon, rtol=rtol)
 
 
-def shuffle_local_epsilon(target_epsilon: float, n: int, delta: float, delta0: float = 0.0, *,
-                          rtol: float = 1e-4) -> float:
-    """The largest local epsilon0 whose n shuffled reports are (target_epsilon, delta)-DP (FMT21, numerical bound).
-
-    The shuffled epsilon grows with epsilon0, so 1 / epsilon0 plays the role of the noise in ``solve_noise``.
-    """
-    from dpfl.accounting.shuffle import shuffle_epsilon
-
-    return 1.0 / solve_noise(lambda u: shuffle_epsilon(1.0 / u, n, delta, delta0), target_epsilon, rtol=rtol)
-
-
 def _levels(accountant: str) -> list[dict]:
     """Keyword options of ``account`` from the coarsest level to the exact one (``{}``)."""
     if accountant == "pld":

@@ -184,6 +184,17 @@ def shuffle_epsilon(
 # ---------------------------------------------------------------- binomial vector summation (Cheu et al. 2021)
 
 
+def shuffle_local_epsilon(target_epsilon: float, n: int, delta: float, delta0: float = 0.0, *,
+                          rtol: float = 1e-4) -> float:
+    """The largest local epsilon0 whose n shuffled reports are (target_epsilon, delta)-DP (FMT21, numerical bound).
+
+    The shuffled epsilon grows with epsilon0, so 1 / epsilon0 plays the role of the noise in ``solve_noise``.
+    """
+    from dpfl.accounting.calibrate import solve_noise
+
+    return 1.0 / solve_noise(lambda u: shuffle_epsilon(1.0 / u, n, delta, delta0), target_epsilon, rtol=rtol)
+
+
 @dataclass(frozen=True)
 class BinomialSummationParameters:
     """Parameters of P_vec for n users and the exact error they give (see ``binomial_summation_parameters``)."""

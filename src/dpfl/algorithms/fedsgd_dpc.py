@@ -58,7 +58,7 @@ from dpfl.accounting.calibrate import solve_noise
 from dpfl.accounting.observers import Cohort, Release
 from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
 from dpfl.engine.boundary import Delivery
-from dpfl.engine.noise import GaussianMechanism, LaplaceMechanism
+from dpfl.noise import GaussianMechanism, LaplaceMechanism
 from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
 from dpfl.engine.sampling import ClientSampler, RecordSampler
 from dpfl.errors import ConfigError, check_range

@@ -64,7 +64,7 @@ from dpfl.algorithms.local_sgd import LocalSGD
 from dpfl.algorithms.prox import REGULARIZERS, Regularizer
 from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
 from dpfl.engine.boundary import Delivery
-from dpfl.engine.noise import GaussianMechanism
+from dpfl.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
 from dpfl.engine.sampling import ClientSampler, RecordSampler
 from dpfl.errors import ConfigError, check_range

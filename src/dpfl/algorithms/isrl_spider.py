@@ -73,7 +73,7 @@ from dpfl.algorithms.projected_noisy_sgd import scale_to_norm, verified_smoothne
 from dpfl.algorithms.prox import Regularizer
 from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
 from dpfl.engine.boundary import Delivery
-from dpfl.engine.noise import GaussianMechanism
+from dpfl.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
 from dpfl.engine.sampling import RecordSampler
 from dpfl.errors import check_range

@@ -58,7 +58,7 @@ from dpfl.algorithms.projected_noisy_sgd import verified_smoothness
 from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
 from dpfl.engine import randomness
 from dpfl.engine.boundary import Delivery
-from dpfl.engine.noise import GaussianMechanism
+from dpfl.noise import GaussianMechanism
 from dpfl.engine.protocol import State
 from dpfl.engine.sampling import RecordSampler
 from dpfl.errors import ConfigError, check_range

@@ -15,7 +15,7 @@ path), from theta_i = theta^(t-1), with s = ``algorithm.skellam_scale`` (integer
 
 **Where the discretisation happens.** At every local step, on that step's clipped mean gradient, before its noise:
 scaled by s and rounded at random without bias (``dpfl.protocols.quantize.randomised_round``, uniforms from the
-client's "rounding" stream), then the integer share added (``dpfl.engine.noise.skellam_noise``, the client's "noise"
+client's "rounding" stream), then the integer share added (``dpfl.noise.skellam_noise``, the client's "noise"
 stream); the local iterate moves by the integer step over s. This is Heikkilä et al.'s implementation (DP-SGD steps
 with the Skellam mechanism of Agarwal et al., scale, round, add Skellam, unscale, then the optimiser's step). With no
 weight decay (required) the update is exactly -gamma / s times the integer sum of the steps, so the message is that
@@ -62,7 +62,7 @@ from dp_accounting import dp_event
 from dpfl.accounting.events import SkellamDpEvent, skellam_l1_bound
 from dpfl.algorithms.joint_noise import JointNoise
 from dpfl.engine.boundary import Delivery
-from dpfl.engine.noise import skellam_noise
+from dpfl.noise import skellam_noise
 from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput
 from dpfl.errors import ConfigError, check_range
 from dpfl.protocols.quantize import EXACT_FLOAT, randomised_round, skellam_tail_margin

@@ -47,7 +47,7 @@ from dp_accounting import dp_event
 from dpfl.accounting.observers import Release, local_steps_additive
 from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
 from dpfl.engine.boundary import Delivery
-from dpfl.engine.noise import GaussianMechanism
+from dpfl.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
 from dpfl.engine.sampling import RecordSampler
 from dpfl.errors import ConfigError, check_noise_multiplier, check_range

@@ -57,7 +57,7 @@ from dpfl.accounting.observers import THIRD_PARTY, Cohort, Release, observer_eve
 from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
 from dpfl.engine import keys, randomness
 from dpfl.engine.boundary import Delivery
-from dpfl.engine.noise import GaussianMechanism
+from dpfl.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
 from dpfl.errors import ConfigError, check_noise_multiplier, check_range
 

@@ -153,7 +153,7 @@ def run_round(instance: EngineInstance, trials: int, sign: float, seed: int):
     import torch
 
     from dpfl.algorithms.local_sgd import LocalSGD
-    from dpfl.engine.noise import GaussianMechanism
+    from dpfl.noise import GaussianMechanism
     from dpfl.engine.protocol import ClientContext, ClientData
     from dpfl.engine.sampling import RecordSampler
 

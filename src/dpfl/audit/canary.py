@@ -213,7 +213,7 @@ def input_canary(train, seed: int, distance: float = 3.0) -> tuple[torch.Tensor,
     training data's least frequent label."""
     real = torch.arange(train.x.shape[1]).unsqueeze(0) < train.counts.unsqueeze(1)
     records = train.x[real]
-    # a fixed feature vector, not noise (dpfl's noise is drawn only in dpfl.engine.noise): an isotropic direction
+    # a fixed feature vector, not noise (dpfl's noise is drawn only in dpfl.noise): an isotropic direction
     direction = torch.from_numpy(np.random.default_rng(int(seed)).standard_normal(tuple(records.shape[1:])))
     scale = distance * float(records.flatten(1).norm(dim=1).max()) / float(direction.norm())
     frequency = torch.bincount(train.y[real])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dpfl.accounting.accountant import ACCOUNTANTS, SAMPLINGS, account, gaussian_event
 from dpfl.accounting.conversion import CONVERSIONS
-from dpfl.cli import with_default_accountant
+from dpfl.cli.common import with_default_accountant
 from dpfl.errors import check_noise_multiplier
 
 NAME = "gaussian"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dpfl.accounting.accountant import ACCOUNTANTS, account, laplace_event, pure_epsilon
 from dpfl.accounting.conversion import CONVERSIONS
-from dpfl.cli import with_default_accountant
+from dpfl.cli.common import with_default_accountant
 from dpfl.errors import ConfigError, check_noise_multiplier, check_range
 
 NAME = "laplace"

@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dpfl.cli import add_config_keys
+from dpfl.cli.common import add_config_keys
 
 METHODS = ("runs", "one-run")
 #: An audit of at least this many client rounds (trials x rounds) reports its progress on stderr.
@@ -70,7 +70,7 @@ def configure(commands) -> None:
 
 def _audit(args) -> None:
     from dpfl.audit import runs
-    from dpfl.cli import _print_result
+    from dpfl.cli.common import print_result
     from dpfl.errors import ConfigError
     from dpfl.experiments.config import load_config
     from dpfl.experiments.runner import build_simulation
@@ -107,7 +107,7 @@ def _audit(args) -> None:
         summary["roc"] = str(roc)
         plot_roc(result, roc)
     (out / "audit.json").write_text(json.dumps(summary, indent=2) + "\n")
-    _print_result(summary, args.json)
+    print_result(summary, args.json)
 
 
 AUTO = "auto"

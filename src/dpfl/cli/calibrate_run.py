@@ -10,7 +10,7 @@ runs longer than a few seconds reports its trials on stderr.
 from __future__ import annotations
 
 from dpfl.accounting.observers import THIRD_PARTY
-from dpfl.cli import add_config_keys
+from dpfl.cli.common import add_config_keys
 
 NAME = "run"
 HELP = "noise multiplier (or rounds) of a run's TOML config for a target epsilon towards one observer"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dpfl.accounting.calibrate import shuffle_local_epsilon
+from dpfl.accounting.shuffle import shuffle_local_epsilon
 
 NAME = "shuffle"
 HELP = "largest local epsilon0 for a target central epsilon after shuffling n reports (Feldman et al. 2021)"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from dpfl.cli import add_config_keys
+from dpfl.cli.common import add_config_keys
 
 
 def configure(commands) -> None:
@@ -38,28 +38,7 @@ def _config(args) -> None:
         print(reference(), end="")
         return
     from dpfl.experiments.config import load_config
+    from dpfl.experiments.reference import to_toml
 
     config = load_config(args.config, args.overrides, args.unset)
     print(json.dumps(config, indent=1) if args.json else to_toml(config), end="" if not args.json else "\n")
-
-
-def to_toml(config: dict) -> str:
-    """``config`` (section -> key -> value) as TOML; a key whose value is None, or a [data] key that does not apply
-    to data.name (``DATA_KEYS``), is written as a comment."""
-    from dpfl.experiments.config import DATA_KEYS
-    from dpfl.experiments.reference import value_text
-
-    source = config.get("data", {}).get("name")
-    lines = []
-    for section, values in config.items():
-        lines.append(f"[{section}]")
-        for key, value in values.items():
-            other_sources = section == "data" and source not in DATA_KEYS.get(key, (source,))
-            if other_sources:
-                note = f"   (data.name {' / '.join(DATA_KEYS[key])} only)"
-            else:
-                note = "   (unset)" if value is None else ""
-            prefix = "# " if value is None or other_sources else ""
-            lines.append(f"{prefix}{key} = {value_text(value)}{note}")
-        lines.append("")
-    return "\n".join(lines)

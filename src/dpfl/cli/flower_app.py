@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from dpfl.cli import add_config_keys
+from dpfl.cli.common import add_config_keys
 from dpfl.errors import ConfigError
 
 

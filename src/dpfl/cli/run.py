@@ -16,7 +16,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from dpfl.cli import add_config_keys
+from dpfl.cli.common import add_config_keys
 from dpfl.errors import DpflError, RunInterrupted
 
 INTERRUPTED = 130  # the shell's status for a command ended by SIGINT
@@ -85,7 +85,7 @@ def configure(commands) -> None:
 
 
 def _run(args) -> int | None:
-    from dpfl.cli import _collected_warnings, summarised
+    from dpfl.cli.common import collected_warnings, summarised
     from dpfl.experiments.config import defaults_in_use, load_config, read_toml
     from dpfl.experiments.runner import run_experiment
 
@@ -101,7 +101,7 @@ def _run(args) -> int | None:
     resume = shlex.join(["dpfl", "run", args.config, *[a for o in args.overrides for a in ("--set", o)],
                          *[a for key in args.unset for a in ("--unset", key)], "--out", str(out), "--resume"])
     try:
-        with _collected_warnings(python_warnings=False) as collected:  # dp_accounting's log lines, summarised
+        with collected_warnings(python_warnings=False) as collected:  # dp_accounting's log lines, summarised
             results = run_experiment(config, out, progress=not args.no_progress, resume=args.resume,
                                      restart=args.restart)
         for line in summarised(collected):

@@ -352,9 +352,5 @@ def _type_names(types) -> str:
     return " or ".join(dict.fromkeys(names))
 
 
-__all__ = ["SCHEMA", "MODEL_KEYS", "DATA_KEYS", "RETIRED", "SECTIONS", "defaults", "load_config", "resolve", "key_schema", "merge",
-           "parse_override"]
-
-
-__all__ = ["SCHEMA", "MODEL_KEYS", "RETIRED", "SECTIONS", "defaults", "load_config", "read_toml", "defaults_in_use",
-           "resolve", "key_schema", "merge", "parse_override"]
+__all__ = ["SCHEMA", "MODEL_KEYS", "DATA_KEYS", "RETIRED", "SECTIONS", "defaults", "load_config", "read_toml",
+           "defaults_in_use", "resolve", "key_schema", "merge", "parse_override"]

@@ -17,7 +17,7 @@ import types
 import typing
 
 from dpfl.algorithms import registry
-from dpfl.experiments.config import MODEL_DEFAULT, MODEL_KEYS, RETIRED, SCHEMA
+from dpfl.experiments.config import DATA_KEYS, MODEL_DEFAULT, MODEL_KEYS, RETIRED, SCHEMA
 
 REGENERATE = "python -m dpfl.experiments.reference > docs/config.md"
 
@@ -165,4 +165,23 @@ if __name__ == "__main__":
     main()
 
 
-__all__ = ["reference", "type_name", "value_text", "REGENERATE"]
+def to_toml(config: dict) -> str:
+    """``config`` (section -> key -> value) as TOML; a key whose value is None, or a [data] key that does not apply
+    to data.name (``DATA_KEYS``), is written as a comment."""
+    source = config.get("data", {}).get("name")
+    lines = []
+    for section, values in config.items():
+        lines.append(f"[{section}]")
+        for key, value in values.items():
+            other_sources = section == "data" and source not in DATA_KEYS.get(key, (source,))
+            if other_sources:
+                note = f"   (data.name {' / '.join(DATA_KEYS[key])} only)"
+            else:
+                note = "   (unset)" if value is None else ""
+            prefix = "# " if value is None or other_sources else ""
+            lines.append(f"{prefix}{key} = {value_text(value)}{note}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+__all__ = ["reference", "type_name", "value_text", "to_toml", "REGENERATE"]

@@ -97,7 +97,7 @@ def write_flower_app(config_path: str | Path, config: dict, out: str | Path, fed
     as ``evaluation`` says (``dpfl.flower.evaluation``), into ``out`` and returns its folder; refuses an ``out`` that
     holds files other than a previous app's, and a config whose boundary Flower does not enforce
     (``check_enforced``)."""
-    from dpfl.cli.config import to_toml
+    from dpfl.experiments.reference import to_toml
 
     check_enforced(config)
     if evaluation not in (NONE, FEDERATED) and Path(evaluation).suffix not in (".npz", ".csv"):

@@ -5,7 +5,7 @@ by unbiased randomised rounding (Agarwal, Kairouz, Liu 2021, Sec. 4; Kairouz, Li
 
     round(y) = floor(y) + 1[u < y - floor(y)],  u ~ U[0, 1),   so E[round(y)] = y,
 
-then, for distributed DP, a share of integer Skellam noise is added (``dpfl.engine.noise.skellam_noise``) and the
+then, for distributed DP, a share of integer Skellam noise is added (``dpfl.noise.skellam_noise``) and the
 result is wrapped mod 2^bits. The server's modular sum is decoded to a signed integer in [-2^(bits-1), 2^(bits-1))
 and divided by s. Decoding is exact as long as the true integer sum lies in that interval; ``check_headroom`` refuses
 a configuration, before anything is encoded, when n clients' values plus the noise could leave it.
@@ -23,7 +23,7 @@ import torch
 from dp_accounting import dp_event
 
 from dpfl.accounting.events import SkellamDpEvent
-from dpfl.engine.noise import skellam_noise
+from dpfl.noise import skellam_noise
 from dpfl.errors import ConfigError, DpflError, check_range
 
 #: Largest |s x| that float64 rounding represents exactly (2^52: integers and their halves are exact below it).

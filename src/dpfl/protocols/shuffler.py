@@ -12,7 +12,7 @@ summation P_vec, with a real shuffler: the protocol Lowy et al. (2023, Alg. 4-5)
 
 The multiset of labelled bits is a function of the counts and vice versa, so ``counts`` (count path, for simulation
 speed) and ``messages`` -> ``shuffle`` -> ``analyse_messages`` (message path) give the same estimate from the same
-draws. All randomness (rounding coins, noise bits) is drawn by ``dpfl.engine.noise`` from the caller's generators
+draws. All randomness (rounding coins, noise bits) is drawn by ``dpfl.noise`` from the caller's generators
 (``dpfl.engine.randomness`` streams); the shuffle's permutation too comes from a caller's generator.
 
 Privacy: ``dpfl.accounting.binomial`` (an observer of the shuffled messages sees exactly the counts).
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dpfl.engine.noise import BinomialBits, randomised_rounding
+from dpfl.noise import BinomialBits, randomised_rounding
 from dpfl.errors import ConfigError, check_range
 
 
