@@ -23,7 +23,7 @@ from dp_accounting import dp_event, privacy_accountant
 
 from dpfl.accounting import pld
 from dpfl.accounting.accountant import pure_epsilon
-from dpfl.accounting.events import ProjectedStepDpEvent
+from dpfl.accounting.events import ProjectedStepDpEvent, non_private, unsupported_part
 from dpfl.accounting.last_iterate import LastIterateAccountant
 from dpfl.accounting.rdp import RdpAccountant
 from dpfl.errors import ConfigError
@@ -49,8 +49,9 @@ class _Collecting(privacy_accountant.PrivacyAccountant):
 
     def _maybe_compose(self, event, count, do_compose):
         if not self.supports_event(event):
-            return self.CompositionErrorDetails(invalid_event=event,
-                                                error_message=f"{type(self).__name__} cannot compose {event}")
+            part = unsupported_part(event, self.supports_event)
+            return self.CompositionErrorDetails(invalid_event=part,
+                                                error_message=f"{type(self).__name__} cannot compose {part}")
         if do_compose and count:
             self._events.append(event if count == 1 else dp_event.SelfComposedDpEvent(event, count))
         return None
@@ -80,6 +81,10 @@ class PureDpAccountant(_Collecting):
     """Basic composition of pure-DP events (Laplace): epsilon adds up, whatever delta."""
 
     def supports_event(self, event) -> bool:
+        if isinstance(event, dp_event.SelfComposedDpEvent):
+            return self.supports_event(event.event)
+        if isinstance(event, dp_event.ComposedDpEvent):
+            return all(self.supports_event(e) for e in event.events)
         try:
             pure_epsilon(event)
         except ConfigError:
@@ -87,7 +92,7 @@ class PureDpAccountant(_Collecting):
         return True
 
     def get_epsilon(self, target_delta: float) -> float:
-        if any(isinstance(e, dp_event.NonPrivateDpEvent) for e in self._events):
+        if any(non_private(e) for e in self._events):
             return float("inf")
         return pure_epsilon(self.composition())
 
@@ -123,16 +128,25 @@ class LastIterateDpAccountant(_Collecting):
     def supports_event(self, event) -> bool:
         if isinstance(event, dp_event.SelfComposedDpEvent):
             return self.supports_event(event.event)
-        return isinstance(event, (ProjectedStepDpEvent, dp_event.NoOpDpEvent))
+        if isinstance(event, dp_event.ComposedDpEvent):
+            return all(self.supports_event(e) for e in event.events)
+        return isinstance(event, (ProjectedStepDpEvent, dp_event.NoOpDpEvent, dp_event.NonPrivateDpEvent))
 
     def steps(self) -> list[tuple[ProjectedStepDpEvent, int]]:
         """(step, count) in order."""
         found = []
+
+        def walk(event, count: int) -> None:
+            if isinstance(event, dp_event.SelfComposedDpEvent):
+                walk(event.event, count * event.count)
+            elif isinstance(event, dp_event.ComposedDpEvent):
+                for part in event.events:
+                    walk(part, count)
+            elif isinstance(event, ProjectedStepDpEvent):
+                found.append((event, count))
+
         for event in self._events:
-            count = event.count if isinstance(event, dp_event.SelfComposedDpEvent) else 1
-            inner = event.event if isinstance(event, dp_event.SelfComposedDpEvent) else event
-            if isinstance(inner, ProjectedStepDpEvent):
-                found.append((inner, count))
+            walk(event, 1)
         return found
 
     def accountant(self) -> LastIterateAccountant | None:
@@ -151,6 +165,8 @@ class LastIterateDpAccountant(_Collecting):
         return accountant
 
     def get_epsilon(self, target_delta: float) -> float:
+        if any(non_private(e) for e in self._events):
+            return float("inf")
         accountant = self.accountant()
         return 0.0 if accountant is None else accountant.epsilon(target_delta)
 

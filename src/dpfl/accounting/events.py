@@ -176,6 +176,26 @@ class BinomialSumDpEvent(dp_event.DpEvent):
     l2_shift: float
 
 
+def unsupported_part(event: dp_event.DpEvent, supports) -> dp_event.DpEvent:
+    """The innermost part of ``event`` that ``supports`` (an accountant's test of one event) refuses, looking through
+    compositions: what dp_accounting's accountant contract names as ``CompositionErrorDetails.invalid_event``."""
+    if isinstance(event, dp_event.ComposedDpEvent):
+        refused = [e for e in event.events if not supports(e)]
+        return unsupported_part(refused[0], supports) if refused else event
+    if isinstance(event, dp_event.SelfComposedDpEvent):
+        return unsupported_part(event.event, supports)
+    return event
+
+
+def non_private(event: dp_event.DpEvent) -> bool:
+    """Whether ``event`` releases something without privacy (a ``NonPrivateDpEvent``, also inside compositions)."""
+    if isinstance(event, dp_event.ComposedDpEvent):
+        return any(non_private(e) for e in event.events)
+    if isinstance(event, dp_event.SelfComposedDpEvent):
+        return non_private(event.event)
+    return isinstance(event, dp_event.NonPrivateDpEvent)
+
+
 def _registry() -> dict[str, type]:
     classes = {
         name: cls

@@ -56,9 +56,10 @@ from scipy.special import gammaln, logsumexp
 
 from dpfl.accounting.conversion import CONVERSIONS, rdp_to_epsilon
 from dpfl.accounting.binomial import binomial_sum_rdp, binomial_sum_tail
-from dpfl.accounting.events import BinomialSumDpEvent, DisjointUnionDpEvent, ParticipationDpEvent, SkellamDpEvent
+from dpfl.accounting.events import (BinomialSumDpEvent, DisjointUnionDpEvent, ParticipationDpEvent, SkellamDpEvent,
+                                    unsupported_part)
 from dpfl.accounting.skellam import poisson_subsampled_rdp, skellam_rdp
-from dpfl.errors import ConfigError
+from dpfl.errors import ConfigError, check_range
 
 NeighborRel = privacy_accountant.NeighboringRelation
 
@@ -157,7 +158,8 @@ class RdpAccountant(privacy_accountant.PrivacyAccountant):
     def _maybe_compose(self, event, count, do_compose):
         error = composition_error(event, self.neighboring_relation)
         if error is not None:
-            return self.CompositionErrorDetails(invalid_event=event, error_message=error)
+            part = unsupported_part(event, lambda e: composition_error(e, self.neighboring_relation) is None)
+            return self.CompositionErrorDetails(invalid_event=part, error_message=error)
         if do_compose and count:
             self._rdp = self._rdp + count * rdp_curve(event, self._orders, self.neighboring_relation,
                                                       self._subsampling_bound)
@@ -166,9 +168,17 @@ class RdpAccountant(privacy_accountant.PrivacyAccountant):
 
     def get_epsilon_and_optimal_order(self, target_delta: float) -> tuple[float, float]:
         """(epsilon, optimal order) of everything composed so far, with this accountant's conversion, at
-        target_delta minus the composed tails of approximately RDP events (+inf when they use it all)."""
-        if self._tail >= target_delta:
-            return math.inf, float(self._orders[0])
+        target_delta minus the composed tails of approximately RDP events (+inf when they use it all). The edges
+        are dp_accounting's contract: nothing composed is (0, delta)-DP at every delta in [0, 1], a non-private
+        event (an infinite curve) is (inf, delta) at every delta, and at delta = 1 anything is (0, 1)-DP."""
+        check_range("target_delta", target_delta, 0.0, 1.0)
+        first = float(self._orders[0])
+        if self._tail == 0 and not self._rdp.any():
+            return 0.0, first
+        if self._tail >= target_delta or np.isinf(self._rdp).all():
+            return math.inf, first
+        if target_delta == 1:
+            return 0.0, first
         return rdp_to_epsilon(self._orders, self._rdp, target_delta - self._tail, self._conversion)
 
     def get_epsilon(self, target_delta: float) -> float:
