@@ -177,6 +177,23 @@ def test_a_per_example_loss_is_used(user_run):
     assert smoothed.config["supplied"]["loss"] == "torch.nn.modules.loss.CrossEntropyLoss"
 
 
+def test_a_callers_loss_or_module_is_never_credited_with_verified_convexity():
+    """Projected noisy SGD's tighter (convex) accounting is credited only for logistic regression's cross-entropy,
+    which dpfl verifies; with a caller's loss (even cross-entropy itself: dpfl cannot see inside it) or module, the
+    accounting falls back to the non-convex diameter, saying why."""
+    x, y = arrays()
+    binary = (x, (y == 0).astype(int))
+    config = {"algorithm": {"name": "projected-noisy-sgd", "convex": True, "feature_clip": 4.0,
+                            "noise_multiplier": 2.0}, "data": {"num_clients": 8}}
+    assert dpfl.build(config, data=binary).algorithm.smoothness == pytest.approx((4.0**2 + 1) / 2 + 0.01)
+    with pytest.warns(UserWarning, match="not verified .*the loss 'torch.nn.modules.loss.CrossEntropyLoss' is a "
+                                         "caller's"):
+        assert dpfl.build(config, loss=nn.CrossEntropyLoss(reduction="none"), data=binary).algorithm.smoothness is None
+    with pytest.warns(UserWarning, match="not verified .*model.name = 'custom' is not a convex model"):
+        assert dpfl.build(config, model=nn.Sequential(nn.Linear(FEATURES, 2)), data=binary).algorithm.smoothness \
+            is None
+
+
 def test_client_ids_and_config_forms(tmp_path):
     """Client ids as given; the config as a TOML path, a dict or a loaded config; the names the config must give."""
     x, y = arrays()
@@ -214,22 +231,33 @@ def test_a_federated_dataset_is_used_as_it_is(user_run):
 MNIST = dict(noise_multiplier=1.1, sampling_rate=256 / 60000, steps=14063, delta=1e-5)
 
 
-def test_account_and_calibrate_a_published_vector():
+MNIST_EVENT = dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(256 / 60000, dp_event.GaussianDpEvent(1.1)),
+                                          14063)
+
+
+def test_account_a_published_vector():
     assert 2.38177 < dpfl.account(**MNIST).epsilon <= 2.38178  # the published figures, rounded up (the safe side)
     rdp = dpfl.account(**MNIST, accountant="rdp", conversion="classic")
     assert 3.00838 < rdp.epsilon <= 3.00839 and rdp.accountant == "rdp"
-    gaussian = {k: v for k, v in MNIST.items() if k != "noise_multiplier"}
-    assert dpfl.calibrate(2.38178, **gaussian) == pytest.approx(1.1, rel=2e-4)
-    assert dpfl.calibrate(3.00839, **gaussian, accountant="rdp") == pytest.approx(1.1, rel=2e-4)
     accountant = dpfl.make_accountant("rdp", conversion="classic")
-    event = dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(256 / 60000, dp_event.GaussianDpEvent(1.1)),
-                                         14063)
-    assert accountant.compose(event).get_epsilon(1e-5) == rdp.epsilon
+    assert accountant.compose(MNIST_EVENT).get_epsilon(1e-5) == rdp.epsilon
+    event = MNIST_EVENT
     assert dpfl.account(event, delta=1e-5).epsilon == dpfl.account(**MNIST).epsilon
     with pytest.raises(dpfl.ConfigError, match="noise_multiplier = 1.1 is not allowed: expected None when an event"):
         dpfl.account(event, **MNIST)
     with pytest.raises(dpfl.ConfigError, match="neighboring = 'swap' is not allowed"):
         dpfl.make_accountant("pld", neighboring="swap")
+
+
+def test_calibrate_a_published_vector():
+    gaussian = {k: v for k, v in MNIST.items() if k != "noise_multiplier"}
+    assert dpfl.calibrate(2.38178, **gaussian) == pytest.approx(1.1, rel=2e-4)
+    assert dpfl.calibrate(3.00839, **gaussian, accountant="rdp") == pytest.approx(1.1, rel=2e-4)
+    assert dpfl.calibrate(3.00839, delta=1e-5, event=lambda z: dp_event.SelfComposedDpEvent(
+        dp_event.PoissonSampledDpEvent(256 / 60000, dp_event.GaussianDpEvent(z)), 14063), accountant="rdp") == \
+        dpfl.calibrate(3.00839, **gaussian, accountant="rdp")
+    with pytest.raises(dpfl.ConfigError, match="sampling_rate = None is not allowed"):
+        dpfl.calibrate(1.0, delta=1e-5, steps=10)
 
 
 # -- registering an algorithm ----------------------------------------------------------------------------------------
