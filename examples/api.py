@@ -26,7 +26,8 @@ class Net(nn.Module):
 
     def __init__(self, features: int = 20, width: int = 16, classes: int = 2):
         super().__init__()
-        self.inner, self.block, self.out = nn.Linear(features, width), nn.Linear(width, width), nn.Linear(width, classes)
+        self.inner, self.block = nn.Linear(features, width), nn.Linear(width, width)
+        self.out = nn.Linear(width, classes)
 
     def forward(self, x):
         h = torch.tanh(self.inner(x))

@@ -42,7 +42,8 @@ _EXPORTS = {
     "DpflError": "dpfl.errors",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = ["__version__", "run", "build", "account", "calibrate", "make_accountant", "register_algorithm", "Results",
+           "load_config", "Simulation", "PrivacyLedger", "FederatedDataset", "ConfigError", "DpflError"]
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read it as true)
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time each name is imported on first use

@@ -66,6 +66,9 @@ def test_import_dpfl_does_not_import_torch():
 
 
 def test_every_exported_name_is_there():
+    assert set(dpfl.__all__) == {"__version__", "run", "build", "Results", "account", "calibrate", "make_accountant",
+                                 "register_algorithm", "load_config", "Simulation", "PrivacyLedger", "FederatedDataset",
+                                 "ConfigError", "DpflError"}
     assert all(getattr(dpfl, name) is not None for name in dpfl.__all__)
     with pytest.raises(AttributeError, match="no attribute 'runner'"):
         dpfl.runner  # noqa: B018

@@ -127,7 +127,8 @@ def _python_blocks(section: str) -> list[str]:
 def test_python_api_section_runs(tmp_path, monkeypatch, capsys):
     """The README's Python API blocks run as shown (from the repository's root: the example path is relative): the
     first writes its run directory and prints what it says it prints; the second (a user's module on the user's
-    arrays) prints a test accuracy and a finite epsilon (the noise comes from a fresh secret key: the accuracy varies)."""
+    arrays) prints a test accuracy and a finite epsilon (its noise comes from a fresh secret key: the accuracy
+    varies)."""
     blocks = _python_blocks(TEXT[TEXT.index("## Python API"):])
     assert len(blocks) == 2 and all("import dpfl\n" in code for code in blocks)
     monkeypatch.chdir(tmp_path)

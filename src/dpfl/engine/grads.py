@@ -221,8 +221,8 @@ class CohortGradients:
         alone = torch.cat([self.loss(outputs[i : i + 1], y[i : i + 1]).reshape(1) for i in range(len(y))])
         if not torch.allclose(together, alone, rtol=1e-5, atol=1e-6):
             raise ConfigError("loss", name, f"{expected} in which each example's loss does not depend on the other "
-                                            f"examples of the batch; it gives {together.tolist()} for {len(y)} examples "
-                                            f"together and {alone.tolist()} one by one")
+                                            f"examples of the batch; it gives {together.tolist()} for {len(y)} "
+                                            f"examples together and {alone.tolist()} one by one")
 
     # -- evaluation ----------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -231,7 +231,7 @@ class CohortGradients:
         return vmap(self._example_loss)(theta, x, y)
 
     def loss_and_accuracy(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, chunk: int = 65536):
-        """Mean loss (cross-entropy unless a loss was given) and accuracy of one model [P] on examples x [N, ...], y [N]."""
+        """Mean loss (cross-entropy, or the loss given) and accuracy of one model [P] on examples x [N, ...], y [N]."""
         params = self.unflatten(theta)
         total_loss, correct = 0.0, 0
         for start in range(0, x.shape[0], chunk):

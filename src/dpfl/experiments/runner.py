@@ -114,8 +114,8 @@ def build_simulation(config: dict, out_dir: Path | None = None, workers=None, no
     doubtful.check_observers(boundary.observers, dataset.num_clients)
     ledger = build_ledger(config, boundary, delta, algorithm, budget=True)
     sim = Simulation(
-        dataset.train, dataset.test, CohortGradients(model, loss=supplied.loss), algorithm, clients, ledger, seed=key, run_id=run_id,
-        secret=run_cfg["noise_seed"] is None,
+        dataset.train, dataset.test, CohortGradients(model, loss=supplied.loss), algorithm, clients, ledger, seed=key,
+        run_id=run_id, secret=run_cfg["noise_seed"] is None,
         boundary=boundary, eval_every=run_cfg["eval_every"], memory_budget_bytes=run_cfg["memory_mb"] * 2**20,
         checkpoint_dir=out_dir, checkpoint_every=run_cfg["checkpoint_every"], release=release_hash(config),
         data=dataset.info, workers=None if workers is None else workers(config, dataset, delta),
