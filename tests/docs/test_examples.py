@@ -2,12 +2,13 @@
 version docs/flower.md names.
 
 examples/budgeted_digits.toml: DP-FedSGD stops after 42 rounds at test accuracy 0.8412 with the server at 11.4, and
-DP-FedAvg after 6 rounds at 0.6490 (the comment's numbers, parsed from it)."""
+DP-FedAvg after 6 rounds at 0.6490 (the comment's numbers, parsed from it). examples/api.py runs cell after cell."""
 
 from __future__ import annotations
 
 import json
 import re
+import runpy
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,14 @@ def test_the_flower_page_names_the_flwr_version_the_extra_installs():
     except metadata.PackageNotFoundError:
         pytest.skip("flwr is not installed here")
     assert f"installs the newest: {installed}" in (ROOT / "docs" / "flower.md").read_text()
+
+
+@pytest.mark.slow
+def test_the_api_example_runs(capsys):
+    """examples/api.py runs cell after cell (its own assert: a user's module spends the built-in model's epsilon) and
+    prints the refusals and the published figures it states."""
+    runpy.run_path(str(ROOT / "examples" / "api.py"), run_name="__main__")
+    printed = capsys.readouterr().out
+    assert "refused: model = '1 (BatchNorm1d)' is not allowed" in printed
+    assert "refused: loss = 'CrossEntropyLoss' is not allowed" in printed
+    assert "PLD: 2.38177" in printed and "RDP: 3.00838" in printed

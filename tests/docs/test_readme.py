@@ -120,17 +120,27 @@ def test_speed_table_is_labelled_a_measurement_and_its_benchmark_prints_it(monke
     assert len(rows) == 3 and rows[-1].startswith("| baseline") and rows[-1].endswith("| 1.0x |")
 
 
+def _python_blocks(section: str) -> list[str]:
+    """The ```python blocks of a README section, in order."""
+    return re.findall(r"```python\n(.*?)```", section[:section.index("\n## ", 1)], flags=re.DOTALL)
+
+
 def test_python_api_section_runs(tmp_path, monkeypatch, capsys):
-    """The README's Python API block runs as shown (from the repository's root: its example path is relative), writes
-    its run directory and prints what it says it prints."""
-    section = TEXT[TEXT.index("## Python API"):]
-    code = section[section.index("```python") + len("```python"):section.index("```", section.index("```python") + 3)]
+    """The README's Python API blocks run as shown (from the repository's root: the example path is relative): the
+    first writes its run directory and prints what it says it prints; the second (a user's module on the user's
+    arrays) prints a test accuracy and a finite epsilon (its noise comes from a fresh secret key: the accuracy
+    varies)."""
+    blocks = _python_blocks(TEXT[TEXT.index("## Python API"):])
+    assert len(blocks) == 2 and all("import dpfl\n" in code for code in blocks)
     monkeypatch.chdir(tmp_path)
-    exec(compile(code.replace('"examples/', f'"{ROOT}/examples/'), "README.md (Python API)", "exec"), {})
+    exec(compile(blocks[0].replace('"examples/', f'"{ROOT}/examples/'), "README.md (Python API)", "exec"), {})
     printed = capsys.readouterr().out.splitlines()
     results = json.loads((tmp_path / "runs" / "api" / "results.json").read_text())
     assert printed[0] == f"{results['final']['test_accuracy']} {results['final']['epsilon']} 1e-05"
     assert printed[1].startswith("1 ") and len(printed) == 3 and 0 < float(printed[2]) < 10
+    exec(compile(blocks[1], "README.md (Python API, your own module)", "exec"), {})
+    accuracy, epsilon = map(float, capsys.readouterr().out.split())
+    assert 0 <= accuracy <= 1 and 0 < epsilon < 100
 
 
 # -- slow: training ---------------------------------------------------------------------------------------------------

@@ -1,11 +1,14 @@
 """CohortGradients: clipped per-example gradient sums (ghost and vmap), evaluation, parameter flattening."""
 
+import re
+
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from dpfl.engine.grads import CohortGradients, memory_per_example
+from dpfl.errors import ConfigError
 from dpfl.models import build_model
 
 import survivors
@@ -300,3 +303,39 @@ def test_memory_per_example_positive_and_ghost_smaller():
     ghost, vm = CohortGradients(model, "ghost"), CohortGradients(model, "vmap")
     assert 0 < memory_per_example(ghost, 100) < memory_per_example(vm, 100)
     assert memory_per_example(vm, 100) == 4 * (100 + 2 * vm.num_params)
+
+
+def smoothed(outputs, labels):
+    """A caller's per-example loss: cross-entropy with label smoothing 0.2."""
+    return F.cross_entropy(outputs, labels, reduction="none", label_smoothing=0.2)
+
+
+@pytest.mark.parametrize("kind", ["logreg", "mlp"])
+@pytest.mark.parametrize("strategy", ["ghost", "vmap"])
+def test_a_callers_loss_is_the_one_differentiated(kind, strategy):
+    """A caller's per-example loss goes through both strategies: its clipped sums are those of the definition (one
+    example at a time, autograd), and cross-entropy given as a loss gives the default's sums."""
+    model = make_model(kind)
+    default, given = CohortGradients(model, strategy), CohortGradients(model, strategy, loss=smoothed)
+    theta, x, y, mask = cohort(num_params=given.num_params)
+    expected = torch.zeros_like(theta)
+    for c in range(CLIENTS):
+        for j in range(BATCH):
+            if mask[c, j]:
+                g = torch.func.grad(lambda t: smoothed(torch.func.functional_call(
+                    model, given.unflatten(t), (x[c, j : j + 1],)), y[c, j : j + 1]).sum())(theta[c])
+                expected[c] += g / max(1.0, float(g.norm()) / 0.3)
+    torch.testing.assert_close(given.clipped_sum(theta, x, y, mask, 0.3), expected, atol=1e-5, rtol=1e-5)
+    plain = CohortGradients(model, strategy, loss=lambda o, t: F.cross_entropy(o, t, reduction="none"))
+    torch.testing.assert_close(plain.clipped_sum(theta, x, y, mask, 0.3), default.clipped_sum(theta, x, y, mask, 0.3))
+    loss, _ = given.loss_and_accuracy(theta[0], x[0], y[0])
+    assert loss == pytest.approx(float(smoothed(torch.func.functional_call(model, given.unflatten(theta[0]), (x[0],)),
+                                                y[0]).mean()), rel=1e-6)
+
+
+@pytest.mark.parametrize("layer, named", [(nn.BatchNorm1d(6), "1 (BatchNorm1d)"), (nn.Dropout(0.1), "1 (Dropout)")])
+def test_layers_without_per_example_gradients_are_refused_by_name(layer, named):
+    with pytest.raises(ConfigError, match=rf"model = '{re.escape(named)}' is not allowed") as refused:
+        CohortGradients(nn.Sequential(nn.Linear(FEATURES, 6), layer, nn.Linear(6, CLASSES)))
+    assert refused.value.field == "model"
+    CohortGradients(nn.Sequential(nn.Linear(FEATURES, 6), nn.Dropout(0.1).eval(), nn.Linear(6, CLASSES)))  # no draws

@@ -912,8 +912,8 @@ def test_every_example_loads_and_runs_to_a_finite_epsilon(path, tmp_path):
     (["data.name='npz'", "data.path='x.npz'", "data.label_column='y'"], "data.label_column", "['csv']"),
     (["data.name='digits'", "data.split_column='part'"], "data.split_column", "['csv']"),
     (["data.name='csv'", "data.path='x.csv'", "data.alpha=1.0"], "data.alpha", "['synthetic']"),
-    (["data.partition='iid'"], "data.partition", str(["digits", "breast_cancer", "npz", "csv", *PUBLIC])),
-    (["data.labels='parity'"], "data.labels", str(["digits", "breast_cancer", "npz", "csv", *PUBLIC])),
+    (["data.partition='iid'"], "data.partition", str(["digits", "breast_cancer", "npz", "csv", *PUBLIC, "arrays"])),
+    (["data.labels='parity'"], "data.labels", str(["digits", "breast_cancer", "npz", "csv", *PUBLIC, "arrays"])),
 ])
 def test_a_data_key_of_another_source_is_rejected(overrides, field, users):
     with pytest.raises(ConfigError, match=rf"no value: {field} applies to data.name in {re.escape(users)}") as caught:

@@ -227,6 +227,8 @@ def verified_smoothness(config: ProjectedNoisySGDConfig, setting: Setting) -> tu
     model = setting.model.get("name", "logreg")
     if model != "logreg":
         return None, f"model.name = {model!r} is not a convex model (dpfl verifies 'logreg' only)"
+    if setting.loss is not None:
+        return None, f"the loss {setting.loss!r} is a caller's (dpfl verifies logistic regression's cross-entropy only)"
     if config.feature_clip is None:
         return None, ("algorithm.feature_clip is not set: without a bound R on a record's features the logistic "
                       "loss has no smoothness bound over the data domain")

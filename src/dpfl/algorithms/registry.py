@@ -63,6 +63,9 @@ class Setting:
     #: properties of its loss (convexity, smoothness) before it relies on them
     model: dict = dataclasses.field(default_factory=dict, hash=False)
     num_classes: int | None = None
+    #: the per-example loss: None for cross-entropy, else the name of a caller's loss (``dpfl.run(loss=...)``), whose
+    #: convexity and smoothness dpfl cannot verify
+    loss: str | None = None
     #: d, the model's number of parameters (None: not known), for an algorithm whose accounting depends on it (the
     #: rounding of dp-fedavg-joint's Skellam shares moves each of the d coordinates)
     dimension: int | None = None

@@ -12,6 +12,9 @@ make a run meaningless or fail later is refused here, naming the file, what was 
 missing file, array or column, ragged arrays, non-numeric or non-finite features, bad split values, a single class,
 a client without training records.
 
+``federate_arrays`` takes the npz's arrays from memory (``dpfl.run(config, data=(x, y))``), with the same checks; its
+refusals name ``data`` (the argument) instead of ``data.path``.
+
 ``shape_of`` reads only what a memory estimate needs (array headers of an npz; the header and line count of a csv).
 """
 
@@ -36,7 +39,9 @@ MIN_RECORDS_PER_CLASS = 10
 SPLIT_VALUES = ("train", "test")
 
 
-def _refuse(path: Path, expected: str, found: str, field: str = "data.path") -> ConfigError:
+def _refuse(path: Path | str, expected: str, found: str, field: str | None = None) -> ConfigError:
+    """A refusal of a file (``path``: a Path, named by data.path) or of arrays in memory (a str, named by data)."""
+    field = field or ("data.path" if isinstance(path, Path) else "data")
     return ConfigError(field, str(path), f"{expected} (found {found})")
 
 
@@ -101,19 +106,28 @@ def load_npz(path, bounds=None, check_scale: bool = False, **options) -> Federat
     ``samples_per_client``, ``test_fraction``, ...)."""
     path = _existing(path, ".npz")
     arrays = _read_npz(path)
+    source = {"name": path.stem, "format": "npz", "path": str(path), "sha256": _sha256(path),
+              "arrays": sorted(arrays)}
+    return federate_arrays(arrays, path, source, bounds, check_scale, **options)
+
+
+def federate_arrays(arrays: dict[str, np.ndarray], origin: Path | str, source: dict, bounds=None,
+                    check_scale: bool = False, **options) -> FederatedDataset:
+    """Federated dataset from the arrays of an npz (``x``, ``y``, optionally ``client`` and ``split``: the module
+    docstring), checked as a file's are; ``origin`` names them in refusals (the file's Path: data.path; a str: the
+    ``data`` a Python caller passed), ``source`` is their provenance; ``bounds``, ``check_scale`` and ``options`` as
+    in ``load_npz``."""
     x, y = arrays["x"], arrays["y"]
     lengths = {key: (len(a) if a.ndim else "a scalar") for key, a in arrays.items()}
     if x.ndim < 2 or any(a.ndim != 1 for key, a in arrays.items() if key != "x") or len(set(lengths.values())) > 1:
         shapes = ", ".join(f"{key} {list(a.shape)}" for key, a in arrays.items())
-        raise _refuse(path, "x [N, features...] and y, client, split [N]: one entry per record in each", shapes)
+        raise _refuse(origin, "x [N, features...] and y, client, split [N]: one entry per record in each", shapes)
     if x.dtype.kind not in "iuf":
-        raise _refuse(path, "numeric features in 'x'", f"dtype {x.dtype}")
-    test_mask = _npz_test_mask(path, arrays["split"]) if "split" in arrays else None
-    _check_records(path, x, y, test_mask, label=("data.path", str(path)))
-    source = {"name": path.stem, "format": "npz", "path": str(path), "sha256": _sha256(path),
-              "arrays": sorted(arrays)}
-    x, steps = bounded(x, [str(j) for j in range(int(np.prod(x.shape[1:])))], bounds, check_scale, path)
-    return federate(x, y, name=path.stem, client_ids=arrays.get("client"), test_mask=test_mask, source=source,
+        raise _refuse(origin, "numeric features in 'x'", f"dtype {x.dtype}")
+    test_mask = _npz_test_mask(origin, arrays["split"]) if "split" in arrays else None
+    _check_records(origin, x, y, test_mask, label=("data.path" if isinstance(origin, Path) else "data", str(origin)))
+    x, steps = bounded(x, [str(j) for j in range(int(np.prod(x.shape[1:])))], bounds, check_scale, origin)
+    return federate(x, y, name=source["name"], client_ids=arrays.get("client"), test_mask=test_mask, source=source,
                     steps=steps, **options)
 
 
@@ -200,7 +214,7 @@ def bounded(x: np.ndarray, names: list[str], bounds, check_scale: bool, path: Pa
         more = f" and {len(far) - 6} more" if len(far) > 6 else ""
         example = ", ".join(f"{name} = [low, high]" for name in list(far)[:2])
         warnings.warn(ConfigWarning(
-            f"{path.name}: {len(far)} feature(s) far from unit scale (largest |value| above {FAR_FROM_UNIT:g}: "
+            f"{getattr(path, 'name', path)}: {len(far)} feature(s) far from unit scale (largest |value| above {FAR_FROM_UNIT:g}: "
             f"{shown}{more}); gradients clipped at algorithm.clip then train slowly. Set public bounds, known without "
             f"looking at the data (data.bounds = {{{example}}}: clipped, then mapped onto [-1, 1]), or data.scale "
             "(this check reads your records locally and releases nothing)"), stacklevel=2)
@@ -305,4 +319,4 @@ def _npz_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         raise _refuse(path, "a readable .npz file (numpy.savez)", getattr(err, "strerror", None) or str(err)) from None
 
 
-__all__ = ["load_npz", "load_csv", "shape_of", "NPZ_ARRAYS", "SPLIT_VALUES"]
+__all__ = ["load_npz", "federate_arrays", "load_csv", "shape_of", "NPZ_ARRAYS", "SPLIT_VALUES"]

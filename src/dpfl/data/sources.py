@@ -7,6 +7,8 @@
   by a client-id array / column, split at random or as the file marks it.
 * ``mnist``, ``fashion_mnist``, ``femnist``, ``cifar10``, ``shakespeare``: the papers' public data sets, read from
   their published files in a local folder, never downloaded (``public.py``).
+* ``arrays``: records a Python caller hands ``dpfl.run(config, data=...)`` (``files.federate_arrays``, like an npz's
+  arrays); a config alone cannot name them, so ``build_dataset`` refuses it.
 
 Pooled records go through ``pooled.federate``: partition over clients -> optional per-client subsample to exactly
 ``samples_per_client`` records (label proportions kept) -> per-client train/test split -> optional standardisation
@@ -25,9 +27,9 @@ from dpfl.data.public import NATURAL, PUBLIC, build_public
 from dpfl.data.synthetic import synthetic_dataset
 from dpfl.errors import ConfigError, check_range
 
-DATASETS = ("synthetic", "digits", "breast_cancer", "npz", "csv", *PUBLIC)
+DATASETS = ("synthetic", "digits", "breast_cancer", "npz", "csv", *PUBLIC, "arrays")
 #: Sources whose records may come with their clients (then data.num_clients may be left unset).
-OWN_CLIENTS = ("npz", "csv", *NATURAL)
+OWN_CLIENTS = ("npz", "csv", "arrays", *NATURAL)
 SYNTHETIC_SAMPLES_PER_CLIENT = 5000  # R of DP-SCAFFOLD's synthetic experiments (Noble et al. 2022)
 _SKLEARN_LOADERS = {"digits": sklearn_datasets.load_digits, "breast_cancer": sklearn_datasets.load_breast_cancer}
 
@@ -73,6 +75,10 @@ def build_dataset(
     """
     if name not in DATASETS:
         raise ConfigError("data.name", name, f"one of {DATASETS}")
+    if name == "arrays":
+        raise ConfigError("data.name", name, "a source a config can name: 'arrays' stands for records handed to "
+                                             "dpfl.run(config, data=(x, y)) in Python; a file is data.name = 'npz' or "
+                                             "'csv' with data.path")
     check_range("data.scale", scale, 0.0, float("inf"), low_open=True, high_open=True)
     if num_clients is not None or name not in OWN_CLIENTS:
         check_range("data.num_clients", num_clients, 1, integer=True)

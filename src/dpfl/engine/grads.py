@@ -17,6 +17,12 @@ Two strategies give the same numbers:
   materialising a [clients, batch, P] tensor.
 * ``vmap`` (any model): torch.func per-example gradients, vmapped over examples and then over clients. Also used for
   the l1 norm (Zhou et al.'s Laplace mechanism), which has no ghost identity.
+
+The loss is cross-entropy on the model's logits, or a caller's per-example loss ``loss(outputs [N, C], labels [N]) ->
+[N]`` (reduction 'none'), used in both strategies, in the train loss and in the evaluation. Layers whose per-example
+gradients are undefined or unkeyed are refused when a ``CohortGradients`` is built (``check_layers``), and a caller's
+module or loss is tried on two records before a run (``CohortGradients.check``): both raise a ConfigError naming the
+layer or the problem, never a traceback from inside torch.func.
 """
 
 from __future__ import annotations
@@ -27,15 +33,27 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
+from dpfl.errors import ConfigError
+
 ELEMENTWISE = (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.ELU, nn.Identity, nn.LeakyReLU, nn.GELU)
 NORMS = ("l2", "l1")
+#: Layers whose per-example gradients are undefined: batch normalisation in any mode (training: each example is
+#: normalised by its batch's statistics, so one example's gradient depends on every other; its running statistics
+#: are updated in place, which torch.func refuses).
+BATCH_MIXING = (nn.modules.batchnorm._BatchNorm,)
+#: Layers that draw randomness when training: their draws would come from torch's global generator, not the run's
+#: keyed streams (and torch.func's vmap refuses random operations).
+RANDOM_WHEN_TRAINING = (nn.modules.dropout._DropoutNd,)
 
 
 class CohortGradients:
     """Clipped per-example gradient sums and losses for a model whose parameters are a flat vector per client."""
 
-    def __init__(self, model: nn.Module, strategy: str | None = None):
+    def __init__(self, model: nn.Module, strategy: str | None = None, loss=None):
+        """``loss``: None for cross-entropy, or a per-example loss ``loss(outputs [N, C], labels [N]) -> [N]``."""
+        check_layers(model)
         self.model = model
+        self.loss = loss
         params = dict(model.named_parameters())
         self.names = list(params)
         self.shapes = [p.shape for p in params.values()]
@@ -108,7 +126,15 @@ class CohortGradients:
 
     def _example_loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         logits = functional_call(self.model, self.unflatten(theta), (x.unsqueeze(0),))
+        if self.loss is not None:
+            return self.loss(logits, y.unsqueeze(0)).sum()
         return F.cross_entropy(logits, y.unsqueeze(0))
+
+    def _summed_loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The loss summed over examples (logits [N, C], y [N])."""
+        if self.loss is not None:
+            return self.loss(logits, y).sum()
+        return F.cross_entropy(logits, y, reduction="sum")
 
     def _ghost_backward(self, theta, x, y, mask):
         """One batched forward pass; returns each linear layer's inputs h and per-example output gradients delta.
@@ -132,7 +158,10 @@ class CohortGradients:
                 h = z
             elif not isinstance(module, nn.Flatten):  # the records are flat in this layout already
                 h = module(h)
-        losses = F.cross_entropy(h, y, reduction="none")  # [clients, batch]
+        if self.loss is None:
+            losses = F.cross_entropy(h, y, reduction="none")  # [clients, batch]
+        else:  # a caller's loss takes [N, C] and [N]
+            losses = self.loss(h.transpose(1, 2).reshape(-1, h.shape[1]), y.reshape(-1)).reshape(y.shape)
         deltas = torch.autograd.grad((losses * mask).sum(), pre_activations)
         return [h.detach() for h in inputs], deltas  # hidden inputs carry the graph: the result must not
 
@@ -157,28 +186,66 @@ class CohortGradients:
     def _linear_layers(self):
         return [(n, m) for n, m in self.model.named_children() if isinstance(m, nn.Linear)]
 
+    # -- a caller's model and loss ---------------------------------------------------------------------------------
+    def check(self, x: torch.Tensor, y: torch.Tensor, num_classes: int) -> None:
+        """Tries the model and the loss on a few records (x [N, ...], y [N], N >= 2) before a run, so that a module or
+        loss the engine cannot use fails here with a ConfigError, not in round 1 inside torch.func: the module must map
+        records [N, ...] to logits [N, num_classes]; the loss must return one value per example, each independent of
+        the other examples of the batch (reduction 'none': a mean or a sum mixes the examples, so their gradients
+        cannot be clipped one by one); the per-example gradients must be computable (``clipped_sum``)."""
+        model_name = type(self.model).__name__
+        theta = self.initial_params()
+        with torch.no_grad():
+            outputs = _tried("model", model_name, f"a module that takes a batch of records [N, {_shape(x[0])}]",
+                             lambda: functional_call(self.model, self.unflatten(theta), (x,)))
+            if not isinstance(outputs, torch.Tensor) or tuple(outputs.shape) != (len(x), num_classes):
+                found = list(outputs.shape) if isinstance(outputs, torch.Tensor) else type(outputs).__name__
+                raise ConfigError("model", model_name, f"a module returning logits [N, {num_classes}] for a batch of N "
+                                                       f"records ({num_classes} classes in the data); it returned "
+                                                       f"{found} for N = {len(x)}")
+            if self.loss is not None:
+                self._check_loss(outputs, y)
+        _tried("model", model_name, "a module torch.func can take per-example gradients of (vmap of grad over the "
+                                    "examples)",
+               lambda: self.clipped_sum(theta.unsqueeze(0), x.unsqueeze(0), y.unsqueeze(0), torch.ones(1, len(x)), 1.0))
+
+    def _check_loss(self, outputs: torch.Tensor, y: torch.Tensor) -> None:
+        name = getattr(self.loss, "__qualname__", type(self.loss).__name__)
+        expected = "a per-example loss(outputs [N, C], labels [N]) -> [N] (reduction 'none', e.g. " \
+                   "nn.CrossEntropyLoss(reduction='none'))"
+        together = _tried("loss", name, expected, lambda: self.loss(outputs, y))
+        if not isinstance(together, torch.Tensor) or tuple(together.shape) != (len(y),):
+            found = list(together.shape) if isinstance(together, torch.Tensor) else type(together).__name__
+            raise ConfigError("loss", name, f"{expected}; it returned {found} for N = {len(y)} examples: a mean or a "
+                                            "sum mixes the examples, so their gradients cannot be clipped one by one")
+        alone = torch.cat([self.loss(outputs[i : i + 1], y[i : i + 1]).reshape(1) for i in range(len(y))])
+        if not torch.allclose(together, alone, rtol=1e-5, atol=1e-6):
+            raise ConfigError("loss", name, f"{expected} in which each example's loss does not depend on the other "
+                                            f"examples of the batch; it gives {together.tolist()} for {len(y)} "
+                                            f"examples together and {alone.tolist()} one by one")
+
     # -- evaluation ----------------------------------------------------------------------------------------------
     @torch.no_grad()
     def example_losses(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """[clients]: the cross-entropy of one example per model (theta [clients, P], x [clients, ...], y [clients])."""
+        """[clients]: the loss of one example per model (theta [clients, P], x [clients, ...], y [clients])."""
         return vmap(self._example_loss)(theta, x, y)
 
     def loss_and_accuracy(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, chunk: int = 65536):
-        """Mean cross-entropy and accuracy of one model [P] on examples x [N, ...], y [N]."""
+        """Mean loss (cross-entropy, or the loss given) and accuracy of one model [P] on examples x [N, ...], y [N]."""
         params = self.unflatten(theta)
         total_loss, correct = 0.0, 0
         for start in range(0, x.shape[0], chunk):
             logits = functional_call(self.model, params, (x[start : start + chunk],))
             target = y[start : start + chunk]
-            total_loss += F.cross_entropy(logits, target, reduction="sum").item()
+            total_loss += self._summed_loss(logits, target).item()
             correct += (logits.argmax(-1) == target).sum().item()
         n = max(x.shape[0], 1)
         return total_loss / n, correct / n
 
     def loss_gradient(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, chunk: int = 65536) -> torch.Tensor:
-        """[P]: the gradient of the mean cross-entropy of one model [P] on examples x [N, ...], y [N] (no clipping)."""
+        """[P]: the gradient of the mean loss of one model [P] on examples x [N, ...], y [N] (no clipping)."""
         def summed_loss(theta, xs, ys):
-            return F.cross_entropy(functional_call(self.model, self.unflatten(theta), (xs,)), ys, reduction="sum")
+            return self._summed_loss(functional_call(self.model, self.unflatten(theta), (xs,)), ys)
 
         total = torch.zeros_like(theta)
         for start in range(0, x.shape[0], chunk):
@@ -202,6 +269,38 @@ def _clip_factor(clip, norms: torch.Tensor) -> torch.Tensor:
     return torch.clamp(clip / (norms + 1e-12), max=1.0)
 
 
+def check_layers(model: nn.Module) -> None:
+    """Raises ConfigError naming the first layer of ``model`` whose per-example gradients are undefined
+    (``BATCH_MIXING``) or whose randomness is not the run's (``RANDOM_WHEN_TRAINING``, in training mode)."""
+    for path, module in model.named_modules():
+        where = f"{path or '(the model itself)'} ({type(module).__name__})"
+        if isinstance(module, BATCH_MIXING):
+            raise ConfigError("model", where, "a module without batch normalisation: BatchNorm normalises each example "
+                                              "by its batch's statistics, so one example's gradient depends on the "
+                                              "others and per-example gradients (hence their clipping, hence the "
+                                              "sensitivity of DP-SGD) are undefined; use GroupNorm or LayerNorm, "
+                                              "which normalise each example on its own")
+        if isinstance(module, RANDOM_WHEN_TRAINING) and module.training and module.p > 0:
+            raise ConfigError("model", where, "a module without active dropout: its masks would be drawn from torch's "
+                                              "global generator, not the run's keyed streams, and torch.func's vmap "
+                                              "refuses random operations; remove it, or call .eval() on it (no "
+                                              "dropout)")
+
+
+def _tried(field: str, name: str, expected: str, call):
+    """``call()``, with any exception it raises reported as a ConfigError naming ``field`` (a caller's model or loss
+    that torch cannot run is a bad input, not a bug deep inside the engine)."""
+    try:
+        return call()
+    except Exception as err:  # noqa: BLE001 - any failure of a caller's code is reported as what it is
+        first = (str(err).strip().splitlines() or [""])[0]
+        raise ConfigError(field, name, f"{expected} (it raised {type(err).__name__}: {first})") from None
+
+
+def _shape(record: torch.Tensor) -> str:
+    return ", ".join(str(n) for n in record.shape)
+
+
 def _is_linear_stack(model: nn.Module) -> bool:
     children = list(model.children())
     if not isinstance(model, nn.Sequential) or not children:
@@ -221,4 +320,4 @@ def memory_per_example(grads: CohortGradients, example_numel: int) -> int:
     return 4 * (example_numel + 2 * grads.num_params)
 
 
-__all__ = ["CohortGradients", "NORMS", "memory_per_example"]
+__all__ = ["CohortGradients", "NORMS", "BATCH_MIXING", "RANDOM_WHEN_TRAINING", "check_layers", "memory_per_example"]

@@ -39,8 +39,9 @@ _OPTIONAL_NUMBER = (int, float, type(None))
 SCHEMA: dict[str, dict[str, tuple]] = {
     "data": {
         "name": (str, "synthetic", DATASETS,
-                 "the data source: a generator, a packaged data set, the user's own npz / csv file, or a public data "
-                 "set read from its published files (docs/data.md)"),
+                 "the data source: a generator, a packaged data set, the user's own npz / csv file, a public data "
+                 "set read from its published files (docs/data.md), or 'arrays': records handed to "
+                 "dpfl.run(config, data=...) in Python, federated as an npz file's"),
         "path": ((str, type(None)), None, None, "npz / csv: the file; a public data set: the folder holding its "
                                                 f"files (none: ${DATA_ENV}/<data.name>, else {DEFAULT_ROOT}/"
                                                 "<data.name>); relative: to the config file's folder, or to the "
@@ -121,6 +122,7 @@ MODEL_KEYS: dict[str, dict[str, tuple]] = {
         "hidden": (list, [200], None, "hidden layer widths"),
         "activation": (str, "relu", ("relu", "tanh", "sigmoid", "elu"), "hidden activation"),
     },
+    "custom": {},  # a torch module handed to dpfl.run(config, model=...): a config alone cannot name one
 }
 MODEL_DEFAULT = "logreg"
 
@@ -129,13 +131,13 @@ DATA_KEYS: dict[str, tuple[str, ...]] = {
     "alpha": ("synthetic",),
     "beta": ("synthetic",),
     "path": ("npz", "csv", *PUBLIC),
-    "bounds": ("npz", "csv"),
+    "bounds": ("npz", "csv", "arrays"),
     "label_column": ("csv",),
     "client_column": ("csv",),
     "split_column": ("csv",),
-    "partition": ("digits", "breast_cancer", "npz", "csv", *PUBLIC),
-    "partition_param": ("digits", "breast_cancer", "npz", "csv", *PUBLIC),
-    "labels": ("digits", "breast_cancer", "npz", "csv", *PUBLIC),
+    "partition": ("digits", "breast_cancer", "npz", "csv", *PUBLIC, "arrays"),
+    "partition_param": ("digits", "breast_cancer", "npz", "csv", *PUBLIC, "arrays"),
+    "labels": ("digits", "breast_cancer", "npz", "csv", *PUBLIC, "arrays"),
 }
 
 #: Keys that were removed, and what replaces them.
@@ -161,12 +163,17 @@ def defaults(algorithm: str | None = None, model: str = MODEL_DEFAULT) -> dict:
     return {section: config[section] for section in SECTIONS}
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
+def load_config(path: str | Path | dict | None = None, overrides: list[str] | tuple[str, ...] = (),
                 unset: list[str] | tuple[str, ...] = ()) -> dict:
     """Defaults, updated by the TOML file at ``path`` less its keys named in ``unset`` ("section.key": the key then
-    takes its default, or is gone where it does not apply), then by ``overrides`` ("section.key=value"), validated."""
+    takes its default, or is gone where it does not apply), then by ``overrides`` ("section.key=value"), validated.
+    ``path`` may also be a dict of sections, ``{"algorithm": {"name": "dp-fedavg"}, ...}``, read as a TOML file's
+    tables (a relative data.path against the current directory)."""
     given: dict = {}
-    if path is not None:
+    if isinstance(path, dict):
+        merge(given, _anchored(copy.deepcopy(path), Path.cwd()))
+        path = None
+    elif path is not None:
         path = Path(path)
         merge(given, _anchored(read_toml(path), path.parent))
     for key in unset:
@@ -290,11 +297,11 @@ def _resolve_data(data: dict, given: dict) -> None:
                                                          f"{list(sources)}, not {source!r}")
     if source in ("npz", "csv") and not data["path"]:
         raise ConfigError("data.path", data["path"], f"the path of the {source} file (data.name = {source!r})")
-    own_clients = source == "npz" or (source == "csv" and data["client_column"] is not None) or \
+    own_clients = source in ("npz", "arrays") or (source == "csv" and data["client_column"] is not None) or \
         (source in NATURAL and data["partition"] in (None, "natural"))
     if data["num_clients"] is None and not own_clients:
         data["num_clients"] = NUM_CLIENTS
-    own_split = source in ("npz", *PUBLIC) or (source == "csv" and data["split_column"] is not None)
+    own_split = source in ("npz", "arrays", *PUBLIC) or (source == "csv" and data["split_column"] is not None)
     if source == "csv" and own_split and data["test_fraction"] is not None:
         raise ConfigError("data.test_fraction", data["test_fraction"],
                           f"no value: data.split_column = {data['split_column']!r} marks each record train or test, "

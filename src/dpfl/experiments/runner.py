@@ -25,7 +25,8 @@ directory holds runs archived by ``restart``, "archived" (their spend, and the t
 directory also holds
 
 * run.json: the full resolved config, the sha256 of its release config and the run's public identity (run_id),
-  written (atomically) before the first round;
+  written (atomically) before the first round (for a module, loss or records a Python caller supplied, the config's
+  ``supplied`` section holds their fingerprint: ``dpfl.experiments.supplied``);
 * noise.key: the secret key of the run's noise (``dpfl.engine.keys``; owner-only, written before the first round;
   absent in the research mode, ``run.noise_seed``): never share it, whoever has it can remove the noise;
 * ledger.json: the privacy spent, written before each round draws noise (see dpfl.accounting.ledger);
@@ -68,6 +69,7 @@ from dpfl.errors import ConfigError, RunDirectoryError, RunInterrupted, json_pro
 from dpfl.experiments import doubtful
 from dpfl.experiments.archive import archive_run, archived_spend, with_archived
 from dpfl.experiments.memory import check_run_memory, run_footprint
+from dpfl.experiments.supplied import NOTHING, Supplied
 from dpfl.experiments.validate import budget_of, check_warm_rounds, cohort_sampling, validate
 from dpfl.models import build_model
 
@@ -86,27 +88,32 @@ NOT_COVERED = ("the reported metrics (train loss on all training records, test a
 
 
 def build_simulation(config: dict, out_dir: Path | None = None, workers=None, noise_key: int | None = None,
-                     run_id: str = "", dataset: FederatedDataset | None = None, evaluator=None) -> Simulation:
+                     run_id: str = "", supplied: Supplied = NOTHING, dataset: FederatedDataset | None = None,
+                     evaluator=None) -> Simulation:
     """The run ``config`` describes, ready to run; refused before the data is built when building it would not fit
     in the machine's memory, and before the model or any state is built when they would not fit in what is left
     (``memory.check_run_memory``) or one client's work does not fit in run.memory_mb.
     ``workers(config, dataset, delta)``, when given, builds where the cohort's client work runs
     (``Simulation.workers``; default: in this process). ``noise_key``: the secret of the run's DP randomness
-    (``dpfl.engine.keys``; default: ``run_key``). ``dataset``: the data the run is built from (default:
-    ``build_data(config)``; a Flower ServerApp passes its silos' public metadata, ``dpfl.flower.federation``), and
-    ``evaluator`` where its model is evaluated (``Simulation.evaluator``; default: on that data)."""
+    (``dpfl.engine.keys``; default: ``run_key``). ``supplied``: a caller's module, loss or records, which the config
+    names and fingerprints (``dpfl.experiments.supplied``); a caller's module or loss is tried on two records once the
+    model is built, before the first round. ``dataset``: the data the run is built from (default:
+    ``build_data(config, supplied)``; a Flower ServerApp passes its silos' public metadata, ``dpfl.flower.federation``),
+    and ``evaluator`` where its model is evaluated (``Simulation.evaluator``; default: on that data)."""
     privacy_cfg, run_cfg = config["privacy"], config["run"]
+    supplied.check(config)
     validate(config)  # every range check that needs no data, before the data is built
     torch.set_num_threads(DEFAULT_THREADS if run_cfg["threads"] is None else run_cfg["threads"])
-    dataset = build_data(config) if dataset is None else dataset
+    dataset = build_data(config, supplied) if dataset is None else dataset
     clients = build_clients(config, dataset)
     delta = run_delta(config, dataset)
     key = run_key(config, out_dir) if noise_key is None else noise_key
-    algorithm = build_algorithm(config, dataset, delta, secret=key)
+    algorithm = build_algorithm(config, dataset, delta, secret=key, supplied=supplied)
     check_warm_rounds(config, algorithm)
-    check_run_memory(config, run_footprint(algorithm, build_initial_model(config, dataset, "meta"), dataset.train,
-                                           clients.cohort_size, run_cfg["memory_mb"] * 2**20))
-    model = build_initial_model(config, dataset)
+    check_run_memory(config, run_footprint(algorithm, build_initial_model(config, dataset, "meta", supplied),
+                                           dataset.train, clients.cohort_size, run_cfg["memory_mb"] * 2**20))
+    model = build_initial_model(config, dataset, supplied=supplied)
+    supplied.check_model(model, dataset)
     boundary = build_boundary(privacy_cfg, algorithm, dataset.train.counts)
     records = int(dataset.train.counts.sum())
     doubtful.check_delta(privacy_cfg["delta"], records, default_delta(records))
@@ -114,8 +121,8 @@ def build_simulation(config: dict, out_dir: Path | None = None, workers=None, no
     doubtful.check_observers(boundary.observers, dataset.num_clients)
     ledger = build_ledger(config, boundary, delta, algorithm, budget=True)
     sim = Simulation(
-        dataset.train, dataset.test, CohortGradients(model), algorithm, clients, ledger, seed=key, run_id=run_id,
-        secret=run_cfg["noise_seed"] is None,
+        dataset.train, dataset.test, CohortGradients(model, loss=supplied.loss), algorithm, clients, ledger, seed=key,
+        run_id=run_id, secret=run_cfg["noise_seed"] is None,
         boundary=boundary, eval_every=run_cfg["eval_every"], memory_budget_bytes=run_cfg["memory_mb"] * 2**20,
         checkpoint_dir=out_dir, checkpoint_every=run_cfg["checkpoint_every"], release=release_hash(config),
         data=dataset.info, workers=None if workers is None else workers(config, dataset, delta), evaluator=evaluator,
@@ -124,12 +131,16 @@ def build_simulation(config: dict, out_dir: Path | None = None, workers=None, no
 
 
 # -- the parts of a run, each from the config (calibration builds those that decide the privacy, and no more) ------
-def build_data(config: dict) -> FederatedDataset:
-    """The config's federated data set (train and test splits); refused before it is built when building it would
-    not fit in the machine's memory (``footprint.check_data_memory``), and if no record is left for testing."""
+def build_data(config: dict, supplied: Supplied = NOTHING) -> FederatedDataset:
+    """The config's federated data set (train and test splits), or the records a caller supplied (``supplied``);
+    refused before it is built when building it would not fit in the machine's memory
+    (``footprint.check_data_memory``), and if no record is left for testing."""
     data_cfg = config["data"]
-    check_data_memory(data_cfg)
-    dataset = build_dataset(**data_cfg)
+    if supplied.data is not None:
+        dataset = supplied.dataset(config)
+    else:
+        check_data_memory(data_cfg)
+        dataset = build_dataset(**data_cfg)
     if int(dataset.test.counts.sum()) == 0:
         raise ConfigError("data.test_fraction", data_cfg["test_fraction"],
                           f"a fraction that leaves test records ({dataset.train.counts.min().item()} training records "
@@ -137,9 +148,13 @@ def build_data(config: dict) -> FederatedDataset:
     return dataset
 
 
-def build_initial_model(config: dict, dataset: FederatedDataset, device: str | None = None) -> torch.nn.Module:
+def build_initial_model(config: dict, dataset: FederatedDataset, device: str | None = None,
+                        supplied: Supplied = NOTHING) -> torch.nn.Module:
     """The config's model for ``dataset``, initialised from ``run.seed`` (the model a run starts from); on
-    ``device`` "meta", its shapes only (nothing allocated: for its size and the memory estimate)."""
+    ``device`` "meta", its shapes only (nothing allocated: for its size and the memory estimate). A module a caller
+    supplied is the model as it is, with its own initial parameters, on any ``device``."""
+    if supplied.model is not None:
+        return supplied.model
     model_cfg = config["model"]
     torch.manual_seed(config["run"]["seed"])  # model initialisation
     with torch.device(device) if device is not None else contextlib.nullcontext():
@@ -174,19 +189,21 @@ def default_delta(records: int) -> float:
     return 10.0 ** -exponent
 
 
-def build_algorithm(config: dict, dataset: FederatedDataset, delta: float, secret: int | None = None):
+def build_algorithm(config: dict, dataset: FederatedDataset, delta: float, secret: int | None = None,
+                    supplied: Supplied = NOTHING):
     """The registered algorithm of ``algorithm.name``, built from its section and the run's ``registry.Setting``
     (``secret``: the noise key of the party that builds it, ``registry.Setting.secret``)."""
     algo_cfg = config["algorithm"]
     spec = registry.spec_of(algo_cfg["name"])
     section = spec.section(algo_cfg)
     spec.check_rounds(section, dataset.num_clients, algo_cfg["rounds"], algo_cfg["name"])
-    return spec.build(algo_cfg["name"], section, build_setting(config, dataset, delta, secret))
+    return spec.build(algo_cfg["name"], section, build_setting(config, dataset, delta, secret, supplied))
 
 
 def build_setting(config: dict, dataset: FederatedDataset, delta: float,
-                  secret: int | None = None) -> registry.Setting:
-    """What the algorithm's builder knows besides its [algorithm] keys (``registry.Setting``)."""
+                  secret: int | None = None, supplied: Supplied = NOTHING) -> registry.Setting:
+    """What the algorithm's builder knows besides its [algorithm] keys (``registry.Setting``; with a caller's module,
+    its number of parameters, and with a caller's loss, its name)."""
     algo_cfg, privacy_cfg = config["algorithm"], config["privacy"]
     client_rate, client_sampling = cohort_sampling(config, dataset.num_clients)
     return registry.Setting(
@@ -194,8 +211,8 @@ def build_setting(config: dict, dataset: FederatedDataset, delta: float,
         num_clients=dataset.num_clients, train_counts=tuple(int(c) for c in dataset.train.counts),
         rounds=algo_cfg["rounds"], delta=delta, epsilon=privacy_cfg["epsilon"], seed=config["run"]["seed"],
         secret=secret, analysis=privacy_cfg["analysis"], conversion=privacy_cfg["conversion"], release=privacy_cfg["release"],
-        model=dict(config["model"]), num_classes=dataset.num_classes,
-        dimension=sum(p.numel() for p in build_initial_model(config, dataset, "meta").parameters()))
+        model=dict(config["model"]), num_classes=dataset.num_classes, loss=supplied.fingerprint.get("loss"),
+        dimension=sum(p.numel() for p in build_initial_model(config, dataset, "meta", supplied).parameters()))
 
 
 def boundary_name(privacy_cfg: dict) -> str:
@@ -273,8 +290,8 @@ def recorded_threads(out: Path) -> int | None:
 
 
 def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bool = False,
-                   resume: bool = False, restart: bool = False, workers=None, dataset: FederatedDataset | None = None,
-                   evaluator=None) -> dict:
+                   resume: bool = False, restart: bool = False, workers=None, supplied: Supplied = NOTHING,
+                   dataset: FederatedDataset | None = None, evaluator=None) -> dict:
     """Runs ``config`` and returns its results (also written to out_dir/results.json after every evaluated round and
     at the end, when out_dir is given).
 
@@ -283,7 +300,8 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
     ``build_simulation``.
     ``resume`` continues the run in out_dir (refused unless its run.json has the same release config); otherwise a
     directory that already holds a run is refused, unless ``restart`` archives that run first (``archive_run``). On
-    Ctrl-C the run stops after its current round, checkpoints, writes results.json and raises RunInterrupted."""
+    Ctrl-C the run stops after its current round, checkpoints, writes results.json and raises RunInterrupted.
+    ``supplied``: a caller's module, loss or records (``build_simulation``)."""
     out = Path(out_dir) if out_dir is not None else None
     config = with_threads(config, recorded_threads(out) if resume and out is not None else None)
     if resume and restart:
@@ -300,7 +318,8 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
         check_free(out)
     elif restart:  # never the archived run's key: its noise on another computation would cancel
         key = run_key(config)
-    sim = build_simulation(config, out, workers, key, run_id, dataset, evaluator)  # builds data and model: only after the checks above
+    sim = build_simulation(config, out, workers, key, run_id, supplied=supplied, dataset=dataset,
+                           evaluator=evaluator)  # builds data and model: only after the checks above
     rounds = config["algorithm"]["rounds"]
     if resume:
         sim.load_checkpoint(out)

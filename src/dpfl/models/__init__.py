@@ -19,6 +19,8 @@ from dpfl.errors import ConfigError
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "elu": nn.ELU}
 MODELS = ("logreg", "mlp", "femnist-cnn", "papernot-cnn")
+#: ``model.name`` of a torch module a Python caller hands ``dpfl.run(config, model=...)``; ``build_model`` refuses it.
+CUSTOM = "custom"
 
 
 def feature_shape_of(features: int | tuple[int, ...]) -> tuple[int, ...]:
@@ -137,8 +139,8 @@ class MLP(nn.Sequential):
 def check_model_keys(name: str, hidden=(200,), activation: str = "relu") -> None:
     """Raises ConfigError for a [model] value out of its range; what depends on the data (its features' shape) is
     checked when the model is built on it."""
-    if name not in MODELS:
-        raise ConfigError("model.name", name, f"one of {list(MODELS)}")
+    if name not in (*MODELS, CUSTOM):
+        raise ConfigError("model.name", name, f"one of {[*MODELS, CUSTOM]}")
     if name != "mlp":
         return
     if activation not in ACTIVATIONS:
@@ -151,6 +153,10 @@ def build_model(name: str, features: int | tuple[int, ...], num_classes: int, hi
                 activation: str = "relu", bias: bool = True) -> nn.Module:
     """The model ``name`` for records of shape ``features`` (an int: flat features) and ``num_classes`` classes."""
     check_model_keys(name, hidden, activation)
+    if name == CUSTOM:
+        raise ConfigError("model.name", name, f"one of {list(MODELS)}: {CUSTOM!r} stands for a torch module handed "
+                                              "to dpfl.run(config, model=...) in Python, which a config alone cannot "
+                                              "name")
     if name == "logreg":
         return LogisticRegression(features, num_classes, bias)
     if name == "femnist-cnn":
