@@ -1,13 +1,15 @@
-"""Running an item, cached by the sha256 of its settings: ``OUT/<item>/<sha256>/`` holds results.json (the settings,
-the rows, everything else the item computed), table.md (the paper's numbers beside dpfl's) and, for a figure,
-figure.png. A folder whose results.json exists is reused as it is, so a rerun computes only the items whose settings
-changed; results.json is written last (atomically), so an interrupted run leaves nothing to reuse."""
+"""Running an item, cached by the sha256 of its settings and of its module's code: ``OUT/<item>/<sha256>/`` holds
+results.json (the settings, the rows, everything else the item computed), table.md (the paper's numbers beside
+dpfl's) and, for a figure, figure.png. A folder whose results.json exists is reused as it is, so a rerun computes only
+the items whose settings changed; results.json is written last (atomically), so an interrupted run leaves nothing to
+reuse."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 from dpfl.errors import ConfigError, DpflError
@@ -20,8 +22,13 @@ RESEARCH_MODE = ("research mode: every training run draws its noise, minibatches
 
 
 def digest(item: Item, settings: dict) -> str:
-    """The sha256 of what the item's run depends on: its id, its settings and the results format."""
-    text = json.dumps({"item": item.id, "settings": settings, "format": FORMAT}, sort_keys=True)
+    """The sha256 of what the item's run depends on: its id, its settings, the results format and the source of the
+    module defining its ``compute`` (an edited item is recomputed; a change deeper in dpfl is not noticed: remove the
+    folder, or use a new --out, after one)."""
+    module = sys.modules.get(item.compute.__module__)
+    source = Path(module.__file__).read_bytes() if module is not None and getattr(module, "__file__", None) else b""
+    text = json.dumps({"item": item.id, "settings": settings, "format": FORMAT,
+                       "code": hashlib.sha256(source).hexdigest()}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
