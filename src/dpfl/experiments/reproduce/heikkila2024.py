@@ -29,10 +29,11 @@ def _table1(settings: dict, folder: Path) -> dict:
         got = table_1(int(steps), tuple(p for p, _, _ in column), settings["records"])
         computed[steps] = got
         for (parties, sigma_total, eps), ours in zip(column, got["rows"]):
-            rows.append(Row(f"{names[steps]}, {parties} parties: sigma total", f"{sigma_total:.2f}",
+            who = f"N = {parties} {'party' if parties == 1 else 'parties'}"
+            rows.append(Row(f"{names[steps]}, {who}: sigma total", f"{sigma_total:.2f}",
                             f"{ours['sigma_total']:.4f}", None, agrees(sigma_total, ours["sigma_total"], 2)))
             same = abs(ours["sound"] - ours["paper"]) < 5e-3
-            rows.append(Row(f"{names[steps]}, {parties} parties: eps of the averaged model", f"{eps:.2f}",
+            rows.append(Row(f"{names[steps]}, {who}: eps of the averaged model", f"{eps:.2f}",
                             f"{ours['sound']:.2f}", f"{ours['paper']:.2f}", agrees(eps, ours["paper"], 2),
                             "" if same else UNPROVEN))
     return {"rows": rows, "computed": computed}
