@@ -21,6 +21,7 @@ from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.engine.sampling import ClientSampler
 from dpfl.errors import ConfigError
 from dpfl.experiments.config import load_config
+from dpfl.experiments.papers.heikkila2024 import TABLE_1
 from dpfl.experiments.runner import build_simulation
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -111,13 +112,6 @@ def test_one_local_step_is_accounted_alike_by_both_analyses_and_more_steps_are_n
         assert release.unproven == (() if same else JOINT_PAPER_UNPROVEN)
 
 
-#: Heikkilä et al., Table 1: local steps -> [(parties, sigma_total, epsilon of the averaged model)], q = 0.1,
-#: delta = 1e-5, each party's model (5, 1e-5)-DP. Steps: 1 step, 1 epoch (1 / q = 10), 5 epochs (50).
-TABLE_1 = {
-    1: [(1, 0.69, 5.0), (2, 0.98, 2.78), (5, 1.54, 1.22), (10, 2.18, 0.64)],
-    10: [(1, 0.90, 5.0), (2, 1.28, 2.61), (5, 2.02, 1.19), (10, 2.85, 0.72)],
-    50: [(1, 1.18, 5.0), (2, 1.67, 2.85), (5, 2.64, 1.55), (10, 3.73, 1.03)],
-}
 #: The same averaged models under the sound analysis (same accountant: RDP at orders 2..255, classic conversion): the
 #: shares credited to the last step only. With more than one step averaging barely helps (docs/accounting.md, "Joint noise").
 TABLE_1_SOUND = {1: [5.0, 2.78, 1.22, 0.64], 10: [5.0, 4.90, 4.89, 4.89], 50: [5.0, 4.97, 4.96, 4.96]}

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dpfl.errors import ConfigError
+from dpfl.experiments.papers.zhou2021 import TABLE_I, TABLE_I_FITS, table_constants
 from dpfl.planning.queries_replies import Constants, GaussianBound, LaplaceBound, effective_c2, plan
 
 # mu = lambda = 1 (gamma = 2), G = 3, Gamma = 0.5, Y0 = 2, p = 1, xi = 1, two clients of one sample each (d = 2),
@@ -128,42 +129,9 @@ def test_effective_c2_reproduces_the_calibrated_noise():
 
 # ---------------------------------------------------------------------------------------------------- Table I
 
-TABLE_I = {  # dataset: (T* at b=5, T* at b=10, b* at T=50, T* at b=1), each for eps = 1, 5, 10
-    "MNIST": ((5, 32, 67), (2, 20, 42), (1, 3, 5), (22, 121, 244)),
-    "FEMNIST": ((2, 22, 48), (1, 14, 31), (1, 2, 3), (11, 70, 145)),
-}
 EPSILONS = (1.0, 5.0, 10.0)
-
-
-def table_constants(dataset: str, gamma: float, U: float, V: float, eps: float, gamma_share: float) -> Constants:
-    """Constants of Theorem 3 that realise the fitted (gamma, U, V) of a dataset of Table I.
-
-    With N clients of d/N samples and one budget eps, sum_i 1/eps_i^2 = N / eps^2 and Eq. 6 reads
-    T*(b) = sqrt(gamma^2 + (A1 + gamma Y0) / A2) - gamma with
-
-        (A1 + gamma Y0) / A2 = [ (N - b) / ((N - 1) b) 8 G^2 / mu^2 + 8 lambda Gamma / mu^2 + gamma Y0 ]
-                               * mu^2 d^2 eps^2 / (32 p xi_1^2 b)
-                             = ( U (N - b) / ((N - 1) b) + V ) eps^2 / b,
-
-        U = G^2 d^2 / (4 p xi_1^2),   V = (8 lambda Gamma + gamma mu^2 Y0) d^2 / (32 p xi_1^2).
-
-    And b* = sqrt(B1 / B2) = G N d / (2 T xi_1 sqrt(p (N - 1) N / eps^2)) = sqrt(N U / (N - 1)) eps / T. So Table I
-    pins gamma, U and V only: mu scales out (we take mu = 1, lambda = gamma / 2), the paper's p, xi_1 and d fix G, and
-    V is split between Gamma (share ``gamma_share``) and Y0 (the rest) in any proportion.
-    """
-    N, d = 10, {"MNIST": 60000, "FEMNIST": 70037}[dataset]
-    p, xi = {"MNIST": (7840, 300.0), "FEMNIST": (110526, 200.0)}[dataset]
-    mu, lam = 1.0, gamma / 2
-    G = math.sqrt(4 * p * xi**2 * U) / d
-    rest = V * 32 * p * xi**2 / d**2  # 8 lambda Gamma + gamma mu^2 Y0
-    return Constants(mu=mu, lam=lam, G=G, Gamma=gamma_share * rest / (8 * lam),
-                     Y0=(1 - gamma_share) * rest / (gamma * mu**2), p=p, xi=xi, d=(d / N,) * N, epsilon=(eps,))
-
-
-#: (gamma, U, V). MNIST's V is 197, not the 198 of the fit we were given: with gamma = 2.70, T*(b = 10, eps = 1)
-#: = sqrt(2.70^2 + V / 10) - 2.70 is 2.5048 at V = 198, 0.0048 past the table's 2 +- 0.5; the b = 10 column alone
-#: needs V in [194.6, 197.5], and the b = 1 column U + V in [606.8, 611.0], so U = 412, V = 197 keeps U + V = 609.
-FITS = {"MNIST": (2.70, 412.0, 197.0), "FEMNIST": (4.82, 96.6, 127.0)}
+#: (gamma, U, V) fitted to Table I (papers/zhou2021.py says why MNIST's V is 197, not 198)
+FITS = TABLE_I_FITS
 
 
 @pytest.mark.parametrize("gamma_share", [0.0, 0.7])
