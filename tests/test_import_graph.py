@@ -15,7 +15,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src"
 
 #: Each part of dpfl and the layer it sits in: a part imports only parts of lower layers (and itself).
 LAYERS = {
-    "dpfl.errors": 0, "dpfl.counts": 0,
+    "dpfl.errors": 0, "dpfl.counts": 0, "dpfl.results": 0,
     "dpfl.durable": 1, "dpfl.data": 1, "dpfl.models": 1,
     "dpfl.accounting": 2,
     "dpfl.noise": 3,
@@ -23,7 +23,7 @@ LAYERS = {
     "dpfl.engine": 5,
     "dpfl.algorithms": 6, "dpfl.audit": 6, "dpfl.planning": 6,
     "dpfl.experiments": 7,
-    "dpfl.flower": 8,
+    "dpfl.flower": 8, "dpfl.api": 8,
     "dpfl": 9,
     "dpfl.cli": 10,
 }
