@@ -172,6 +172,16 @@ class BinomialMean:
         return mean if scale is None else scale * mean
 
 
+@dataclass(frozen=True)
+class SDPProxSGD(ProxSGD):
+    """SDP Prox-SGD (module docstring): ``isrl.ProxSGD`` with ``aggregator`` P_vec and ``noise`` its bits; what it
+    adds reads them."""
+
+    def summation(self, dimension: int) -> BinomialVectorSum:
+        """P_vec of every round at dimension d: L = C."""
+        return self.aggregator.summation(self.noise, self.clip, self.clip, dimension)
+
+
 #: the ``algorithm.grid`` key's metadata (sdp-prox-sgd and sdp-spider)
 GRID_KEY = {"help": "g, P_vec's rounding grid (None: ceil(sqrt(d)), d the model's parameters)", "min": 1}
 
@@ -193,7 +203,7 @@ def shuffle_model(setting: Setting, epsilon: float, per_silo: int, grid: int | N
     return ShuffleModel(epsilon, setting.delta, clients.cohort(0), per_silo, grid), clients.cohort_size
 
 
-def build_sdp(name: str, config: SDPConfig, setting: Setting) -> ProxSGD:
+def build_sdp(name: str, config: SDPConfig, setting: Setting) -> SDPProxSGD:
     epsilon, rounds = checked_target(name, config, setting)
     counts = torch.tensor(setting.train_counts, dtype=torch.long)
     if rounds > int(counts.min()):
@@ -204,9 +214,10 @@ def build_sdp(name: str, config: SDPConfig, setting: Setting) -> ProxSGD:
     sampler = RecordSampler(1.0 / rounds, "fixed")
     model, cohort_size = shuffle_model(setting, epsilon, int(sampler.batch_sizes(counts).min()),
                                        checked_grid(config.grid))
-    return ProxSGD(lr=config.lr, clip=config.clip, sampler=sampler, noise=NoiseBits(
-        functools.partial(calibrated_trials, model)), regularizer=config.regularizer_of(),
-        population=setting.num_clients, cohort_size=cohort_size, aggregator=BinomialMean(model))
+    return SDPProxSGD(lr=config.lr, clip=config.clip, sampler=sampler,
+                      noise=NoiseBits(functools.partial(calibrated_trials, model)),
+                      regularizer=config.regularizer_of(), population=setting.num_clients, cohort_size=cohort_size,
+                      aggregator=BinomialMean(model))
 
 
 register_cross_silo(
@@ -215,5 +226,5 @@ register_cross_silo(
     "calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023)",
     boundary="shuffler", shuffler="real")  # the shuffle model it is calibrated for
 
-__all__ = ["ShuffleModel", "NoiseBits", "BinomialMean", "SDPConfig", "encode", "decode_mean", "calibrated_trials",
-           "build_sdp", "shuffle_model", "checked_grid", "PROBABILITY"]
+__all__ = ["ShuffleModel", "NoiseBits", "BinomialMean", "SDPProxSGD", "SDPConfig", "encode", "decode_mean",
+           "calibrated_trials", "build_sdp", "shuffle_model", "checked_grid", "PROBABILITY"]
