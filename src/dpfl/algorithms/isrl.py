@@ -118,6 +118,7 @@ class ProxSGD(ServerProx):
     lr: float
     clip: float
     sampler: RecordSampler
+    #: the amount of noise, as the aggregator takes it (the Gaussian: a ``GaussianMechanism``; P_vec: its bits)
     noise: Any
     regularizer: Regularizer
     population: int

@@ -15,8 +15,9 @@ needs mean_{i in S} (1/K_i) sum_{x in B_i} v(x). An aggregator (``NoisyMean``) i
 * ``GaussianMean`` (ISRL-DP, Lowy et al. Sec. 2-3): silo i sends its mean plus N(0, (z Delta_i)^2 I), Delta_i the
   mean's l2 sensitivity (``RecordSampler.mean_sensitivity`` of L: a record's vector moves by at most 2L, so 2L/K_i
   under replace-one); the server averages the messages. Each draw is charged to its silo alone (not additive).
-* ``dpfl.algorithms.sdp.BinomialMean`` (shuffle DP, Lowy et al.'s SDP algorithms): each of silo i's K_i vectors goes through
-  Cheu et al.'s (2021) local randomiser P_vec with bound L; the server's analyser reads the shuffled counts.
+* ``dpfl.algorithms.sdp.BinomialMean`` (shuffle DP, Lowy et al.'s SDP algorithms): each of silo i's K_i vectors
+  goes through Cheu et al.'s (2021) local randomiser P_vec with bound L; the server's analyser reads the shuffled
+  counts.
 
 The amount of noise is the ``noise`` argument of every method, one per stream of the algorithm (SPIDER's checkpoint
 and difference streams): a ``dpfl.noise.GaussianMechanism`` (z) for the Gaussian, ``sdp.NoiseBits`` (b) for P_vec.

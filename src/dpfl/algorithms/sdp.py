@@ -114,8 +114,8 @@ def decode_mean(summation: BinomialVectorSum, delivered: Delivery) -> torch.Tens
 @functools.lru_cache(maxsize=64)
 def calibrated_trials(model: ShuffleModel, dimension: int) -> tuple[int]:
     """(b,) for a one-pass run: one own event per record (``sdp-prox-sgd``)."""
-    return smallest_trials(lambda b: model.epsilon_of([(model.own_event(b, dimension), 1)]), model.epsilon,
-                           model.initial_trials(dimension)),
+    return (smallest_trials(lambda b: model.epsilon_of([(model.own_event(b, dimension), 1)]), model.epsilon,
+                            model.initial_trials(dimension)),)
 
 
 @dataclass(frozen=True)
