@@ -51,6 +51,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from dp_accounting import dp_event
@@ -61,6 +62,7 @@ from dpfl.accounting.calibrate import solve_noise
 from dpfl.accounting.observers import Cohort, Release
 from dpfl.accounting.theory import isrl_zcdp_budget
 from dpfl.algorithms.local_sgd import LocalSGD
+from dpfl.algorithms.noisy_mean import GaussianMean, NoisyMean, silo_vectors
 from dpfl.algorithms.prox import REGULARIZERS, Regularizer
 from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
 from dpfl.engine.boundary import Delivery
@@ -89,6 +91,88 @@ def disjoint_keys(keys: torch.Tensor, counts: torch.Tensor, round_index: int, ba
     return torch.where(torch.isfinite(keys), shifted, keys)
 
 
+class ServerProx:
+    """The server's step w <- prox_{eta f1}(w - eta v) of a composite loss f0 + f1: what the runs report of it, for a
+    round with fields ``regularizer`` (f1) and ``lr`` (eta)."""
+
+    regularizer: Regularizer
+    lr: float
+
+    def regulariser(self, x: torch.Tensor) -> float:
+        """f1(x), the non-smooth part of the train objective the runs report."""
+        return self.regularizer.value(x)
+
+    @property
+    def composite(self) -> tuple[Regularizer, float]:
+        """(f1, eta) of the prox step, for the gradient mapping G_eta the runs report."""
+        return self.regularizer, self.lr
+
+
+@dataclass(frozen=True)
+class ProxSGD(ServerProx):
+    """The one-pass round of Prox-SGD (see the module docstring): each silo's block of round r of its secret
+    permutation, one message per silo from the block's vectors clip_C(grad f0(w_r, x)) (the ``aggregator``, with
+    ``noise``), and w_{r+1} = prox_{eta f1}(w_r - eta mean). ``isrl-prox-sgd`` is it with the Gaussian (``ISRL``
+    builds it from its steps), ``sdp-prox-sgd`` with P_vec (``dpfl.algorithms.sdp``)."""
+
+    lr: float
+    clip: float
+    sampler: RecordSampler
+    #: the amount of noise, as the aggregator takes it (the Gaussian: a ``GaussianMechanism``; P_vec: its bits)
+    noise: Any
+    regularizer: Regularizer
+    population: int
+    cohort_size: int
+    aggregator: NoisyMean
+    accountant: str = "tightest"
+
+    @property
+    def neighboring(self) -> str:
+        return self.sampler.neighboring
+
+    def release(self, round_index: int, state: State, train) -> Release:
+        """A record's one release, charged in round 0 (parallel composition, module docstring) with the client
+        sampler's participation where the aggregator credits it, else as taking part; nothing later."""
+        if round_index > 0:
+            cohort = Cohort.scheduled(self.population, self.cohort_size, 1, False)
+        else:
+            cohort = None if self.aggregator.credits_silo_sampling else \
+                Cohort.scheduled(self.population, self.cohort_size, 1, True)
+        return self.aggregator.declared(self.noise, self.sampler, train.counts, state, sampled=False, cohort=cohort)
+
+    def init_state(self, x0: torch.Tensor, num_clients: int) -> State:
+        return State({"x": x0.clone()})
+
+    def examples_per_client(self, counts: torch.Tensor) -> int:
+        return int(self.sampler.batch_sizes(counts).max())
+
+    def client_round(self, round_index: int, server: dict, clients: dict, data: ClientData,
+                     ctx: ClientContext) -> ClientOutput:
+        """The silo's message on round r's block of its permutation (drawn from the records stream of round 0, so the
+        same permutation in every round), estimating -eta times its mean clipped gradient."""
+        permutation = dataclasses.replace(ctx, round=0).streams("records").uniform(
+            [(int(c),) for c in data.counts])
+        keys = disjoint_keys(permutation, data.counts, round_index, self.sampler.batch_sizes(data.counts))
+        vectors = silo_vectors(ctx, self.sampler, keys, data, server["x"], None, self.clip, self.clip)
+        messages, event = self.aggregator.send(self.noise, vectors, ctx, scale=-self.lr)
+        return ClientOutput(messages, {}, [event])
+
+    def server_update(self, round_index: int, server: dict, delivered: Delivery) -> dict:
+        """w_{r+1} = prox_{eta f1}(w_r + the estimate of -eta mean)."""
+        if delivered.count == 0:
+            return server
+        x = server["x"]
+        step = self.aggregator.mean(self.noise, delivered, self.clip, self.clip, x, scale=-self.lr)
+        return {"x": self.regularizer.prox(x + step, self.lr)}
+
+    def divergence_hint(self, counts: torch.Tensor) -> str:
+        return f"lower algorithm.lr, or raise privacy.epsilon ({self.aggregator.less_noise})"
+
+
+#: isrl-prox-sgd's aggregator: messages dy = -eta (g_i + u_i), the model change
+MODEL_CHANGE = GaussianMean("dy")
+
+
 @dataclass(frozen=True)
 class ISRL:
     """An ISRL-DP algorithm (see the module docstring): the silos' noisy steps, the prox on the server."""
@@ -109,20 +193,25 @@ class ISRL:
         return self.name == "isrl-prox-sgd"
 
     @property
+    def one_pass(self) -> ProxSGD:
+        """isrl-prox-sgd's round: ``ProxSGD`` with the steps' Gaussian mechanism and step eta."""
+        return ProxSGD(self.steps.local_lr, self.steps.clip, self.steps.sampler, self.steps.mechanism,
+                       self.regularizer, self.population, self.cohort_size, MODEL_CHANGE)
+
+    @property
     def server_lr(self) -> float:
         """The prox step: eta per local step, K eta for K local steps."""
         return self.steps.local_lr * self.steps.local_steps
 
     def release(self, round_index: int, state: State, train) -> Release:
         """No additive draws (ISRL-DP: no credit for another silo's noise). Prox-SGD: one Gaussian, charged in round 0
-        for every record (parallel composition, module docstring); the baselines: K sampled Gaussians per round."""
-        divisors = self.steps.sampler.divisor(train.counts)
-        ratio = float(divisors.min() / divisors.max())
+        for every record (``ProxSGD``); the baselines: K sampled Gaussians per round."""
         if self.disjoint:
-            cohort = Cohort.scheduled(self.population, self.cohort_size, 1, round_index == 0)
-            return Release((self.steps.mechanism.event,), (False,), ratio, cohort)
+            return self.one_pass.release(round_index, state, train)
+        divisors = self.steps.sampler.divisor(train.counts)
         step = self.steps.sampler.event(self.steps.mechanism.event, train.counts)
-        return Release((step,) * self.steps.local_steps, (False,) * self.steps.local_steps, ratio)
+        return Release((step,) * self.steps.local_steps, (False,) * self.steps.local_steps,
+                       float(divisors.min() / divisors.max()))
 
     def init_state(self, x0: torch.Tensor, num_clients: int) -> State:
         return State({"x": x0.clone()})
@@ -132,19 +221,11 @@ class ISRL:
 
     def client_round(self, round_index: int, server: dict, clients: dict, data: ClientData,
                      ctx: ClientContext) -> ClientOutput:
-        """Messages {dy}: the silo's model change. Prox-SGD: -eta g_i on round r's block of the silo's permutation
-        (drawn from the records stream of round 0, so the same permutation in every round)."""
-        if not self.disjoint:
-            out = self.steps.client_round(round_index, {"x": server["x"]}, {}, data, ctx)  # no control variates
-            return ClientOutput({"dy": out.messages["dy"]}, {}, out.events)
-        x = server["x"]
-        n, P = data.counts.shape[0], x.shape[-1]
-        permutation = dataclasses.replace(ctx, round=0).streams("records").uniform(
-            [(int(c),) for c in data.counts])
-        keys = disjoint_keys(permutation, data.counts, round_index, self.steps.sampler.batch_sizes(data.counts))
-        noise = ctx.streams("noise").normal((P,))
-        g, event = self.steps.noisy_gradient(ctx.grads, x.expand(n, P), data, keys, noise)
-        return ClientOutput({"dy": -self.steps.local_lr * g}, {}, [event])
+        """Messages {dy}: the silo's model change (Prox-SGD: ``ProxSGD``'s, -eta g_i)."""
+        if self.disjoint:
+            return self.one_pass.client_round(round_index, server, clients, data, ctx)
+        out = self.steps.client_round(round_index, {"x": server["x"]}, {}, data, ctx)  # no control variates
+        return ClientOutput({"dy": out.messages["dy"]}, {}, out.events)
 
     def server_update(self, round_index: int, server: dict, delivered: Delivery) -> dict:
         """w_{r+1} = prox_{eta f1}(w_r + mean dy) (row-wise where the state carries a leading row axis)."""
@@ -247,10 +328,17 @@ def build_isrl(name: str, config: ISRLConfig, setting: Setting) -> ISRL:
     return ISRL(name, steps, regularizer, setting.num_clients, clients.cohort_size)
 
 
-register(AlgorithmSpec(
-    names=NAMES, config=ISRLConfig, build=build_isrl, private=lambda name: True,
-    common_defaults={"client_rate": 1.0},  # cross-silo: a few silos, every one in every round
-    help="ISRL-DP Prox-SGD (disjoint batches), minibatch SGD and Local SGD, private against the server and the "
-         "other silos, calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023)",
-    release_keys=("algorithm.rounds",), noise_key=None,
-))
+def register_cross_silo(names: tuple[str, ...], config: type, build, help: str, **privacy_defaults) -> AlgorithmSpec:
+    """Registers an ISRL-DP or shuffle-DP family (``dpfl.algorithms.registry``): every name private, its noise
+    calibrated to privacy.epsilon over algorithm.rounds (no noise key), every silo in every round unless
+    algorithm.client_rate says otherwise (cross-silo: a few silos); ``privacy_defaults``: the [privacy] defaults it is
+    calibrated for."""
+    return register(AlgorithmSpec(names=names, config=config, build=build, private=lambda name: True, help=help,
+                                  common_defaults={"client_rate": 1.0}, release_keys=("algorithm.rounds",),
+                                  noise_key=None, privacy_defaults=privacy_defaults))
+
+
+register_cross_silo(
+    NAMES, ISRLConfig, build_isrl,
+    "ISRL-DP Prox-SGD (disjoint batches), minibatch SGD and Local SGD, private against the server and the other "
+    "silos, calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023)")

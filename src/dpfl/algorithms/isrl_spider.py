@@ -63,15 +63,17 @@ from __future__ import annotations
 import math
 import types
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from dp_accounting import dp_event
 
 from dpfl.accounting.observers import Release
-from dpfl.algorithms.isrl import ISRLKeys, calibrated_noise, checked_target
-from dpfl.algorithms.projected_noisy_sgd import scale_to_norm, verified_smoothness
+from dpfl.algorithms.isrl import ISRLKeys, ServerProx, calibrated_noise, checked_target, register_cross_silo
+from dpfl.algorithms.noisy_mean import GAUSSIAN, NoisyMean, silo_vectors
+from dpfl.algorithms.projected_noisy_sgd import verified_smoothness
 from dpfl.algorithms.prox import Regularizer
-from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
+from dpfl.algorithms.registry import Setting
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
@@ -92,21 +94,26 @@ class SpiderConfig(ISRLKeys):
 
 
 @dataclass(frozen=True)
-class ISRLSpider:
-    """ISRL-DP FedProx-SPIDER, and with q = 2 and one z the alternate SPIDER (see the module docstring)."""
+class ISRLSpider(ServerProx):
+    """ISRL-DP FedProx-SPIDER, and with q = 2 and one z the alternate SPIDER (see the module docstring). The
+    ``aggregator`` turns each silo's round vectors into its message (``dpfl.algorithms.noisy_mean``): the Gaussian,
+    with the streams' mechanisms ``checkpoint`` (z1) and ``difference`` (z2); ``sdp-spider`` is this class with
+    P_vec and the streams' noise bits (``dpfl.algorithms.sdp_spider``)."""
 
     lr: float
     clip: float
     period: int
     sampler: RecordSampler
-    checkpoint: GaussianMechanism
-    difference: GaussianMechanism
+    #: the streams' noise, as the aggregator takes it (the Gaussian: a ``GaussianMechanism``; P_vec: its bits)
+    checkpoint: Any
+    difference: Any
     regularizer: Regularizer
     smoothness: float | None = None
     feature_clip: float | None = None
     accountant: str = "tightest"
     #: the alternate SPIDER's q = 2 is not a key
     period_fixed: bool = False
+    aggregator: NoisyMean = GAUSSIAN
 
     @property
     def neighboring(self) -> str:
@@ -115,7 +122,7 @@ class ISRLSpider:
     def is_checkpoint(self, round_index: int) -> bool:
         return round_index % self.period == 0
 
-    def stream(self, round_index: int) -> GaussianMechanism:
+    def stream(self, round_index: int):
         """The round's noise stream: the checkpoint one (z1) or the difference one (z2)."""
         return self.checkpoint if self.is_checkpoint(round_index) else self.difference
 
@@ -127,13 +134,16 @@ class ISRLSpider:
         """The point the difference rounds subtract the gradient at: the last iterate w_{r-1}."""
         return server["x_prev"]
 
+    def bound(self, round_index: int, server: dict) -> float | torch.Tensor:
+        """L, each round vector's l2 bound: C (checkpoint), B_r per row of the server state (difference)."""
+        if self.is_checkpoint(round_index):
+            return self.clip
+        return self.difference_bound(server["x"], self.reference(server))
+
     def release(self, round_index: int, state: State, train) -> Release:
         """The round's one draw: the checkpoint stream (z1) or the difference stream (z2), record-sampled, not
         additive (ISRL-DP)."""
-        records = self.records(round_index)
-        event = records.event(self.stream(round_index).event, train.counts)
-        divisors = records.divisor(train.counts)
-        return Release((event,), (False,), float(divisors.min() / divisors.max()))
+        return self.aggregator.declared(self.stream(round_index), self.records(round_index), train.counts, state)
 
     def init_state(self, x0: torch.Tensor, num_clients: int) -> State:
         return State({"x": x0.clone(), "x_prev": x0.clone(), "h": torch.zeros_like(x0)})
@@ -147,32 +157,23 @@ class ISRLSpider:
     def client_round(self, round_index: int, server: dict, clients: dict, data: ClientData,
                      ctx: ClientContext) -> ClientOutput:
         """Messages {h}: the silo's noisy checkpoint gradient or noisy gradient difference."""
-        x = server["x"]
-        n, P = data.counts.shape[0], x.shape[-1]
-        records = self.records(round_index)
         keys = ctx.streams("records").uniform([(int(c),) for c in data.counts])
-        indices, mask = records.sample(data.counts, keys)
-        xb, yb = data.batch(indices)
-        if self.feature_clip is not None:
-            xb = scale_to_norm(xb, self.feature_clip)
-        divisor = records.divisor(data.counts).to(x.dtype).unsqueeze(1)
-        point = x.expand(n, P)
-        value = ctx.grads.clipped_sum(point, xb, yb, mask, self.clip) / divisor
-        if self.is_checkpoint(round_index):
-            sensitivity = records.mean_sensitivity(self.clip, data.counts)
-        else:
-            reference = self.reference(server)
-            value = value - ctx.grads.clipped_sum(reference.expand(n, P), xb, yb, mask, self.clip) / divisor
-            bound = self.difference_bound(x, reference).expand(n)
-            sensitivity = records.mean_sensitivity(bound, data.counts)
-        noisy, event = self.stream(round_index)(value, sensitivity, ctx.streams("noise").normal((P,)))
-        return ClientOutput({"h": noisy}, {}, [event])
+        reference = None if self.is_checkpoint(round_index) else self.reference(server)
+        vectors = silo_vectors(ctx, self.records(round_index), keys, data, server["x"], reference, self.clip,
+                               self.bound(round_index, server), self.feature_clip)
+        messages, event = self.aggregator.send(self.stream(round_index), vectors, ctx)
+        return ClientOutput(messages, {}, [event])
+
+    def mean(self, round_index: int, server: dict, delivered: Delivery) -> torch.Tensor:
+        """The server's estimate of the cohort's mean round vector."""
+        return self.aggregator.mean(self.stream(round_index), delivered, self.bound(round_index, server), self.clip,
+                                    server["x"])
 
     def server_update(self, round_index: int, server: dict, delivered: Delivery) -> dict:
         """h = mean h_i (checkpoint) or h + mean H_i; w_{r+1} = prox_{eta f1}(w_r - eta h)."""
         if delivered.count == 0:
             return server
-        mean = delivered.sum("h") / delivered.count
+        mean = self.mean(round_index, server, delivered)
         h = mean if self.is_checkpoint(round_index) else server["h"] + mean
         return {"x": self.regularizer.prox(server["x"] - self.lr * h, self.lr), "x_prev": server["x"], "h": h}
 
@@ -182,17 +183,9 @@ class ISRLSpider:
         bound = self.clip if self.is_checkpoint(round_index) else 2.0 * self.clip
         return self.stream(round_index).noise_multiplier * self.records(round_index).mean_sensitivity(bound, counts)
 
-    def regulariser(self, x: torch.Tensor) -> float:
-        return self.regularizer.value(x)
-
-    @property
-    def composite(self) -> tuple[Regularizer, float]:
-        """(f1, eta) of the prox step, for the gradient mapping G_eta the runs report."""
-        return self.regularizer, self.lr
-
     def divergence_hint(self, counts: torch.Tensor) -> str:
         period = "" if self.period_fixed else " lower algorithm.period,"
-        return f"lower algorithm.lr,{period} or raise privacy.epsilon (less noise per step)"
+        return f"lower algorithm.lr,{period} or raise privacy.epsilon ({self.aggregator.less_noise})"
 
 
 def difference_bound(x: torch.Tensor, x_prev: torch.Tensor, clip: float, smoothness: float | None) -> torch.Tensor:
@@ -237,13 +230,10 @@ def build_spider(name: str, config: SpiderConfig, setting: Setting) -> ISRLSpide
                       regularizer=regularizer, smoothness=smoothness, feature_clip=config.feature_clip)
 
 
-register(AlgorithmSpec(
-    names=("isrl-spider",), config=SpiderConfig, build=build_spider, private=lambda name: True,
-    common_defaults={"client_rate": 1.0},  # cross-silo: a few silos, every one in every round
-    help="ISRL-DP FedProx-SPIDER: checkpoint gradients and gradient differences, both noise streams composed, "
-         "calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023, Alg. 3)",
-    release_keys=("algorithm.rounds",), noise_key=None,
-))
+register_cross_silo(
+    ("isrl-spider",), SpiderConfig, build_spider,
+    "ISRL-DP FedProx-SPIDER: checkpoint gradients and gradient differences, both noise streams composed, "
+    "calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023, Alg. 3)")
 
 
 def build_alternate_spider(name: str, config: ISRLKeys, setting: Setting) -> ISRLSpider:
@@ -258,11 +248,8 @@ def build_alternate_spider(name: str, config: ISRLKeys, setting: Setting) -> ISR
                       difference=GaussianMechanism(z), regularizer=config.regularizer_of(), period_fixed=True)
 
 
-register(AlgorithmSpec(
-    names=("isrl-spider-alt",), config=ISRLKeys, build=build_alternate_spider, private=lambda name: True,
-    common_defaults={"client_rate": 1.0},  # cross-silo: a few silos, every one in every round
-    help="ISRL-DP alternate SPIDER: a gradient round, then a gradient difference on one batch at w and one step "
-         "ahead, both noise streams composed, one noise multiplier calibrated to privacy.epsilon, with a prox step "
-         "for f1 (Lowy et al. 2023, Alg. 11)",
-    release_keys=("algorithm.rounds",), noise_key=None,
-))
+register_cross_silo(
+    ("isrl-spider-alt",), ISRLKeys, build_alternate_spider,
+    "ISRL-DP alternate SPIDER: a gradient round, then a gradient difference on one batch at w and one step ahead, "
+    "both noise streams composed, one noise multiplier calibrated to privacy.epsilon, with a prox step for f1 "
+    "(Lowy et al. 2023, Alg. 11)")

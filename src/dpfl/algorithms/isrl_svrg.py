@@ -52,10 +52,10 @@ from dataclasses import dataclass, field
 import torch
 from dp_accounting import dp_event
 
-from dpfl.algorithms.isrl import ISRLKeys, calibrated_noise, checked_target
+from dpfl.algorithms.isrl import ISRLKeys, calibrated_noise, checked_target, register_cross_silo
 from dpfl.algorithms.isrl_spider import ISRLSpider
 from dpfl.algorithms.projected_noisy_sgd import verified_smoothness
-from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
+from dpfl.algorithms.registry import Setting
 from dpfl.engine import randomness
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import GaussianMechanism
@@ -129,7 +129,7 @@ class ISRLSVRG(ISRLSpider):
         eta (g + mean v_i)). The run's output iterate is kept when passed and becomes the model at the run's end."""
         state = dict(server)
         if delivered.count:
-            mean = delivered.sum("h") / delivered.count
+            mean = self.mean(round_index, server, delivered)
             if self.is_checkpoint(round_index):
                 state.update(snapshot=server["x"], g=mean)
                 step = mean
@@ -206,12 +206,9 @@ def build_svrg(name: str, config: SVRGConfig, setting: Setting) -> ISRLSVRG:
                     outputs=output_positions(starts, rounds, setting.seed))
 
 
-register(AlgorithmSpec(
-    names=NAMES, config=SVRGConfig, build=build_svrg, private=lambda name: True,
-    common_defaults={"client_rate": 1.0},  # cross-silo: a few silos, every one in every round
-    help="ISRL-DP Prox-SVRG (full-gradient snapshots, variance-reduced inner steps) and Prox-PL-SVRG (its restarts), "
-         "both streams composed, calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023, Alg. 1, 2)",
-    release_keys=("algorithm.rounds",), noise_key=None,
-))
+register_cross_silo(
+    NAMES, SVRGConfig, build_svrg,
+    "ISRL-DP Prox-SVRG (full-gradient snapshots, variance-reduced inner steps) and Prox-PL-SVRG (its restarts), "
+    "both streams composed, calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023, Alg. 1, 2)")
 
 __all__ = ["NAMES", "SVRGConfig", "ISRLSVRG", "build_svrg", "run_starts", "stream_counts", "output_positions"]

@@ -1,8 +1,9 @@
 """Shuffle-DP federated learning (Lowy, Ghafelebashi, Razaviyayn 2023, SDP algorithms): the ISRL-DP algorithms with
 each silo's Gaussian noise replaced by Cheu et al.'s (2021) binomial vector summation P_vec over the round's M K
-clipped per-example gradients, the messages shuffled (``dpfl.protocols.shuffler``).
+clipped per-example gradients, the messages shuffled (``dpfl.protocols.shuffler``). P_vec is the aggregator
+``BinomialMean`` (``dpfl.algorithms.noisy_mean``: the piece the ISRL-DP rounds vary), its noise bits ``NoiseBits``.
 
-``sdp-prox-sgd`` (Lowy et al.'s SDP Prox-SGD; the ISRL-DP ``isrl-prox-sgd`` of ``dpfl.algorithms.isrl`` with P_vec):
+``sdp-prox-sgd`` (Lowy et al.'s SDP Prox-SGD) is the one-pass round ``isrl.ProxSGD`` of ``isrl-prox-sgd`` with P_vec:
 every silo i in the cohort S_r takes round r's block of K_i = floor(n_i / R) records of its secret permutation
 (disjoint across rounds), clips each record's gradient at C (l2) and runs P_vec's local randomiser on each, with
 L = C: it sends the labelled bits of its K_i users as ``ones`` (1-bits per coordinate) and ``slots`` (messages per
@@ -25,22 +26,23 @@ dimension d is first seen.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass, field
+from typing import Callable, ClassVar
 
 import torch
+from dp_accounting import dp_event
 
 from dpfl.accounting import accountants
 from dpfl.accounting.accountant import NEIGHBORING
 from dpfl.accounting.events import BinomialSumDpEvent
 from dpfl.accounting.observers import OBSERVERS, Cohort, Release, observer_events
 from dpfl.accounting.shuffle import default_grid, gaussian_trials_guess, smallest_trials
-from dpfl.algorithms.isrl import ISRLKeys, checked_target, disjoint_keys
-from dpfl.algorithms.prox import Regularizer
-from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
+from dpfl.algorithms.isrl import ISRLKeys, ProxSGD, checked_target, register_cross_silo
+from dpfl.algorithms.noisy_mean import SiloVectors
+from dpfl.algorithms.registry import Setting
 from dpfl.engine.boundary import Delivery
-from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
+from dpfl.engine.protocol import ClientContext, Messages
 from dpfl.engine.sampling import ClientSampler, RecordSampler
 from dpfl.errors import ConfigError, check_range
 from dpfl.protocols.shuffler import BinomialVectorSum
@@ -110,71 +112,74 @@ def decode_mean(summation: BinomialVectorSum, delivered: Delivery) -> torch.Tens
 
 
 @functools.lru_cache(maxsize=64)
-def calibrated_trials(model: ShuffleModel, dimension: int) -> int:
-    """b for a one-pass run: one own event per record (``sdp-prox-sgd``)."""
-    return smallest_trials(lambda b: model.epsilon_of([(model.own_event(b, dimension), 1)]), model.epsilon,
-                           model.initial_trials(dimension))
+def calibrated_trials(model: ShuffleModel, dimension: int) -> tuple[int]:
+    """(b,) for a one-pass run: one own event per record (``sdp-prox-sgd``)."""
+    return (smallest_trials(lambda b: model.epsilon_of([(model.own_event(b, dimension), 1)]), model.epsilon,
+                            model.initial_trials(dimension)),)
 
 
 @dataclass(frozen=True)
-class SDPProxSGD:
-    """SDP Prox-SGD (module docstring)."""
+class NoiseBits:
+    """One P_vec stream's noise: b bits per user and coordinate, found when the model's dimension d is first seen
+    (``calibration(d)``: every stream's b, this one's at ``stream``)."""
 
-    lr: float
-    clip: float
-    sampler: RecordSampler
-    regularizer: Regularizer
+    calibration: Callable[[int], tuple[int, ...]]
+    stream: int = 0
+
+    def trials(self, dimension: int) -> int:
+        return self.calibration(dimension)[self.stream]
+
+
+def radius(bound: float | torch.Tensor, clip: float) -> float:
+    """P_vec's L for the round: the vectors' l2 bound, the largest over the rows of the server state, at least
+    1e-12 C (a difference round with B_r = 0 sends zeros)."""
+    largest = float(bound.max()) if isinstance(bound, torch.Tensor) else float(bound)
+    return max(largest, 1e-12 * clip)
+
+
+@dataclass(frozen=True)
+class BinomialMean:
+    """The shuffle-DP aggregator (``dpfl.algorithms.noisy_mean.NoisyMean``): P_vec's local randomiser on each of a
+    silo's vectors, sent as labelled bits; the analyser's estimate of the users' mean from the delivered counts. The
+    owner silo's own bits are its event (additive: nothing is computed after the sum), record sampling is not
+    credited, silo sampling is (module docstring)."""
+
     model: ShuffleModel
-    population: int
-    cohort_size: int
-    accountant: str = "tightest"
-    neighboring: str = "replace_one"
+    credits_silo_sampling: ClassVar[bool] = True
+    less_noise: ClassVar[str] = "fewer noise bits"
 
-    def summation(self, dimension: int) -> BinomialVectorSum:
-        return BinomialVectorSum(self.clip, self.model.grid_for(dimension), calibrated_trials(self.model, dimension),
+    def summation(self, noise: NoiseBits, bound: float | torch.Tensor, clip: float,
+                  dimension: int) -> BinomialVectorSum:
+        return BinomialVectorSum(radius(bound, clip), self.model.grid_for(dimension), noise.trials(dimension),
                                  PROBABILITY)
 
-    def release(self, round_index: int, state: State, train) -> Release:
-        """One additive P_vec release per record, charged in round 0 with the sampler's participation; nothing
-        later (module docstring)."""
+    def declared(self, noise: NoiseBits, records: RecordSampler, counts: torch.Tensor, state, sampled: bool = True,
+                 cohort: Cohort | None = None) -> Release:
         dimension = state.server["x"].shape[-1]
-        event = self.model.own_event(calibrated_trials(self.model, dimension), dimension)
-        cohort = None if round_index == 0 else Cohort.scheduled(self.population, self.cohort_size, 1, False)
-        return Release((event,), (True,), 1.0, cohort)
+        return Release((self.model.own_event(noise.trials(dimension), dimension),), (True,), 1.0, cohort)
 
-    def init_state(self, x0: torch.Tensor, num_clients: int) -> State:
-        return State({"x": x0.clone()})
+    def send(self, noise: NoiseBits, vectors: SiloVectors, ctx: ClientContext,
+             scale: float | None = None) -> tuple[Messages, dp_event.DpEvent]:
+        """Messages {ones, slots}: the labelled bits of the silo's vectors (``scale`` is the server's)."""
+        dimension = vectors.point.shape[-1]
+        summation = self.summation(noise, vectors.bound, vectors.clip, dimension)
+        event = self.model.own_event(summation.trials, dimension)
+        return encode(summation, vectors.examples(summation.bound), vectors.mask, ctx), event
 
-    def examples_per_client(self, counts: torch.Tensor) -> int:
-        return int(self.sampler.batch_sizes(counts).max())
+    def mean(self, noise: NoiseBits, delivered: Delivery, bound: float | torch.Tensor, clip: float,
+             like: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+        mean = decode_mean(self.summation(noise, bound, clip, like.shape[-1]), delivered).to(like.dtype)
+        return mean if scale is None else scale * mean
 
-    def client_round(self, round_index: int, server: dict, clients: dict, data: ClientData,
-                     ctx: ClientContext) -> ClientOutput:
-        """Messages {ones, slots}: the silo's labelled bits of round r's block of its permutation."""
-        x = server["x"]
-        n, P = data.counts.shape[0], x.shape[-1]
-        permutation = dataclasses.replace(ctx, round=0).streams("records").uniform([(int(c),) for c in data.counts])
-        keys = disjoint_keys(permutation, data.counts, round_index, self.sampler.batch_sizes(data.counts))
-        indices, mask = self.sampler.sample(data.counts, keys)
-        xb, yb = data.batch(indices)
-        examples = ctx.grads.clipped_examples(x.expand(n, P), xb, yb, mask, self.clip)
-        summation = self.summation(P)
-        event = self.model.own_event(summation.trials, P)
-        return ClientOutput(encode(summation, examples, mask, ctx), {}, [event])
 
-    def server_update(self, round_index: int, server: dict, delivered: Delivery) -> dict:
-        """w_{r+1} = prox_{eta f1}(w_r - eta * (P_vec's estimate of the sum) / U)."""
-        if delivered.count == 0:
-            return server
-        x = server["x"]
-        mean = decode_mean(self.summation(x.shape[-1]), delivered).to(x.dtype)
-        return {"x": self.regularizer.prox(x - self.lr * mean, self.lr)}
+@dataclass(frozen=True)
+class SDPProxSGD(ProxSGD):
+    """SDP Prox-SGD (module docstring): ``isrl.ProxSGD`` with ``aggregator`` P_vec and ``noise`` its bits; what it
+    adds reads them."""
 
-    def regulariser(self, x: torch.Tensor) -> float:
-        return self.regularizer.value(x)
-
-    def divergence_hint(self, counts: torch.Tensor) -> str:
-        return "lower algorithm.lr, or raise privacy.epsilon (fewer noise bits)"
+    def summation(self, dimension: int) -> BinomialVectorSum:
+        """P_vec of every round at dimension d: L = C."""
+        return self.aggregator.summation(self.noise, self.clip, self.clip, dimension)
 
 
 #: the ``algorithm.grid`` key's metadata (sdp-prox-sgd and sdp-spider)
@@ -209,18 +214,17 @@ def build_sdp(name: str, config: SDPConfig, setting: Setting) -> SDPProxSGD:
     sampler = RecordSampler(1.0 / rounds, "fixed")
     model, cohort_size = shuffle_model(setting, epsilon, int(sampler.batch_sizes(counts).min()),
                                        checked_grid(config.grid))
-    return SDPProxSGD(lr=config.lr, clip=config.clip, sampler=sampler, regularizer=config.regularizer_of(),
-                      model=model, population=setting.num_clients, cohort_size=cohort_size)
+    return SDPProxSGD(lr=config.lr, clip=config.clip, sampler=sampler,
+                      noise=NoiseBits(functools.partial(calibrated_trials, model)),
+                      regularizer=config.regularizer_of(), population=setting.num_clients, cohort_size=cohort_size,
+                      aggregator=BinomialMean(model))
 
 
-register(AlgorithmSpec(
-    names=("sdp-prox-sgd",), config=SDPConfig, build=build_sdp, private=lambda name: True,
-    common_defaults={"client_rate": 1.0},  # cross-silo: a few silos, every one in every round
-    help="SDP Prox-SGD: disjoint batches, Cheu et al.'s binomial vector summation through a shuffler, silo "
-         "sampling, calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023)",
-    release_keys=("algorithm.rounds",), noise_key=None,
-    privacy_defaults={"boundary": "shuffler", "shuffler": "real"},  # the shuffle model it is calibrated for
-))
+register_cross_silo(
+    ("sdp-prox-sgd",), SDPConfig, build_sdp,
+    "SDP Prox-SGD: disjoint batches, Cheu et al.'s binomial vector summation through a shuffler, silo sampling, "
+    "calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023)",
+    boundary="shuffler", shuffler="real")  # the shuffle model it is calibrated for
 
-__all__ = ["ShuffleModel", "SDPProxSGD", "SDPConfig", "encode", "decode_mean", "calibrated_trials", "build_sdp",
-           "shuffle_model", "checked_grid", "PROBABILITY"]
+__all__ = ["ShuffleModel", "NoiseBits", "BinomialMean", "SDPProxSGD", "SDPConfig", "encode", "decode_mean",
+           "calibrated_trials", "build_sdp", "shuffle_model", "checked_grid", "PROBABILITY"]

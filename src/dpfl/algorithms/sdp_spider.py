@@ -1,6 +1,6 @@
 """SDP FedProx-SPIDER (Lowy, Ghafelebashi, Razaviyayn 2023, Alg. 10): ISRL-DP FedProx-SPIDER
-(``dpfl.algorithms.isrl_spider``) with both noise streams replaced by Cheu et al.'s (2021) binomial vector summation
-P_vec through a shuffler (``dpfl.algorithms.sdp``).
+(``dpfl.algorithms.isrl_spider.ISRLSpider``) with both noise streams replaced by Cheu et al.'s (2021) binomial vector
+summation P_vec through a shuffler: its aggregator is ``sdp.BinomialMean``, its streams' noise ``sdp.NoiseBits``.
 
 Every round each silo in the cohort takes a minibatch of K_i = floor(s n_i) records (fixed size, without replacement)
 and runs P_vec's local randomiser on one vector per record:
@@ -8,8 +8,9 @@ and runs P_vec's local randomiser on one vector per record:
 * checkpoint rounds (r mod q = 0): the clipped gradient clip_C(grad f0(w_r, x)), norm <= C, so P_vec's bound L = C;
 * difference rounds: clip_C(grad f0(w_r, x)) - clip_C(grad f0(w_{r-1}, x)), projected onto the l2 ball of radius
   B_r = min(2C, beta ||w_r - w_{r-1}||) (``isrl_spider.difference_bound``; 2C without a verified beta; the
-  projection changes nothing when beta is right, and makes the bound hold when it is not), so L = B_r and the noise
-  shrinks with ||w_r - w_{r-1}|| as the paper's sigma_2 does.
+  projection changes nothing when beta is right, and makes the bound hold when it is not,
+  ``noisy_mean.SiloVectors.examples``), so L = B_r and the noise shrinks with ||w_r - w_{r-1}|| as the paper's
+  sigma_2 does.
 
 The server's estimate of the mean (``sdp.decode_mean``) is h (checkpoint) or is added to h; w_{r+1} =
 prox_{eta f1}(w_r - eta h).
@@ -33,17 +34,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from dpfl.accounting.observers import Release
 from dpfl.accounting.shuffle import smallest_trials
-from dpfl.algorithms.isrl import checked_target
-from dpfl.algorithms.isrl_spider import SpiderConfig, difference_bound, stream_counts
-from dpfl.algorithms.projected_noisy_sgd import scale_to_norm, verified_smoothness
-from dpfl.algorithms.prox import Regularizer
-from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
-from dpfl.algorithms.sdp import (GRID_KEY, PROBABILITY, ShuffleModel, checked_grid, decode_mean, encode,
-                               shuffle_model)
-from dpfl.engine.boundary import Delivery
-from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
+from dpfl.algorithms.isrl import checked_target, register_cross_silo
+from dpfl.algorithms.isrl_spider import ISRLSpider, SpiderConfig, stream_counts
+from dpfl.algorithms.projected_noisy_sgd import verified_smoothness
+from dpfl.algorithms.registry import Setting
+from dpfl.algorithms.sdp import GRID_KEY, BinomialMean, NoiseBits, ShuffleModel, checked_grid, shuffle_model
 from dpfl.engine.sampling import RecordSampler
 from dpfl.errors import ConfigError, check_range
 from dpfl.protocols.shuffler import BinomialVectorSum
@@ -70,81 +66,23 @@ def stream_trials(model: ShuffleModel, dimension: int, rounds: int, period: int)
 
 
 @dataclass(frozen=True)
-class SDPSpider:
-    """SDP FedProx-SPIDER (module docstring)."""
+class SDPSpider(ISRLSpider):
+    """SDP FedProx-SPIDER (module docstring): ``ISRLSpider`` with ``aggregator`` P_vec and the streams' noise bits
+    as ``checkpoint`` and ``difference``; what it adds reads them."""
 
-    lr: float
-    clip: float
-    period: int
-    rounds: int
-    sampler: RecordSampler
-    regularizer: Regularizer
-    model: ShuffleModel
-    smoothness: float | None = None
-    feature_clip: float | None = None
-    accountant: str = "tightest"
-    neighboring: str = "replace_one"
-
-    def is_checkpoint(self, round_index: int) -> bool:
-        return round_index % self.period == 0
+    @property
+    def model(self) -> ShuffleModel:
+        """What the noise bits are calibrated to."""
+        return self.aggregator.model
 
     def trials(self, round_index: int, dimension: int) -> int:
-        checkpoint, difference = stream_trials(self.model, dimension, self.rounds, self.period)
-        return checkpoint if self.is_checkpoint(round_index) else difference
+        """b of the round's stream at dimension d."""
+        return self.stream(round_index).trials(dimension)
 
     def summation(self, round_index: int, server: dict) -> BinomialVectorSum:
         """P_vec of the round: L = C (checkpoint) or B_r (difference; at least 1e-12 C, B_r = 0 sends zeros)."""
-        x = server["x"]
-        bound = self.clip if self.is_checkpoint(round_index) else \
-            max(float(difference_bound(x, server["x_prev"], self.clip, self.smoothness).max()), 1e-12 * self.clip)
-        dimension = x.shape[-1]
-        return BinomialVectorSum(bound, self.model.grid_for(dimension), self.trials(round_index, dimension),
-                                 PROBABILITY)
-
-    def release(self, round_index: int, state: State, train) -> Release:
-        """The round's stream as one additive own-silo event, with the sampler's participation."""
-        dimension = state.server["x"].shape[-1]
-        return Release((self.model.own_event(self.trials(round_index, dimension), dimension),), (True,), 1.0)
-
-    def init_state(self, x0: torch.Tensor, num_clients: int) -> State:
-        return State({"x": x0.clone(), "x_prev": x0.clone(), "h": torch.zeros_like(x0)})
-
-    def examples_per_client(self, counts: torch.Tensor) -> int:
-        return int(self.sampler.batch_sizes(counts).max())
-
-    def client_round(self, round_index: int, server: dict, clients: dict, data: ClientData,
-                     ctx: ClientContext) -> ClientOutput:
-        """Messages {ones, slots}: the labelled bits of the silo's clipped gradients or gradient differences."""
-        x = server["x"]
-        n, P = data.counts.shape[0], x.shape[-1]
-        keys = ctx.streams("records").uniform([(int(c),) for c in data.counts])
-        indices, mask = self.sampler.sample(data.counts, keys)
-        xb, yb = data.batch(indices)
-        if self.feature_clip is not None:
-            xb = scale_to_norm(xb, self.feature_clip)
-        vectors = ctx.grads.clipped_examples(x.expand(n, P), xb, yb, mask, self.clip)
-        summation = self.summation(round_index, server)
-        if not self.is_checkpoint(round_index):
-            vectors = vectors - ctx.grads.clipped_examples(server["x_prev"].expand(n, P), xb, yb, mask, self.clip)
-            norms = vectors.norm(dim=-1, keepdim=True)
-            vectors = vectors * torch.clamp(summation.bound / norms.clamp_min(1e-300), max=1.0)
-        event = self.model.own_event(summation.trials, P)
-        return ClientOutput(encode(summation, vectors, mask, ctx), {}, [event])
-
-    def server_update(self, round_index: int, server: dict, delivered: Delivery) -> dict:
-        """h = estimate (checkpoint) or h + estimate; w_{r+1} = prox_{eta f1}(w_r - eta h)."""
-        if delivered.count == 0:
-            return server
-        x = server["x"]
-        mean = decode_mean(self.summation(round_index, server), delivered).to(x.dtype)
-        h = mean if self.is_checkpoint(round_index) else server["h"] + mean
-        return {"x": self.regularizer.prox(x - self.lr * h, self.lr), "x_prev": x, "h": h}
-
-    def regulariser(self, x: torch.Tensor) -> float:
-        return self.regularizer.value(x)
-
-    def divergence_hint(self, counts: torch.Tensor) -> str:
-        return "lower algorithm.lr, lower algorithm.period, or raise privacy.epsilon (fewer noise bits)"
+        return self.aggregator.summation(self.stream(round_index), self.bound(round_index, server), self.clip,
+                                         server["x"].shape[-1])
 
 
 @dataclass(frozen=True)
@@ -173,17 +111,15 @@ def build_sdp_spider(name: str, config: SDPSpiderConfig, setting: Setting) -> SD
     if config.feature_clip is not None:  # verified for logistic regression only (None elsewhere: B_r = 2C)
         smoothness, _ = verified_smoothness(types.SimpleNamespace(feature_clip=config.feature_clip, clip=config.clip,
                                                                   weight_decay=0.0), setting)
-    return SDPSpider(lr=config.lr, clip=config.clip, period=period, rounds=rounds, sampler=sampler,
-                     regularizer=config.regularizer_of(), model=model, smoothness=smoothness,
-                     feature_clip=config.feature_clip)
+    calibration = functools.partial(stream_trials, model, rounds=rounds, period=period)
+    return SDPSpider(lr=config.lr, clip=config.clip, period=period, sampler=sampler,
+                     checkpoint=NoiseBits(calibration, 0), difference=NoiseBits(calibration, 1),
+                     regularizer=config.regularizer_of(), smoothness=smoothness, feature_clip=config.feature_clip,
+                     aggregator=BinomialMean(model))
 
 
-register(AlgorithmSpec(
-    names=("sdp-spider",), config=SDPSpiderConfig, build=build_sdp_spider, private=lambda name: True,
-    common_defaults={"client_rate": 1.0},  # cross-silo: a few silos, every one in every round
-    help="SDP FedProx-SPIDER: checkpoint gradients and gradient differences, each through Cheu et al.'s binomial "
-         "vector summation and a shuffler, both streams composed, calibrated to privacy.epsilon (Lowy et al. 2023, "
-         "Alg. 10)",
-    release_keys=("algorithm.rounds",), noise_key=None,
-    privacy_defaults={"boundary": "shuffler", "shuffler": "real"},  # the shuffle model it is calibrated for
-))
+register_cross_silo(
+    ("sdp-spider",), SDPSpiderConfig, build_sdp_spider,
+    "SDP FedProx-SPIDER: checkpoint gradients and gradient differences, each through Cheu et al.'s binomial vector "
+    "summation and a shuffler, both streams composed, calibrated to privacy.epsilon (Lowy et al. 2023, Alg. 10)",
+    boundary="shuffler", shuffler="real")  # the shuffle model it is calibrated for
