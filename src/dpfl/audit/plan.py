@@ -32,6 +32,14 @@ releases nothing about the record (a one-pass algorithm's later rounds) adds not
 used. c(R) does not decrease with R and m is unimodal in the claim, so R is the first round count whose c(R) reaches
 the best margin's claim (``best_claim``; or c(limit), when it stays below it), or the one before it, whichever has
 the larger margin; an infinite claim gives R = 1.
+
+**At least ``MIN_ROUNDS`` = 4 rounds** where the record is used in them (each of those rounds' own claim > 0): a
+composition bug (a round left out, the rounds charged as one) is invisible in one round, and the margin above aims
+at the claim of one observer's rounds, which for the owner's message (one release at mu = 1, claim 2.32 at delta
+1e-2, already past ``best_claim``) is a single round. Four equal rounds compose to twice one round's mu, so a ledger
+that charges them as one understates mu by 2 > k: at 2000 runs per world its expected margin is 1.25 (1.12 at 3
+rounds, 0.93 at 2), while a 1.5x understated noise is still met at 0.94 of its claim (0.98 at R = 1). Any R fixed
+before the runs is honest; the floor only moves where the audit looks.
 """
 
 from __future__ import annotations
@@ -47,6 +55,8 @@ from dpfl.audit import bounds
 
 #: The most rounds ``planned_rounds`` audits by default.
 ROUND_LIMIT = 32
+#: The fewest rounds planned where every one of them releases something about the record (module docstring).
+MIN_ROUNDS = 4
 #: k: the factor by which the planned-for wrong claim understates the mechanism's mu (module docstring).
 UNDERSTATEMENT = 1.5
 
@@ -72,7 +82,7 @@ def best_claim(trials: int, delta: float, confidence: float = 0.95) -> float:
 
 def planned_rounds(sim, observer: str, trials: int, *, confidence: float = 0.95, limit: int = ROUND_LIMIT,
                    round_events: Callable[[int], dict] | None = None) -> int:
-    """R in 1..``limit`` (module docstring) for ``trials`` runs per world towards ``observer``; ``round_events(t)``:
+    """R in 1..``limit`` (module docstring: the best margin's R, at least ``MIN_ROUNDS``) for ``trials`` runs per world towards ``observer``; ``round_events(t)``:
     round t's events per observer (default ``sim.round_privacy(t)``)."""
     from dpfl.audit.runs import claimed_epsilon
 
@@ -105,7 +115,11 @@ def planned_rounds(sim, observer: str, trials: int, *, confidence: float = 0.95,
         else:
             low = middle + 1
     candidates = [r for r in (low - 1, low) if r >= 1]
-    return max(candidates, key=lambda r: (expected_margin(claim(r), trials, delta, confidence), -r))
+    best = max(candidates, key=lambda r: (expected_margin(claim(r), trials, delta, confidence), -r))
+    floor = min(MIN_ROUNDS, limit)
+    while floor > 1 and squares[floor - 1] == squares[floor - 2]:  # a round that adds nothing is not audited
+        floor -= 1
+    return max(best, floor)
 
 
-__all__ = ["ROUND_LIMIT", "UNDERSTATEMENT", "expected_margin", "best_claim", "planned_rounds"]
+__all__ = ["ROUND_LIMIT", "MIN_ROUNDS", "UNDERSTATEMENT", "expected_margin", "best_claim", "planned_rounds"]

@@ -62,6 +62,12 @@ class RoundView:
         value = self.messages[name]
         return torch.zeros(self.trials, *value.shape[1:], dtype=value.dtype).index_add_(0, self.trial_of_row, value)
 
+    def holds(self, client: int) -> torch.Tensor:
+        """[trials] bools: whether client ``client`` is in each trial's cohort of this round."""
+        inside = torch.zeros(self.trials, dtype=torch.bool)
+        inside[self.trial_of_row[self.client_of_row == client]] = True
+        return inside
+
     def own(self, name: str, client: int) -> torch.Tensor:
         """[trials, ...]: client ``client``'s message ``name`` in each trial (0 where it is not in the cohort)."""
         value = self.messages[name]
