@@ -8,6 +8,7 @@ import pytest
 from dpfl.accounting.exact import gdp_epsilon
 from dpfl.audit import bounds, plan, runs
 from dpfl.cli import main
+from dpfl.errors import ConfigError
 from dpfl.experiments.config import load_config
 from dpfl.experiments.runner import build_simulation
 
@@ -82,3 +83,19 @@ def test_the_planned_audit_catches_a_ledger_that_composes_the_rounds_as_one(make
              for claim in (one_round, composed)}
     assert found[one_round] > one_round  # the bug is caught
     assert found[composed] <= composed  # the correct claim is not exceeded
+
+
+def test_rounds_are_planned_for_composed_events_and_end_where_the_accounting_cannot_charge_a_round():
+    """dp-fedavg with K = 2 local steps declares a composed event a round (it holds a list: the plan keyed its cache
+    by the event and raised TypeError); a round whose event the accountant refuses (sdp-spider past its data raised
+    a ConfigError from the binomial accountant) ends the plan's horizon instead of the audit."""
+    fedavg = build_simulation(load_config("examples/audit_fedsgd.toml", ["run.noise_seed=0", "algorithm.name='dp-fedavg'",
+                                                                         "algorithm.local_steps=2"]))
+    assert plan.planned_rounds(fedavg, "server", 2000) == plan.MIN_ROUNDS
+
+    def refused_after_two(t: int) -> dict:
+        if t >= 2:
+            raise ConfigError("trials", 0, "an integer in [1, inf)")
+        return fedavg.round_privacy(t)
+
+    assert plan.planned_rounds(fedavg, "third_party", 2000, round_events=refused_after_two) == 2

@@ -29,8 +29,9 @@ plan is fixed before them and the bound stays honest. It does not read the ledge
 accounting bug there (a round left out, one round charged however many) would otherwise plan the one round in
 which it is invisible; the audit's claim is still the ledger's composition of the R rounds. A round whose own event
 releases nothing about the record (a one-pass algorithm's later rounds) adds nothing, so R stays where the record is
-used. c(R) does not decrease with R and m is unimodal in the claim, so R is the first round count whose c(R) reaches
-the best margin's claim (``best_claim``; or c(limit), when it stays below it), or the one before it, whichever has
+used; a round the run's accounting cannot charge at all (sdp-spider past its data) ends the horizon. c(R) does not
+decrease with R and m is unimodal in the claim, so R is the first round count whose c(R) reaches the best margin's
+claim (``best_claim``; or c(limit), when it stays below it), or the one before it, whichever has
 the larger margin; an infinite claim gives R = 1.
 
 **At least ``MIN_ROUNDS`` = 4 rounds** where the record is used in them (each of those rounds' own claim > 0): a
@@ -52,6 +53,7 @@ import numpy as np
 
 from dpfl.accounting.exact import gdp_epsilon
 from dpfl.audit import bounds
+from dpfl.errors import ConfigError
 
 #: The most rounds ``planned_rounds`` audits by default.
 ROUND_LIMIT = 32
@@ -94,11 +96,18 @@ def planned_rounds(sim, observer: str, trials: int, *, confidence: float = 0.95,
 
     def alone(t: int) -> float:
         events = events_of(t)
-        if events[observer] not in charged:
-            charged[events[observer]] = claimed_epsilon(sim, observer, events)
-        return charged[events[observer]]
+        key = repr(events[observer])  # an event holding a list (a composed event) is not hashable
+        if key not in charged:
+            charged[key] = claimed_epsilon(sim, observer, events)
+        return charged[key]
 
-    epsilons = [alone(t) for t in range(limit)]
+    epsilons = [alone(0)]
+    for t in range(1, limit):
+        try:
+            epsilons.append(alone(t))
+        except ConfigError:  # the run's accounting cannot charge round t (e.g. past a one-pass run's data): stop
+            break
+    limit = len(epsilons)
     if not math.isfinite(epsilons[0]):
         return 1
     squares = np.cumsum([bounds.claimed_mu(eps, delta) ** 2 if eps > 0 else 0.0 for eps in epsilons])
