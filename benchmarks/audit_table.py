@@ -48,8 +48,6 @@ def overrides(name: str, steps: int, delta: float, epsilon: float, mechanism: st
     example["privacy"]["delta"] = delta
     if name.endswith("scaffold-warm"):  # it needs more rounds than its warm-up
         example["algorithm"]["rounds"] = round(4 / example["algorithm"]["client_rate"]) + 1
-    if "clients_per_round" in keys:  # disjoint batches of one user (projected noisy SGD): one pass over the users
-        example["algorithm"]["rounds"] = example["data"]["num_clients"]
     if not registry.spec_of(name).private(name):
         for key in ("clip", "noise_multiplier"):
             example["algorithm"].pop(key, None)
@@ -75,8 +73,13 @@ def rows(names, trials: int, local_steps: int, delta: float, settings, canary: s
     for name in names:
         steps = 1 if name.endswith("fedsgd") or name.startswith("fedsgd") else local_steps
         for label, mechanism in variants(name):
-            config = load_config(None, overrides(name, steps, delta, epsilon, mechanism) + ["run.noise_seed=0"])
+            keys = overrides(name, steps, delta, epsilon, mechanism) + ["run.noise_seed=0"]
+            config = load_config(None, keys)
             sim = build_simulation(config)
+            if runs.user_level(sim.algorithm):  # projected noisy SGD: one pass over its disjoint batches of users
+                passes = config["data"]["num_clients"] // config["algorithm"]["clients_per_round"]
+                config = load_config(None, keys + [f"algorithm.rounds={passes}"])
+                sim = build_simulation(config)
             observers = [o for o in sim.ledger.observers if o != SERVER or server_view(sim.boundary) != NOTHING]
             # at least one round past SCAFFOLD-warm's warm-up, and projected noisy SGD's whole pass (each trial
             # draws its own secret partition, so the canary's user may be in any of its rounds)

@@ -45,3 +45,14 @@ def test_the_user_level_canary_certifies_a_bound_below_the_claim_towards_another
     sim = projected()
     result = runs.audit(sim, "other_silo", 1000, rounds=10, release="final")
     assert 0.05 < result.bound.epsilon <= result.claimed_epsilon == pytest.approx(2.318, abs=1e-3)
+
+
+def test_the_probe_delivers_nothing_in_a_round_that_contacts_nobody():
+    """The randomly stopped variant contacts nobody after its secret tau: the probe's server step gets an empty
+    delivery (count 0; it was handed count 1 with no message and raised KeyError 'dw'), and such rounds weigh 0."""
+    sim = projected("algorithm.name='projected-noisy-sgd-random-stop'")
+    stopped = [t for t in range(10) if not sim.algorithm.runs(t)]
+    assert stopped  # tau < 10 for this seed
+    weights = response.round_weights(sim, runs.make_canary(sim, "dirac"), 10)
+    assert all(not any(weights[t].values()) for t in stopped)
+    assert weights[0]["dw"] == pytest.approx(1 / 0.2, rel=1e-5)
