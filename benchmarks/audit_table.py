@@ -16,7 +16,7 @@ setting: a round count, or 'auto' (each observer's planned rounds, dpfl.audit.pl
 whose first round(4 / client_rate) rounds are warm-up rounds (dy = 0, only dc carries the canary), run at least one
 round past the warm-up; the projected-noisy-sgd names (disjoint batches of one user, a user-level claim, audited with
 the user-level canary: every record of the canary's client) run one pass over the 10 users (algorithm.rounds = 10). The claim is that of the audited rounds; "s": seconds of the runs at that R (shared by the
-observers audited at the same R), one torch thread.
+observers audited at the same R, and by the settings that audit the same R: one set of runs), one torch thread.
 """
 
 from __future__ import annotations
@@ -85,18 +85,22 @@ def rows(names, trials: int, local_steps: int, delta: float, settings, canary: s
             # draws its own secret partition, so the canary's user may be in any of its rounds)
             least = config["algorithm"]["rounds"] if name.endswith("scaffold-warm") or runs.user_level(sim.algorithm) \
                 else 1
-            found: dict[str, list] = {o: [] for o in observers}
-            for setting in settings:
-                planned = {o: max(least, plan.planned_rounds(sim, o, trials) if setting == AUTO else setting)
-                           for o in observers}
-                for audited in sorted(set(planned.values())):
-                    started = time.perf_counter()
-                    results = runs.audit_all(sim, [o for o, r in planned.items() if r == audited], trials,
-                                             rounds=audited, canary_kind=canary,
-                                             release=config["privacy"]["release"])
-                    seconds = time.perf_counter() - started
-                    for observer, result in results.items():
-                        found[observer].append((audited, result.claimed_epsilon, result.bound.epsilon, seconds))
+            wanted = [{o: max(least, plan.planned_rounds(sim, o, trials) if setting == AUTO else setting)
+                       for o in observers} for setting in settings]
+            audited: dict[int, list[str]] = {}  # R -> the observers audited at R (one set of runs each)
+            for planned in wanted:
+                for observer, rounds in planned.items():
+                    if observer not in audited.setdefault(rounds, []):
+                        audited[rounds].append(observer)
+            result: dict[tuple[str, int], tuple] = {}
+            for rounds, at_rounds in sorted(audited.items()):
+                started = time.perf_counter()
+                results = runs.audit_all(sim, at_rounds, trials, rounds=rounds, canary_kind=canary,
+                                         release=config["privacy"]["release"])
+                seconds = time.perf_counter() - started
+                for observer, found_at in results.items():
+                    result[observer, rounds] = (found_at.claimed_epsilon, found_at.bound.epsilon, seconds)
+            found = {o: [(planned[o], *result[o, planned[o]]) for planned in wanted] for o in observers}
             yield label, steps, trials, found
 
 

@@ -48,11 +48,14 @@ def test_the_user_level_canary_certifies_a_bound_below_the_claim_towards_another
 
 
 def test_the_probe_delivers_nothing_in_a_round_that_contacts_nobody():
-    """The randomly stopped variant contacts nobody after its secret tau: the probe's server step gets an empty
-    delivery (count 0; it was handed count 1 with no message and raised KeyError 'dw'), and such rounds weigh 0."""
+    """The randomly stopped variant contacts nobody after its secret tau: the probe's and the trials' server steps
+    get an empty delivery (count 0, as the engine's boundary delivers; they were handed a count with no message and
+    raised KeyError 'dw'), and such rounds weigh 0."""
     sim = projected("algorithm.name='projected-noisy-sgd-random-stop'")
     stopped = [t for t in range(10) if not sim.algorithm.runs(t)]
     assert stopped  # tau < 10 for this seed
     weights = response.round_weights(sim, runs.make_canary(sim, "dirac"), 10)
     assert all(not any(weights[t].values()) for t in stopped)
     assert weights[0]["dw"] == pytest.approx(1 / 0.2, rel=1e-5)
+    negatives, positives = runs.run_trials(sim, "other_silo", 8, rounds=10, release="final")
+    assert negatives.shape == positives.shape == (8,)

@@ -123,11 +123,13 @@ def run_world(sim, world: World, index: int, trials: int, rounds: int, observe: 
         view = RoundView(t, server, {}, messages, trial_of_row, clients, counts, trials)
         sums = {name: view.sums(name) for name in messages}
         after = {name: value.clone() for name, value in server.items()}
-        for count in torch.unique(counts).tolist():  # one server step per distinct cohort size
+        # one server step per distinct cohort size; a round in which nobody sends (a randomly stopped run past its
+        # tau) delivers nothing, as the engine's boundary does
+        for count in torch.unique(counts).tolist():
             same = counts == count
             updated = algorithm.server_update(t, {name: value[same] for name, value in server.items()},
                                               Delivery({name: value[same] for name, value in sums.items()},
-                                                       int(count), population))
+                                                       int(count) if sums else 0, population))
             for name, value in updated.items():
                 after[name][same] = value.to(after[name].dtype)
         view.after = after
