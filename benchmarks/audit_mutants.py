@@ -12,7 +12,8 @@ from the mutant's per-round events too (``dpfl.audit.plan.planned_rounds`` with 
 
 Configs: ``example``, examples/audit_fedsgd.toml (dp-fedsgd, 10 clients all in every round, z = 1, plain boundary,
 delta 1e-2); ``sampled``, the same with 5 of the 10 clients a round (client_rate 0.5); ``secagg``, the example
-behind secure aggregation.
+behind secure aggregation; ``sampled-secagg``, both. Each config's runs of R rounds are shared by its observers and
+mutants (a comment line gives their seconds); the last line counts the caught mutants per config.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from dpfl.experiments.config import load_config
 from dpfl.experiments.runner import build_simulation
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "audit_fedsgd.toml"
-CONFIGS = {"example": [], "sampled": ["algorithm.client_rate=0.5"], "secagg": ["privacy.boundary='secagg'"]}
+CONFIGS = {"example": [], "sampled": ["algorithm.client_rate=0.5"], "secagg": ["privacy.boundary='secagg'"],
+           "sampled-secagg": ["algorithm.client_rate=0.5", "privacy.boundary='secagg'"]}
 
 
 def participation_squared(event: dp_event.DpEvent) -> dp_event.DpEvent:
@@ -92,6 +94,7 @@ def main(argv=None) -> None:
     print("| config | observer | mutant | true claim (R) | mutant claim (R) | R = 1: bound | planned R | bound "
           "(planned R) | caught: R = 1, planned |")
     print("|---|---|---|---|---|---|---|---|---|")
+    tally: dict[str, list[int]] = {}  # config -> [mutants, caught at R = 1, caught at the planned R]
     for name in args.configs or CONFIGS:
         sim = build_simulation(load_config(str(EXAMPLE), ["run.noise_seed=0", *CONFIGS[name]]))
         delta, observers = sim.ledger.delta, tuple(sim.ledger.observers)
@@ -118,9 +121,20 @@ def main(argv=None) -> None:
                     found.append(bounds.many_run_lower_bound(negatives, positives, delta,
                                                              claimed_epsilon=claim(rounds)).epsilon)
                 caught = ["yes" if b > claim(r) else "no" for b, r in zip(found, (1, planned))]
+                if mutant is not None:
+                    counts = tally.setdefault(name, [0, 0, 0])
+                    counts[0] += 1
+                    counts[1] += caught[0] == "yes"
+                    counts[2] += caught[1] == "yes"
                 print(f"| {name} | {observer} | {mutant or 'correct'} | {correct(1):.3f} ({correct(planned):.3f}) | "
                       f"{claim(1):.3f} ({claim(planned):.3f}) | {found[0]:.3f} | {planned} | {found[1]:.3f} | "
                       f"{', '.join(caught)} |", flush=True)
+
+    print("\n| config | mutants | caught at R = 1 | caught at the planned R |\n|---|---|---|---|")
+    for name, (mutants, at_one, at_planned) in tally.items():
+        print(f"| {name} | {mutants} | {at_one} | {at_planned} |")
+    total = [sum(counts[i] for counts in tally.values()) for i in range(3)]
+    print(f"| all | {total[0]} | {total[1]} | {total[2]} |")
 
 
 if __name__ == "__main__":

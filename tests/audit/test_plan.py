@@ -6,8 +6,9 @@ import math
 import pytest
 
 from dpfl.accounting.exact import gdp_epsilon
-from dpfl.audit import plan, runs
+from dpfl.audit import bounds, plan, runs
 from dpfl.cli import main
+from dpfl.errors import ConfigError
 from dpfl.experiments.config import load_config
 from dpfl.experiments.runner import build_simulation
 
@@ -31,11 +32,13 @@ def test_the_plan_aims_where_a_claim_understating_mu_by_half_is_exceeded_by_the_
 
 def test_rounds_are_planned_from_each_rounds_own_claim_towards_each_observer():
     """examples/audit_fedsgd.toml (10 clients, z = 1) at 2000 runs: the owner's message (plain server) is one release
-    at mu = 1 (2.32), past the planned claim already: 1 round; the third party and another silo see the sum of 10
-    (mu 0.32) or of 9 (mu 0.33): 7 rounds each. A one-pass algorithm's later rounds release nothing: 1."""
+    at mu = 1 (2.32), past the planned claim already: the floor of 4 rounds (``MIN_ROUNDS``; 2 under a limit of 2);
+    the third party and another silo see the sum of 10 (mu 0.32) or of 9 (mu 0.33): 7 rounds each. A one-pass
+    algorithm's later rounds release nothing: 1, floor or not."""
     sim = build_simulation(load_config("examples/audit_fedsgd.toml", ["run.noise_seed=0"]))
     planned = {o: plan.planned_rounds(sim, o, 2000) for o in ("server", "third_party", "other_silo")}
-    assert planned == {"server": 1, "third_party": 7, "other_silo": 7}
+    assert planned == {"server": plan.MIN_ROUNDS, "third_party": 7, "other_silo": 7} and plan.MIN_ROUNDS == 4
+    assert plan.planned_rounds(sim, "server", 2000, limit=2) == 2
     assert 1.7 < runs.claimed_epsilon(sim, "third_party", rounds=7) < 2.0
     assert plan.planned_rounds(sim, "third_party", 2000, limit=4) == 4  # the limit binds
     one_pass = build_simulation(load_config(None, [
@@ -64,3 +67,35 @@ def test_cli_plans_the_rounds(tmp_path, capsys):
     assert 1 < printed["rounds"] <= 6 and printed["lower_bound"] <= printed["claimed_epsilon"]
     assert main(["audit", str(path), "--observer", "server", "--rounds", "many", "--out", str(tmp_path / "x")]) == 2
     assert "not an integer >= 1 or 'auto'" in capsys.readouterr().err
+
+
+def test_the_planned_audit_catches_a_ledger_that_composes_the_rounds_as_one(make_sim):
+    """A composition bug (R rounds charged as one) is invisible in one round, which is where the margin alone plans
+    the owner's server (one release at mu = 1, claim 2.32, past the best claim): the floor of 4 rounds makes it a 2x
+    understatement of mu. One client, z = 1, 1000 runs per world: 4 rounds find 2.59 (fixed seed), above the one
+    round's 2.32 and below the 4 rounds' true claim 6.00 (at R = 1, the old plan, no bound can exceed 2.32)."""
+    sim = make_sim(1.0, DELTA, 1)
+    rounds = plan.planned_rounds(sim, "server", 1000)
+    assert rounds == plan.MIN_ROUNDS
+    negatives, positives = runs.run_trials(sim, "server", 1000, rounds=rounds)
+    one_round, composed = runs.claimed_epsilon(sim, "server"), runs.claimed_epsilon(sim, "server", rounds=rounds)
+    found = {claim: bounds.many_run_lower_bound(negatives, positives, DELTA, claimed_epsilon=claim).epsilon
+             for claim in (one_round, composed)}
+    assert found[one_round] > one_round  # the bug is caught
+    assert found[composed] <= composed  # the correct claim is not exceeded
+
+
+def test_rounds_are_planned_for_composed_events_and_end_where_the_accounting_cannot_charge_a_round():
+    """dp-fedavg with K = 2 local steps declares a composed event a round (it holds a list: the plan keyed its cache
+    by the event and raised TypeError); a round whose event the accountant refuses (sdp-spider past its data raised
+    a ConfigError from the binomial accountant) ends the plan's horizon instead of the audit."""
+    fedavg = build_simulation(load_config("examples/audit_fedsgd.toml", ["run.noise_seed=0", "algorithm.name='dp-fedavg'",
+                                                                         "algorithm.local_steps=2"]))
+    assert plan.planned_rounds(fedavg, "server", 2000) == plan.MIN_ROUNDS
+
+    def refused_after_two(t: int) -> dict:
+        if t >= 2:
+            raise ConfigError("trials", 0, "an integer in [1, inf)")
+        return fedavg.round_privacy(t)
+
+    assert plan.planned_rounds(fedavg, "third_party", 2000, round_events=refused_after_two) == 2

@@ -220,8 +220,9 @@ def input_canary(train, seed: int, distance: float = 3.0) -> tuple[torch.Tensor,
     return (direction * scale).to(train.x.dtype), int(torch.argmin(frequency))
 
 
-def mark(y: torch.Tensor, client: int, record: int, label: int) -> torch.Tensor:
-    """A copy of the labels ``y`` [clients, records] with record ``record`` of client ``client`` marked ``label``."""
+def mark(y: torch.Tensor, client: int, record: int | slice, label: int) -> torch.Tensor:
+    """A copy of the labels ``y`` [clients, records] with record ``record`` (or the records of a slice) of client
+    ``client`` marked ``label``."""
     if label not in SIGNS:
         raise ValueError(f"label = {label} is not a canary mark: expected one of {sorted(SIGNS)}")
     marked = y.clone()

@@ -8,7 +8,9 @@ The views follow the run's boundary and release policy (``dpfl.accounting.observ
   only the last model: the score is that of x_R - x_0 at the public initial model x_0.
 * ``server`` (``server_view``): plain boundary: the canary client's own messages (dy, and SCAFFOLD's dc), 0 in a
   round where it is not in the cohort (the server knows the cohort, so that is a fixed, uninformative value); secure
-  aggregation: only the cohort's sums. Behind the real shuffler (privacy.shuffler = "real", ``dpfl.protocols.shuffler``)
+  aggregation: only the cohort's sums, scored only in the rounds whose cohort holds the owner (the server knows
+  the cohort; a sum without the owner does not depend on the record, so its noise would only dilute the score:
+  with half the clients a round, the planned audit of a sampled cohort behind secure aggregation ...). Behind the real shuffler (privacy.shuffler = "real", ``dpfl.protocols.shuffler``)
   the server reads the shuffled labelled bits, which say exactly the per-label counts: the cohort's sums of ``ones``
   and ``slots`` (the stage's output, read from the count path: ``count_labelled_bits(shuffle(labelled_bits(o, s)))``
   is (sum o, s), tests/algorithms/test_sdp.py). For the Dirac canary the white-box score of the counts is the count
@@ -107,8 +109,10 @@ def observed_updates(observer: str, seen: str, view: RoundView, canary_client: i
                      fixed_cohort: bool, silo_weight: float = 1.0) -> dict[str, torch.Tensor]:
     """{name: [trials, P]}: what ``observer`` sees of the round's updates (module docstring; ``seen``: the server's
     ``server_view``, other than the multiset, which ``multiset_score`` reads); "x" is the model's move."""
-    if observer == SERVER and seen == SUM:
-        return {name: view.sums(name) for name in view.messages}
+    if observer == SERVER and seen == SUM:  # it knows the cohort: a round without the owner says nothing
+        owner = view.holds(canary_client)
+        return {name: torch.where(owner.view(-1, *[1] * (view.messages[name].dim() - 1)), view.sums(name), 0)
+                for name in view.messages}
     if observer == SERVER:
         return {name: view.own(name, canary_client) for name in view.messages}
     if observer == OTHER_SILO and fixed_cohort:
@@ -144,9 +148,7 @@ def multiset_score(view: RoundView, canary_client: int, gradient: torch.Tensor, 
     score = (_segment_logsumexp(mu1 * centred / variance, view.trial_of_row, view.trials)
              - _segment_logsumexp(mu0 * centred / variance, view.trial_of_row, view.trials)
              - (mu1 * mu1 - mu0 * mu0) / (2 * variance))
-    holds_owner = torch.zeros(view.trials, dtype=torch.bool)
-    holds_owner[view.trial_of_row[view.client_of_row == canary_client]] = True
-    return torch.where(holds_owner, score, torch.zeros_like(score))
+    return torch.where(view.holds(canary_client), score, torch.zeros_like(score))
 
 
 def _segment_logsumexp(values: torch.Tensor, segment: torch.Tensor, segments: int) -> torch.Tensor:

@@ -72,7 +72,8 @@ def probe(sim, target, round_index: int, client: int = 0, probes: int = 4):
                                          ClientContext(world.grads, seed, t, rows, streams))
         except NotImplementedError as err:  # the canary's oracle cannot give what the algorithm asked for
             raise no_canary_path(algorithm, str(err)) from None
-        return out, algorithm.server_update(t, server, Delivery(dict(out.messages), 1, population))
+        delivered = 1 if out.messages else 0  # a round that contacts nobody (randomly stopped) delivers nothing
+        return out, algorithm.server_update(t, server, Delivery(dict(out.messages), delivered, population))
 
     for t in range(round_index):  # the state round t starts from: earlier rounds of the neighbour's world
         out, server = step(t, target.worlds[0], server, clients)

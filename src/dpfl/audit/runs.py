@@ -13,7 +13,10 @@ Canaries (``dpfl.audit.canary``), in the record ``canary_record`` of client ``ca
 the relation the accountant assumes (``canary.neighbour_mark``):
 
 * ``dirac`` (white-box; Nasr et al. 2023): a gradient C e along an extra coordinate no other record touches; its
-  neighbour -C e (replace-one) or a null record (zero-out). Its gradient at every model is C e.
+  neighbour -C e (replace-one) or a null record (zero-out). Its gradient at every model is C e. Where the algorithm's
+  unit of privacy is a client's whole data (``privacy_unit``: projected noisy SGD, Asoodeh et al. 2021), every record
+  of the canary's client is the canary (its neighbour: every record the opposite), which moves the client's mean
+  gradient by the user-level sensitivity 2C; a single record would move it by 2C / n_i, far inside the claim.
 * ``flip``: the Dirac canary whose gradient reverses once the model has left the initial point along e
   (``canary.DiracCanaryGradients``, flip): it carries the canary into a gradient difference between iterates
   (FedProx-SPIDER's difference stream), where a fixed gradient cancels.
@@ -44,6 +47,7 @@ import numpy as np
 import torch
 
 from dpfl.accounting.ledger import PrivacyLedger
+from dpfl.algorithms.projected_noisy_sgd import USER_LEVEL
 from dpfl.accounting.observers import THIRD_PARTY
 from dpfl.audit import bounds, canary, distinguisher, response
 from dpfl.audit.response import no_canary_path
@@ -138,6 +142,11 @@ class Canary:
         return max(seen) if seen else None
 
 
+def user_level(algorithm) -> bool:
+    """Whether ``algorithm``'s unit of privacy is a client's whole data (``privacy_unit``; record-level otherwise)."""
+    return getattr(algorithm, "privacy_unit", None) == USER_LEVEL
+
+
 def make_canary(sim, kind: str, scale: float = 1.0, canary_client: int = 0, canary_record: int = 0) -> Canary:
     """The ``kind`` canary of ``sim``'s run (module docstring); ``scale`` (Dirac and flip only) multiplies its
     gradient."""
@@ -153,7 +162,9 @@ def make_canary(sim, kind: str, scale: float = 1.0, canary_client: int = 0, cana
     if kind in ("dirac", "flip"):
         flip = kind == "flip"
         grads = canary.DiracCanaryGradients(sim.grads, scale, flip)
-        worlds = tuple(World(train.x, canary.mark(train.y, canary_client, canary_record, label), grads)
+        # a user-level claim (the client's whole data replaced) is audited by marking every record of the client
+        unit = slice(0, int(train.counts[canary_client])) if user_level(algorithm) else canary_record
+        worlds = tuple(World(train.x, canary.mark(train.y, canary_client, unit, label), grads)
                        for label in (out_mark, canary.CANARY))
         e = torch.zeros(grads.num_params)
         e[grads.coordinate] = 1.0

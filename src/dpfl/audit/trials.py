@@ -62,6 +62,12 @@ class RoundView:
         value = self.messages[name]
         return torch.zeros(self.trials, *value.shape[1:], dtype=value.dtype).index_add_(0, self.trial_of_row, value)
 
+    def holds(self, client: int) -> torch.Tensor:
+        """[trials] bools: whether client ``client`` is in each trial's cohort of this round."""
+        inside = torch.zeros(self.trials, dtype=torch.bool)
+        inside[self.trial_of_row[self.client_of_row == client]] = True
+        return inside
+
     def own(self, name: str, client: int) -> torch.Tensor:
         """[trials, ...]: client ``client``'s message ``name`` in each trial (0 where it is not in the cohort)."""
         value = self.messages[name]
@@ -117,11 +123,13 @@ def run_world(sim, world: World, index: int, trials: int, rounds: int, observe: 
         view = RoundView(t, server, {}, messages, trial_of_row, clients, counts, trials)
         sums = {name: view.sums(name) for name in messages}
         after = {name: value.clone() for name, value in server.items()}
-        for count in torch.unique(counts).tolist():  # one server step per distinct cohort size
+        # one server step per distinct cohort size; a round in which nobody sends (a randomly stopped run past its
+        # tau) delivers nothing, as the engine's boundary does
+        for count in torch.unique(counts).tolist():
             same = counts == count
             updated = algorithm.server_update(t, {name: value[same] for name, value in server.items()},
                                               Delivery({name: value[same] for name, value in sums.items()},
-                                                       int(count), population))
+                                                       int(count) if sums else 0, population))
             for name, value in updated.items():
                 after[name][same] = value.to(after[name].dtype)
         view.after = after
