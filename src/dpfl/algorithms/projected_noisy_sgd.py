@@ -54,6 +54,7 @@ from dpfl.accounting.calibrate import solve_noise
 from dpfl.accounting.events import ProjectedStepDpEvent
 from dpfl.accounting.last_iterate import LastIterateAccountant
 from dpfl.accounting.observers import THIRD_PARTY, Cohort, Release, observer_events
+from dpfl.accounting.units import USER_LEVEL
 from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
 from dpfl.engine import keys, randomness
 from dpfl.engine.boundary import Delivery
@@ -63,7 +64,6 @@ from dpfl.errors import ConfigError, check_noise_multiplier, check_range
 
 NAMES = ("projected-noisy-sgd", "projected-noisy-sgd-random-stop")
 SCHEDULES = ("constant", "inverse")
-USER_LEVEL = "one client's data (user-level DP: one client's records replaced by any others)"
 
 
 @dataclass(frozen=True)

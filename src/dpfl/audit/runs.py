@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from dpfl.accounting.ledger import PrivacyLedger
-from dpfl.algorithms.projected_noisy_sgd import USER_LEVEL
+from dpfl.accounting.units import USER_LEVEL
 from dpfl.accounting.observers import THIRD_PARTY
 from dpfl.audit import bounds, canary, distinguisher, response
 from dpfl.audit.response import no_canary_path
