@@ -10,8 +10,8 @@ import pytest
 from dpfl.accounting.observers import THIRD_PARTY
 from dpfl.algorithms import registry
 from dpfl.errors import ConfigError
-from dpfl.experiments.config import load_config
-from dpfl.experiments.resolved import RunConfig, resolve
+from dpfl.experiments.config import SCHEMA, load_config
+from dpfl.experiments.resolved import PrivacyConfig, RunConfig, RunOptions, resolve
 from dpfl.experiments.runner import build_simulation
 from dpfl.models import LogisticRegression
 
@@ -78,3 +78,9 @@ def test_resolve_checks_the_ranges_and_of_does_not():
     assert RunConfig.of(config).run.eval_every == 0
     with pytest.raises(ConfigError, match="run.eval_every = 0"):
         resolve(config)
+
+
+@pytest.mark.parametrize("section, typed", [("privacy", PrivacyConfig), ("run", RunOptions)])
+def test_a_typed_section_has_exactly_the_schemas_keys(section, typed):
+    """A key added to config.SCHEMA is added to its typed section too (else every run fails to resolve)."""
+    assert [f.name for f in dataclasses.fields(typed)] == list(SCHEMA[section])
