@@ -14,7 +14,8 @@ from dp_accounting import dp_event
 
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import JOINT_PAPER_UNPROVEN, observer_events
-from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig, build_joint_noise
+from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig
+from dpfl.experiments.noise_level import build_calibrated
 from dpfl.algorithms.registry import Setting
 from dpfl.cli import main
 from dpfl.engine.protocol import ClientContext, ClientData
@@ -39,7 +40,7 @@ def setting(num_clients=10, records=100, rounds=1, epsilon=None, analysis="sound
 
 
 def build(config=None, **kw):
-    return build_joint_noise("dp-fedavg-joint", config or JointNoiseConfig(), setting(**kw))
+    return build_calibrated("dp-fedavg-joint", config or JointNoiseConfig(), setting(**kw))
 
 
 def third_party_epsilon(algorithm, analysis, num_clients, rounds=1, conversion=None, delta=1e-5, records=100,

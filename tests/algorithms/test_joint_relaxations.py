@@ -18,7 +18,8 @@ from dp_accounting import dp_event
 import exact as ex
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import JOINT_PAPER_UNPROVEN, Release, observer_events
-from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig, build_joint_noise
+from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig
+from dpfl.experiments.noise_level import build_calibrated
 from dpfl.algorithms.joint_relaxations import FUSED_UNPROVEN
 from dpfl.algorithms.registry import Setting
 from dpfl.cli import main
@@ -43,7 +44,7 @@ class Train:
 def build(counts, analysis="sound", **keys):
     setting = Setting(client_rate=1.0, num_clients=len(counts), train_counts=tuple(counts), rounds=1, delta=DELTA,
                       analysis=analysis)
-    return build_joint_noise("dp-fedavg-joint", JointNoiseConfig(**keys), setting)
+    return build_calibrated("dp-fedavg-joint", JointNoiseConfig(**keys), setting)
 
 
 class Quadratic:

@@ -21,7 +21,8 @@ from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import observer_events
 from dpfl.accounting.rdp import NeighborRel, rdp_curve
 from dpfl.accounting.skellam import poisson_subsampled_rdp, skellam_rdp
-from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig, build_joint_noise
+from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig
+from dpfl.experiments.noise_level import build_calibrated
 from dpfl.algorithms.joint_skellam import JointSkellam, SkellamRounding
 from dpfl.algorithms.registry import Setting
 from dpfl.cli import main
@@ -49,7 +50,7 @@ def build(noise="skellam", scale=2.0**16, steps=2, sigma=1.0, q=0.1, clients=10,
           **config):
     setting = Setting(client_rate=1.0, num_clients=clients, train_counts=(records,) * clients, rounds=1, delta=1e-5,
                       dimension=dimension)
-    return build_joint_noise("dp-fedavg-joint", JointNoiseConfig(
+    return build_calibrated("dp-fedavg-joint", JointNoiseConfig(
         noise=noise, skellam_scale=scale, local_steps=steps, noise_multiplier=sigma, sample_rate=q, **config), setting)
 
 
@@ -188,7 +189,7 @@ def test_the_drawn_integer_shares_have_the_declared_variance():
     counts = torch.tensor([50, 100, 100, 100])
     setting = Setting(client_rate=1.0, num_clients=4, train_counts=tuple(counts.tolist()), rounds=1, delta=1e-5,
                       dimension=8_000)
-    alg = build_joint_noise("dp-fedavg-joint", JointNoiseConfig(noise="skellam", skellam_scale=16.0, local_steps=3,
+    alg = build_calibrated("dp-fedavg-joint", JointNoiseConfig(noise="skellam", skellam_scale=16.0, local_steps=3,
                                                                 noise_multiplier=2.0, trust="aggregator"), setting)
     data = ClientData(torch.zeros(4, 100, 1), torch.zeros(4, 100, dtype=torch.long), counts)
     out = alg.client_round(0, {"x": torch.zeros(8_000)}, {}, data, ClientContext(ZeroGradients(), 3, 0,
@@ -207,7 +208,7 @@ def test_privacy_epsilon_calibrates_the_skellam_shares_to_the_ledger_of_the_run(
     the Gaussian path: 4.72 against 3.95 here, S = 3, q = 0.1)."""
     setting = Setting(client_rate=1.0, num_clients=10, train_counts=(100,) * 10, rounds=5, delta=1e-5, epsilon=2.0,
                       dimension=1000)
-    alg = build_joint_noise("dp-fedavg-joint", JointNoiseConfig(noise="skellam", local_steps=3), setting)
+    alg = build_calibrated("dp-fedavg-joint", JointNoiseConfig(noise="skellam", local_steps=3), setting)
     release = alg.release(0, None, Train([100] * 10))
     event = observer_events(release, ClientSampler(10, 1.0).cohort(0), "secagg", "sound")["other_silo"]
     ledger = PrivacyLedger(("other_silo",), 1e-5, None, None, "sound", alg.neighboring, alg.accountant)

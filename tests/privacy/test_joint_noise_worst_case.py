@@ -27,7 +27,8 @@ from scipy import stats
 import exact as ex
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import observer_events
-from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig, build_joint_noise
+from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig
+from dpfl.experiments.noise_level import build_calibrated
 from dpfl.algorithms.registry import Setting
 from worst_case import LinearQuadraticOracle
 from dpfl.engine.protocol import ClientContext, ClientData
@@ -52,7 +53,7 @@ def algorithm(steps, trust, colluders, min_clients, analysis="sound"):
                               trust=trust, colluders=colluders, min_clients=min_clients)
     setting = Setting(client_rate=1.0, num_clients=CLIENTS, train_counts=(RECORDS,) * CLIENTS, rounds=1, delta=DELTA,
                       analysis=analysis)
-    return build_joint_noise("dp-fedavg-joint", config, setting)
+    return build_calibrated("dp-fedavg-joint", config, setting)
 
 
 def round_updates(alg, trials: int, value: float, seed: int):

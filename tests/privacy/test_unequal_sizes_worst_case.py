@@ -40,7 +40,8 @@ from scipy import stats
 import exact as ex
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.algorithms.fedsgd_dpc import FedSGDDPCConfig, build_fedsgd_dpc
-from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig, build_joint_noise
+from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig
+from dpfl.experiments.noise_level import build_calibrated
 from dpfl.algorithms.local_sgd import LocalSGDConfig, build_local_sgd
 from dpfl.algorithms.registry import Setting
 from dpfl.engine.boundary import Boundary, Delivery
@@ -77,7 +78,7 @@ def dp_fedsgd(counts, q, z, record_sampling):
 
 def joint(counts, q, sigma, client_lr):
     setting = Setting(client_rate=1.0, num_clients=len(counts), train_counts=counts, rounds=1, delta=DELTA)
-    return build_joint_noise("dp-fedavg-joint", JointNoiseConfig(local_steps=1, sample_rate=q, lr=LR, clip=CLIP,
+    return build_calibrated("dp-fedavg-joint", JointNoiseConfig(local_steps=1, sample_rate=q, lr=LR, clip=CLIP,
                                                                  noise_multiplier=sigma, client_lr=client_lr), setting)
 
 

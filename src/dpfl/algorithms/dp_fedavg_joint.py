@@ -9,15 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import torch
-
-from dpfl.accounting.calibrate import solve_noise
-from dpfl.accounting.ledger import PrivacyLedger
-from dpfl.accounting.observers import observer_events
-from dpfl.algorithms.joint_noise import TRUST, JointNoise, NoiseShares
+from dpfl.algorithms.joint_noise import PROTECTED, TRUST, JointNoise, NoiseShares
 from dpfl.algorithms.joint_relaxations import CLIENT_LR_RULES, ClientRelaxations, step_lr_factors
 from dpfl.algorithms.joint_skellam import skellam_variant
-from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
+from dpfl.algorithms.registry import AlgorithmSpec, Calibration, Setting, register
 from dpfl.engine.sampling import ClientSampler, RecordSampler
 from dpfl.errors import ConfigError, check_range
 from dpfl.noise import GaussianMechanism
@@ -106,40 +101,28 @@ def build_joint_noise(name: str, config: JointNoiseConfig, setting: Setting) -> 
             return gaussian
         return skellam_variant(gaussian, config.skellam_scale, setting.dimension, setting.train_counts)
 
-    if setting.epsilon is None:
+    sigma = setting.calibrated_noise()
+    if sigma is None:
         return algorithm(DEFAULT_NOISE if config.noise_multiplier is None else config.noise_multiplier)
     if config.noise_multiplier is not None:
         raise ConfigError("algorithm.noise_multiplier", config.noise_multiplier,
                           "None when privacy.epsilon is given (sigma is then calibrated to it)")
-    check_range("privacy.epsilon", setting.epsilon, 0.0, low_open=True)
-    rounds = check_range("algorithm.rounds", setting.rounds, 1, integer=True)
-    return algorithm(calibrated_noise(algorithm, setting, rounds))
+    return algorithm(sigma)
 
 
-def calibrated_noise(algorithm, setting: Setting, rounds: int) -> float:
-    """The smallest sigma whose ``rounds`` rounds cost at most privacy.epsilon towards the trust setting's observer,
-    by the ledger the run will keep (same analysis, accountant, conversion, delta)."""
-    clients = ClientSampler(setting.num_clients, setting.client_rate, setting.client_sampling)
-    counts = torch.tensor(setting.train_counts, dtype=torch.long)
-    probe = algorithm(DEFAULT_NOISE)
-    observer, boundary = probe.shares.protected_observer
-    ledger = PrivacyLedger((observer,), setting.delta, None, setting.conversion, setting.analysis, probe.neighboring,
-                           probe.accountant)
-
-    def epsilon_of(sigma: float) -> float:
-        release = algorithm(sigma).release(0, None, _Counts(counts))
-        return ledger.epsilon_after([{observer: observer_events(release, clients.cohort(t), boundary,
-                                                                setting.analysis)[observer]} for t in range(rounds)],
-                                    [observer])[observer]
-
-    return solve_noise(epsilon_of, setting.epsilon, initial_noise=max(1.0, math.sqrt(rounds) / setting.epsilon))
+def protected_observers(config: JointNoiseConfig, setting: Setting) -> tuple[str]:
+    """The observer whose epsilon privacy.epsilon bounds: the one the trust setting protects against."""
+    return (PROTECTED[config.trust][0],)
 
 
-@dataclass(frozen=True)
-class _Counts:
-    """The train split as ``release`` reads it: its record counts."""
+def protected_boundary(config: JointNoiseConfig, setting: Setting) -> str:
+    """The boundary that observer is protected behind (a server seeing each message, for trust = 'local')."""
+    return PROTECTED[config.trust][1]
 
-    counts: torch.Tensor
+
+def initial_noise(config: JointNoiseConfig, setting: Setting) -> float:
+    """sigma ~ sqrt(T) / epsilon, where the search for privacy.epsilon starts."""
+    return max(1.0, math.sqrt(setting.rounds) / setting.epsilon)
 
 
 register(AlgorithmSpec(
@@ -147,7 +130,8 @@ register(AlgorithmSpec(
     help="DP-FedAvg with S local steps whose noise is shared among the clients, for secure aggregation "
          "(Heikkilä et al.)",
     release_keys=("algorithm.rounds",), cohort=cohort_of,
+    calibration=Calibration(protected_observers, initial_noise, protected_boundary),
 ))
 
 __all__ = ["RELAXATION_KEYS", "NOISES", "DEFAULT_NOISE", "JointNoiseConfig", "cohort_of", "build_joint_noise",
-           "calibrated_noise"]
+           "protected_observers", "protected_boundary", "initial_noise"]

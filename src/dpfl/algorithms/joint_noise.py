@@ -65,6 +65,9 @@ from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput
 from dpfl.errors import ConfigError, check_noise_multiplier, check_range
 
 TRUST = ("aggregator", "clients", "coalition", "local")
+#: per trust setting, the (observer, boundary) whose epsilon privacy.epsilon bounds (module docstring)
+PROTECTED = {"aggregator": (THIRD_PARTY, "secagg"), "clients": (OTHER_SILO, "secagg"),
+             "coalition": (OTHER_SILO, "secagg"), "local": (SERVER, "plain")}
 #: coordinates of a message beyond this many share standard deviations (per step) are clamped before secure
 #: aggregation encodes them (``message_bound``)
 TAIL_STDS = 12.0
@@ -110,12 +113,6 @@ class NoiseShares:
     def share(self) -> float:
         """sigma_i = sigma / sqrt(t - m)."""
         return self.noise_multiplier / math.sqrt(self.contributors - self.untrusted)
-
-    @property
-    def protected_observer(self) -> tuple[str, str]:
-        """(observer, boundary) whose epsilon privacy.epsilon bounds (module docstring)."""
-        return {"aggregator": (THIRD_PARTY, "secagg"), "clients": (OTHER_SILO, "secagg"),
-                "coalition": (OTHER_SILO, "secagg"), "local": (SERVER, "plain")}[self.trust]
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,36 @@ class Setting:
     #: d, the model's number of parameters (None: not known), for an algorithm whose accounting depends on it (the
     #: rounding of dp-fedavg-joint's Skellam shares moves each of the d coordinates)
     dimension: int | None = None
+    #: the noise level solved for privacy.epsilon against the run's ledger (``experiments.noise_level.
+    #: noise_for_epsilon``), which a family with a ``Calibration`` maps onto its mechanisms; None: not solved
+    noise: float | None = None
+
+    def calibrated_noise(self) -> float | None:
+        """The noise level solved for privacy.epsilon, or None when privacy.epsilon is not set; a family with a
+        ``Calibration`` maps it onto its mechanisms. A setting with privacy.epsilon and no solved level is a
+        caller's error: only the runner solves it."""
+        if self.epsilon is None:
+            return None
+        if self.noise is None:
+            raise ValueError("privacy.epsilon is set but its noise level was not solved: build the algorithm through "
+                             "dpfl.experiments.assembly, or solve it with noise_level.noise_for_epsilon")
+        return self.noise
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How privacy.epsilon sets a family's noise: the runner solves the smallest noise level (``Setting.noise``) whose
+    run spends at most privacy.epsilon towards each of ``observers`` by the run's own ledger
+    (``experiments.noise_level.noise_for_epsilon``); the builder maps that level onto its mechanisms (e.g. one
+    multiplier, or a fixed split between two streams). Epsilon must decrease as the level grows."""
+
+    #: (config section, Setting) -> the observers whose epsilon privacy.epsilon bounds
+    observers: Callable
+    #: (config section, Setting) -> where the search starts (the noise level near the answer saves trials)
+    initial: Callable = lambda section, setting: 1.0
+    #: (config section, Setting) -> the boundary the guarantee is stated behind, whatever the run's (dp-fedavg-joint
+    #: with trust = 'local' is local DP: against a server that sees each message); None: the run's boundary
+    boundary: Callable = lambda section, setting: None
 
 
 @dataclass(frozen=True)
@@ -99,6 +129,8 @@ class AlgorithmSpec:
     #: defaults of the round loop's keys (COMMON_KEYS) that differ for this family, e.g. {"client_rate": 1.0} for a
     #: cross-silo family (a few silos, every one in every round)
     common_defaults: dict = dataclasses.field(default_factory=dict, hash=False)
+    #: how privacy.epsilon sets this family's noise (None: the family does not calibrate to privacy.epsilon)
+    calibration: Calibration | None = None
 
     def common_keys(self) -> dict[str, tuple]:
         """The round loop's keys that apply to this family, with this family's defaults."""
@@ -193,4 +225,4 @@ def _load_builtin() -> None:
         importlib.import_module(module)
 
 
-__all__ = ["COMMON_KEYS", "Setting", "AlgorithmSpec", "register", "spec_of", "names", "specs"]
+__all__ = ["COMMON_KEYS", "Setting", "Calibration", "AlgorithmSpec", "register", "spec_of", "names", "specs"]

@@ -10,6 +10,7 @@ before they are built (``memory.check_run_memory``: estimated on a model of shap
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from dpfl.engine.simulator import Simulation
 from dpfl.errors import ConfigError
 from dpfl.experiments import doubtful
 from dpfl.experiments.memory import check_run_memory, run_footprint
+from dpfl.experiments.noise_level import accounted_boundary, noise_for_epsilon
 from dpfl.experiments.resolved import DEFAULT_THREADS, PrivacyConfig, RunConfig, resolve
 from dpfl.experiments.run_directory import release_hash, run_key
 from dpfl.experiments.supplied import NOTHING, Supplied
@@ -153,17 +155,23 @@ def build_setting(config: RunConfig, dataset: FederatedDataset, delta: float, se
                   supplied: Supplied = NOTHING, model_shapes: torch.nn.Module | None = None) -> registry.Setting:
     """What the algorithm's builder knows besides its [algorithm] keys (``registry.Setting``; with a caller's module,
     its number of parameters, and with a caller's loss, its name). ``model_shapes``: the run's initial model on the
-    meta device, for its number of parameters (default: built here)."""
+    meta device, for its number of parameters (default: built here). A family that sets its noise from
+    privacy.epsilon (``registry.Calibration``) gets the level solved against the run's ledger
+    (``noise_level.noise_for_epsilon``) as ``Setting.noise``."""
     algorithm, privacy = config.algorithm, config.privacy
     client_rate, client_sampling = algorithm.cohort_sampling(dataset.num_clients)
     shapes = build_initial_model(config, dataset, "meta", supplied) if model_shapes is None else model_shapes
-    return registry.Setting(
+    setting = registry.Setting(
         client_rate=client_rate, client_sampling=client_sampling,
         num_clients=dataset.num_clients, train_counts=tuple(int(c) for c in dataset.train.counts),
         rounds=algorithm.rounds, delta=delta, epsilon=privacy.epsilon, seed=config.run.seed,
         secret=secret, analysis=privacy.analysis, conversion=privacy.conversion, release=privacy.release,
         model=dict(config.raw["model"]), num_classes=dataset.num_classes, loss=supplied.fingerprint.get("loss"),
         dimension=sum(p.numel() for p in shapes.parameters()))
+    if privacy.epsilon is None or algorithm.spec.calibration is None:
+        return setting
+    noise = noise_for_epsilon(algorithm.spec, algorithm.name, algorithm.section, setting, accounted_boundary(privacy))
+    return dataclasses.replace(setting, noise=noise)
 
 
 def build_boundary(privacy: PrivacyConfig, algorithm, counts: torch.Tensor) -> Boundary:

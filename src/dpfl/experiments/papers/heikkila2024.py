@@ -89,10 +89,11 @@ def _setting(num_clients: int, records: int, epsilon=None, analysis: str = "soun
 
 
 def _joint(local_steps: int, num_clients: int, records: int, noise_multiplier=None, epsilon=None, analysis="sound"):
-    from dpfl.algorithms.joint_noise import JointNoiseConfig, build_joint_noise
+    from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig
+    from dpfl.experiments.noise_level import build_calibrated
 
     config = JointNoiseConfig(local_steps=local_steps, trust="aggregator", noise_multiplier=noise_multiplier)
-    return build_joint_noise("dp-fedavg-joint", config, _setting(num_clients, records, epsilon, analysis))
+    return build_calibrated("dp-fedavg-joint", config, _setting(num_clients, records, epsilon, analysis))
 
 
 def third_party_epsilon(algorithm, analysis: str, num_clients: int, records: int, delta: float = 1e-5) -> float:

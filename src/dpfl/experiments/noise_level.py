@@ -1,0 +1,78 @@
+"""The noise level a run needs for privacy.epsilon, solved against the run's own ledger: the one calibration route of
+every family that sets its noise from privacy.epsilon (``registry.Calibration``).
+
+For a trial level z, the family's algorithm is built with ``Setting.noise = z``, every round is declared as the
+simulator declares it (``engine.simulator.declare_round``: the release, the boundary's view of it for each observer
+and the client sampler's participation, from the initial state: no round is trained), and a ledger with the run's
+delta, analysis and conversion and the algorithm's neighbouring relation and accountant says what the rounds spend
+(``PrivacyLedger.epsilon_after``). The answer is the smallest z (relative precision ``NOISE_RTOL``) whose epsilon
+towards each observer the family names (behind the run's boundary, or the one the family states its guarantee
+behind) is at most privacy.epsilon: ``accounting.calibrate.solve_noise``. So the noise
+meets the target by the same accounting the run reports, and no family re-describes its release to calibrate it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+
+import torch
+
+from dpfl.accounting.calibrate import solve_noise
+from dpfl.accounting.ledger import PrivacyLedger
+from dpfl.algorithms import registry
+from dpfl.algorithms.registry import AlgorithmSpec, Setting
+from dpfl.engine.boundary import Boundary
+from dpfl.engine.sampling import ClientSampler
+from dpfl.engine.simulator import declare_round
+from dpfl.errors import check_range
+
+#: Relative precision of a calibrated noise level (as `dpfl calibrate gaussian`).
+NOISE_RTOL = 1e-4
+
+
+def accounted_boundary(privacy) -> Boundary:
+    """The boundary a run of the [privacy] section ``privacy`` (``resolved.PrivacyConfig``) accounts for, with which
+    models a third party sees (privacy.release) and the shuffler (privacy.shuffler: the real one delivers sums)."""
+    return Boundary(privacy.accounted_boundary, released=privacy.release, shuffle=privacy.shuffler)
+
+
+def noise_for_epsilon(spec: AlgorithmSpec, name: str, section, setting: Setting, boundary: Boundary) -> float:
+    """The smallest noise level whose ``setting.rounds`` rounds of ``name`` (its config ``section``) spend at most
+    ``setting.epsilon`` towards each observer of ``spec.calibration`` behind ``boundary`` (module docstring)."""
+    calibration = spec.calibration
+    target = check_range("privacy.epsilon", setting.epsilon, 0.0, low_open=True)
+    rounds = check_range("algorithm.rounds", setting.rounds, 1, integer=True)
+    clients = ClientSampler(setting.num_clients, setting.client_rate, setting.client_sampling,
+                            public_seed=setting.seed if spec.public_cohorts else None)
+    train = types.SimpleNamespace(counts=torch.tensor(setting.train_counts, dtype=torch.long))
+    x0 = torch.zeros(setting.dimension or 1)
+    stated = calibration.boundary(section, setting)
+    if stated is not None:
+        boundary = Boundary(stated, released=boundary.released)
+    observers = [o for o in calibration.observers(section, setting) if o in boundary.observers]
+
+    def epsilon_of(level: float) -> float:
+        algorithm = spec.build(name, section, dataclasses.replace(setting, noise=level))
+        state = algorithm.init_state(x0, setting.num_clients)
+        events = [declare_round(algorithm, boundary, clients, setting.analysis, t, state, train)[1]
+                  for t in range(rounds)]
+        ledger = PrivacyLedger(boundary.observers, setting.delta, None, setting.conversion, setting.analysis,
+                               algorithm.neighboring, getattr(algorithm, "accountant", None))
+        return max(ledger.epsilon_after(events, observers).values())
+
+    return solve_noise(epsilon_of, target, initial_noise=calibration.initial(section, setting), rtol=NOISE_RTOL)
+
+
+def build_calibrated(name: str, section, setting: Setting, boundary: Boundary | None = None):
+    """The registered algorithm ``name`` of ``section`` and ``setting``, its noise level solved for
+    ``setting.epsilon`` first when it has one and the family calibrates (behind ``boundary``, default plain): a run's
+    algorithm without its data (tests, the papers' tables)."""
+    spec = registry.spec_of(name)
+    if setting.epsilon is not None and spec.calibration is not None:
+        level = noise_for_epsilon(spec, name, section, setting, boundary or Boundary())
+        setting = dataclasses.replace(setting, noise=level)
+    return spec.build(name, section, setting)
+
+
+__all__ = ["NOISE_RTOL", "accounted_boundary", "noise_for_epsilon", "build_calibrated"]
