@@ -48,14 +48,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from dpfl.accounting import accountants
-from dpfl.accounting.accountant import NEIGHBORING
-from dpfl.accounting.calibrate import solve_noise
 from dpfl.accounting.events import ProjectedStepDpEvent
-from dpfl.accounting.last_iterate import LastIterateAccountant
-from dpfl.accounting.observers import THIRD_PARTY, Cohort, Release, observer_events
+from dpfl.accounting.observers import THIRD_PARTY, Cohort, Release
 from dpfl.accounting.units import USER_LEVEL
-from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
+from dpfl.algorithms.registry import AlgorithmSpec, Calibration, Setting, register
 from dpfl.engine import keys, randomness
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import GaussianMechanism
@@ -287,22 +283,6 @@ def _smoothness(config: ProjectedNoisySGDConfig, setting: Setting) -> tuple[floa
     return beta, f"verified: {why}"
 
 
-def _third_party_epsilon(algorithm: ProjectedNoisySGD, setting: Setting) -> float:
-    """The third party's epsilon after all T rounds, as the run's ledger will compute it."""
-    if setting.release == "final":
-        accountant = LastIterateAccountant(n=algorithm.population, batch_size=algorithm.batch_size,
-                                           lipschitz=algorithm.clip, radius=algorithm.radius,
-                                           random_stop=algorithm.stop is not None, horizon=algorithm.horizon)
-        for t in range(algorithm.horizon):
-            accountant.step(algorithm.step_size(t), algorithm.sigma, nonconvex=algorithm.nonconvex(t))
-        return accountant.epsilon(setting.delta)
-    first = observer_events(algorithm.release(0, None, None), Cohort.scheduled(algorithm.population,
-                                                                               algorithm.batch_size,
-                                                                               algorithm.batch_size, True))
-    accountant = accountants.make("tightest", NEIGHBORING["replace_one"])
-    return accountant.compose(first[THIRD_PARTY]).get_epsilon(setting.delta)
-
-
 def build(name: str, config: ProjectedNoisySGDConfig, setting: Setting) -> ProjectedNoisySGD:
     if name not in NAMES:
         raise ConfigError("algorithm.name", name, f"one of {list(NAMES)}")
@@ -315,17 +295,12 @@ def build(name: str, config: ProjectedNoisySGDConfig, setting: Setting) -> Proje
         key = keys.fresh_key() if setting.secret is None else setting.secret
         stop = 1 + int(torch.randint(horizon, (1,), generator=randomness.generator(key, 0, randomness.SERVER, "stop")))
     algorithm = ProjectedNoisySGD(
-        population=n, batch_size=m, horizon=horizon, mechanism=GaussianMechanism(config.noise_multiplier or 1.0),
+        population=n, batch_size=m, horizon=horizon,
+        mechanism=GaussianMechanism(setting.calibrated_noise() or config.noise_multiplier),
         clip=config.clip, radius=config.radius, lr=config.lr, lr_schedule=config.lr_schedule,
         weight_decay=config.weight_decay, smoothness=beta, feature_clip=config.feature_clip, stop=stop,
         accountant={THIRD_PARTY: "last_iterate"} if setting.release == "final" else None,
     )
-    if config.noise_multiplier is None:
-        def epsilon_of(z: float) -> float:
-            return _third_party_epsilon(replace_noise(algorithm, z), setting)
-
-        z = solve_noise(epsilon_of, check_range("privacy.epsilon", setting.epsilon, 0.0, low_open=True))
-        algorithm = replace_noise(algorithm, z)
     steps = [algorithm.nonconvex(t) for t in range(horizon)]
     diameter = "2 rho" if not any(steps) else "2 (rho + eta_t L)" if all(steps) else \
         f"2 (rho + eta_t L) in the {sum(steps)} rounds where eta_t > 2/beta, 2 rho in the others"
@@ -337,14 +312,11 @@ def build(name: str, config: ProjectedNoisySGDConfig, setting: Setting) -> Proje
     })
 
 
-def replace_noise(algorithm: ProjectedNoisySGD, z: float) -> ProjectedNoisySGD:
-    return dataclasses.replace(algorithm, mechanism=GaussianMechanism(z))
-
-
 register(AlgorithmSpec(
     names=NAMES, config=ProjectedNoisySGDConfig, build=build, private=lambda name: True,
     help="projected noisy SGD over a secret partition of the users into disjoint batches, releasing only the last "
          "(or a randomly stopped) iterate, accounted by the contraction of hidden steps (Asoodeh et al. 2021)",
     release_keys=("algorithm.rounds",), cohort=cohort_of, max_rounds=max_rounds,
     privacy_defaults={"boundary": "trusted", "release": "final"},
+    calibration=Calibration(lambda config, setting: (THIRD_PARTY,)),  # the paper's guarantee: the released model
 ))
