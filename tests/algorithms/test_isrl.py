@@ -14,7 +14,8 @@ from dp_accounting import dp_event
 from dpfl.accounting import accountants, theory
 from dpfl.accounting.accountant import NEIGHBORING
 from dpfl.accounting.theory import gdp_epsilon
-from dpfl.algorithms.isrl import ISRLConfig, build_isrl, disjoint_keys, zcdp_noise_multiplier
+from dpfl.algorithms.isrl import ISRLConfig, disjoint_keys, zcdp_noise_multiplier
+from dpfl.experiments.noise_level import build_calibrated
 from dpfl.algorithms.registry import Setting
 from dpfl.cli import main
 from dpfl.engine.boundary import Delivery
@@ -30,7 +31,7 @@ DELTA = 1e-5
 def build(name: str, epsilon=1.0, rounds=5, records=(20, 30, 25), **keys):
     setting = Setting(client_rate=1.0, num_clients=len(records), train_counts=records, rounds=rounds, delta=DELTA,
                       epsilon=epsilon)
-    return build_isrl(name, ISRLConfig(**keys), setting)
+    return build_calibrated(name, ISRLConfig(**keys), setting)
 
 
 @pytest.mark.parametrize("epsilon", [0.5, 2.0, 8.0])

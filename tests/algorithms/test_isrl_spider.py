@@ -13,7 +13,8 @@ from dp_accounting import dp_event
 from dpfl.accounting import accountants, theory
 from dpfl.accounting.accountant import NEIGHBORING
 from dpfl.accounting.observers import Release
-from dpfl.algorithms.isrl_spider import SpiderConfig, build_spider, stream_counts
+from dpfl.algorithms.isrl_spider import SpiderConfig, stream_counts
+from dpfl.experiments.noise_level import build_calibrated
 from dpfl.algorithms.registry import Setting
 from dpfl.engine.sampling import RecordSampler
 from dpfl.errors import DpflError
@@ -27,7 +28,7 @@ COUNTS = (20, 30, 25)
 def build(rounds=10, period=4, epsilon=1.0, **keys):
     setting = Setting(client_rate=1.0, num_clients=3, train_counts=COUNTS, rounds=rounds, delta=DELTA,
                       epsilon=epsilon, model={"name": "logreg"}, num_classes=2)
-    return build_spider("isrl-spider", SpiderConfig(period=period, sample_rate=0.5, **keys), setting)
+    return build_calibrated("isrl-spider", SpiderConfig(period=period, sample_rate=0.5, **keys), setting)
 
 
 def test_stream_counts():

@@ -17,7 +17,7 @@ from dp_accounting import dp_event
 from dpfl.accounting import accountants, theory
 from dpfl.accounting.accountant import NEIGHBORING
 from dpfl.algorithms.isrl import ISRLKeys
-from dpfl.algorithms.isrl_spider import build_alternate_spider
+from dpfl.experiments.noise_level import build_calibrated
 from dpfl.algorithms.prox import Regularizer
 from dpfl.algorithms.registry import Setting
 from worst_case import LinearQuadraticOracle
@@ -34,7 +34,7 @@ COUNTS = (20, 30, 25)
 def build(rounds=9, epsilon=1.0, counts=COUNTS, **keys):
     setting = Setting(client_rate=1.0, num_clients=len(counts), train_counts=counts, rounds=rounds, delta=DELTA,
                       epsilon=epsilon)
-    return build_alternate_spider("isrl-spider-alt", ISRLKeys(**{"sample_rate": 0.5, **keys}), setting)
+    return build_calibrated("isrl-spider-alt", ISRLKeys(**{"sample_rate": 0.5, **keys}), setting)
 
 
 def noiseless(alg):

@@ -15,7 +15,8 @@ from dp_accounting import dp_event
 
 from dpfl.accounting import accountants, theory
 from dpfl.accounting.accountant import NEIGHBORING
-from dpfl.algorithms.isrl_svrg import SVRGConfig, build_svrg, output_positions, run_starts, stream_counts
+from dpfl.algorithms.isrl_svrg import SVRGConfig, output_positions, run_starts, stream_counts
+from dpfl.experiments.noise_level import build_calibrated
 from dpfl.algorithms.registry import Setting
 from worst_case import LinearQuadraticOracle
 from dpfl.cli import main
@@ -37,7 +38,7 @@ DATA = torch.tensor([[[0.5, -1.0], [2.0, 0.0], [-0.5, 0.5], [1.0, 1.0], [0.0, 0.
 def build(name="isrl-prox-pl-svrg", rounds=7, epsilon=1.0, counts=COUNTS, seed=0, **keys):
     setting = Setting(client_rate=1.0, num_clients=len(counts), train_counts=counts, rounds=rounds, delta=DELTA,
                       epsilon=epsilon, seed=seed, model={"name": "logreg"}, num_classes=2)
-    return build_svrg(name, SVRGConfig(**keys), setting)
+    return build_calibrated(name, SVRGConfig(**keys), setting)
 
 
 def test_runs_epochs_and_stream_counts():

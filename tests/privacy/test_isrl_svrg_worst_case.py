@@ -25,7 +25,8 @@ from scipy import stats
 import exact as ex
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import OTHER_SILO, SERVER, observer_events
-from dpfl.algorithms.isrl_svrg import SVRGConfig, build_svrg
+from dpfl.algorithms.isrl_svrg import SVRGConfig
+from dpfl.experiments.noise_level import build_calibrated
 from dpfl.algorithms.registry import Setting
 from worst_case import LinearQuadraticOracle
 from dpfl.engine.protocol import ClientContext, ClientData
@@ -39,7 +40,7 @@ RECORDS, ROUNDS, CLIP, DELTA, EPSILON, TRIALS, ALPHA = 12, 4, 1.0, 1e-5, 1.0, 20
 def algorithm():
     setting = Setting(client_rate=1.0, num_clients=1, train_counts=(RECORDS,), rounds=ROUNDS, delta=DELTA,
                       epsilon=EPSILON)
-    return build_svrg("isrl-prox-svrg", SVRGConfig(clip=CLIP, sample_rate=0.5, period=2), setting)
+    return build_calibrated("isrl-prox-svrg", SVRGConfig(clip=CLIP, sample_rate=0.5, period=2), setting)
 
 
 def transcript(alg, value: float, seed: int) -> torch.Tensor:

@@ -33,8 +33,9 @@ from scipy import stats
 import exact as ex
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import OTHER_SILO, SERVER, observer_events
-from dpfl.algorithms.isrl import ISRLConfig, ISRLKeys, build_isrl
-from dpfl.algorithms.isrl_spider import SpiderConfig, build_alternate_spider, build_spider
+from dpfl.algorithms.isrl import ISRLConfig, ISRLKeys
+from dpfl.algorithms.isrl_spider import SpiderConfig
+from dpfl.experiments.noise_level import build_calibrated
 from dpfl.algorithms.registry import Setting
 from worst_case import LinearQuadraticOracle
 from dpfl.engine.protocol import ClientContext, ClientData
@@ -50,10 +51,10 @@ def algorithm(name: str):
     setting = Setting(client_rate=1.0, num_clients=1, train_counts=(RECORDS,), rounds=ROUNDS, delta=DELTA,
                       epsilon=EPSILON)
     if name == "isrl-spider":
-        return build_spider(name, SpiderConfig(lr=ETA, clip=CLIP, sample_rate=1.0, period=2), setting)
+        return build_calibrated(name, SpiderConfig(lr=ETA, clip=CLIP, sample_rate=1.0, period=2), setting)
     if name == "isrl-spider-alt":
-        return build_alternate_spider(name, ISRLKeys(lr=ETA, clip=CLIP, sample_rate=1.0), setting)
-    return build_isrl(name, ISRLConfig(lr=ETA, clip=CLIP, sample_rate=1.0, local_steps=2), setting)
+        return build_calibrated(name, ISRLKeys(lr=ETA, clip=CLIP, sample_rate=1.0), setting)
+    return build_calibrated(name, ISRLConfig(lr=ETA, clip=CLIP, sample_rate=1.0, local_steps=2), setting)
 
 
 def transcript(alg, value: float, seed: int) -> torch.Tensor:

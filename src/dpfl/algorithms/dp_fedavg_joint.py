@@ -110,17 +110,17 @@ def build_joint_noise(name: str, config: JointNoiseConfig, setting: Setting) -> 
     return algorithm(sigma)
 
 
-def protected_observers(config: JointNoiseConfig, setting: Setting) -> tuple[str]:
+def protected_observers(name: str, config: JointNoiseConfig, setting: Setting) -> tuple[str]:
     """The observer whose epsilon privacy.epsilon bounds: the one the trust setting protects against."""
     return (PROTECTED[config.trust][0],)
 
 
-def protected_boundary(config: JointNoiseConfig, setting: Setting) -> str:
+def protected_boundary(name: str, config: JointNoiseConfig, setting: Setting) -> str:
     """The boundary that observer is protected behind (a server seeing each message, for trust = 'local')."""
     return PROTECTED[config.trust][1]
 
 
-def initial_noise(config: JointNoiseConfig, setting: Setting) -> float:
+def initial_noise(name: str, config: JointNoiseConfig, setting: Setting) -> float:
     """sigma ~ sqrt(T) / epsilon, where the search for privacy.epsilon starts."""
     return max(1.0, math.sqrt(setting.rounds) / setting.epsilon)
 

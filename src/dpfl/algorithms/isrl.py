@@ -54,17 +54,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from dp_accounting import dp_event
 
-from dpfl.accounting import accountants
-from dpfl.accounting.accountant import NEIGHBORING
-from dpfl.accounting.calibrate import solve_noise
-from dpfl.accounting.observers import Cohort, Release
+from dpfl.accounting.observers import OBSERVERS, Cohort, Release
 from dpfl.accounting.theory import isrl_zcdp_budget
 from dpfl.algorithms.local_sgd import LocalSGD
 from dpfl.algorithms.noisy_mean import GaussianMean, NoisyMean, silo_vectors
 from dpfl.algorithms.prox import REGULARIZERS, Regularizer
-from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
+from dpfl.algorithms.registry import AlgorithmSpec, Calibration, Setting, register
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
@@ -278,15 +274,13 @@ class ISRLConfig(ISRLKeys):
                                                    "min": 1})
 
 
-def calibrated_noise(event_of, releases: int, neighboring: str, epsilon: float, delta: float) -> float:
-    """The smallest z whose ``releases``-fold composition of ``event_of(z)`` has epsilon <= ``epsilon`` at ``delta``
-    (the ledger's tightest accountant)."""
-    def epsilon_of(z: float) -> float:
-        accountant = accountants.make("tightest", NEIGHBORING[neighboring])
-        accountant.compose(event_of(z), releases)
-        return accountant.get_epsilon(delta)
-
-    return solve_noise(epsilon_of, epsilon, initial_noise=max(1.0, 2.0 * math.sqrt(releases) / epsilon))
+def calibration(draws) -> Calibration:
+    """How privacy.epsilon sets an ISRL-DP family's noise multiplier: against every observer (each is charged the
+    silo's own messages), with no credit for silo sampling (ISRL-DP holds given who takes part), the search starting
+    at the zCDP closed form for ``draws(name, config, setting)`` draws."""
+    return Calibration(lambda name, config, setting: OBSERVERS,
+                       lambda name, config, setting: max(1.0, 2.0 * math.sqrt(draws(name, config, setting)) /
+                                                         setting.epsilon), credits_client_sampling=False)
 
 
 def checked_target(name: str, config, setting: Setting) -> tuple[float, int]:
@@ -304,7 +298,7 @@ def checked_target(name: str, config, setting: Setting) -> tuple[float, int]:
 def build_isrl(name: str, config: ISRLConfig, setting: Setting) -> ISRL:
     if name not in NAMES:
         raise ConfigError("algorithm.name", name, f"one of {list(NAMES)}")
-    epsilon, rounds = checked_target(name, config, setting)
+    _, rounds = checked_target(name, config, setting)
     regularizer = config.regularizer_of()
     check_range("algorithm.local_steps", config.local_steps, 1, integer=True)
     minibatches = RecordSampler(config.sample_rate, config.record_sampling)  # validated for every name
@@ -316,29 +310,32 @@ def build_isrl(name: str, config: ISRLConfig, setting: Setting) -> ISRL:
                                                           "smallest silo's records: each round uses floor(n_i / R) "
                                                           ">= 1 records no other round uses)")
         sampler = RecordSampler(1.0 / rounds, "fixed")
-        z = calibrated_noise(dp_event.GaussianDpEvent, 1, sampler.neighboring, epsilon, setting.delta)
     else:
         sampler = minibatches
-        z = calibrated_noise(lambda z: sampler.event(dp_event.GaussianDpEvent(z), counts),
-                             rounds * local_steps, sampler.neighboring, epsilon, setting.delta)
     steps = LocalSGD(local_steps=local_steps, lr=config.lr * sampler.rate * local_steps, sampler=sampler,
-                     mechanism=GaussianMechanism(z), clip=config.clip, weight_decay=0.0,
+                     mechanism=GaussianMechanism(setting.calibrated_noise()), clip=config.clip, weight_decay=0.0,
                      move_locally=name == "isrl-local-sgd")
     clients = ClientSampler(setting.num_clients, setting.client_rate, setting.client_sampling)
     return ISRL(name, steps, regularizer, setting.num_clients, clients.cohort_size)
 
 
-def register_cross_silo(names: tuple[str, ...], config: type, build, help: str, **privacy_defaults) -> AlgorithmSpec:
+def draws(name: str, config: ISRLConfig, setting: Setting) -> int:
+    """The Gaussian draws a record's privacy composes: one (Prox-SGD's disjoint batches), else R K."""
+    return 1 if name == "isrl-prox-sgd" else setting.rounds * (config.local_steps if name == "isrl-local-sgd" else 1)
+
+
+def register_cross_silo(names: tuple[str, ...], config: type, build, help: str, calibration: Calibration | None = None,
+                        **privacy_defaults) -> AlgorithmSpec:
     """Registers an ISRL-DP or shuffle-DP family (``dpfl.algorithms.registry``): every name private, its noise
     calibrated to privacy.epsilon over algorithm.rounds (no noise key), every silo in every round unless
     algorithm.client_rate says otherwise (cross-silo: a few silos); ``privacy_defaults``: the [privacy] defaults it is
     calibrated for."""
     return register(AlgorithmSpec(names=names, config=config, build=build, private=lambda name: True, help=help,
                                   common_defaults={"client_rate": 1.0}, release_keys=("algorithm.rounds",),
-                                  noise_key=None, privacy_defaults=privacy_defaults))
+                                  noise_key=None, privacy_defaults=privacy_defaults, calibration=calibration))
 
 
 register_cross_silo(
     NAMES, ISRLConfig, build_isrl,
     "ISRL-DP Prox-SGD (disjoint batches), minibatch SGD and Local SGD, private against the server and the other "
-    "silos, calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023)")
+    "silos, calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023)", calibration(draws))

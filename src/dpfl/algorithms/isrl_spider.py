@@ -66,10 +66,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from dp_accounting import dp_event
 
 from dpfl.accounting.observers import Release
-from dpfl.algorithms.isrl import ISRLKeys, ServerProx, calibrated_noise, checked_target, register_cross_silo
+from dpfl.algorithms.isrl import ISRLKeys, ServerProx, calibration, checked_target, register_cross_silo
 from dpfl.algorithms.noisy_mean import GAUSSIAN, NoisyMean, silo_vectors
 from dpfl.algorithms.projected_noisy_sgd import verified_smoothness
 from dpfl.algorithms.prox import Regularizer
@@ -203,24 +202,15 @@ def stream_counts(rounds: int, period: int) -> tuple[int, int]:
 
 
 def build_spider(name: str, config: SpiderConfig, setting: Setting) -> ISRLSpider:
-    epsilon, rounds = checked_target(name, config, setting)
+    _, rounds = checked_target(name, config, setting)
     period = check_range("algorithm.period", config.period, 1, integer=True)
     if config.feature_clip is not None:
         check_range("algorithm.feature_clip", config.feature_clip, 0.0, low_open=True)
     regularizer = config.regularizer_of()
     sampler = RecordSampler(config.sample_rate, config.record_sampling)
-    counts = torch.tensor(setting.train_counts, dtype=torch.long)
     checkpoints, differences = stream_counts(rounds, period)
     ratio = math.sqrt(differences / checkpoints)  # z2 / z1: equal zCDP halves
-
-    def composed(z1: float) -> dp_event.DpEvent:
-        parts = [dp_event.SelfComposedDpEvent(sampler.event(dp_event.GaussianDpEvent(z1), counts), checkpoints)]
-        if differences:
-            parts.append(dp_event.SelfComposedDpEvent(sampler.event(dp_event.GaussianDpEvent(z1 * ratio), counts),
-                                                      differences))
-        return dp_event.ComposedDpEvent(parts)
-
-    z1 = calibrated_noise(composed, 1, sampler.neighboring, epsilon, setting.delta)
+    z1 = setting.calibrated_noise()  # the checkpoint stream's; the difference stream's is the fixed split z1 ratio
     smoothness = None
     if config.feature_clip is not None:  # verified for logistic regression only (None elsewhere: B_r = 2C)
         smoothness, _ = verified_smoothness(types.SimpleNamespace(feature_clip=config.feature_clip, clip=config.clip,
@@ -233,17 +223,15 @@ def build_spider(name: str, config: SpiderConfig, setting: Setting) -> ISRLSpide
 register_cross_silo(
     ("isrl-spider",), SpiderConfig, build_spider,
     "ISRL-DP FedProx-SPIDER: checkpoint gradients and gradient differences, both noise streams composed, "
-    "calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023, Alg. 3)")
+    "calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023, Alg. 3)", calibration(lambda *_: 1))
 
 
 def build_alternate_spider(name: str, config: ISRLKeys, setting: Setting) -> ISRLSpider:
     """Lowy et al.'s Algorithm 11 (module docstring): period 2, one z for both streams, calibrated over the T
     communication rounds' draws."""
-    epsilon, rounds = checked_target(name, config, setting)
+    _, rounds = checked_target(name, config, setting)
     sampler = RecordSampler(config.sample_rate, config.record_sampling)
-    counts = torch.tensor(setting.train_counts, dtype=torch.long)
-    z = calibrated_noise(lambda z: sampler.event(dp_event.GaussianDpEvent(z), counts), rounds, sampler.neighboring,
-                         epsilon, setting.delta)
+    z = setting.calibrated_noise()
     return ISRLSpider(lr=config.lr, clip=config.clip, period=2, sampler=sampler, checkpoint=GaussianMechanism(z),
                       difference=GaussianMechanism(z), regularizer=config.regularizer_of(), period_fixed=True)
 
@@ -252,4 +240,4 @@ register_cross_silo(
     ("isrl-spider-alt",), ISRLKeys, build_alternate_spider,
     "ISRL-DP alternate SPIDER: a gradient round, then a gradient difference on one batch at w and one step ahead, "
     "both noise streams composed, one noise multiplier calibrated to privacy.epsilon, with a prox step for f1 "
-    "(Lowy et al. 2023, Alg. 11)")
+    "(Lowy et al. 2023, Alg. 11)", calibration(lambda name, config, setting: setting.rounds))

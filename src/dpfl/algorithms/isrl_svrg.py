@@ -50,9 +50,8 @@ import types
 from dataclasses import dataclass, field
 
 import torch
-from dp_accounting import dp_event
 
-from dpfl.algorithms.isrl import ISRLKeys, calibrated_noise, checked_target, register_cross_silo
+from dpfl.algorithms.isrl import ISRLKeys, calibration, checked_target, register_cross_silo
 from dpfl.algorithms.isrl_spider import ISRLSpider
 from dpfl.algorithms.projected_noisy_sgd import verified_smoothness
 from dpfl.algorithms.registry import Setting
@@ -177,25 +176,15 @@ def restarts_of(name: str, config: SVRGConfig, rounds: int) -> int:
 def build_svrg(name: str, config: SVRGConfig, setting: Setting) -> ISRLSVRG:
     if name not in NAMES:
         raise ConfigError("algorithm.name", name, f"one of {list(NAMES)}")
-    epsilon, rounds = checked_target(name, config, setting)
+    _, rounds = checked_target(name, config, setting)
     period = check_range("algorithm.period", config.period, 1, integer=True)
     if config.feature_clip is not None:
         check_range("algorithm.feature_clip", config.feature_clip, 0.0, low_open=True)
     restarts = restarts_of(name, config, rounds)
     regularizer = config.regularizer_of()
     sampler = RecordSampler(config.sample_rate, config.record_sampling)
-    full = RecordSampler(1.0, config.record_sampling)
-    counts = torch.tensor(setting.train_counts, dtype=torch.long)
     starts = run_starts(rounds, restarts)
-    snapshots, inner = stream_counts(starts, rounds, period)
-
-    def composed(z: float) -> dp_event.DpEvent:
-        parts = [dp_event.SelfComposedDpEvent(full.event(dp_event.GaussianDpEvent(z), counts), snapshots)]
-        if inner:
-            parts.append(dp_event.SelfComposedDpEvent(sampler.event(dp_event.GaussianDpEvent(z), counts), inner))
-        return dp_event.ComposedDpEvent(parts)
-
-    mechanism = GaussianMechanism(calibrated_noise(composed, 1, sampler.neighboring, epsilon, setting.delta))
+    mechanism = GaussianMechanism(setting.calibrated_noise())
     smoothness = None
     if config.feature_clip is not None:  # verified for logistic regression only (None elsewhere: the 2C bound)
         smoothness, _ = verified_smoothness(types.SimpleNamespace(feature_clip=config.feature_clip, clip=config.clip,
@@ -209,6 +198,7 @@ def build_svrg(name: str, config: SVRGConfig, setting: Setting) -> ISRLSVRG:
 register_cross_silo(
     NAMES, SVRGConfig, build_svrg,
     "ISRL-DP Prox-SVRG (full-gradient snapshots, variance-reduced inner steps) and Prox-PL-SVRG (its restarts), "
-    "both streams composed, calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023, Alg. 1, 2)")
+    "both streams composed, calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023, Alg. 1, 2)",
+    calibration(lambda *_: 1))
 
 __all__ = ["NAMES", "SVRGConfig", "ISRLSVRG", "build_svrg", "run_starts", "stream_counts", "output_positions"]

@@ -318,5 +318,5 @@ register(AlgorithmSpec(
          "(or a randomly stopped) iterate, accounted by the contraction of hidden steps (Asoodeh et al. 2021)",
     release_keys=("algorithm.rounds",), cohort=cohort_of, max_rounds=max_rounds,
     privacy_defaults={"boundary": "trusted", "release": "final"},
-    calibration=Calibration(lambda config, setting: (THIRD_PARTY,)),  # the paper's guarantee: the released model
+    calibration=Calibration(lambda name, config, setting: (THIRD_PARTY,)),  # the paper's guarantee: the released model
 ))

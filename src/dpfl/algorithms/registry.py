@@ -92,13 +92,16 @@ class Calibration:
     (``experiments.noise_level.noise_for_epsilon``); the builder maps that level onto its mechanisms (e.g. one
     multiplier, or a fixed split between two streams). Epsilon must decrease as the level grows."""
 
-    #: (config section, Setting) -> the observers whose epsilon privacy.epsilon bounds
+    #: (name, config section, Setting) -> the observers whose epsilon privacy.epsilon bounds
     observers: Callable
-    #: (config section, Setting) -> where the search starts (the noise level near the answer saves trials)
-    initial: Callable = lambda section, setting: 1.0
-    #: (config section, Setting) -> the boundary the guarantee is stated behind, whatever the run's (dp-fedavg-joint
+    #: (name, config section, Setting) -> where the search starts (the noise level near the answer saves trials)
+    initial: Callable = lambda name, section, setting: 1.0
+    #: (name, config section, Setting) -> the boundary the guarantee is stated behind, whatever the run's (dp-fedavg-joint
     #: with trust = 'local' is local DP: against a server that sees each message); None: the run's boundary
-    boundary: Callable = lambda section, setting: None
+    boundary: Callable = lambda name, section, setting: None
+    #: whether the guarantee credits the client sampler's participation (False: every client is taken to take part in
+    #: every round, as ISRL-DP's, which holds conditionally on who takes part: Lowy et al. 2023, Def. 2)
+    credits_client_sampling: bool = True
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ every family that sets its noise from privacy.epsilon (``registry.Calibration``)
 
 For a trial level z, the family's algorithm is built with ``Setting.noise = z``, every round is declared as the
 simulator declares it (``engine.simulator.declare_round``: the release, the boundary's view of it for each observer
-and the client sampler's participation, from the initial state: no round is trained), and a ledger with the run's
+and the client sampler's participation where the family's guarantee credits it, from the initial state: no round is trained), and a ledger with the run's
 delta, analysis and conversion and the algorithm's neighbouring relation and accountant says what the rounds spend
 (``PrivacyLedger.epsilon_after``). The answer is the smallest z (relative precision ``NOISE_RTOL``) whose epsilon
 towards each observer the family names (behind the run's boundary, or the one the family states its guarantee
@@ -43,14 +43,15 @@ def noise_for_epsilon(spec: AlgorithmSpec, name: str, section, setting: Setting,
     calibration = spec.calibration
     target = check_range("privacy.epsilon", setting.epsilon, 0.0, low_open=True)
     rounds = check_range("algorithm.rounds", setting.rounds, 1, integer=True)
-    clients = ClientSampler(setting.num_clients, setting.client_rate, setting.client_sampling,
+    rate = setting.client_rate if calibration.credits_client_sampling else 1.0
+    clients = ClientSampler(setting.num_clients, rate, setting.client_sampling,
                             public_seed=setting.seed if spec.public_cohorts else None)
     train = types.SimpleNamespace(counts=torch.tensor(setting.train_counts, dtype=torch.long))
     x0 = torch.zeros(setting.dimension or 1)
-    stated = calibration.boundary(section, setting)
+    stated = calibration.boundary(name, section, setting)
     if stated is not None:
         boundary = Boundary(stated, released=boundary.released)
-    observers = [o for o in calibration.observers(section, setting) if o in boundary.observers]
+    observers = [o for o in calibration.observers(name, section, setting) if o in boundary.observers]
 
     def epsilon_of(level: float) -> float:
         algorithm = spec.build(name, section, dataclasses.replace(setting, noise=level))
@@ -61,7 +62,7 @@ def noise_for_epsilon(spec: AlgorithmSpec, name: str, section, setting: Setting,
                                algorithm.neighboring, getattr(algorithm, "accountant", None))
         return max(ledger.epsilon_after(events, observers).values())
 
-    return solve_noise(epsilon_of, target, initial_noise=calibration.initial(section, setting), rtol=NOISE_RTOL)
+    return solve_noise(epsilon_of, target, initial_noise=calibration.initial(name, section, setting), rtol=NOISE_RTOL)
 
 
 def build_calibrated(name: str, section, setting: Setting, boundary: Boundary | None = None):
