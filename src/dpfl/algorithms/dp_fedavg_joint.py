@@ -127,19 +127,12 @@ def calibrated_noise(algorithm, setting: Setting, rounds: int) -> float:
                            probe.accountant)
 
     def epsilon_of(sigma: float) -> float:
-        release = algorithm(sigma).release(0, None, _Counts(counts))
+        release = algorithm(sigma).release(0, None, counts)
         return ledger.epsilon_after([{observer: observer_events(release, clients.cohort(t), boundary,
                                                                 setting.analysis)[observer]} for t in range(rounds)],
                                     [observer])[observer]
 
     return solve_noise(epsilon_of, setting.epsilon, initial_noise=max(1.0, math.sqrt(rounds) / setting.epsilon))
-
-
-@dataclass(frozen=True)
-class _Counts:
-    """The train split as ``release`` reads it: its record counts."""
-
-    counts: torch.Tensor
 
 
 register(AlgorithmSpec(

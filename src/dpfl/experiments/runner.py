@@ -228,14 +228,13 @@ def build_boundary(privacy_cfg: dict, algorithm, counts: torch.Tensor) -> Bounda
         return Boundary(name, released=privacy_cfg["release"], shuffle=privacy_cfg["shuffler"])
     if name not in ("plain", "secagg"):
         raise ConfigError("privacy.boundary", name, "'secagg' (or the default) with privacy.secure_aggregation = true")
-    bound = getattr(algorithm, "message_bound", None)
+    bound = algorithm.message_bound(counts)
     if bound is None:
         raise ConfigError("privacy.secure_aggregation", True,
                           "false for this algorithm: secure aggregation encodes messages into a finite ring, which "
                           "needs an algorithm that bounds its messages (dp-fedavg-joint)")
-    return Boundary("secagg", SecureAggregation(bound(counts), privacy_cfg["secagg_bits"],
-                                                getattr(algorithm, "min_clients", None)), privacy_cfg["release"],
-                    shuffle=privacy_cfg["shuffler"])
+    return Boundary("secagg", SecureAggregation(bound, privacy_cfg["secagg_bits"], algorithm.min_clients),
+                    privacy_cfg["release"], shuffle=privacy_cfg["shuffler"])
 
 
 def build_ledger(config: dict, boundary: Boundary, delta: float, algorithm, budget: bool) -> PrivacyLedger:
@@ -244,7 +243,7 @@ def build_ledger(config: dict, boundary: Boundary, delta: float, algorithm, budg
     privacy_cfg = config["privacy"]
     return PrivacyLedger(boundary.observers, delta, budget_of(privacy_cfg["budget"]) if budget else None,
                          privacy_cfg["conversion"], privacy_cfg["analysis"], algorithm.neighboring,
-                         getattr(algorithm, "accountant", None))
+                         algorithm.accountant)
 
 
 def run_key(config: dict, out_dir: Path | None = None) -> int:
@@ -529,17 +528,17 @@ def results_of(sim: Simulation, config: dict, archived: list[dict] = ()) -> dict
             "boundary": sim.boundary.name,
             "enforced": sim.boundary.enforcement,
             "release": config["privacy"]["release"],
-            "unproven": list(sim.algorithm.release(sim.next_round, sim.state, sim.train).unproven)
+            "unproven": list(sim.algorithm.release(sim.next_round, sim.state, sim.train.counts).unproven)
             if sim.ledger.analysis == "paper" else [],
             "delta": sim.ledger.delta,
             "budget": sim.ledger.budget,
             "observers": list(sim.ledger.observers),
-            "unit": getattr(sim.algorithm, "privacy_unit", "one record (record-level DP)"),
+            "unit": sim.algorithm.privacy_unit,
             "noise": noise_of(config),
             "not_covered": NOT_COVERED if sim.evaluator is None else sim.evaluator.description["not_covered"],
             "events_round": events_round,
             "events_per_round": {o: str(e) for o, e in events.items()},
-            **({"assumptions": sim.algorithm.assumptions} if hasattr(sim.algorithm, "assumptions") else {}),
+            **({"assumptions": sim.algorithm.assumptions} if sim.algorithm.assumptions is not None else {}),
         },
         "status": "stopped" if sim.stopped_by else
                   "finished" if sim.next_round >= config["algorithm"]["rounds"] else "running",
