@@ -127,14 +127,14 @@ def on_flower(config: dict, folder: Path) -> tuple[list[float], Timers, list[dic
     from flwr.simulation import run_simulation
 
     from dpfl.engine.simulator import Simulation
-    from dpfl.experiments.runner import build_data
+    from dpfl.experiments.assembly import build_data
     from dpfl.flower import records, server_app
     from dpfl.flower.app_dir import app_config
     from dpfl.flower.federation import Federation
 
     timers = Timers()
     timing_file = folder / "client-times.jsonl"
-    carried = app_config(config, Federation.of_dataset(build_data(config)))  # what `dpfl flower-app` writes
+    carried = app_config(config, Federation.of_dataset(build_data(config["data"])))  # what `dpfl flower-app` writes
     run_config = {"dpfl-config": json.dumps(carried), "out": str(folder / "flower"), "round-timeout": 600.0}
     start, started_at = time.perf_counter(), time.time()
     with contextlib.ExitStack() as timed:
@@ -164,14 +164,14 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    from dpfl.experiments.runner import build_data
+    from dpfl.experiments.assembly import build_data
     from dpfl.flower.silo import write_silos
 
     torch.set_num_threads(1)
     config = config_of(args.clients, args.rounds)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        write_silos(build_data(config), folder)
+        write_silos(build_data(config["data"]), folder)
         local = in_process(config, folder)
         flower, timers, clients, total = on_flower(config, folder)
         same = [r["epsilon"] for r in json.loads((folder / "flower" / "results.json").read_text())["rounds"]] == \

@@ -4,7 +4,7 @@ Workloads: the demo's DP-FedAvg (synthetic (5,5), M = 40, K = 50, l = s = 0.2; t
 seed-000 workload of ``seed000_throughput.py`` (M = 100, R = 5000, K = 50). Each measurement is a fresh interpreter
 that builds the run, does one warm-up round, then times ``--rounds`` rounds with ``run.threads`` set; the thread
 counts alternate, ``--repeats`` times, and the medians are reported with every value and the load average at the
-start. The default of ``run.threads`` (``dpfl.experiments.runner.default_threads``) was chosen with it.
+start. The default of ``run.threads`` (``dpfl.experiments.resolved.DEFAULT_THREADS``) was chosen with it.
 
     python benchmarks/threads.py [--threads 1 2] [--repeats 3] [--rounds 10] [--workload demo seed000]
 """

@@ -16,8 +16,9 @@ from dpfl.accounting import accountants as _accountants
 from dpfl.accounting.calibrate import calibrate_noise
 from dpfl.algorithms import registry
 from dpfl.errors import ConfigError
+from dpfl.experiments.assembly import build_simulation
 from dpfl.experiments.config import SCHEMA, SECTIONS, load_config, read_toml
-from dpfl.experiments.runner import build_simulation, run_experiment
+from dpfl.experiments.runner import run_experiment
 from dpfl.experiments.supplied import SECTION, Supplied
 from dpfl.results import Results
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Results:
-    """A run's results: ``to_dict()`` is what results.json holds (``dpfl.experiments.runner`` lists its keys).
+    """A run's results: ``to_dict()`` is what results.json holds (``dpfl.experiments.results_file`` lists its keys).
 
     ``final``: the model after the last round done (test_accuracy, train_loss, epsilon per observer, delta, ...);
     ``rounds``: one dict per evaluated round; ``privacy``: the accountant, observers, boundary, unit, noise source and

@@ -12,7 +12,7 @@ from scipy import stats
 
 from dpfl.accounting import accountants
 from dpfl.accounting.accountant import NEIGHBORING
-from dpfl.accounting.exact import gdp_epsilon
+from dpfl.accounting.theory import gdp_epsilon
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import observer_events
 from dpfl.algorithms.fedsgd_dpc import FedSGDDPCConfig, ReplySchedule, build_fedsgd_dpc

@@ -13,7 +13,7 @@ from dp_accounting import dp_event
 
 from dpfl.accounting import accountants, theory
 from dpfl.accounting.accountant import NEIGHBORING
-from dpfl.accounting.exact import gdp_epsilon
+from dpfl.accounting.theory import gdp_epsilon
 from dpfl.algorithms.isrl import ISRLConfig, build_isrl, disjoint_keys, zcdp_noise_multiplier
 from dpfl.algorithms.registry import Setting
 from dpfl.cli import main

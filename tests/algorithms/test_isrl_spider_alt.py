@@ -20,7 +20,7 @@ from dpfl.algorithms.isrl import ISRLKeys
 from dpfl.algorithms.isrl_spider import build_alternate_spider
 from dpfl.algorithms.prox import Regularizer
 from dpfl.algorithms.registry import Setting
-from dpfl.algorithms.worst_case import LinearQuadraticOracle
+from worst_case import LinearQuadraticOracle
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData, ServerContext

@@ -17,7 +17,7 @@ from dpfl.accounting import accountants, theory
 from dpfl.accounting.accountant import NEIGHBORING
 from dpfl.algorithms.isrl_svrg import SVRGConfig, build_svrg, output_positions, run_starts, stream_counts
 from dpfl.algorithms.registry import Setting
-from dpfl.algorithms.worst_case import LinearQuadraticOracle
+from worst_case import LinearQuadraticOracle
 from dpfl.cli import main
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import GaussianMechanism

@@ -15,7 +15,7 @@ import pytest
 import torch
 from dp_accounting import dp_event
 
-from dpfl.accounting import exact as ex
+import exact as ex
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import JOINT_PAPER_UNPROVEN, Release, observer_events
 from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig, build_joint_noise

@@ -3,7 +3,7 @@
 import pytest
 from scipy import optimize
 
-from dpfl.accounting.exact import gdp_epsilon
+from dpfl.accounting.theory import gdp_epsilon
 
 
 def noise_for(epsilon: float, delta: float) -> float:

@@ -10,7 +10,7 @@ import torch
 
 from dpfl.accounting.accountant import account
 from dpfl.algorithms.local_sgd import LocalSGD
-from dpfl.algorithms.worst_case import LinearQuadraticOracle
+from worst_case import LinearQuadraticOracle
 from dpfl.audit.bounds import many_run_lower_bound
 from dpfl.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData

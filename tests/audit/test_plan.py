@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from dpfl.accounting.exact import gdp_epsilon
+from dpfl.accounting.theory import gdp_epsilon
 from dpfl.audit import bounds, plan, runs
 from dpfl.cli import main
 from dpfl.errors import ConfigError

@@ -6,7 +6,7 @@ import pytest
 
 from dpfl.cli import main
 from dpfl.engine.keys import KEY_FILE, load_key
-from dpfl.experiments import runner
+from dpfl.experiments import run_directory
 from dpfl.experiments.demo import DEMO_SETTINGS, run_demo
 
 SMALL = """
@@ -67,7 +67,7 @@ def test_set_overrides_and_resume_continue_without_forgetting_privacy(config, tm
     assert resumed["final"]["round"] == 8
     straight = tmp_path / "straight"  # the uninterrupted run, with the resumed run's secret key
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(runner, "fresh_key", lambda: load_key(out / KEY_FILE))
+        patch.setattr(run_directory, "fresh_key", lambda: load_key(out / KEY_FILE))
         assert main(["run", str(config), "--out", str(straight), "--no-progress"]) == 0
     reference = json.loads((straight / "results.json").read_text())
     assert resumed["final"]["epsilon"] == reference["final"]["epsilon"]

@@ -20,9 +20,10 @@ from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.cli import main
 from dpfl.engine.keys import KEY_FILE, load_key
 from dpfl.engine.simulator import Simulation
-from dpfl.experiments import runner
+from dpfl.experiments import run_directory
 from dpfl.experiments.config import load_config
-from dpfl.experiments.runner import release_hash, with_threads
+from dpfl.experiments.resolved import with_threads
+from dpfl.experiments.run_directory import release_hash
 from full_disk import FullDisk
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -50,7 +51,7 @@ checkpoint_every = 1
 def fixed_fresh_key(monkeypatch):
     """New runs in this process draw the same secret key, so that runs can be compared bit for bit; a resume still
     reads the key from the run directory's noise.key (the path under test)."""
-    monkeypatch.setattr(runner, "fresh_key", lambda: FIXED_KEY)
+    monkeypatch.setattr(run_directory, "fresh_key", lambda: FIXED_KEY)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,7 @@ def finished(config, tmp_path_factory):
     """A finished 6-round run's directory (treat as read-only: copy it to change it)."""
     out = tmp_path_factory.mktemp("finished") / "run"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(runner, "fresh_key", lambda: FIXED_KEY)
+        patch.setattr(run_directory, "fresh_key", lambda: FIXED_KEY)
         assert run(config, out) == 0
     return out
 
@@ -423,7 +424,7 @@ def test_a_run_killed_at_a_random_moment_resumes_to_the_uninterrupted_result(con
 
     assert run(config, out, "--resume", *SLOW) == 0
     with pytest.MonkeyPatch.context() as patch:  # the uninterrupted run with the killed child's secret key
-        patch.setattr(runner, "fresh_key", lambda: load_key(out / KEY_FILE))
+        patch.setattr(run_directory, "fresh_key", lambda: load_key(out / KEY_FILE))
         assert run(config, straight, *SLOW) == 0
     resumed, reference = (json.loads((d / "ledger.json").read_text()) for d in (out, straight))
     assert len(resumed["journal"]) == len(reference["journal"]) == 30, f"killed at {target} rounds"

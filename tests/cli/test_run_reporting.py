@@ -14,7 +14,7 @@ from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.cli import main
 from dpfl.engine.simulator import Simulation
 from dpfl.errors import DpflError, ConfigWarning
-from dpfl.experiments import runner
+from dpfl.experiments import assembly, run_directory
 from dpfl.experiments.config import load_config
 
 TINY = """
@@ -184,7 +184,7 @@ def no_data(monkeypatch):
     def build_dataset(*args, **kwargs):
         pytest.fail("the data was built before the check")
 
-    monkeypatch.setattr(runner, "build_dataset", build_dataset)
+    monkeypatch.setattr(assembly, "build_dataset", build_dataset)
 
 
 @pytest.mark.parametrize("override, named", [
@@ -239,7 +239,7 @@ def test_an_unwritable_out_is_refused_before_the_data(config, tmp_path, no_data,
     locked.chmod(0o555)
     if os.access(locked, os.W_OK):  # root may write anywhere: let access() answer as it would for a user
         real = os.access
-        monkeypatch.setattr(runner.os, "access", lambda p, mode: real(p, mode) and not (
+        monkeypatch.setattr(run_directory.os, "access", lambda p, mode: real(p, mode) and not (
             os.fspath(p) == os.fspath(locked) and mode & os.W_OK))
     try:
         for out in (locked, locked / "new" / "run"):
@@ -255,7 +255,7 @@ def test_an_empty_config_names_the_defaults_it_runs_before_it_runs(tmp_path, mon
     def build_dataset(*args, **kwargs):
         raise DpflError("stopped here")
 
-    monkeypatch.setattr(runner, "build_dataset", build_dataset)
+    monkeypatch.setattr(assembly, "build_dataset", build_dataset)
     empty = tmp_path / "empty.toml"
     empty.write_text("# nothing set\n")
     assert run(empty, tmp_path / "run", "--no-progress") == 2
@@ -292,7 +292,7 @@ def test_dp_accountings_log_lines_are_summarised_once_on_stderr(tmp_path, capsys
 # -- what the summary says about privacy ---------------------------------------------------------------------------
 def test_the_default_delta_is_a_power_of_ten_well_below_one_over_n(config, tmp_path, capsys):
     """delta unset: the largest power of ten at most 1/(10 N) (N = 6 x 24 = 144 training records: 1e-4, not 1/144)."""
-    assert [runner.default_delta(n) for n in (1, 10, 11, 144, 1592, 32_000, 400_000)] == \
+    assert [assembly.default_delta(n) for n in (1, 10, 11, 144, 1592, 32_000, 400_000)] == \
         [0.1, 0.01, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7]
     assert run(config, tmp_path / "run", "--no-progress") == 0
     assert read(tmp_path / "run" / "results.json")["final"]["delta"] == 1e-4

@@ -13,8 +13,8 @@ from dpfl.data import footprint
 from dpfl.data.footprint import HEADROOM, available_memory_bytes, check_data_memory, data_footprint
 from dpfl.errors import ConfigError
 from dpfl.experiments.config import load_config
-from dpfl.experiments import runner
-from dpfl.experiments.runner import build_simulation
+from dpfl.experiments import assembly
+from dpfl.experiments.assembly import build_simulation
 
 GB = 2**30
 MILLION = ("data.num_clients=1000000", "data.samples_per_client=60")
@@ -31,7 +31,7 @@ def test_a_million_clients_of_60_records_is_refused_at_once_naming_the_knobs(six
     config = load_config(None, MILLION)
     built = []
     with monkeypatch.context() as patched, pytest.raises(ConfigError) as caught:
-        patched.setattr(runner, "build_dataset", lambda **data: built.append(data))
+        patched.setattr(assembly, "build_dataset", lambda **data: built.append(data))
         build_simulation(config)
     assert built == []  # refused from the config alone, before any data is generated
     message = str(caught.value)

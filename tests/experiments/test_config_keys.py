@@ -26,7 +26,7 @@ from dpfl.algorithms import registry
 from dpfl.data.public import PUBLIC
 from dpfl.errors import ConfigError
 from dpfl.experiments import config as config_module
-from dpfl.experiments import runner
+from dpfl.experiments import results_file
 from dpfl.experiments.config import MODEL_KEYS, RETIRED, SCHEMA, key_schema, load_config
 from dpfl.experiments.runner import build_simulation, run_experiment
 from dpfl.engine.protocol import ServerContext
@@ -544,7 +544,7 @@ def _noise_seed(p):  # the research mode: the noise key is the seed, so cohorts 
     assert torch.equal(p.sim.model, p.base.model)  # the same initial model
     cohorts = [p.sim.clients.sample(t, p.sim.seed).tolist() for t in range(4)]
     assert cohorts != [p.base.clients.sample(t, p.base.seed).tolist() for t in range(4)]
-    assert "research mode, run.noise_seed = 5" in runner.noise_of(p.config)
+    assert "research mode, run.noise_seed = 5" in results_file.noise_of(p.config["run"]["noise_seed"])
 
 
 def _eval_every(p):

@@ -13,7 +13,7 @@ from dpfl.data import footprint
 from dpfl.errors import ConfigError
 from dpfl.experiments.config import load_config
 from dpfl.experiments.memory import HEADROOM, check_run_memory, initial_state_shapes
-from dpfl.experiments.runner import build_simulation
+from dpfl.experiments.assembly import build_simulation
 
 GB = 2**30
 #: DP-SCAFFOLD with an MLP of 40 x 1000 + 1000 + 1000 x 10 + 10 = 51,010 parameters: each client's control variate
@@ -119,7 +119,7 @@ def test_one_clients_work_counts_its_noise_draws():
 def test_check_run_memory_takes_the_memory_given(monkeypatch):
     sim_config = load_config(None, [*SCAFFOLD_MLP, "data.num_clients=20"])
     seen = []
-    monkeypatch.setattr("dpfl.experiments.runner.check_run_memory",
+    monkeypatch.setattr("dpfl.experiments.assembly.check_run_memory",
                         lambda config, estimate: seen.append(estimate) or check_run_memory(config, estimate))
     build_simulation(sim_config)
     (estimate,) = seen

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from dpfl.experiments.runner import build_data
+from dpfl.experiments.assembly import build_data
 from dpfl.flower.silo import write_silos
 
 
@@ -18,7 +18,7 @@ def run_outputs(run_dir) -> tuple[dict, dict, dict]:
 @pytest.fixture(name="write_silos")
 def write_silos_fixture():
     """The silo files of a config's training data, one per client (``dpfl.flower.silo.write_silos``)."""
-    return lambda config, folder: write_silos(build_data(config), folder)
+    return lambda config, folder: write_silos(build_data(config["data"]), folder)
 
 
 @pytest.fixture(name="run_outputs")

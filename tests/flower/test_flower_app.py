@@ -127,12 +127,12 @@ def test_unusable_silo_files_are_refused_naming_the_node_config_key(tmp_path, wr
 
 
 def test_write_silos_gives_each_client_a_file_its_node_reads_back(tmp_path):
-    from dpfl.experiments.runner import build_data
+    from dpfl.experiments.assembly import build_data
     from dpfl.flower.silo import write_silos
 
     path = tmp_path / "c.toml"
     path.write_text(CONFIG)
-    dataset = build_data(load_config(path))
+    dataset = build_data(load_config(path)["data"])
     train, test = dataset.train, dataset.test
     paths = write_silos(dataset, tmp_path)
     assert [p.name for p in paths] == ["silo-0.npz", "silo-1.npz", "silo-2.npz"]
@@ -163,7 +163,7 @@ def test_a_boundary_flower_does_not_enforce_is_refused(tmp_path, capsys, overrid
 def test_dpfl_write_silos_writes_the_configs_clients_as_silo_files_without_flwr(tmp_path, capsys):
     """Before, only the tests knew ``write_silos``; now `dpfl write-silos` writes the files a test bed's SuperNodes
     read, one per client of the config's data (as `dpfl run` builds it), refuses a folder of other files, and replaces the silos of a previous, larger federation."""
-    from dpfl.experiments.runner import build_data
+    from dpfl.experiments.assembly import build_data
 
     path = tmp_path / "c.toml"
     path.write_text(CONFIG)
@@ -172,7 +172,7 @@ def test_dpfl_write_silos_writes_the_configs_clients_as_silo_files_without_flwr(
     assert sorted(p.name for p in out.iterdir()) == [f"silo-{i}.npz" for i in range(5)]
     assert main(["write-silos", str(path), "--out", str(out)]) == 0
     assert "wrote 3 silo files to" in capsys.readouterr().err
-    train = build_data(load_config(path)).train
+    train = build_data(load_config(path)["data"]).train
     assert sorted(p.name for p in out.iterdir()) == ["silo-0.npz", "silo-1.npz", "silo-2.npz"]
     for i in range(3):
         silo, n = load_silo(out / f"silo-{i}.npz"), int(train.counts[i])

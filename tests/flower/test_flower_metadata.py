@@ -13,7 +13,7 @@ from dpfl.cli import main
 from dpfl.engine.simulator import Simulation
 from dpfl.errors import DpflError, RunDirectoryError
 from dpfl.experiments.config import load_config
-from dpfl.experiments.runner import build_data
+from dpfl.experiments.assembly import build_data
 from flower_config import app_run_config, spent
 
 pytest.importorskip("flwr")
@@ -61,7 +61,7 @@ def pooled(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Simulation, "chunk_size", lambda self, cohort_size: 1)
         assert main(["run", str(folder / "c.toml"), "--out", str(folder / "reference"), "--no-progress"]) == 0
-    dataset = build_data(config)
+    dataset = build_data(config["data"])
     write_silos(dataset, folder)
     test_x, test_y = dataset.test.flat()
     np.savez(folder / "holdout.npz", x=test_x.numpy(), y=test_y.numpy())  # the server's own evaluation set
@@ -100,7 +100,7 @@ def test_the_server_runs_without_the_pooled_data_and_gives_dpfl_runs_ledger_and_
     assert results["status"] == "finished" and spent(ledger) == spent(ledger_1)
     assert [r["epsilon"] for r in results["rounds"]] == [r["epsilon"] for r in results_1["rounds"]]
     assert torch.equal(state["server"]["x"], state_1["server"]["x"])
-    counts = [int(n) for n in build_data(config).train.counts]
+    counts = [int(n) for n in build_data(config["data"]).train.counts]
     run = json.loads((tmp_path / "flower" / "run.json").read_text())
     assert run["config"]["data"]["train_counts"] == counts and "path" not in run["config"]["data"]
     assert results["data"]["train_counts"] == counts
@@ -125,7 +125,7 @@ def test_a_node_reporting_counts_other_than_its_silo_files_is_refused_by_its_sil
     the run's release config carries that count, and silo 1 refuses its train message before drawing any noise."""
     folder, config, _ = pooled
     grid = grid_of(tmp_path)
-    write_silos(build_data(config), tmp_path)
+    write_silos(build_data(config["data"]), tmp_path)
     answer = grid.app
 
     def more_records(message, context):

@@ -18,7 +18,7 @@ from dpfl.cli import main
 from dpfl.engine.simulator import Simulation
 from dpfl.errors import DpflError
 from dpfl.experiments.config import load_config
-from dpfl.experiments.runner import build_data, build_simulation
+from dpfl.experiments.assembly import build_data, build_simulation
 from dpfl.flower.silo import write_silos
 from flower_config import app_run_config, spent
 
@@ -81,7 +81,7 @@ def write_config(folder, text: str = JOINT):
     path = folder / "joint.toml"
     path.write_text(text)
     config = load_config(path)
-    write_silos(build_data(config), folder)
+    write_silos(build_data(config["data"]), folder)
     return path, config
 
 

@@ -12,7 +12,7 @@ import torch
 from dpfl.engine.keys import KEY_FILE, load_key
 from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.experiments.config import load_config
-from dpfl.experiments.runner import build_data
+from dpfl.experiments.assembly import build_data
 from flower_config import app_run_config
 
 pytest.importorskip("flwr")
@@ -51,7 +51,7 @@ def setup(folder, text=CONFIG):
     path = folder / "c.toml"
     path.write_text(text)
     config = load_config(path)
-    dataset = build_data(config)
+    dataset = build_data(config["data"])
     write_silos(dataset, folder)
     return config, dataset.train
 

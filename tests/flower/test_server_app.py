@@ -8,7 +8,8 @@ import torch
 
 from dpfl.errors import DpflError
 from dpfl.experiments.config import load_config
-from dpfl.experiments.runner import build_data
+from dpfl.experiments.assembly import build_data
+from dpfl.experiments.resolved import RunConfig
 from flower_config import app_run_config
 
 pytest.importorskip("flwr")
@@ -57,7 +58,7 @@ def federation(tmp_path_factory):
     path.write_text(f'[data]\nname = "synthetic"\nnum_clients = {CLIENTS}\nsamples_per_client = 10\n\n'
                     '[algorithm]\nname = "dp-fedavg"\nrounds = 2\nclient_rate = 0.25\n\n[run]\nthreads = 1\n')
     config = load_config(path)
-    dataset = build_data(config)
+    dataset = build_data(config["data"])
     return config, dataset, [int(c) for c in dataset.train.counts]
 
 
@@ -78,7 +79,7 @@ def test_a_round_a_node_did_not_complete_names_round_node_client_and_remedy(fede
     grid = Grid(counts)
     cohort = FlowerCohort(grid, CLIENTS, timeout=1.0)
     cohort.connect()
-    cohort.bind(config, dataset, 1e-3)
+    cohort.bind(RunConfig.of(config), dataset, 1e-3)
     setattr(grid, kind, {1007})
     sim = SimpleNamespace(run_id="r", state=SimpleNamespace(server={"x": torch.zeros(3)}, rows=lambda ids: {}),
                           boundary=SimpleNamespace(secure=None))  # the plain sum

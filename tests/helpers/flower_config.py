@@ -3,7 +3,7 @@ spend without its fingerprints."""
 
 import json
 
-from dpfl.experiments.runner import build_data
+from dpfl.experiments.assembly import build_data
 from dpfl.flower.app_dir import app_config
 from dpfl.flower.federation import Federation
 
@@ -12,7 +12,7 @@ def app_run_config(config: dict, out, **extra) -> dict:
     """The run config of the Flower App `dpfl flower-app` writes for ``config`` in a rehearsal (the federation's
     metadata taken from the config's data), with the run directory ``out`` and the keys ``extra`` (e.g.
     ``**{"round-timeout": 5.0}``)."""
-    federation = Federation.of_dataset(build_data(config))
+    federation = Federation.of_dataset(build_data(config["data"]))
     return {"dpfl-config": json.dumps(app_config(config, federation)), "out": str(out), **extra}
 
 

@@ -1,4 +1,4 @@
-"""The ground truth itself (dpfl.accounting.exact), checked against closed forms, dp_accounting and direct quadrature."""
+"""The ground truth itself (tests/helpers/exact.py), checked against closed forms, dp_accounting and direct quadrature."""
 
 import math
 
@@ -9,7 +9,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld
 from dp_accounting.rdp import rdp_privacy_accountant as dpa
 from scipy import integrate, special, stats
 
-from dpfl.accounting import exact as ex
+import exact as ex
 from dpfl.errors import ConfigError
 
 ORDERS = np.array([1.05, 1.1, 1.5, 2, 2.5, 3, 4, 6.5, 8, 16, 32, 64, 128, 256])

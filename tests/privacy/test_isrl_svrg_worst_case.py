@@ -22,12 +22,12 @@ import pytest
 import torch
 from scipy import stats
 
-from dpfl.accounting import exact as ex
+import exact as ex
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import OTHER_SILO, SERVER, observer_events
 from dpfl.algorithms.isrl_svrg import SVRGConfig, build_svrg
 from dpfl.algorithms.registry import Setting
-from dpfl.algorithms.worst_case import LinearQuadraticOracle
+from worst_case import LinearQuadraticOracle
 from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.engine.sampling import ClientSampler
 

@@ -30,13 +30,13 @@ import pytest
 import torch
 from scipy import stats
 
-from dpfl.accounting import exact as ex
+import exact as ex
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import OTHER_SILO, SERVER, observer_events
 from dpfl.algorithms.isrl import ISRLConfig, ISRLKeys, build_isrl
 from dpfl.algorithms.isrl_spider import SpiderConfig, build_alternate_spider, build_spider
 from dpfl.algorithms.registry import Setting
-from dpfl.algorithms.worst_case import LinearQuadraticOracle
+from worst_case import LinearQuadraticOracle
 from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.engine.sampling import ClientSampler
 

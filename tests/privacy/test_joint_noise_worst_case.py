@@ -1,6 +1,6 @@
 """Worst-case instances for dp-fedavg-joint's two analyses, run through the real ``JointNoise.client_round``.
 
-The review's instance (``dpfl.algorithms.worst_case``) with noise shares: n clients, S local steps, q = 1 (every record
+The review's instance (``tests/helpers/worst_case.py``) with noise shares: n clients, S local steps, q = 1 (every record
 in every step's Poisson batch, so no record sampling), gamma = eta. The record owner (client 0) has linear losses
 <theta, v_j>; its record v = C is zeroed out on the neighbouring dataset, so each step's mean moves by C / b = Delta.
 Every other client has quadratic losses ||theta - x||^2 / (2 eta) that pull its iterate back to the round's start, so
@@ -24,12 +24,12 @@ import pytest
 import torch
 from scipy import stats
 
-from dpfl.accounting import exact as ex
+import exact as ex
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import observer_events
 from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig, build_joint_noise
 from dpfl.algorithms.registry import Setting
-from dpfl.algorithms.worst_case import LinearQuadraticOracle
+from worst_case import LinearQuadraticOracle
 from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.engine.sampling import ClientSampler
 

@@ -24,7 +24,7 @@ from scipy import stats
 from dpfl.accounting import accountants
 from dpfl.accounting import last_iterate as li
 from dpfl.algorithms import projected_noisy_sgd as pns
-from dpfl.algorithms.worst_case import LinearQuadraticOracle
+from worst_case import LinearQuadraticOracle
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData, ServerContext

@@ -37,7 +37,7 @@ import pytest
 import torch
 from scipy import stats
 
-from dpfl.accounting import exact as ex
+import exact as ex
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.algorithms.fedsgd_dpc import FedSGDDPCConfig, build_fedsgd_dpc
 from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig, build_joint_noise

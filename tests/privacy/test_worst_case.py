@@ -1,7 +1,7 @@
 """Worst-case instance tests: an accountant's claim must never be below the exact privacy of an instance it covers.
 
-The truth side is dpfl.accounting.exact (1-D Gaussian-mixture instances whose RDP is computed by quadrature and whose
-delta(eps) is a certified lower bound) and dpfl.algorithms.worst_case (the review's instance run through the
+The truth side is tests/helpers/exact.py (1-D Gaussian-mixture instances whose RDP is computed by quadrature and whose
+delta(eps) is a certified lower bound) and tests/helpers/worst_case.py (the review's instance run through the
 real LocalSGD code). The claims come from the per-observer API:
 
 * ``dpfl.accounting.events.ParticipationDpEvent(probability, event)``;
@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 from dp_accounting import NeighboringRelation, dp_event
 
-from dpfl.accounting import exact as ex
+import exact as ex
 from dpfl.accounting.events import ParticipationDpEvent
 from dpfl.accounting.observers import Cohort, Release, observer_events
-from dpfl.algorithms import worst_case as ei
+import worst_case as ei
 from dpfl.accounting.accountant import account
 from dpfl.accounting.rdp import rdp_curve
 from dpfl.errors import ConfigError

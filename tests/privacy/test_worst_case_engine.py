@@ -1,4 +1,4 @@
-"""The review's worst-case instance, run through the real LocalSGD.client_round (dpfl.algorithms.worst_case).
+"""The review's worst-case instance, run through the real LocalSGD.client_round (tests/helpers/worst_case.py).
 
 n = M = 20 clients, all in the cohort, s = 1, K = 50, sigma_g = 10, C = 1, eta_l = 0.01, one parameter. The owner
 has linear losses; every other client a quadratic loss that jumps its iterate back to the start point after each
@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from dpfl.algorithms import worst_case as ei
+import worst_case as ei
 
 ANALYTIC = {
     "fedavg": {"sum": 0.60193, "sum_minus_other": 0.60634, "owner": 0.70711},

@@ -14,7 +14,7 @@ import math
 import warnings
 
 import numpy as np
-from scipy import special
+from scipy import optimize, special
 
 from dpfl.errors import check_range
 
@@ -380,3 +380,38 @@ def isrl_alternate_spider_code_sigmas(
     n = 400, R = 25 with the code's batch K = 195; eps = 1, delta = 1e-5: tests/algorithms/test_isrl_spider_alt.py)."""
     return (_isrl_code_sigma(32.0, epsilon, delta, clip, rounds, n),
             _isrl_code_sigma(8.0, epsilon, delta, clip, rounds, n))
+
+
+# -- Gaussian differential privacy (Dong, Roth, Su 2019/2022): N(0, 1) against N(mu, 1) is mu-GDP, and K mu_k-GDP
+# mechanisms compose to sqrt(sum mu_k^2)-GDP (Cor. 3.3) ----------------------------------------------------------------
+def gdp_delta(mu: float, epsilon):
+    """delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) of mu-GDP (Dong, Roth, Su 2019, Cor. 2.13)."""
+    mu = check_range("mu", mu, 0)
+    eps = np.asarray(epsilon, dtype=float)
+    if mu == 0:
+        out = np.zeros_like(eps)
+    else:
+        # e^eps Phi(b) computed as exp(eps + log Phi(b)) to survive large eps
+        out = special.ndtr(-eps / mu + mu / 2) - np.exp(eps + special.log_ndtr(-eps / mu - mu / 2))
+        out = np.maximum(out, 0.0)
+    return float(out) if out.ndim == 0 else out
+
+
+def gdp_epsilon(mu: float, delta: float) -> float:
+    """The smallest epsilon >= 0 with mu-GDP (epsilon, delta)-DP: the inverse of ``gdp_delta`` in epsilon."""
+    mu = check_range("mu", mu, 0)
+    delta = check_range("delta", delta, 0, 1, low_open=True, high_open=True)
+    if gdp_delta(mu, 0.0) <= delta:
+        return 0.0
+    high = max(1.0, mu * mu / 2 + mu * 10)
+    while gdp_delta(mu, high) > delta:
+        high *= 2
+    return float(optimize.brentq(lambda e: gdp_delta(mu, e) - delta, 0.0, high, xtol=1e-14, rtol=1e-14))
+
+
+def gdp_rdp(mu: float, orders) -> np.ndarray:
+    """RDP of mu-GDP: a mu^2 / 2 (Mironov 2017, Prop. 7)."""
+    mu = check_range("mu", mu, 0)
+    return np.asarray(orders, dtype=float) * mu * mu / 2
+
+

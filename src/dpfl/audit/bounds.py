@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, stats
 
-from dpfl.accounting.exact import gdp_epsilon
+from dpfl.accounting.theory import gdp_epsilon
 
 
 def clopper_pearson(successes: int, trials: int, alpha: float = 0.05) -> tuple[float, float]:

@@ -51,7 +51,7 @@ from typing import Callable
 
 import numpy as np
 
-from dpfl.accounting.exact import gdp_epsilon
+from dpfl.accounting.theory import gdp_epsilon
 from dpfl.audit import bounds
 from dpfl.errors import ConfigError
 

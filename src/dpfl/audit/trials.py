@@ -1,6 +1,6 @@
 """Independent trials of R rounds of a run, batched as rows of the real ``client_round`` and ``server_update``.
 
-The pattern of ``dpfl.algorithms.worst_case``, extended over rounds: every trial keeps its own server state (a
+The pattern of ``tests/helpers/worst_case.py``, extended over rounds: every trial keeps its own server state (a
 leading trial axis: ``dpfl.engine.protocol`` lets an algorithm take one server state per row) and its own client
 states (one per (trial, client)); in round t every trial draws its own cohort with the run's client sampler (from its
 own seed, so client sampling is audited too; an algorithm whose release fixes the cohort schedule, ``Release.cohort``,

@@ -73,7 +73,7 @@ def _audit(args) -> None:
     from dpfl.cli.common import print_result
     from dpfl.errors import ConfigError
     from dpfl.experiments.config import load_config
-    from dpfl.experiments.runner import build_simulation
+    from dpfl.experiments.assembly import build_simulation
 
     if not 0 < args.confidence < 1:
         raise ConfigError("--confidence", args.confidence, "a number in (0, 1)")

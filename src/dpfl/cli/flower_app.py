@@ -32,20 +32,20 @@ def configure(commands) -> None:
 
 
 def _flower_app(args) -> None:
+    from dpfl.experiments.assembly import build_data
     from dpfl.experiments.config import load_config
-    from dpfl.experiments.runner import build_data, with_threads
-    from dpfl.experiments.validate import validate
+    from dpfl.experiments.resolved import resolve, with_threads
     from dpfl.flower.app_dir import write_flower_app
     from dpfl.flower.federation import Federation
 
     config = with_threads(load_config(args.config, args.overrides, args.unset))
-    validate(config)
+    resolve(config)  # its ranges, before any data is built
     if (args.classes is None) != (args.features is None):
         raise ConfigError("--classes" if args.classes is None else "--features", None,
                           "both --classes and --features (the federation's metadata), or neither (taken from the "
                           "config's data on this machine)")
     if args.classes is None:
-        federation, source = Federation.of_dataset(build_data(config)), "the config's data on this machine"
+        federation, source = Federation.of_dataset(build_data(config["data"])), "the config's data on this machine"
     else:
         federation, source = _given(config, args.classes, args.features), "--classes and --features"
     out = write_flower_app(args.config, config, args.out, federation, args.run_out, args.evaluation)

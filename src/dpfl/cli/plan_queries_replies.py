@@ -210,9 +210,9 @@ def _clients_per_round(config: dict | None, N: int) -> int | None:
     """The config's b: its cohort (algorithm.clients_per_round, default N, or client_rate x N), as a run draws it."""
     if config is None:
         return None
-    from dpfl.experiments.validate import cohort_sampling
+    from dpfl.experiments.resolved import RunConfig
 
-    return max(1, round(cohort_sampling(config, N)[0] * N))
+    return max(1, round(RunConfig.of(config).algorithm.cohort_sampling(N)[0] * N))
 
 
 def _check_strongly_convex(config: dict) -> None:
@@ -235,7 +235,8 @@ def _check_strongly_convex(config: dict) -> None:
 def _estimate(config: dict, args, estimate_mu: bool):
     import torch
 
-    from dpfl.experiments.runner import build_data, build_initial_model
+    from dpfl.experiments.assembly import build_data, build_initial_model
+    from dpfl.experiments.resolved import RunConfig
     from dpfl.planning.constants import estimate_constants
 
     def stage(text: str) -> None:
@@ -246,8 +247,8 @@ def _estimate(config: dict, args, estimate_mu: bool):
     torch.set_num_threads(config["run"]["threads"] or 1)
     try:
         stage("building the data")
-        dataset = build_data(config)
-        model = build_initial_model(config, dataset)
+        dataset = build_data(config["data"])
+        model = build_initial_model(RunConfig.of(config), dataset)
         return estimate_constants(dataset, model, config["algorithm"].get("weight_decay", 0.0), args.steps,
                                   args.max_iterations, estimate_mu, stage)
     finally:

@@ -23,7 +23,7 @@ def configure(commands) -> None:
 
 def _write_silos(args) -> None:
     from dpfl.experiments.config import load_config
-    from dpfl.experiments.runner import build_data
+    from dpfl.experiments.assembly import build_data
     from dpfl.flower.silo import write_silos
 
     out = Path(args.out)
@@ -33,7 +33,7 @@ def _write_silos(args) -> None:
         if out.exists() else []
     if foreign:
         raise ConfigError("--out", str(out), f"an empty directory or one holding only silo-*.npz files (found {foreign[:5]})")
-    dataset = build_data(load_config(args.config, args.overrides))
+    dataset = build_data(load_config(args.config, args.overrides)["data"])
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("silo-*.npz"):  # a previous, larger federation's files would be read as clients
         stale.unlink()

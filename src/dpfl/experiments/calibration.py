@@ -4,7 +4,7 @@ towards one observer, accounted exactly as the run will account it.
 A run's privacy depends on its config only through what each round declares before drawing noise: the algorithm's
 release (which depends on the data's counts: each client's record sampling), the boundary's view of it for each
 observer and the client sampler's participation (``engine.simulator.declare_round``); the run's ledger composes those
-with its accountant, delta, analysis, conversion and neighbouring relation (``experiments.runner.build_ledger``). This
+with its accountant, delta, analysis, conversion and neighbouring relation (``experiments.assembly.build_ledger``). This
 module builds the data once (it trains nothing), and for each trial builds the algorithm from the config with the
 trial's noise (or rounds), declares every round as the simulator does, and asks a fresh ledger of the run's settings
 what those rounds spend (``PrivacyLedger.epsilon_after``): one accounting path, the run's.
@@ -28,7 +28,8 @@ from dpfl.engine.boundary import Boundary
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.simulator import declare_round
 from dpfl.errors import NOISE_MULTIPLIERS, ConfigError, DpflError, check_range
-from dpfl.experiments import runner
+from dpfl.experiments import assembly
+from dpfl.experiments.resolved import PrivacyConfig, RunConfig
 
 #: Relative precision of a calibrated noise multiplier (as `dpfl calibrate gaussian`).
 NOISE_RTOL = 1e-4
@@ -65,12 +66,13 @@ class RunAccounting:
             raise ConfigError("privacy.epsilon", config["privacy"]["epsilon"],
                               f"None: privacy.epsilon is the target of an algorithm that sets its own noise, while "
                               f"calibrate run finds algorithm.{spec.noise_key} for --target-epsilon; drop it")
-        observers = boundary_of(config).observers
+        typed = RunConfig.of(config)
+        observers = boundary_of(typed.privacy).observers
         if observer not in observers:
             raise ConfigError("--observer", observer, f"one of {list(observers)} (the observers of privacy.boundary "
                                                       f"= {config['privacy']['boundary']!r})")
-        dataset = runner.build_data(config)
-        return cls(config, observer, spec.noise_key, dataset, runner.run_delta(config, dataset))
+        dataset = assembly.build_data(config["data"])
+        return cls(config, observer, spec.noise_key, dataset, assembly.run_delta(typed, dataset))
 
     @property
     def noise(self) -> float:
@@ -81,27 +83,27 @@ class RunAccounting:
     def rounds(self) -> int:
         return self.config["algorithm"]["rounds"]
 
-    def with_values(self, noise: float | None = None, rounds: int | None = None) -> dict:
+    def with_values(self, noise: float | None = None, rounds: int | None = None) -> RunConfig:
         """The config with the noise multiplier and the rounds replaced (None: the config's own)."""
         config = copy.deepcopy(self.config)
         if noise is not None:
             config["algorithm"][self.noise_key] = noise
         if rounds is not None:
             config["algorithm"]["rounds"] = rounds
-        return config
+        return RunConfig.of(config)
 
-    def declared(self, config: dict) -> tuple[object, list[dict]]:
+    def declared(self, config: RunConfig) -> tuple[object, list[dict]]:
         """The algorithm of a run of ``config`` and each observer's event of every round, declared as the simulator
         declares them (from the algorithm's initial state: no round is trained)."""
-        algorithm = runner.build_algorithm(config, self.dataset, self.delta)
-        boundary = boundary_of(config)
-        clients = runner.build_clients(config, self.dataset)
-        x0 = CohortGradients(runner.build_initial_model(config, self.dataset)).initial_params()
+        algorithm = assembly.build_algorithm(config, self.dataset, self.delta)
+        boundary = boundary_of(config.privacy)
+        clients = assembly.build_clients(config, self.dataset)
+        x0 = CohortGradients(assembly.build_initial_model(config, self.dataset)).initial_params()
         state = algorithm.init_state(x0, self.dataset.num_clients)
-        analysis = config["privacy"]["analysis"]
+        analysis = config.privacy.analysis
         counts = self.dataset.train.counts
         return algorithm, [declare_round(algorithm, boundary, clients, analysis, t, state, counts)[1]
-                           for t in range(config["algorithm"]["rounds"])]
+                           for t in range(config.algorithm.rounds)]
 
     def accounting(self, noise: float | None = None, rounds: int | None = None) -> tuple[float, dict]:
         """(epsilon towards the observer, the ledger's settings: delta, analysis, conversion, neighbouring and the
@@ -110,8 +112,7 @@ class RunAccounting:
         if key not in self._memo:
             config = self.with_values(noise, rounds)
             algorithm, events = self._declared_rounds(config, noise, rounds)
-            ledger = runner.build_ledger(config, boundary_of(config), self.delta, algorithm,
-                                         budget=False)
+            ledger = assembly.build_ledger(config, boundary_of(config.privacy), self.delta, algorithm, budget=False)
             epsilon = ledger.epsilon_after(events, [self.observer])[self.observer]
             self._memo[key] = epsilon, {
                 "delta": ledger.delta, "analysis": ledger.analysis, "conversion": ledger.conversion,
@@ -121,11 +122,11 @@ class RunAccounting:
     def epsilon(self, noise: float | None = None, rounds: int | None = None) -> float:
         return self.accounting(noise, rounds)[0]
 
-    def _declared_rounds(self, config: dict, noise: float | None, rounds: int | None) -> tuple[object, list[dict]]:
+    def _declared_rounds(self, config: RunConfig, noise: float | None,
+                         rounds: int | None) -> tuple[object, list[dict]]:
         """``declared``; when only the rounds vary and the release does not depend on them (the spec's
         release_keys), the first ``rounds`` rounds of the longest schedule declared so far."""
-        spec = registry.spec_of(config["algorithm"]["name"])
-        if noise is not None or rounds is None or "algorithm.rounds" in spec.release_keys:
+        if noise is not None or rounds is None or "algorithm.rounds" in config.algorithm.spec.release_keys:
             return self.declared(config)
         if self._schedule is None or len(self._schedule[1]) < rounds:
             self._schedule = self.declared(config)
@@ -133,10 +134,10 @@ class RunAccounting:
         return algorithm, events[:rounds]
 
 
-def boundary_of(config: dict) -> Boundary:
-    """The boundary the run accounts for (``runner.boundary_name``), and which models a third party sees
+def boundary_of(privacy: PrivacyConfig) -> Boundary:
+    """The boundary the run accounts for (``PrivacyConfig.accounted_boundary``), and which models a third party sees
     (privacy.release)."""
-    return Boundary(runner.boundary_name(config["privacy"]), released=config["privacy"]["release"])
+    return Boundary(privacy.accounted_boundary, released=privacy.release)
 
 
 def calibrate_noise(run: RunAccounting, target_epsilon: float, *, rtol: float = NOISE_RTOL,
@@ -185,7 +186,7 @@ def max_rounds(run: RunAccounting, target_epsilon: float, *,
 
     rounds = largest_integer(lambda r: epsilon_of(r) <= target_epsilon, max(1, run.rounds), max(1, run.rounds // 8),
                              target_epsilon)
-    fewest = 1 + runner.build_algorithm(run.config, run.dataset, run.delta).warm_rounds
+    fewest = 1 + assembly.build_algorithm(run.with_values(), run.dataset, run.delta).warm_rounds
     if rounds < fewest:
         why = f" (its first {fewest - 1} are warm-start rounds)" if fewest > 1 else ""
         raise ConfigError("--target-epsilon", target_epsilon,

@@ -17,7 +17,7 @@ from dpfl.accounting.observers import OTHER_SILO
 from dpfl.engine.sampling import ClientSampler
 from dpfl.errors import ConfigWarning
 
-#: The rule of the default delta (``runner.default_delta``), as the docs and warnings state it.
+#: The rule of the default delta (``assembly.default_delta``), as the docs and warnings state it.
 DELTA_RULE = "the largest power of ten at most 1/(10 N), N the training records"
 
 

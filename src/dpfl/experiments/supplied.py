@@ -7,7 +7,7 @@ federated by the config's [data] keys exactly as an npz file's arrays are, ``fil
 and the config, never the module (except its number of parameters, for an algorithm whose noise depends on it).
 
 ``Supplied.fingerprint`` is the config's ``supplied`` section. It is part of the release config
-(``runner.release_hash``), so run.json records it and a resume refuses another module, loss or data, naming the key
+(``run_directory.release_hash``), so run.json records it and a resume refuses another module, loss or data, naming the key
 that differs: the module's class, its architecture (its repr and every parameter's and buffer's name, shape and
 type), its initial parameters (they decide every round's release, as run.seed does for a built-in model), the loss
 (its name, and a digest of its source or settings) and the records (sha256 of the arrays, or of the data set's
@@ -109,12 +109,12 @@ class Supplied:
         if isinstance(self.data, FederatedDataset):
             _check_unused_data_keys(config["data"])
 
-    def dataset(self, config: dict) -> FederatedDataset:
+    def dataset(self, data_cfg: Mapping) -> FederatedDataset:
         """The supplied records as a federated data set: a FederatedDataset as it is; arrays partitioned, split and
-        preprocessed by the config's [data] keys exactly as an npz file's arrays (``sources.build_dataset``)."""
+        preprocessed by the config's [data] keys (``data_cfg``) exactly as an npz file's arrays
+        (``sources.build_dataset``)."""
         if isinstance(self.data, FederatedDataset):
             return self.data
-        data_cfg = config["data"]
         source = {"name": ARRAYS, "format": "arrays", "arrays": sorted(self.data),
                   "num_records": int(len(self.data["y"])), "sha256": self.fingerprint["data_sha256"]}
         return rescale(federate_arrays(

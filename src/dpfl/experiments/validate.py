@@ -11,14 +11,17 @@ data's own keys are checked by ``dpfl.data.build_dataset`` before it generates o
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
 from dpfl.accounting.ledger import PrivacyLedger
-from dpfl.accounting.observers import THIRD_PARTY
 from dpfl.algorithms import registry
 from dpfl.engine.boundary import Boundary
 from dpfl.engine.sampling import ClientSampler
 from dpfl.errors import ConfigError, check_range, check_target_epsilon
 from dpfl.models import check_model_keys
+
+if TYPE_CHECKING:
+    from dpfl.experiments.resolved import RunConfig
 
 #: A stand-in for privacy.delta when it is left to its data-dependent default: only the other ledger keys are checked.
 _DELTA_STAND_IN = 0.5
@@ -28,54 +31,42 @@ _DELTA_STAND_IN = 0.5
 MAX_DELTA = 0.1
 
 
-def validate(config: dict) -> None:
-    """Raises ConfigError for the first value of ``config`` (loaded by ``dpfl.experiments.config``) out of its range,
-    without building any data."""
-    data_cfg, model_cfg, algo_cfg = config["data"], config["model"], config["algorithm"]
-    privacy_cfg, run_cfg = config["privacy"], config["run"]
-    for key in ("eval_every", "checkpoint_every", "memory_mb"):
-        check_range(f"run.{key}", run_cfg[key], 1, integer=True)
-    if run_cfg["threads"] is not None:
-        check_range("run.threads", run_cfg["threads"], 1, integer=True)
-    check_range("run.seed", run_cfg["seed"], 0, integer=True)
-    if run_cfg["noise_seed"] is not None:
-        check_range("run.noise_seed", run_cfg["noise_seed"], 0, integer=True)
-    rounds = check_range("algorithm.rounds", algo_cfg["rounds"], 1, integer=True)
-    if privacy_cfg["epsilon"] is not None:
-        check_target_epsilon("privacy.epsilon", privacy_cfg["epsilon"])
-    delta = privacy_cfg["delta"]
+def validate(config: RunConfig) -> None:
+    """Raises ConfigError for the first value of ``config`` (``resolved.RunConfig``, of a config loaded by
+    ``dpfl.experiments.config``) out of its range, without building any data."""
+    algorithm, privacy, run = config.algorithm, config.privacy, config.run
+    for key, value in (("eval_every", run.eval_every), ("checkpoint_every", run.checkpoint_every),
+                       ("memory_mb", run.memory_mb)):
+        check_range(f"run.{key}", value, 1, integer=True)
+    if run.threads is not None:
+        check_range("run.threads", run.threads, 1, integer=True)
+    check_range("run.seed", run.seed, 0, integer=True)
+    if run.noise_seed is not None:
+        check_range("run.noise_seed", run.noise_seed, 0, integer=True)
+    rounds = check_range("algorithm.rounds", algorithm.rounds, 1, integer=True)
+    if privacy.epsilon is not None:
+        check_target_epsilon("privacy.epsilon", privacy.epsilon)
+    delta = privacy.delta
     if delta is not None and check_range("privacy.delta", delta, 0.0, 1.0, low_open=True, high_open=True) >= MAX_DELTA:
         raise ConfigError("privacy.delta", delta, f"a number in (0, {MAX_DELTA:g}): delta is the probability that the "
                                                   "epsilon guarantee fails outright, meant to be well below 1 / N "
                                                   "(N training records; the default is 1 / N)")
-    num_clients = data_cfg["num_clients"]
-    spec = registry.spec_of(algo_cfg["name"])
-    section = spec.section(algo_cfg)
+    num_clients = config.data["num_clients"]
     if num_clients is not None:  # None (data with its own clients): the sampler is checked once the data is built
         check_range("data.num_clients", num_clients, 1, integer=True)
-        ClientSampler(num_clients, *cohort_sampling(config, num_clients))
-        spec.check_rounds(section, num_clients, rounds, algo_cfg["name"])
-    boundary = Boundary(privacy_cfg["boundary"], released=privacy_cfg["release"], shuffle=privacy_cfg["shuffler"])
+        ClientSampler(num_clients, *algorithm.cohort_sampling(num_clients))
+        algorithm.check_rounds(num_clients)
+    boundary = Boundary(privacy.boundary, released=privacy.release, shuffle=privacy.shuffler)
     # a family that sizes its cohort or calibrates its noise from the data is built (and checked) on the data
-    if spec.cohort is None and spec.noise_key is not None:
-        algorithm = spec.build(algo_cfg["name"], section, registry.Setting(
-            client_rate=algo_cfg["client_rate"], client_sampling=algo_cfg["client_sampling"],
-            num_clients=num_clients, rounds=rounds, delta=privacy_cfg["delta"],
-            epsilon=privacy_cfg["epsilon"], seed=run_cfg["seed"], analysis=privacy_cfg["analysis"]))
-        check_warm_rounds(config, algorithm)
-        delta = _DELTA_STAND_IN if privacy_cfg["delta"] is None else privacy_cfg["delta"]
-        PrivacyLedger(boundary.observers, delta, budget_of(privacy_cfg["budget"]), privacy_cfg["conversion"],
-                      privacy_cfg["analysis"], algorithm.neighboring)
-    check_model_keys(model_cfg["name"], **{k: v for k, v in model_cfg.items() if k not in ("name", "bias")})
-
-
-def cohort_sampling(config: dict, num_clients: int) -> tuple[float, str]:
-    """(client rate, scheme): algorithm.client_rate and client_sampling, or the family's own cohort keys."""
-    algo_cfg = config["algorithm"]
-    spec = registry.spec_of(algo_cfg["name"])
-    if spec.cohort is None:
-        return algo_cfg["client_rate"], algo_cfg["client_sampling"]
-    return spec.client_sampling(spec.section(algo_cfg), num_clients)
+    if algorithm.spec.cohort is None and algorithm.spec.noise_key is not None:
+        built = algorithm.build(registry.Setting(
+            client_rate=algorithm.client_rate, client_sampling=algorithm.client_sampling, num_clients=num_clients,
+            rounds=rounds, delta=privacy.delta, epsilon=privacy.epsilon, seed=run.seed, analysis=privacy.analysis))
+        check_warm_rounds(config.raw, built)
+        delta = _DELTA_STAND_IN if privacy.delta is None else privacy.delta
+        PrivacyLedger(boundary.observers, delta, privacy.budgets, privacy.conversion, privacy.analysis,
+                      built.neighboring)
+    check_model_keys(config.model.name, **{k: v for k, v in config.model.options.items() if k != "bias"})
 
 
 def check_warm_rounds(config: dict, algorithm) -> None:
@@ -88,11 +79,4 @@ def check_warm_rounds(config: dict, algorithm) -> None:
                           f"{config['algorithm']['name']}")
 
 
-def budget_of(budget) -> dict | None:
-    """privacy.budget as {observer: epsilon}: a number is the third party's budget."""
-    if budget is None or isinstance(budget, dict):
-        return budget
-    return {THIRD_PARTY: budget}
-
-
-__all__ = ["validate", "cohort_sampling", "check_warm_rounds", "budget_of"]
+__all__ = ["validate", "check_warm_rounds"]

@@ -37,7 +37,9 @@ from dpfl.algorithms import registry
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.errors import ConfigError
-from dpfl.experiments.runner import build_boundary, release_hash
+from dpfl.experiments.assembly import build_boundary
+from dpfl.experiments.resolved import RunConfig
+from dpfl.experiments.run_directory import release_hash
 from dpfl.flower import records, secure_sum
 from dpfl.flower.federation import check_silo
 from dpfl.flower.secagg_policy import SecAggPolicy, node_identity
@@ -120,7 +122,7 @@ def train(msg: Message, context: Context, run_config: dict | None = None) -> Mes
     out = algorithm.client_round(t, server, rows, data, ClientContext(grads, key, t, ids))
     if bool(job["secure"]):  # privacy.secure_aggregation: the messages stay here, encoded, for the protocol
         counts = torch.tensor(json.loads(str(job["setting"]))["train_counts"])
-        secure = build_boundary(config["privacy"], algorithm, counts).secure
+        secure = build_boundary(RunConfig.of(config).privacy, algorithm, counts).secure
         defaults = SecAggPolicy.of_release(secure, json.loads(str(job["setting"])))
         sent = {secure_sum.LAYOUT: secure_sum.keep_input(context, secure, out.messages, client, key, t,
                                                          int(job["cohort"]), release_hash(config), str(job["run"]),

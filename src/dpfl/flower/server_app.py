@@ -30,7 +30,10 @@ from flwr.serverapp import Grid, ServerApp
 from dpfl.data import FederatedDataset
 from dpfl.engine.protocol import ClientOutput
 from dpfl.errors import ConfigError, DpflError
-from dpfl.experiments.runner import build_setting, release_hash, run_experiment
+from dpfl.experiments.assembly import build_setting
+from dpfl.experiments.resolved import RunConfig
+from dpfl.experiments.run_directory import release_hash
+from dpfl.experiments.runner import run_experiment
 from dpfl.flower import evaluation, records, secure_sum
 from dpfl.flower.app_dir import check_enforced
 from dpfl.flower.federation import Federation, with_counts
@@ -48,12 +51,13 @@ class FlowerCohort:
         self.node_of: dict[int, int] | None = None
         self.identities: dict[int, VerifyingKey] = {}  # client -> its node's secure aggregation key (if it has one)
 
-    def bind(self, config: dict, dataset: FederatedDataset, delta: float) -> "FlowerCohort":
+    def bind(self, config: RunConfig, dataset: FederatedDataset, delta: float) -> "FlowerCohort":
         """This cohort for the run ``config`` builds (``run_experiment``'s ``workers``): the job every train message
         carries (the config and the algorithm's ``registry.Setting``)."""
         setting = build_setting(config, dataset, delta)  # without the server's noise key (secret: None)
-        self.job = {"config": json.dumps(config, sort_keys=True), "setting": json.dumps(dataclasses.asdict(setting))}
-        self.release = release_hash(config)
+        self.job = {"config": json.dumps(config.raw, sort_keys=True),
+                    "setting": json.dumps(dataclasses.asdict(setting))}
+        self.release = release_hash(config.raw, config.algorithm.spec)
         return self
 
     def connect(self) -> list[int]:

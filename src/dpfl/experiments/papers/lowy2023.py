@@ -54,8 +54,8 @@ from pathlib import Path
 import torch
 
 from dpfl.algorithms import registry
+from dpfl.experiments.assembly import build_data, build_simulation
 from dpfl.experiments.config import load_config
-from dpfl.experiments.runner import build_data, build_simulation
 
 EPSILONS = (0.75, 1.0, 1.5, 3.0, 6.0, 12.0, 18.0)
 NO_NOISE_EPSILON = 1e6  # a private algorithm's "non-private version" where dpfl has no name for it
@@ -117,7 +117,7 @@ class Setup:
 
     def delta(self) -> float:
         """1 / n^2, n the smallest silo's training records."""
-        n = int(build_data(load_config(None, self.overrides())).train.counts.min())
+        n = int(build_data(load_config(None, self.overrides())["data"]).train.counts.min())
         return 1.0 / n ** 2
 
 

@@ -44,8 +44,9 @@ from pathlib import Path
 
 import torch
 
+from dpfl.experiments.assembly import build_data, build_initial_model, build_simulation
 from dpfl.experiments.config import load_config
-from dpfl.experiments.runner import build_data, build_initial_model, build_simulation
+from dpfl.experiments.resolved import RunConfig
 from dpfl.planning.constants import NONPRIVATE_NOTE, Estimates, estimate_constants
 from dpfl.planning.queries_replies import Constants, Plan, effective_c2, plan
 
@@ -91,8 +92,8 @@ class Point:
 def estimate(setup: Setup) -> Estimates:
     """The constants of Theorems 3-4 for this setting, from the training data WITHOUT privacy."""
     config = load_config(None, setup.overrides())
-    dataset = build_data(config)
-    return estimate_constants(dataset, build_initial_model(config, dataset), setup.weight_decay)
+    dataset = build_data(config["data"])
+    return estimate_constants(dataset, build_initial_model(RunConfig.of(config), dataset), setup.weight_decay)
 
 
 def constants(est: Estimates, setup: Setup, mechanism: str, epsilon: float, rounds: int = 0) -> Constants:

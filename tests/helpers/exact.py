@@ -1,4 +1,5 @@
-"""Exact privacy of small instances: the ground truth that worst-case tests hold accountants to.
+"""Exact privacy of small instances: the ground truth that worst-case tests hold accountants to (a test oracle: it
+lives with the tests, not in the installed package; the Gaussian DP closed forms it uses are ``dpfl.accounting.theory``).
 
 An accountant's claim (an RDP curve, or epsilon at a delta) is sound only if it is never below the privacy of any
 instance the algorithm can meet. This module computes that privacy *exactly* for instances whose view reduces to a
@@ -94,8 +95,9 @@ import functools
 import math
 
 import numpy as np
-from scipy import optimize, signal, special, stats
+from scipy import signal, special, stats
 
+from dpfl.accounting.theory import gdp_delta, gdp_epsilon, gdp_rdp
 from dpfl.errors import ConfigError, check_range
 
 #: Default grid step of discretised privacy losses (see the module docstring).
@@ -469,37 +471,6 @@ def gaussian_mixture_delta(weights_p, means_p, weights_q, means_q, sigma, epsilo
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Gaussian differential privacy
-
-
-def gdp_delta(mu: float, epsilon):
-    """delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) of mu-GDP (Dong, Roth, Su 2019, Cor. 2.13)."""
-    mu = check_range("mu", mu, 0)
-    eps = np.asarray(epsilon, dtype=float)
-    if mu == 0:
-        out = np.zeros_like(eps)
-    else:
-        # e^eps Phi(b) computed as exp(eps + log Phi(b)) to survive large eps
-        out = special.ndtr(-eps / mu + mu / 2) - np.exp(eps + special.log_ndtr(-eps / mu - mu / 2))
-        out = np.maximum(out, 0.0)
-    return float(out) if out.ndim == 0 else out
-
-
-def gdp_epsilon(mu: float, delta: float) -> float:
-    """The smallest epsilon >= 0 with mu-GDP (epsilon, delta)-DP: the inverse of ``gdp_delta`` in epsilon."""
-    mu = check_range("mu", mu, 0)
-    delta = check_range("delta", delta, 0, 1, low_open=True, high_open=True)
-    if gdp_delta(mu, 0.0) <= delta:
-        return 0.0
-    high = max(1.0, mu * mu / 2 + mu * 10)
-    while gdp_delta(mu, high) > delta:
-        high *= 2
-    return float(optimize.brentq(lambda e: gdp_delta(mu, e) - delta, 0.0, high, xtol=1e-14, rtol=1e-14))
-
-
-def gdp_rdp(mu: float, orders) -> np.ndarray:
-    """RDP of mu-GDP: a mu^2 / 2 (Mironov 2017, Prop. 7)."""
-    mu = check_range("mu", mu, 0)
-    return _orders(orders) * mu * mu / 2
 
 
 # ---------------------------------------------------------------------------------------------------------------------
