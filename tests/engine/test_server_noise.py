@@ -12,6 +12,7 @@ import torch
 from dp_accounting import dp_event
 
 from dpfl.accounting.events import ParticipationDpEvent
+from dpfl.audit.trials import World, run_world
 from dpfl.accounting.observers import OTHER_SILO, SERVER, THIRD_PARTY, Cohort, Release, observer_events
 from dpfl.engine import randomness
 from dpfl.engine.boundary import Delivery
@@ -160,3 +161,25 @@ def test_a_resumed_run_replays_the_server_noise(central, tmp_path):
     other_key = simulation("run.checkpoint_every=2", noise_key=first.seed + 1)
     other_key.run(4)
     assert not torch.equal(other_key.model, reference.model)
+
+
+@pytest.mark.parametrize("declared", [None, ()], ids=["as declared", "undeclared"])
+def test_the_audits_trials_give_each_trial_its_own_server_noise_and_check_it(central, declared):
+    """The audit's independent trials (rows of the server state): trial k's server draws from stream (key, round,
+    row id index * trials + k, "server_noise"), as the twin without server noise shows; a draw other than declared
+    stops the trials as it stops a round."""
+    noisy = simulation("algorithm.client_rate=1.0")
+    plain = simulation("algorithm.client_rate=1.0", "algorithm.noise_multiplier=0.0", noise_key=noisy.seed)
+    if declared is not None:
+        noisy.algorithm = Declaring(noisy.algorithm, declared)
+        with pytest.raises(DpflError, match="drawn by the server"):
+            run_world(noisy, World(noisy.train.x, noisy.train.y, noisy.grads), 1, 3, 1, lambda view: None)
+        return
+    with_noise, without = (run_world(sim, World(sim.train.x, sim.train.y, sim.grads), 1, 3, 1, lambda view: None)["x"]
+                           for sim in (noisy, plain))
+    alg = noisy.algorithm
+    normals = (without - with_noise) * 6 / (alg.lr * alg.mechanism.noise_multiplier * alg.sensitivity)
+    expected = torch.stack([torch.randn(normals.shape[1:], generator=randomness.generator(noisy.seed, 0, 3 + k,
+                                                                                           "server_noise"))
+                            for k in range(3)])
+    assert torch.allclose(normals, expected, atol=1e-4)
