@@ -85,6 +85,8 @@ def test_server_streams_are_the_servers_own_continue_across_draws_and_give_each_
         assert not torch.equal(first, torch.randn(4, generator=randomness.generator(7, 0, randomness.SERVER, purpose)))
     with pytest.raises(ValueError, match="not a server step's stream"):
         ctx.streams("shuffle")
+    with pytest.raises(ValueError, match="the server step's stream, not a client's"):  # audit rows share client ids
+        randomness.ClientStreams(7, 0, [0], "server_noise")
     rows = ServerContext(seed=7, round=0, stream_ids=torch.tensor([0, 1])).streams().normal((4,))
     assert rows.shape == (2, 4) and not torch.equal(rows[0], rows[1])
     assert torch.equal(rows[1], torch.randn(4, generator=randomness.generator(7, 0, 1, "server_noise")))

@@ -160,11 +160,11 @@ class Algorithm(ABC):
     fine: these defaults are class attributes, not dataclass fields) and overrides what it needs."""
 
     #: the record-level relation the release is accounted under ("replace_one", "zero_out" or "add_remove"); no
-    #: default. Read by the ledger (``runner.build_ledger``) and the audit (the canary's neighbour).
+    #: default. Read by the ledger (``assembly.build_ledger``) and the audit (the canary's neighbour).
     neighboring: str
 
     #: the ledger's accountant: one name for every observer, {observer: name} for some (``PrivacyLedger``'s
-    #: ``accountant``); None: the analysis's default. Read by ``runner.build_ledger``.
+    #: ``accountant``); None: the analysis's default. Read by ``assembly.build_ledger``.
     accountant: str | dict[str, str] | None = None
     #: what two neighbouring data sets differ in (``dpfl.accounting.units``): results.json's privacy.unit, and the
     #: size of the audit's canary (``dpfl.audit.runs.user_level``).
@@ -176,7 +176,7 @@ class Algorithm(ABC):
     #: (``validate.check_warm_rounds``, the fewest rounds ``calibration`` considers).
     warm_rounds: int = 0
     #: t, the fewest clients whose messages secure aggregation must sum (its threshold); None: the whole cohort.
-    #: Read by ``runner.build_boundary`` with ``privacy.secure_aggregation``.
+    #: Read by ``assembly.build_boundary`` with ``privacy.secure_aggregation``.
     min_clients: int | None = None
     #: (f1, eta) of a server prox step on a composite objective F0 + f1: the simulator reports the squared norm of
     #: the gradient mapping at each evaluation (``Simulation.gradient_mapping``); None: no prox step.
@@ -203,7 +203,7 @@ class Algorithm(ABC):
 
     def message_bound(self, counts: torch.Tensor) -> dict[str, float] | None:
         """{message: a bound on each coordinate's magnitude} that secure aggregation encodes into its ring
-        (``dpfl.engine.secure_sum``); None: the messages are unbounded, and ``runner.build_boundary`` refuses
+        (``dpfl.engine.secure_sum``); None: the messages are unbounded, and ``assembly.build_boundary`` refuses
         ``privacy.secure_aggregation``."""
         return None
 

@@ -52,6 +52,8 @@ class ClientStreams:
     """The streams of one purpose for a cohort's clients in one round."""
 
     def __init__(self, seed: int, round_index: int, clients: Sequence[int] | torch.Tensor, purpose: str):
+        if purpose in SERVER_PURPOSES:  # the audit's server rows are numbered like clients: never share a stream
+            raise ValueError(f"purpose = {purpose!r} is the server step's stream, not a client's")
         ids = clients.tolist() if isinstance(clients, torch.Tensor) else list(clients)
         self.generators = [generator(seed, round_index, c, purpose) for c in ids]
 

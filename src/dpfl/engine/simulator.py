@@ -184,9 +184,9 @@ class Simulation:
             for name, rows in out.state.items():
                 self.state.clients[name][ids] = rows
         delivered = self.boundary.collect(messages, self.train.num_clients, self.seed, t, cohort)
-        server = ServerContext(self.seed, t)
-        updated = self.algorithm.server_update(t, self.state.server, delivered, server)
-        check_drawn(t + 1, server.events, [noise_of(e) for e in release.server_events], " by the server")
+        server_ctx = ServerContext(self.seed, t)
+        updated = self.algorithm.server_update(t, self.state.server, delivered, server_ctx)
+        check_drawn(t + 1, server_ctx.events, [noise_of(e) for e in release.server_events], " by the server")
         self.state.server = updated
         self.next_round = t + 1
         if not bool(torch.isfinite(self.model).all()):
