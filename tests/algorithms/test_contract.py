@@ -99,7 +99,7 @@ def simulation(name: str, *extra: str, out=None, noise_key=None, **algorithm):
 def horizon(sim) -> int:
     """Rounds that reach past any warm-up by 4 rounds (4 for an algorithm without one; the tiny run's 6 clients
     allow a one-pass family at least 4 rounds at its default cohort)."""
-    return getattr(sim.algorithm, "warm_rounds", 0) + 4
+    return sim.algorithm.warm_rounds + 4
 
 
 class Wrapped:
@@ -119,7 +119,7 @@ class Wrapped:
 def declared_noise(sim, t: int) -> list:
     """The noise of each declared draw of round t (the record sampling around it stripped)."""
     events = []
-    for event in sim.algorithm.release(t, sim.state, sim.train).step_events:
+    for event in sim.algorithm.release(t, sim.state, sim.train.counts).step_events:
         while isinstance(event, (dp_event.SampledWithoutReplacementDpEvent, dp_event.PoissonSampledDpEvent)):
             event = event.event
         events.append(event)
@@ -403,6 +403,15 @@ def test_the_engine_source_never_names_dpfl_algorithms():
         assert not [m for m in _imports(path) if m.startswith("dpfl.algorithms")], path.name
 
 
+def test_no_member_of_an_algorithm_is_looked_up_by_name():
+    """Every member the engine, the runner and the audit read has its typed default on ``protocol.Algorithm``: none
+    is read with getattr or hasattr (where a misspelt member silently falls back to a default)."""
+    lookup = re.compile(r"\b(getattr|hasattr)\(\s*[\w.]*algorithm\s*,\s*[\"']")
+    found = [f"{path.relative_to(SRC)}: {m.group(0)}" for path in sorted((SRC / "dpfl").rglob("*.py"))
+             for m in lookup.finditer(_code(path))]
+    assert found == []
+
+
 def _imports(path: Path) -> set[str]:
     """The dpfl modules ``path`` imports (anywhere in it, lazily too)."""
     found = set()
@@ -511,7 +520,7 @@ def test_poisson_record_sampling_runs_and_is_accounted_add_remove_with_pld(name)
     assert len(history) == 1 and len(set(sizes)) > 1  # the batches really are Poisson: their sizes vary
     assert not torch.equal(sim.model, x0)
     assert all(isinstance(e, dp_event.PoissonSampledDpEvent)
-               for e in sim.algorithm.release(2, sim.state, sim.train).step_events)
+               for e in sim.algorithm.release(2, sim.state, sim.train.counts).step_events)
     assert set(sim.ledger.accountants().values()) == {"pld"}
     for observer, eps in history[-1].epsilon.items():
         assert eps is not None and math.isfinite(eps) and eps > 0, observer

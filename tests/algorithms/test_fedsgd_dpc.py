@@ -78,7 +78,7 @@ def ledger_epsilon(alg, observer: str, delta: float, boundary="plain") -> float:
     counts = torch.tensor(setting().train_counts)
     ledger = PrivacyLedger((observer,), delta, accountant=alg.accountant)
     for t in range(len(alg.schedule.charged)):
-        release = alg.release(t, None, type("T", (), {"counts": counts})())
+        release = alg.release(t, None, counts)
         ledger.record(t, {observer: observer_events(release, release.cohort, boundary)[observer]})
     return ledger.epsilon()[observer]
 
@@ -126,7 +126,7 @@ def test_gaussian_claims_are_never_below_the_measured_mechanisms():
 
 def test_the_gaussian_noise_is_the_smallest_that_meets_the_budget():
     alg = build(FedSGDDPCConfig(mechanism="gaussian", sample_rate=0.5), rounds=8, epsilon=1.5)
-    event = alg.release(0, None, type("T", (), {"counts": torch.full((4,), 10)})()).step_events[0]
+    event = alg.release(0, None, torch.full((4,), 10)).step_events[0]
     assert isinstance(event, dp_event.SampledWithoutReplacementDpEvent) and (event.source_dataset_size,
                                                                              event.sample_size) == (10, 5)
 

@@ -24,6 +24,7 @@ from dpfl.engine.sampling import RecordSampler
 from dpfl.errors import ConfigError, DpflError
 from dpfl.experiments.config import load_config
 from dpfl.experiments.runner import build_simulation
+from dpfl.engine.protocol import ServerContext
 
 DELTA = 1e-5
 
@@ -57,7 +58,7 @@ def test_baselines_compose_every_draw_and_stay_below_the_closed_form(name, draws
     accountant.compose(RecordSampler(0.5).event(dp_event.GaussianDpEvent(z), counts), draws)
     assert accountant.get_epsilon(DELTA) == pytest.approx(1.0, rel=1e-3)
     assert z < zcdp_noise_multiplier(1.0, DELTA, draws)
-    release = alg.release(0, None, type("Train", (), {"counts": counts})())
+    release = alg.release(0, None, counts)
     assert len(release.step_events) == draws // 5 and not any(release.additive)
 
 
@@ -80,7 +81,7 @@ def test_disjoint_batches_cover_each_record_once():
 def test_the_server_takes_the_prox_of_the_averaged_step():
     alg = build("isrl-prox-sgd", regularizer="l1", reg_strength=2.0, lr=0.1)
     delivered = Delivery({"dy": torch.tensor([0.3, -0.05])}, count=2, population=3)
-    x = alg.server_update(0, {"x": torch.tensor([1.0, 0.0])}, delivered)["x"]
+    x = alg.server_update(0, {"x": torch.tensor([1.0, 0.0])}, delivered, ServerContext(0, 0))["x"]
     # prox_{0.1 * 2 |.|}(x + mean dy) = soft([1.15, -0.025], 0.2)
     assert x.tolist() == pytest.approx([0.95, 0.0])
 

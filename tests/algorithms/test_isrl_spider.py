@@ -40,12 +40,11 @@ def test_both_streams_are_declared_and_their_composition_meets_the_budget():
     z1, z2 = alg.checkpoint.noise_multiplier, alg.difference.noise_multiplier
     assert z2 == pytest.approx(z1 * math.sqrt(7 / 3))  # equal zCDP halves
     counts = torch.tensor(COUNTS)
-    train = type("Train", (), {"counts": counts})()
     sampler = RecordSampler(0.5)
-    declared = [alg.release(r, None, train).step_events for r in range(10)]
+    declared = [alg.release(r, None, counts).step_events for r in range(10)]
     assert declared == [(sampler.event(dp_event.GaussianDpEvent(z1 if r % 4 == 0 else z2), counts),)
                         for r in range(10)]
-    assert not any(alg.release(1, None, train).additive)  # ISRL-DP: no other silo's noise credited
+    assert not any(alg.release(1, None, counts).additive)  # ISRL-DP: no other silo's noise credited
     accountant = accountants.make("tightest", NEIGHBORING["replace_one"])
     for events in declared:
         accountant.compose(events[0])
@@ -76,8 +75,8 @@ class OneStream:
     def __getattr__(self, name):
         return getattr(self._inner, name)
 
-    def release(self, round_index, state, train):
-        return dataclasses.replace(self._inner.release(0, state, train))
+    def release(self, round_index, state, counts):
+        return dataclasses.replace(self._inner.release(0, state, counts))
 
 
 def test_a_declaration_that_leaves_the_difference_stream_out_is_caught():
@@ -93,7 +92,7 @@ def test_an_undeclared_draw_is_caught():
     inner = sim.algorithm
 
     class Silent(OneStream):
-        def release(self, round_index, state, train):
+        def release(self, round_index, state, counts):
             return Release((), ())
 
     sim.algorithm = Silent(inner)

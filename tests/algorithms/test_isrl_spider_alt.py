@@ -23,7 +23,7 @@ from dpfl.algorithms.registry import Setting
 from worst_case import LinearQuadraticOracle
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import GaussianMechanism
-from dpfl.engine.protocol import ClientContext, ClientData
+from dpfl.engine.protocol import ClientContext, ClientData, ServerContext
 from dpfl.engine.randomness import ClientStreams
 from dpfl.engine.sampling import RecordSampler
 
@@ -54,7 +54,7 @@ def communicate(alg, oracle, data: ClientData, rounds: int):
     for t in range(rounds):
         out = alg.client_round(t, server, {}, data, ClientContext(oracle, 0, t, ids))
         sums = {name: value.sum(0) for name, value in out.messages.items()}
-        server = alg.server_update(t, server, Delivery(sums, ids.numel(), ids.numel()))
+        server = alg.server_update(t, server, Delivery(sums, ids.numel(), ids.numel()), ServerContext(0, t))
         states.append(server)
     return states
 
@@ -116,9 +116,8 @@ def test_one_multiplier_for_both_streams_composed_over_every_round():
     z = alg.checkpoint.noise_multiplier
     assert alg.difference.noise_multiplier == z and alg.period == 2
     counts = torch.tensor(COUNTS)
-    train = type("Train", (), {"counts": counts})()
     event = RecordSampler(0.5).event(dp_event.GaussianDpEvent(z), counts)
-    declared = [alg.release(t, None, train) for t in range(9)]
+    declared = [alg.release(t, None, counts) for t in range(9)]
     assert [r.step_events for r in declared] == [(event,)] * 9 and not any(a for r in declared for a in r.additive)
     accountant = accountants.make("tightest", NEIGHBORING["replace_one"])
     accountant.compose(event, 9)

@@ -22,7 +22,7 @@ from worst_case import LinearQuadraticOracle
 from dpfl.cli import main
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import GaussianMechanism
-from dpfl.engine.protocol import ClientContext, ClientData
+from dpfl.engine.protocol import ClientContext, ClientData, ServerContext
 from dpfl.engine.randomness import ClientStreams
 from dpfl.engine.sampling import RecordSampler
 from dpfl.errors import ConfigError, DpflError
@@ -107,7 +107,8 @@ def test_without_noise_it_is_the_proximal_svrg_recursion_with_restarts():
         reference.append(w)
 
         out = alg.client_round(r, server, {}, data, ClientContext(oracle, 0, r, ids))
-        server = alg.server_update(r, server, Delivery({"h": out.messages["h"].sum(0)}, 2, 2))
+        server = alg.server_update(r, server, Delivery({"h": out.messages["h"].sum(0)}, 2, 2),
+                                   ServerContext(0, r))
         trajectory.append(server["x"])
     assert torch.stack(trajectory).flatten().tolist() == pytest.approx(torch.stack(reference).flatten().tolist(),
                                                                        abs=1e-12)
@@ -142,8 +143,7 @@ def test_both_streams_are_declared_composed_and_below_the_papers_closed_form():
     alg = build(rounds=12, period=4, restarts=2, counts=(100, 120), sample_rate=0.2)
     z = alg.checkpoint.noise_multiplier
     assert alg.difference.noise_multiplier == z  # one noise multiplier, in units of each stream's sensitivity
-    train = type("Train", (), {"counts": counts})()
-    releases = [alg.release(r, None, train) for r in range(12)]
+    releases = [alg.release(r, None, counts) for r in range(12)]
     inner = RecordSampler(0.2).event(dp_event.GaussianDpEvent(z), counts)
     snapshots = [0, 4, 6, 10]  # runs of 6 rounds, Q = 4
     assert [rel.step_events for rel in releases] == [

@@ -29,11 +29,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 logging.getLogger("absl").setLevel(logging.ERROR)  # dp_accounting's fractional-order warnings
 
 
-class Train:
-    def __init__(self, counts):
-        self.counts = torch.as_tensor(counts)
-
-
 def setting(num_clients=10, records=100, rounds=1, epsilon=None, analysis="sound", delta=1e-5, conversion=None):
     return Setting(client_rate=1.0, num_clients=num_clients, train_counts=(records,) * num_clients, rounds=rounds,
                    delta=delta, epsilon=epsilon, analysis=analysis, conversion=conversion)
@@ -45,7 +40,7 @@ def build(config=None, **kw):
 
 def third_party_epsilon(algorithm, analysis, num_clients, rounds=1, conversion=None, delta=1e-5, records=100,
                         accountant="rdp-integer"):
-    release = algorithm.release(0, None, Train([records] * num_clients))
+    release = algorithm.release(0, None, torch.tensor([records] * num_clients))
     event = observer_events(release, ClientSampler(num_clients, 1.0).cohort(0), "secagg", analysis)["third_party"]
     ledger = PrivacyLedger(("third_party",), delta, None, conversion, analysis, algorithm.neighboring, accountant)
     return ledger.epsilon_after([{"third_party": event}] * rounds, ["third_party"])["third_party"]
@@ -64,7 +59,7 @@ def test_each_share_is_sigma_over_the_root_of_the_shares_no_observer_can_remove(
                                                                                  expected):
     alg = build(JointNoiseConfig(noise_multiplier=2.0, trust=trust, colluders=colluders, min_clients=min_clients))
     assert alg.mechanism.noise_multiplier == pytest.approx(expected, rel=1e-12)
-    release = alg.release(0, None, Train([100] * 10))
+    release = alg.release(0, None, torch.tensor([100] * 10))
     assert release.contributors == (min_clients or 10) and release.paper == "heikkila"
     assert release.additive == (False,) * 9 + (True,)  # 10 local steps by default: only the last reaches the sum intact
     # the sound third party: the last step at the surviving cohort's summed shares, the others at the own share
@@ -104,7 +99,7 @@ def test_the_summed_shares_have_the_noise_sigma_of_the_central_mechanism(trust, 
 def test_one_local_step_is_accounted_alike_by_both_analyses_and_more_steps_are_not():
     for steps, same in ((1, True), (4, False)):
         alg = build(JointNoiseConfig(local_steps=steps, noise_multiplier=3.0, trust="aggregator"))
-        release = alg.release(0, None, Train([100] * 10))
+        release = alg.release(0, None, torch.tensor([100] * 10))
         cohort = ClientSampler(10, 1.0).cohort(0)
         sound, paper = (observer_events(release, cohort, "secagg", a)["third_party"] for a in ("sound", "paper"))
         assert (sound == paper) is same
@@ -139,7 +134,7 @@ def test_privacy_epsilon_calibrates_sigma_to_the_ledger_of_the_run():
     for analysis, trust in (("paper", "aggregator"), ("sound", "clients")):
         alg = build(JointNoiseConfig(local_steps=3, trust=trust), epsilon=2.0, analysis=analysis, rounds=5)
         observer = "third_party" if trust == "aggregator" else "other_silo"
-        release = alg.release(0, None, Train([100] * 10))
+        release = alg.release(0, None, torch.tensor([100] * 10))
         event = observer_events(release, ClientSampler(10, 1.0).cohort(0), "secagg", analysis)[observer]
         ledger = PrivacyLedger((observer,), 1e-5, None, None, analysis, "zero_out", alg.accountant)
         assert ledger.epsilon_after([{observer: event}] * 5, [observer])[observer] == pytest.approx(2.0, rel=2e-3)

@@ -36,11 +36,6 @@ logging.getLogger("absl").setLevel(logging.ERROR)
 DELTA = 1e-5
 
 
-class Train:
-    def __init__(self, counts):
-        self.counts = torch.as_tensor(counts)
-
-
 def build(counts, analysis="sound", **keys):
     setting = Setting(client_rate=1.0, num_clients=len(counts), train_counts=tuple(counts), rounds=1, delta=DELTA,
                       analysis=analysis)
@@ -117,8 +112,8 @@ def test_each_client_draws_its_share_f_i_sigma_prime_at_its_sensitivity_gamma_g_
 
 # -- accounting -------------------------------------------------------------------------------------------------
 def events(alg, counts, analysis, boundary="secagg"):
-    return observer_events(alg.release(0, None, Train(counts)), ClientSampler(len(counts), 1.0).cohort(0), boundary,
-                           analysis)
+    return observer_events(alg.release(0, None, torch.tensor(counts)), ClientSampler(len(counts), 1.0).cohort(0),
+                           boundary, analysis)
 
 
 @pytest.mark.parametrize("analysis", ["sound", "paper"])
@@ -126,7 +121,7 @@ def test_a_per_step_learning_rate_schedule_leaves_the_release_unchanged(analysis
     keys = dict(local_steps=3, noise_multiplier=2.0)
     constant = build((50,) * 5, analysis, **keys)
     scheduled = build((50,) * 5, analysis, **keys, local_lr_schedule=[1.0, 0.5, 0.25])
-    assert scheduled.release(0, None, Train([50] * 5)) == constant.release(0, None, Train([50] * 5))
+    assert scheduled.release(0, None, torch.tensor([50] * 5)) == constant.release(0, None, torch.tensor([50] * 5))
     assert events(scheduled, [50] * 5, analysis) == events(constant, [50] * 5, analysis)
 
 
@@ -159,7 +154,7 @@ def test_the_proportional_to_size_rule_sets_g_i_to_n_i_over_the_largest():
     alg = build((50, 100, 25), client_lr="proportional_to_size", noise_multiplier=1.0, trust="aggregator")
     assert alg.relaxations.lr == (0.5, 1.0, 0.25)
     # Delta_i = g_i C / (q n_i) is the same for every client (1 / (0.1 * 100)), and so is s_i = sigma' Delta_i
-    shares = alg.release(0, None, Train([50, 100, 25])).shares
+    shares = alg.release(0, None, torch.tensor([50, 100, 25])).shares
     assert [v for share in shares for v in share] == pytest.approx([0.1 / math.sqrt(3), 0.1] * 3)
 
 
@@ -189,7 +184,7 @@ def test_client_specific_clips_and_shares_are_never_credited_more_than_the_worst
     alg = build(COUNTS, analysis, local_steps=1, sample_rate=1.0, noise_multiplier=3.0, trust=trust,
                 client_lr=LR, client_clip=CLIP, client_noise=NOISE)
     truth = ex.gdp_epsilon(exact_mu(alg, observer), DELTA)
-    release = alg.release(0, None, Train(COUNTS))
+    release = alg.release(0, None, torch.tensor(COUNTS))
     ledger = PrivacyLedger((observer,), DELTA, None, None, analysis, alg.neighboring, "pld")
 
     def claimed(rel: Release) -> float:
@@ -239,7 +234,7 @@ def test_fused_steps_are_refused_under_the_sound_analysis_and_labelled_unproven_
         build((30,) * 3, local_steps=2, client_local_steps=[1, 2, 1])
     assert caught.value.field == "algorithm.client_local_steps" and "sensitivity is not C_i" in str(caught.value)
     alg = build((30,) * 3, "paper", local_steps=2, sample_rate=0.1, client_local_steps=[1, 2, 3])
-    release = alg.release(0, None, Train([30] * 3))
+    release = alg.release(0, None, torch.tensor([30] * 3))
     share = dp_event.GaussianDpEvent(pytest.approx(1.0 / 2**0.5))  # sigma / sqrt(3 - 1)
     assert release.step_events[0] == dp_event.PoissonSampledDpEvent(pytest.approx(1 - 0.9**3), share)
     assert release.unproven == JOINT_PAPER_UNPROVEN + FUSED_UNPROVEN

@@ -41,11 +41,6 @@ logging.getLogger("absl").setLevel(logging.ERROR)
 INTS = np.arange(2, 33, dtype=float)
 
 
-class Train:
-    def __init__(self, counts):
-        self.counts = torch.as_tensor(counts)
-
-
 def build(noise="skellam", scale=2.0**16, steps=2, sigma=1.0, q=0.1, clients=10, records=100, dimension=1000,
           **config):
     setting = Setting(client_rate=1.0, num_clients=clients, train_counts=(records,) * clients, rounds=1, delta=1e-5,
@@ -55,7 +50,7 @@ def build(noise="skellam", scale=2.0**16, steps=2, sigma=1.0, q=0.1, clients=10,
 
 
 def third_party_epsilon(algorithm, clients=10, records=100):
-    release = algorithm.release(0, None, Train([records] * clients))
+    release = algorithm.release(0, None, torch.tensor([records] * clients))
     event = observer_events(release, ClientSampler(clients, 1.0).cohort(0), "secagg", "sound")["third_party"]
     ledger = PrivacyLedger(("third_party",), 1e-5, None, None, "sound", algorithm.neighboring, algorithm.accountant)
     return ledger.epsilon_after([{"third_party": event}], ["third_party"])["third_party"]
@@ -67,7 +62,7 @@ def test_the_step_event_holds_the_rounding_in_its_sensitivities():
     integer l2 sensitivity, sqrt(d') of it to the l1 (d = 1000, d' = 1024)."""
     alg = build()
     assert isinstance(alg, JointSkellam)
-    step = alg.release(0, None, Train([100] * 10)).step_events[0]
+    step = alg.release(0, None, torch.tensor([100] * 10)).step_events[0]
     assert isinstance(step, dp_event.PoissonSampledDpEvent) and step.sampling_probability == 0.1
     event = step.event
     unit = 2.0**16 * 0.1
@@ -81,7 +76,7 @@ def test_both_analyses_declare_skellam_events():
     """Sound: the last of 3 steps credited with the cohort's shares (variance sigma^2 = 4), the others at the owner's
     share sigma_i^2 = 4 / 10; the paper's analysis (Heikkilä et al., Thm 4.7): every step at sigma^2."""
     alg = build(steps=3, sigma=2.0, trust="aggregator")
-    release = alg.release(0, None, Train([100] * 10))
+    release = alg.release(0, None, torch.tensor([100] * 10))
     cohort = ClientSampler(10, 1.0).cohort(0)
     sound, paper = (observer_events(release, cohort, "secagg", a)["third_party"] for a in ("sound", "paper"))
     own, credited = (part.event.event for part in sound.events)
@@ -98,7 +93,7 @@ def test_a_huge_scale_costs_what_the_gaussian_curve_costs_under_the_same_subsamp
     exact Poisson-subsampled Gaussian): by 4.4% here (q = 0.1, S = 2), the price of a subsampling bound that holds
     for Skellam."""
     gaussian, skellam = build("gaussian"), build(scale=2.0**40)
-    release = skellam.release(0, None, Train([100] * 10))
+    release = skellam.release(0, None, torch.tensor([100] * 10))
     event = observer_events(release, ClientSampler(10, 1.0).cohort(0), "secagg", "sound")["third_party"]
     curve = rdp_curve(event, INTS, NeighborRel.REPLACE_SPECIAL)
     by_hand = 0
@@ -164,7 +159,7 @@ def test_the_claim_is_never_below_the_exact_curve_of_a_worst_case_1d_instance(un
     orders = np.arange(2, 33, dtype=float)
     records = 100 if q < 1 else 10  # D_min = C / (q n) = 0.1
     alg = build(scale=unit / 0.1, q=q, records=records, dimension=1, trust="aggregator")
-    release = alg.release(0, None, Train([records] * 10))
+    release = alg.release(0, None, torch.tensor([records] * 10))
     event = observer_events(release, ClientSampler(10, 1.0).cohort(0), "secagg", "sound")["third_party"]
     for part in event.events:
         step = part.event  # PoissonSampled(q, Skellam)
@@ -209,7 +204,7 @@ def test_privacy_epsilon_calibrates_the_skellam_shares_to_the_ledger_of_the_run(
     setting = Setting(client_rate=1.0, num_clients=10, train_counts=(100,) * 10, rounds=5, delta=1e-5, epsilon=2.0,
                       dimension=1000)
     alg = build_calibrated("dp-fedavg-joint", JointNoiseConfig(noise="skellam", local_steps=3), setting)
-    release = alg.release(0, None, Train([100] * 10))
+    release = alg.release(0, None, torch.tensor([100] * 10))
     event = observer_events(release, ClientSampler(10, 1.0).cohort(0), "secagg", "sound")["other_silo"]
     ledger = PrivacyLedger(("other_silo",), 1e-5, None, None, "sound", alg.neighboring, alg.accountant)
     assert ledger.epsilon_after([{"other_silo": event}] * 5, ["other_silo"])["other_silo"] == pytest.approx(2.0,

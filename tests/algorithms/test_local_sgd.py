@@ -17,7 +17,7 @@ from dpfl.data.federated import ClientArrays
 from dpfl.engine.boundary import Boundary, Delivery
 from dpfl.engine.grads import CohortGradients
 from dpfl.noise import GaussianMechanism
-from dpfl.engine.protocol import ClientContext, ClientData, State
+from dpfl.engine.protocol import ClientContext, ClientData, ServerContext, State
 from dpfl.engine.randomness import ClientStreams
 from dpfl.engine.sampling import ClientSampler, RecordSampler
 from dpfl.errors import ConfigError
@@ -94,7 +94,7 @@ def apply_round(alg, state, ids, out, t=0, population=4):
     """What the simulator does with a chunk's output: client state back into the rows, then the server step."""
     for name, rows in out.state.items():
         state.clients[name][ids] = rows
-    state.server = alg.server_update(t, state.server, deliver(out, population))
+    state.server = alg.server_update(t, state.server, deliver(out, population), ServerContext(0, t))
 
 
 def records_keys(seed, t, i, steps, n):
@@ -127,7 +127,7 @@ def test_fedavg_full_batch_round_equals_hand_loop(weight_decay):
             y = y - eta_l * full_gradient(grads, y, *client_records(arrays, i), weight_decay)
         expected.append(y - x0)
     torch.testing.assert_close(dy, torch.stack(expected), atol=1e-5, rtol=1e-5)
-    server = alg.server_update(0, state.server, deliver(out, 4))
+    server = alg.server_update(0, state.server, deliver(out, 4), ServerContext(0, 0))
     torch.testing.assert_close(server["x"], x0 + 0.7 * torch.stack(expected).mean(0), atol=1e-5, rtol=1e-5)
     assert torch.equal(state.server["x"], x0)  # the server step returns a new state, the old one is untouched
 
@@ -273,7 +273,8 @@ def test_server_update_reads_only_the_sums():
     out = client_round(alg, state, ids, arrays, grads, seed=1)
     plain, secagg = deliver(out, 4, "plain"), deliver(out, 4, "secagg")
     assert secagg.messages is None and plain.count == secagg.count == 3
-    a, b = alg.server_update(0, state.server, plain), alg.server_update(0, state.server, secagg)
+    a, b = (alg.server_update(0, state.server, plain, ServerContext(0, 0)),
+            alg.server_update(0, state.server, secagg, ServerContext(0, 0)))
     assert all(torch.equal(a[k], b[k]) for k in ("x", "c"))
     torch.testing.assert_close(a["x"], state.server["x"] + 0.8 * out.messages["dy"].mean(0))
     torch.testing.assert_close(a["c"], state.server["c"] + out.messages["dc"].sum(0) / 4)  # 1/M, not 1/|C_t|
@@ -292,7 +293,7 @@ def test_fedsgd_moves_x_by_minus_eta_l_k_mean_gradient():
     h = torch.stack([full_gradient(grads, x0, *client_records(arrays, i)) for i in ids.tolist()])
     eta_l = 0.5 / (1.0 * 4)
     torch.testing.assert_close(out.messages["dy"], -eta_l * 4 * h, atol=1e-5, rtol=1e-5)
-    server = alg.server_update(0, state.server, deliver(out, 4))
+    server = alg.server_update(0, state.server, deliver(out, 4), ServerContext(0, 0))
     torch.testing.assert_close(server["x"], x0 - eta_l * 4 * h.mean(0), atol=1e-5, rtol=1e-5)
 
 
@@ -392,10 +393,11 @@ def test_empty_cohort_update_is_a_no_op():
     x0, c0 = state.server["x"].clone(), state.server["c"].clone()
     delivered = Boundary("plain").collect([], 4, 0, 0)  # what the boundary delivers for an empty cohort
     assert delivered.count == 0
-    server = alg.server_update(0, state.server, delivered)
+    server = alg.server_update(0, state.server, delivered, ServerContext(0, 0))
     assert torch.equal(server["x"], x0) and torch.equal(server["c"], c0)
     server = alg.server_update(0, state.server, Delivery({"dy": torch.zeros(grads.num_params),
-                                                          "dc": torch.zeros(grads.num_params)}, 0, 4))
+                                                          "dc": torch.zeros(grads.num_params)}, 0, 4),
+                                ServerContext(0, 0))
     assert torch.equal(server["x"], x0) and torch.equal(server["c"], c0)
 
 

@@ -92,7 +92,7 @@ def test_random_stop_is_uniform_and_releases_w_tau():
     assert contacted == [(t, t < 2) for t in range(6)]  # nobody after tau = 2
     assert all(torch.equal(m, models[1]) for m in models[2:]) and not torch.equal(models[0], models[1])
     # the third party's charge is the same in every round (it must not reveal tau), for Corollary 3 over T = 6
-    hidden = [sim.algorithm.release(t, sim.state, sim.train).hidden for t in range(6)]
+    hidden = [sim.algorithm.release(t, sim.state, sim.train.counts).hidden for t in range(6)]
     assert len(set(hidden)) == 1 and hidden[0].random_stop and hidden[0].horizon == 6
     expected = li.epsilon(sim.ledger.delta, 0.1, 2.0, 6, 1, 1.0, 5.0, nonconvex=True, random_stop=True)
     assert sim.ledger.epsilon()["third_party"] == pytest.approx(expected, rel=1e-9)
@@ -115,7 +115,7 @@ def test_inverse_schedule_uses_the_convex_diameter_where_eta_is_small_enough():
     assert algorithm.smoothness == pytest.approx(1.25)
     lrs = [algorithm.step_size(t) for t in range(8)]
     assert lrs == pytest.approx([1 / (0.25 * t) for t in range(1, 9)])
-    flags = [algorithm.release(t, sim.state, sim.train).hidden.nonconvex for t in range(8)]
+    flags = [algorithm.release(t, sim.state, sim.train.counts).hidden.nonconvex for t in range(8)]
     assert flags == [True, True] + [False] * 6
     assert "2 rounds" in algorithm.assumptions["diameter"]
     sim.run(8)
@@ -216,4 +216,4 @@ def test_drop_remainder_leaves_the_left_over_users_out():
     sim = simulation("algorithm.clients_per_round=5", "algorithm.drop_remainder=true", "algorithm.rounds=2")
     used = sorted(i for t in range(2) for i in sim.clients.sample(t, sim.seed).tolist())
     assert len(used) == 10 and len(set(used)) == 10
-    assert math.isfinite(sim.algorithm.release(0, sim.state, sim.train).hidden.sigma)
+    assert math.isfinite(sim.algorithm.release(0, sim.state, sim.train.counts).hidden.sigma)

@@ -115,7 +115,7 @@ def test_spider_streams_share_the_budget_and_compose_to_the_target():
     b1, b2 = algorithm.trials(0, dimension), algorithm.trials(1, dimension)
     assert b2 == math.ceil(b1 / 2) and algorithm.trials(2, dimension) == b1
     per_silo = algorithm.model.per_silo
-    declared = [algorithm.release(r, sim.state, sim.train).step_events[0].trials for r in range(3)]
+    declared = [algorithm.release(r, sim.state, sim.train.counts).step_events[0].trials for r in range(3)]
     assert declared == [per_silo * b1, per_silo * b2, per_silo * b1]
     sim.run(3)
     assert all(0 < eps <= 4.0 for eps in sim.ledger.epsilon().values())
@@ -130,7 +130,7 @@ def test_spider_with_period_one_has_no_difference_rounds():
     algorithm, dimension = sim.algorithm, sim.model.numel()
     b1 = algorithm.trials(0, dimension)
     assert [algorithm.trials(r, dimension) for r in range(3)] == [b1] * 3
-    declared = [algorithm.release(r, sim.state, sim.train).step_events[0].trials for r in range(3)]
+    declared = [algorithm.release(r, sim.state, sim.train.counts).step_events[0].trials for r in range(3)]
     assert declared == [algorithm.model.per_silo * b1] * 3
     model = algorithm.model
     assert model.epsilon_of([(model.own_event(b1, dimension), 3)]) <= 4.0

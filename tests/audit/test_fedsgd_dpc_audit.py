@@ -11,7 +11,7 @@ import torch
 import dpfl.noise as noise
 from dpfl.audit import response, runs
 from dpfl.engine.grads import CohortGradients
-from dpfl.engine.protocol import ClientContext, ClientData
+from dpfl.engine.protocol import ClientContext, ClientData, ServerContext
 from dpfl.errors import ConfigError
 
 DELTA = 1e-2
@@ -58,7 +58,7 @@ def test_client_round_takes_a_server_state_per_row(mechanism):
                                      ClientContext(sim.grads, 0, 0, rows[[i]]))
         assert torch.allclose(batched.messages["dx"][i], one.messages["dx"][0], atol=1e-6)
     stepped = algorithm.server_update(0, {"x": models}, type("D", (), {
-        "count": 1, "population": 3, "sum": lambda self, name: batched.messages[name]})())
+        "count": 1, "population": 3, "sum": lambda self, name: batched.messages[name]})(), ServerContext(0, 0))
     assert torch.allclose(stepped["x"], models + batched.messages["dx"] / batched.messages["weight"])
 
 

@@ -40,7 +40,7 @@ def test_poisson_record_sampling_breaks_an_add_remove_claim_and_keeps_its_zero_o
     algorithm = LocalSGD(local_steps=1, lr=1.0, sampler=RecordSampler(1.0, "poisson"),
                          mechanism=GaussianMechanism(z), clip=1.0, move_locally=False)
     assert algorithm.neighboring == "zero_out"
-    event = algorithm.release(0, None, type("Train", (), {"counts": torch.tensor([2])})()).step_events[0]
+    event = algorithm.release(0, None, torch.tensor([2])).step_events[0]
     claim = account(event, delta, neighboring="zero_out").epsilon
     assert claim == pytest.approx(account(event, delta, neighboring="add_remove").epsilon)  # the same number
     present = _dy(algorithm, [+1.0, -1.0], trials, 0)

@@ -29,6 +29,7 @@ from dpfl.experiments import config as config_module
 from dpfl.experiments import results_file
 from dpfl.experiments.config import MODEL_KEYS, RETIRED, SCHEMA, key_schema, load_config
 from dpfl.experiments.runner import build_simulation, run_experiment
+from dpfl.engine.protocol import ServerContext
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -120,7 +121,7 @@ class Probe:
 
     def release(self, sim=None):
         sim = sim or self.sim
-        return sim.algorithm.release(sim.next_round, sim.state, sim.train)
+        return sim.algorithm.release(sim.next_round, sim.state, sim.train.counts)
 
 
 def _linear_widths(sim) -> list[int]:
@@ -485,8 +486,8 @@ def _aggregation(p):  # paper: (N / b) sum_i (d_i / d) dx_i, whatever the cohort
 
     delivered = Delivery({"dx": torch.tensor([12.0]), "weight": torch.tensor([24.0])}, 2, 6)
     server = {"x": torch.zeros(1)}
-    paper = p.sim.algorithm.server_update(0, server, delivered)["x"]
-    normalized = p.base.algorithm.server_update(0, server, delivered)["x"]
+    paper = p.sim.algorithm.server_update(0, server, delivered, ServerContext(0, 0))["x"]
+    normalized = p.base.algorithm.server_update(0, server, delivered, ServerContext(0, 0))["x"]
     assert float(normalized) == 0.5 and float(paper) == pytest.approx(3 * 12.0 / p.sim.algorithm.total_records)
 
 
@@ -672,7 +673,7 @@ def _grid(p):  # P_vec's grid: g = 2 instead of ceil(sqrt(d))
     dimension = p.sim.model.numel()
     assert p.sim.algorithm.summation(dimension).grid == 2 and p.base.algorithm.summation(dimension).grid == \
         math.ceil(math.sqrt(dimension)) > 2
-    declared = p.sim.algorithm.release(0, p.sim.state, p.sim.train).step_events[0]
+    declared = p.sim.algorithm.release(0, p.sim.state, p.sim.train.counts).step_events[0]
     assert (declared.grid, declared.l2_shift, declared.dimension) == (2, 2.0, dimension)
 
 

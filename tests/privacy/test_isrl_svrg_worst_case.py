@@ -57,9 +57,9 @@ def transcript(alg, value: float, seed: int) -> torch.Tensor:
 
 
 def claimed(alg) -> dict[str, float]:
-    train = type("Train", (), {"counts": torch.tensor([RECORDS])})()
+    counts = torch.tensor([RECORDS])
     cohort = ClientSampler(1, 1.0).cohort
-    rounds = [observer_events(alg.release(r, None, train), cohort(r), "plain") for r in range(ROUNDS)]
+    rounds = [observer_events(alg.release(r, None, counts), cohort(r), "plain") for r in range(ROUNDS)]
     ledger = PrivacyLedger((SERVER, OTHER_SILO), DELTA, None, None, "sound", alg.neighboring, alg.accountant)
     return ledger.epsilon_after(rounds, [SERVER, OTHER_SILO])
 

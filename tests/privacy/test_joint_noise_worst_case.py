@@ -86,7 +86,7 @@ def measured_mu(steps, trust, colluders, min_clients, k, alpha=1e-4):
 
 def claimed_epsilon(steps, trust, colluders, min_clients, observer, analysis):
     alg = algorithm(steps, trust, colluders, min_clients, analysis)
-    release = alg.release(0, None, type("Train", (), {"counts": torch.full((CLIENTS,), RECORDS)})())
+    release = alg.release(0, None, torch.full((CLIENTS,), RECORDS))
     event = observer_events(release, ClientSampler(CLIENTS, 1.0).cohort(0), "secagg", analysis)[observer]
     return PrivacyLedger((observer,), DELTA, None, None, analysis, alg.neighboring, alg.accountant) \
         .epsilon_after([{observer: event}], [observer])[observer]

@@ -27,7 +27,7 @@ from dpfl.algorithms import projected_noisy_sgd as pns
 from worst_case import LinearQuadraticOracle
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import GaussianMechanism
-from dpfl.engine.protocol import ClientContext, ClientData
+from dpfl.engine.protocol import ClientContext, ClientData, ServerContext
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -49,7 +49,8 @@ def last_iterates(n: int, m: int, z: float, sign: float, trials: int, lr: float 
         data = ClientData(x, torch.zeros(trials * m, 1, dtype=torch.long), torch.ones(trials * m, dtype=torch.long))
         out = algorithm.client_round(t, {"x": torch.zeros(1)}, {}, data, ClientContext(oracle, 0, t, ids))
         sums = out.messages["dw"].reshape(trials, m, 1).sum(1)
-        w = torch.stack([algorithm.server_update(t, {"x": w[k]}, Delivery({"dw": sums[k]}, m, n))["x"]
+        w = torch.stack([algorithm.server_update(t, {"x": w[k]}, Delivery({"dw": sums[k]}, m, n),
+                                                  ServerContext(0, t))["x"]
                          for k in range(trials)])
     assert float(w.abs().max()) < 1e6 / 10  # the projection never binds: W_T is Gaussian
     return algorithm, w[:, 0].double()

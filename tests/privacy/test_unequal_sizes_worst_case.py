@@ -45,7 +45,7 @@ from dpfl.experiments.noise_level import build_calibrated
 from dpfl.algorithms.local_sgd import LocalSGDConfig, build_local_sgd
 from dpfl.algorithms.registry import Setting
 from dpfl.engine.boundary import Boundary, Delivery
-from dpfl.engine.protocol import ClientContext, ClientData
+from dpfl.engine.protocol import ClientContext, ClientData, ServerContext
 from dpfl.engine.sampling import ClientSampler
 
 logging.getLogger("absl").setLevel(logging.ERROR)
@@ -176,7 +176,7 @@ def worst_owner(case: Case, view) -> tuple[int, float]:
 def claimed_epsilon(case: Case, view: tuple[str, str]) -> float:
     """The ledger's epsilon after the round, as the run would charge it."""
     alg, (observer, boundary) = case.algorithm(), view
-    release = alg.release(0, None, type("Train", (), {"counts": torch.tensor(case.counts)})())
+    release = alg.release(0, None, torch.tensor(case.counts))
     cohort = release.cohort or ClientSampler(len(case.counts), 1.0).cohort(0)
     ledger = PrivacyLedger((observer,), DELTA, neighboring=alg.neighboring,
                            accountant=getattr(alg, "accountant", None))
@@ -218,9 +218,9 @@ def statistics(case: Case, owner: int, differs: bool) -> dict[tuple[str, str], t
     delivery = Boundary("secagg").collect([by_client], n, SEED, 0)  # the cohort's sums, one per trial
     silo = next(j for j in range(n) if j not in observed(("other_silo", "plain"), owner, case.units()[1]))
     sums = dict(delivery.sums, **{case.key: delivery.sum(case.key) - by_client[case.key][silo]})
-    released = alg.server_update(0, start, delivery)["x"][:, 0]
+    released = alg.server_update(0, start, delivery, ServerContext(0, 0))["x"][:, 0]
     return {("third_party", "plain"): released, ("server", "secagg"): released,
-            ("other_silo", "plain"): alg.server_update(0, start, Delivery(sums, n, n))["x"][:, 0],
+            ("other_silo", "plain"): alg.server_update(0, start, Delivery(sums, n, n), ServerContext(0, 0))["x"][:, 0],
             ("server", "plain"): by_client[case.key][owner, :, 0]}
 
 

@@ -41,6 +41,17 @@ The server (plain) gets 1 with the owner's own draws; the third party and the se
 the cohort's n - 1 other members; another silo 1 and 2 with n - 2 others (it removes its own share). A coalition of
 silos that pools its updates is not modelled.
 
+**The server's own noise** (``Release.server_events``: central DP, DP-FTRL): the server adds noise, from its own
+secret streams, to what it computes from the delivery, and releases only that. Every observer that sees only what the
+server releases (the third party, another silo) then sees a post-processing of the server's noisy output, since the
+clients' noise does not depend on the record: it is charged the server's draws, ``ParticipationDpEvent(p, the draws
+composed)``, in place of the clients' (the smaller of the two bounds would hold too; the engine does not compare
+them). This needs two things of the family, stated where it declares its draws: the sensitivity behind its server
+events holds whatever the clients' noise and messages (e.g. the clip bound of what each client sends), and nothing it
+computes from the delivery without its noise is kept for a later round (later rounds read only what it released).
+The server is charged as before (it knows its own noise): the owner's draws (plain), the cohort's sum (secagg), no
+observer (trusted).
+
 Two more facts a release may state (``Release.contributors``, ``Release.colluders``), for algorithms that size noise
 shares to a trust setting (Heikkilä et al.'s joint noise): the fewest cohort members whose shares are sure to reach
 the aggregate (secure aggregation goes on with as few as its threshold t of the n invited clients, so only t - 1
@@ -180,6 +191,10 @@ class Release:
         accounted by composition only.
       assumes: what ``analysis="paper"`` assumes of this release beyond the paper's own assumptions (reported with
         ``unproven``).
+      server_events: one record-level event per noise draw of the server's step in this round, in order, as the
+        clients' (record sampling around the noise, in units of the record's sensitivity on what the server noises):
+        what the observers of the server's output are charged instead of the clients' draws (module docstring); the
+        simulator checks the server's draws against them. Empty: the server draws nothing.
     """
 
     step_events: tuple
@@ -192,9 +207,11 @@ class Release:
     hidden: ProjectedStepDpEvent | None = None
     shares: tuple = ()
     assumes: tuple = ()
+    server_events: tuple = ()
 
     def __post_init__(self):
         object.__setattr__(self, "step_events", tuple(self.step_events))
+        object.__setattr__(self, "server_events", tuple(self.server_events))
         object.__setattr__(self, "additive", tuple(bool(a) for a in self.additive))
         object.__setattr__(self, "shares", tuple((float(s), float(d)) for s, d in self.shares))
         object.__setattr__(self, "assumes", tuple(self.assumes))
@@ -282,6 +299,8 @@ def observer_events(
     if released not in RELEASES:
         raise ConfigError("privacy.release", released, f"one of {list(RELEASES)}")
     events = _composition_events(release, cohort, boundary, analysis)
+    if release.server_events:
+        events.update(_server_noised(release, cohort, events))
     if released == "final" and release.hidden is not None:
         events[THIRD_PARTY] = attr.evolve(release.hidden, composed=events[THIRD_PARTY])
     return events
@@ -304,6 +323,14 @@ def _composition_events(release: Release, cohort: Cohort, boundary: str, analysi
                                        release.credited(max(others - release.colluders, 0))),
         }
     return {o: e for o, e in events.items() if o in observers_of(boundary)}
+
+
+def _server_noised(release: Release, cohort: Cohort, events: dict) -> dict:
+    """The events of the observers of the server's output (third party, other silo) when the server noises it: its
+    draws composed, within the owner's participation (module docstring, "The server's own noise")."""
+    drawn = _compose(release.server_events)
+    probability = {THIRD_PARTY: cohort.probability, OTHER_SILO: cohort.coalition_probability(release.colluders)}
+    return {o: _participation(p, drawn) for o, p in probability.items() if o in events}
 
 
 def observers_of(boundary: str) -> tuple[str, ...]:

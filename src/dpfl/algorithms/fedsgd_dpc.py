@@ -59,7 +59,7 @@ from dpfl.accounting.observers import Cohort, Release
 from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import GaussianMechanism, LaplaceMechanism
-from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
+from dpfl.engine.protocol import Algorithm, ClientContext, ClientData, ClientOutput, ServerContext, State
 from dpfl.engine.sampling import ClientSampler, RecordSampler
 from dpfl.errors import ConfigError, check_range
 
@@ -123,7 +123,7 @@ class ReplySchedule:
 
 
 @dataclass(frozen=True)
-class FedSGDDPC:
+class FedSGDDPC(Algorithm):
     """FedSGD-DPC (see the module docstring)."""
 
     mechanism: str
@@ -176,12 +176,11 @@ class FedSGDDPC:
     def init_state(self, x0: torch.Tensor, num_clients: int) -> State:
         return State({"x": x0.clone()})
 
-    def release(self, round_index: int, state: State, train) -> Release:
+    def release(self, round_index: int, state: State, counts: torch.Tensor) -> Release:
         """One reply at the least private client's noise (in units of its sensitivity), at the largest sampling
         ratio; charged in the rounds where the schedule makes a new most-replies count. The Gaussian reply is
         additive, credited in the units of the released sum (``weighted_shares``); Laplace shares do not sum to a
         Laplace, so every observer is charged the owner's own reply."""
-        counts = train.counts
         event = self._mechanism().event
         cohort = Cohort.scheduled(len(counts), self.cohort_size, self.cohort_size,
                                   self.schedule.charged[round_index] if round_index < len(self.schedule.charged)
@@ -227,7 +226,7 @@ class FedSGDDPC:
         weight = data.counts.to(x.dtype).unsqueeze(1)
         return ClientOutput({"dx": -self.step_size(round_index) * weight * noisy, "weight": weight}, {}, [event])
 
-    def server_update(self, round_index: int, server: dict, delivered: Delivery) -> dict:
+    def server_update(self, round_index: int, server: dict, delivered: Delivery, ctx: ServerContext) -> dict:
         """x + sum_i a_i (theta_i - x) from the sums alone (Alg. 1, l. 12); row-wise where the state and the sums
         carry a leading row axis."""
         if delivered.count == 0:

@@ -63,7 +63,7 @@ from dpfl.algorithms.prox import REGULARIZERS, Regularizer
 from dpfl.algorithms.registry import AlgorithmSpec, Calibration, Setting, register
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import GaussianMechanism
-from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
+from dpfl.engine.protocol import Algorithm, ClientContext, ClientData, ClientOutput, ServerContext, State
 from dpfl.engine.sampling import ClientSampler, RecordSampler
 from dpfl.errors import ConfigError, check_range
 
@@ -87,7 +87,7 @@ def disjoint_keys(keys: torch.Tensor, counts: torch.Tensor, round_index: int, ba
     return torch.where(torch.isfinite(keys), shifted, keys)
 
 
-class ServerProx:
+class ServerProx(Algorithm):
     """The server's step w <- prox_{eta f1}(w - eta v) of a composite loss f0 + f1: what the runs report of it, for a
     round with fields ``regularizer`` (f1) and ``lr`` (eta)."""
 
@@ -126,7 +126,7 @@ class ProxSGD(ServerProx):
     def neighboring(self) -> str:
         return self.sampler.neighboring
 
-    def release(self, round_index: int, state: State, train) -> Release:
+    def release(self, round_index: int, state: State, counts: torch.Tensor) -> Release:
         """A record's one release, charged in round 0 (parallel composition, module docstring) with the client
         sampler's participation where the aggregator credits it, else as taking part; nothing later."""
         if round_index > 0:
@@ -134,7 +134,7 @@ class ProxSGD(ServerProx):
         else:
             cohort = None if self.aggregator.credits_silo_sampling else \
                 Cohort.scheduled(self.population, self.cohort_size, 1, True)
-        return self.aggregator.declared(self.noise, self.sampler, train.counts, state, sampled=False, cohort=cohort)
+        return self.aggregator.declared(self.noise, self.sampler, counts, state, sampled=False, cohort=cohort)
 
     def init_state(self, x0: torch.Tensor, num_clients: int) -> State:
         return State({"x": x0.clone()})
@@ -153,7 +153,7 @@ class ProxSGD(ServerProx):
         messages, event = self.aggregator.send(self.noise, vectors, ctx, scale=-self.lr)
         return ClientOutput(messages, {}, [event])
 
-    def server_update(self, round_index: int, server: dict, delivered: Delivery) -> dict:
+    def server_update(self, round_index: int, server: dict, delivered: Delivery, ctx: ServerContext) -> dict:
         """w_{r+1} = prox_{eta f1}(w_r + the estimate of -eta mean)."""
         if delivered.count == 0:
             return server
@@ -170,7 +170,7 @@ MODEL_CHANGE = GaussianMean("dy")
 
 
 @dataclass(frozen=True)
-class ISRL:
+class ISRL(Algorithm):
     """An ISRL-DP algorithm (see the module docstring): the silos' noisy steps, the prox on the server."""
 
     name: str
@@ -199,13 +199,13 @@ class ISRL:
         """The prox step: eta per local step, K eta for K local steps."""
         return self.steps.local_lr * self.steps.local_steps
 
-    def release(self, round_index: int, state: State, train) -> Release:
+    def release(self, round_index: int, state: State, counts: torch.Tensor) -> Release:
         """No additive draws (ISRL-DP: no credit for another silo's noise). Prox-SGD: one Gaussian, charged in round 0
         for every record (``ProxSGD``); the baselines: K sampled Gaussians per round."""
         if self.disjoint:
-            return self.one_pass.release(round_index, state, train)
-        divisors = self.steps.sampler.divisor(train.counts)
-        step = self.steps.sampler.event(self.steps.mechanism.event, train.counts)
+            return self.one_pass.release(round_index, state, counts)
+        divisors = self.steps.sampler.divisor(counts)
+        step = self.steps.sampler.event(self.steps.mechanism.event, counts)
         return Release((step,) * self.steps.local_steps, (False,) * self.steps.local_steps,
                        float(divisors.min() / divisors.max()))
 
@@ -223,7 +223,7 @@ class ISRL:
         out = self.steps.client_round(round_index, {"x": server["x"]}, {}, data, ctx)  # no control variates
         return ClientOutput({"dy": out.messages["dy"]}, {}, out.events)
 
-    def server_update(self, round_index: int, server: dict, delivered: Delivery) -> dict:
+    def server_update(self, round_index: int, server: dict, delivered: Delivery, ctx: ServerContext) -> dict:
         """w_{r+1} = prox_{eta f1}(w_r + mean dy) (row-wise where the state carries a leading row axis)."""
         if delivered.count == 0:
             return server

@@ -75,7 +75,7 @@ from dpfl.algorithms.prox import Regularizer
 from dpfl.algorithms.registry import Setting
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import GaussianMechanism
-from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
+from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, ServerContext, State
 from dpfl.engine.sampling import RecordSampler
 from dpfl.errors import check_range
 
@@ -139,10 +139,10 @@ class ISRLSpider(ServerProx):
             return self.clip
         return self.difference_bound(server["x"], self.reference(server))
 
-    def release(self, round_index: int, state: State, train) -> Release:
+    def release(self, round_index: int, state: State, counts: torch.Tensor) -> Release:
         """The round's one draw: the checkpoint stream (z1) or the difference stream (z2), record-sampled, not
         additive (ISRL-DP)."""
-        return self.aggregator.declared(self.stream(round_index), self.records(round_index), train.counts, state)
+        return self.aggregator.declared(self.stream(round_index), self.records(round_index), counts, state)
 
     def init_state(self, x0: torch.Tensor, num_clients: int) -> State:
         return State({"x": x0.clone(), "x_prev": x0.clone(), "h": torch.zeros_like(x0)})
@@ -168,7 +168,7 @@ class ISRLSpider(ServerProx):
         return self.aggregator.mean(self.stream(round_index), delivered, self.bound(round_index, server), self.clip,
                                     server["x"])
 
-    def server_update(self, round_index: int, server: dict, delivered: Delivery) -> dict:
+    def server_update(self, round_index: int, server: dict, delivered: Delivery, ctx: ServerContext) -> dict:
         """h = mean h_i (checkpoint) or h + mean H_i; w_{r+1} = prox_{eta f1}(w_r - eta h)."""
         if delivered.count == 0:
             return server

@@ -58,7 +58,7 @@ from dpfl.algorithms.registry import Setting
 from dpfl.engine import randomness
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import GaussianMechanism
-from dpfl.engine.protocol import State
+from dpfl.engine.protocol import ServerContext, State
 from dpfl.engine.sampling import RecordSampler
 from dpfl.errors import ConfigError, check_range
 
@@ -123,7 +123,7 @@ class ISRLSVRG(ISRLSpider):
     def examples_per_client(self, counts: torch.Tensor) -> int:
         return int(counts.max())
 
-    def server_update(self, round_index: int, server: dict, delivered: Delivery) -> dict:
+    def server_update(self, round_index: int, server: dict, delivered: Delivery, ctx: ServerContext) -> dict:
         """Snapshot round: w~ = w, g = mean g_i, w = prox_{eta f1}(w~ - eta g); inner round: w = prox_{eta f1}(w -
         eta (g + mean v_i)). The run's output iterate is kept when passed and becomes the model at the run's end."""
         state = dict(server)

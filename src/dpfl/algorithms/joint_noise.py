@@ -61,7 +61,7 @@ import torch
 from dpfl.accounting.observers import OTHER_SILO, SERVER, THIRD_PARTY, Release
 from dpfl.algorithms.joint_relaxations import FUSED_UNPROVEN, ClientRelaxations
 from dpfl.algorithms.local_sgd import LocalSGD
-from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput
+from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
 from dpfl.errors import ConfigError, check_noise_multiplier, check_range
 
 TRUST = ("aggregator", "clients", "coalition", "local")
@@ -153,14 +153,14 @@ class JointNoise(LocalSGD):
         """gamma_s = gamma l_s."""
         return self.lr * (self.step_lr[step] if self.step_lr else 1.0)
 
-    def release(self, round_index: int, state, train) -> Release:
+    def release(self, round_index: int, state: State, counts: torch.Tensor) -> Release:
         """S draws of Gaussian(z), z = min_i sigma_i, sampled as a (fused) step samples (the last additive), with the
         shares' contributors, colluders and ratios (``joint_relaxations``), under Heikkilä et al.'s paper analysis."""
         relaxed = self.relaxations
-        step = relaxed.sampler(self.sampler).event(self.step_noise_event, train.counts)
+        step = relaxed.sampler(self.sampler).event(self.step_noise_event, counts)
         return Release((step,) * self.local_steps, self.additive_steps, contributors=self.shares.contributors,
                        colluders=max(self.shares.untrusted, 1), paper="heikkila",
-                       shares=relaxed.shares(self.shares.share, self.sampler, train.counts),
+                       shares=relaxed.shares(self.shares.share, self.sampler, counts),
                        assumes=FUSED_UNPROVEN if relaxed.fuses else ())
 
     def client_round(self, round_index: int, server: dict, clients: dict, data: ClientData,

@@ -63,7 +63,7 @@ from dpfl.accounting.events import SkellamDpEvent, skellam_l1_bound
 from dpfl.algorithms.joint_noise import JointNoise
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import skellam_noise
-from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput
+from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, ServerContext, State
 from dpfl.errors import ConfigError, check_range
 from dpfl.protocols.quantize import EXACT_FLOAT, randomised_round, skellam_tail_margin
 
@@ -128,13 +128,13 @@ class JointSkellam(JointNoise):
         """The integer share of one step, rounding included (``SkellamRounding.event``)."""
         return self.rounding.event(self.mechanism.noise_multiplier)
 
-    def release(self, round_index: int, state, train):
+    def release(self, round_index: int, state: State, counts: torch.Tensor):
         """JointNoise's release of the Skellam step events; refused if a client is coarser than the events' unit."""
-        least = float(self.sampler.mean_sensitivity(self.clip, train.counts).min())
+        least = float(self.sampler.mean_sensitivity(self.clip, counts).min())
         if least < self.rounding.unit * (1 - 1e-12):
             raise ValueError(f"a client's sensitivity {least:g} is below the Skellam events' unit "
                              f"{self.rounding.unit:g}: the algorithm was built for other record counts")
-        return super().release(round_index, state, train)
+        return super().release(round_index, state, counts)
 
     def client_round(self, round_index: int, server: dict, clients: dict, data: ClientData,
                      ctx: ClientContext) -> ClientOutput:
@@ -164,11 +164,11 @@ class JointSkellam(JointNoise):
             y -= (self.lr * step.to(torch.float64) / s).to(y.dtype)
         return ClientOutput({"dy": message}, {}, [event] * S)
 
-    def server_update(self, round_index: int, server: dict, delivered: Delivery) -> dict:
+    def server_update(self, round_index: int, server: dict, delivered: Delivery, ctx: ServerContext) -> dict:
         """theta += -gamma / (s |U|) times the integer sum (JointNoise's step on the decoded update)."""
         update = -self.lr * delivered.sum("dy").to(torch.float64) / self.rounding.scale
         decoded = Delivery({"dy": update.to(server["x"].dtype)}, delivered.count, delivered.population)
-        return super().server_update(round_index, server, decoded)
+        return super().server_update(round_index, server, decoded, ctx)
 
     def message_bound(self, counts: torch.Tensor) -> dict[str, float]:
         """|coordinate| of a client's integer message (module docstring, "The ring"): S ceil(s C / q) plus the

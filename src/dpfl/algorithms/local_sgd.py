@@ -48,7 +48,7 @@ from dpfl.accounting.observers import Release, local_steps_additive
 from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import GaussianMechanism
-from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
+from dpfl.engine.protocol import Algorithm, ClientContext, ClientData, ClientOutput, ServerContext, State
 from dpfl.engine.sampling import RecordSampler
 from dpfl.errors import ConfigError, check_noise_multiplier, check_range
 
@@ -56,7 +56,7 @@ CLIP_HEURISTICS = ("fixed", "median-nonprivate")
 
 
 @dataclass(frozen=True)
-class LocalSGD:
+class LocalSGD(Algorithm):
     """The FedAvg/FedSGD/SCAFFOLD family (see the module docstring for the equations)."""
 
     local_steps: int
@@ -116,11 +116,11 @@ class LocalSGD:
         clients = {"c": torch.zeros(num_clients, x0.shape[0])} if self.control_variates else {}
         return State({"x": x0.clone(), "c": torch.zeros_like(x0)}, clients)
 
-    def release(self, round_index: int, state: State, train) -> Release:
+    def release(self, round_index: int, state: State, counts: torch.Tensor) -> Release:
         """K draws of the record-level step event (record sampling around the Gaussian, for the client with the
         largest sampling ratio), with ``additive_steps``; r = min/max client sensitivity."""
-        step = self.sampler.event(self.step_noise_event, train.counts)
-        divisors = self.sampler.divisor(train.counts)  # sensitivity_j is proportional to 1 / divisor_j
+        step = self.sampler.event(self.step_noise_event, counts)
+        divisors = self.sampler.divisor(counts)  # sensitivity_j is proportional to 1 / divisor_j
         return Release((step,) * self.local_steps, self.additive_steps, float(divisors.min() / divisors.max()))
 
     def examples_per_client(self, counts: torch.Tensor) -> int:
@@ -183,7 +183,7 @@ class LocalSGD:
             mean = mean + self.weight_decay * point
         return mean, event
 
-    def server_update(self, round_index: int, server: dict, delivered: Delivery) -> dict:
+    def server_update(self, round_index: int, server: dict, delivered: Delivery, ctx: ServerContext) -> dict:
         """x += eta_g mean(dy); c += (1/M) sum(dc), from the sums alone (row-wise where the state and the sums carry a
         leading row axis)."""
         if delivered.count == 0:

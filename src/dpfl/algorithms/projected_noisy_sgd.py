@@ -55,7 +55,7 @@ from dpfl.algorithms.registry import AlgorithmSpec, Calibration, Setting, regist
 from dpfl.engine import keys, randomness
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import GaussianMechanism
-from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
+from dpfl.engine.protocol import Algorithm, ClientContext, ClientData, ClientOutput, ServerContext, State
 from dpfl.errors import ConfigError, check_noise_multiplier, check_range
 
 NAMES = ("projected-noisy-sgd", "projected-noisy-sgd-random-stop")
@@ -90,7 +90,7 @@ class ProjectedNoisySGDConfig:
 
 
 @dataclass(frozen=True)
-class ProjectedNoisySGD:
+class ProjectedNoisySGD(Algorithm):
     """Projected noisy SGD over disjoint batches (see the module docstring)."""
 
     population: int  # n, the users
@@ -136,7 +136,7 @@ class ProjectedNoisySGD:
     def init_state(self, x0: torch.Tensor, num_clients: int) -> State:
         return State({"x": project(x0.clone(), self.radius)})
 
-    def release(self, round_index: int, state: State, train) -> Release:
+    def release(self, round_index: int, state: State, counts: torch.Tensor) -> Release:
         """One Gaussian draw per user of the batch (each user is in one batch: the composition view charges it
         once, in round 0, with the batch's m shares), and the round as a hidden step for the last iterate."""
         cohort = Cohort.scheduled(self.population, self.batch_size, self.batch_size, round_index == 0)
@@ -172,7 +172,7 @@ class ProjectedNoisySGD:
             noisy = noisy + self.weight_decay * point
         return ClientOutput({"dw": self.step_size(round_index) * noisy}, {}, [event])
 
-    def server_update(self, round_index: int, server: dict, delivered: Delivery) -> dict:
+    def server_update(self, round_index: int, server: dict, delivered: Delivery, ctx: ServerContext) -> dict:
         """W_t = proj_rho(W_{t-1} - the batch's mean message)."""
         if delivered.count == 0:
             return server

@@ -3,7 +3,7 @@
 An algorithm module registers an ``AlgorithmSpec``: the names it answers to in ``algorithm.name``, a frozen dataclass
 of its own ``[algorithm]`` keys (typed, with defaults that make a minimal config run; field metadata may give
 "choices", "min", "help", and "private": True for keys that only the private names take), and a builder
-(name, config section, ``Setting``) -> an object of the ``dpfl.engine.protocol.Algorithm`` protocol. The setting
+(name, config section, ``Setting``) -> an instance of a ``dpfl.engine.protocol.Algorithm`` subclass. The setting
 carries what a builder may need beyond its own section: the cohort's sampling, the data's shape, the rounds and the
 privacy target an algorithm calibrates its noise to. An algorithm whose release depends on a run-only key (rounds,
 when the noise is calibrated to a total budget) names it in ``release_keys``, so a resume cannot change it;

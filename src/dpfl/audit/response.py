@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from dpfl.engine.boundary import Delivery
-from dpfl.engine.protocol import ClientContext, ClientData
+from dpfl.engine.protocol import ClientContext, ClientData, ServerContext
 from dpfl.errors import ConfigError
 
 #: Spawn-key tag of the probe's seed (its streams are disjoint from the run's and the trials').
@@ -73,7 +73,8 @@ def probe(sim, target, round_index: int, client: int = 0, probes: int = 4):
         except NotImplementedError as err:  # the canary's oracle cannot give what the algorithm asked for
             raise no_canary_path(algorithm, str(err)) from None
         delivered = 1 if out.messages else 0  # a round that contacts nobody (randomly stopped) delivers nothing
-        return out, algorithm.server_update(t, server, Delivery(dict(out.messages), delivered, population))
+        return out, algorithm.server_update(t, server, Delivery(dict(out.messages), delivered, population),
+                                            ServerContext(seed, t, torch.arange(probes)))  # paired, as the clients
 
     for t in range(round_index):  # the state round t starts from: earlier rounds of the neighbour's world
         out, server = step(t, target.worlds[0], server, clients)

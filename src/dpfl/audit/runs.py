@@ -53,7 +53,7 @@ from dpfl.audit import bounds, canary, distinguisher, response
 from dpfl.audit.response import no_canary_path
 from dpfl.audit.trials import World, run_world
 from dpfl.engine.boundary import Delivery
-from dpfl.engine.protocol import ClientContext, ClientData
+from dpfl.engine.protocol import ClientContext, ClientData, ServerContext
 from dpfl.engine.simulator import check_drawn, noise_of
 from dpfl.errors import ConfigError
 
@@ -117,7 +117,7 @@ def claimed_epsilon(sim, observer: str, events: dict | None = None, rounds: int 
 
 def _neighbour_mark(algorithm) -> int:
     """The mark of the canary's neighbour under the relation ``algorithm`` is accounted under."""
-    relation = getattr(algorithm, "neighboring", None)
+    relation = algorithm.neighboring
     try:
         return canary.neighbour_mark(relation)
     except ValueError:
@@ -144,7 +144,7 @@ class Canary:
 
 def user_level(algorithm) -> bool:
     """Whether ``algorithm``'s unit of privacy is a client's whole data (``privacy_unit``; record-level otherwise)."""
-    return getattr(algorithm, "privacy_unit", None) == USER_LEVEL
+    return algorithm.privacy_unit == USER_LEVEL
 
 
 def make_canary(sim, kind: str, scale: float = 1.0, canary_client: int = 0, canary_record: int = 0) -> Canary:
@@ -351,7 +351,7 @@ def one_run_scores(sim, observer: str, canaries: int, *, scale: float = 1.0, see
     x0 = grads.initial_params()
     initial = algorithm.init_state(x0, 1)
     server = initial.server
-    release = algorithm.release(0, initial, train)  # the canaries' model (m extra coordinates)
+    release = algorithm.release(0, initial, train.counts)  # the canaries' model (m extra coordinates)
     declared = [noise_of(e) for e in release.step_events]
     cohort_seed = int(rng.integers(0, 2**62))
     cohort = sim.clients.sample(0, sim.seed if release.cohort is not None else cohort_seed)  # a fixed schedule: the run's
@@ -385,7 +385,9 @@ def one_run_scores(sim, observer: str, canaries: int, *, scale: float = 1.0, see
         view = weighted(lambda name: (messages[name].double().sum(0) - silo_weight * own(name, silo))[coords])
     else:
         delivery = Delivery({name: value.sum(0) for name, value in messages.items()}, int(cohort.numel()), population)
-        moved = algorithm.server_update(0, server, delivery)[response.MOVE] - server[response.MOVE]
+        ctx = ServerContext(sim.seed, 0)
+        moved = algorithm.server_update(0, server, delivery, ctx)[response.MOVE] - server[response.MOVE]
+        check_drawn(0, ctx.events, [noise_of(e) for e in release.server_events], " by the server")
         view = weights[response.MOVE] * moved[coords].double()
     return included, view.numpy()
 

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from dpfl.engine.boundary import Delivery
-from dpfl.engine.protocol import ClientContext, ClientData
+from dpfl.engine.protocol import ClientContext, ClientData, ServerContext
 from dpfl.engine.simulator import check_drawn, noise_of
 
 #: Spawn-key tag of the trials' cohort seeds (distinct from the run's own streams).
@@ -97,7 +97,7 @@ def run_world(sim, world: World, index: int, trials: int, rounds: int, observe: 
     states = initial.clients  # row trial * M + client
     started = time.perf_counter()
     for t in range(rounds):
-        release = algorithm.release(t, initial, train)  # this world's model (the Dirac canary adds a coordinate)
+        release = algorithm.release(t, initial, train.counts)  # this world's model (the Dirac canary adds a coordinate)
         members = cohorts(sim, index, t, trials, scheduled=release.cohort is not None)
         clients = torch.cat(members) if members else torch.zeros(0, dtype=torch.long)
         trial_of_row = torch.repeat_interleave(torch.arange(trials), torch.tensor([c.numel() for c in members]))
@@ -124,12 +124,15 @@ def run_world(sim, world: World, index: int, trials: int, rounds: int, observe: 
         sums = {name: view.sums(name) for name in messages}
         after = {name: value.clone() for name, value in server.items()}
         # one server step per distinct cohort size; a round in which nobody sends (a randomly stopped run past its
-        # tau) delivers nothing, as the engine's boundary does
+        # tau) delivers nothing, as the engine's boundary does; each trial's server draws from streams of its own
+        server_declared = [noise_of(e) for e in release.server_events]
         for count in torch.unique(counts).tolist():
             same = counts == count
+            ctx = ServerContext(sim.seed, t, (index * trials + torch.arange(trials))[same])
             updated = algorithm.server_update(t, {name: value[same] for name, value in server.items()},
                                               Delivery({name: value[same] for name, value in sums.items()},
-                                                       int(count) if sums else 0, population))
+                                                       int(count) if sums else 0, population), ctx)
+            check_drawn(t, ctx.events, server_declared, " by the server")
             for name, value in updated.items():
                 after[name][same] = value.to(after[name].dtype)
         view.after = after

@@ -23,8 +23,14 @@ import torch
 
 #: Purposes of the streams; each is a separate stream of every client (and of the server, client id SERVER).
 #: "output": the server's public choice of which iterate a run outputs (indexed by run, not round).
-PURPOSES = {"cohort": 0, "records": 1, "noise": 2, "shuffle": 3, "rounding": 4, "stop": 5, "output": 6}
-#: The client id of the server's own streams (the cohort draw).
+#: "server_noise": the noise an algorithm's server step draws (``dpfl.engine.protocol.ServerContext``); a stream no
+#: engine stage and no client draws from.
+PURPOSES = {"cohort": 0, "records": 1, "noise": 2, "shuffle": 3, "rounding": 4, "stop": 5, "output": 6,
+            "server_noise": 7}
+#: The purposes an algorithm's server step may draw from (``ServerContext``): never an engine stage's (the cohort,
+#: the shuffler), so that its draws are independent of theirs.
+SERVER_PURPOSES = ("server_noise",)
+#: The client id of the server's own streams (the cohort draw, the shuffler, the server step's noise).
 SERVER = -1
 
 
@@ -46,6 +52,8 @@ class ClientStreams:
     """The streams of one purpose for a cohort's clients in one round."""
 
     def __init__(self, seed: int, round_index: int, clients: Sequence[int] | torch.Tensor, purpose: str):
+        if purpose in SERVER_PURPOSES:  # the audit's server rows are numbered like clients: never share a stream
+            raise ValueError(f"purpose = {purpose!r} is the server step's stream, not a client's")
         ids = clients.tolist() if isinstance(clients, torch.Tensor) else list(clients)
         self.generators = [generator(seed, round_index, c, purpose) for c in ids]
 
@@ -79,4 +87,26 @@ class ClientStreams:
         return out
 
 
-__all__ = ["PURPOSES", "SERVER", "stream_seed", "generator", "ClientStreams"]
+class ServerStreams:
+    """The stream of one purpose of the server's step in one round (``dpfl.engine.protocol.ServerContext``): the
+    server's (client id SERVER), or with ``rows`` one stream per row id (the empirical audit's independent trials).
+    Unlike a client's, a server stream is kept: successive draws continue it."""
+
+    def __init__(self, seed: int, round_index: int, rows: Sequence[int] | torch.Tensor | None, purpose: str):
+        if purpose not in SERVER_PURPOSES:
+            raise ValueError(f"purpose = {purpose!r} is not a server step's stream: expected one of "
+                             f"{list(SERVER_PURPOSES)}")
+        ids = [SERVER] if rows is None else rows.tolist() if isinstance(rows, torch.Tensor) else list(rows)
+        self.rows = rows is not None
+        self.generators = [generator(seed, round_index, i, purpose) for i in ids]
+
+    def normal(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """N(0, 1) draws of ``shape`` from the server's stream, or [rows, *shape] from each row's."""
+        if not self.rows:
+            return torch.randn(tuple(shape), generator=self.generators[0])
+        if not self.generators:
+            return torch.empty(0, *shape)
+        return torch.stack([torch.randn(tuple(shape), generator=g) for g in self.generators])
+
+
+__all__ = ["PURPOSES", "SERVER_PURPOSES", "SERVER", "stream_seed", "generator", "ClientStreams", "ServerStreams"]

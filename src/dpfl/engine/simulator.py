@@ -6,7 +6,8 @@ participation releases (``release``) -> the boundary turns it into each observer
 participation (``Boundary.views``) -> the ledger charges it and is saved (a budget stops the run here, before any noise
 is drawn) -> the cohort's client work, chunked to ``run.memory_mb`` (clients are a tensor axis; each client draws from
 its own streams, so chunking changes nothing) -> the drawn noise is checked against the declaration -> the boundary
-delivers the messages -> the server step -> evaluate -> checkpoint.
+delivers the messages -> the server step (its own draws, from the server's streams, checked against the declaration
+before its state is kept) -> evaluate -> checkpoint.
 
 Crash safety: the ledger is written (atomically) before a round draws any noise, and before the first entry the
 secret noise key (``dpfl.engine.keys``: noise.key beside the ledger); a resume (``load_checkpoint``, in a Simulation
@@ -47,7 +48,7 @@ from dpfl.engine import checkpoint, keys
 from dpfl.engine.boundary import Boundary
 from dpfl.engine.grads import CohortGradients, memory_per_example
 from dpfl.engine.progress import Progress
-from dpfl.engine.protocol import Algorithm, ClientContext, ClientData, ClientOutput
+from dpfl.engine.protocol import Algorithm, ClientContext, ClientData, ClientOutput, ServerContext
 from dpfl.engine.sampling import ClientSampler
 from dpfl.errors import BudgetExceededError, DpflError, RunDirectoryError, TrainingDivergedError
 
@@ -150,7 +151,7 @@ class Simulation:
         boundary and the client sampler's participation (or the release's own cohort, when it fixes one)."""
         t = self.next_round if round_index is None else round_index
         return declare_round(self.algorithm, self.boundary, self.clients, self.ledger.analysis, t, self.state,
-                             self.train)[1]
+                             self.train.counts)[1]
 
     # -- one round ----------------------------------------------------------------------------------------------
     def client_bytes(self) -> int:
@@ -166,7 +167,7 @@ class Simulation:
         t = self.next_round
         cohort = self.clients.sample(t, self.seed)
         release, views = declare_round(self.algorithm, self.boundary, self.clients, self.ledger.analysis, t,
-                                       self.state, self.train)
+                                       self.state, self.train.counts)
         self.ledger.record(t + 1, views, self._fingerprint(t))  # the journal numbers rounds from 1, as users read them
         if self.checkpoint_dir is not None:  # spent before any noise is drawn: persist it first
             Path(self.checkpoint_dir).mkdir(parents=True, exist_ok=True)
@@ -183,7 +184,10 @@ class Simulation:
             for name, rows in out.state.items():
                 self.state.clients[name][ids] = rows
         delivered = self.boundary.collect(messages, self.train.num_clients, self.seed, t, cohort)
-        self.state.server = self.algorithm.server_update(t, self.state.server, delivered)
+        server_ctx = ServerContext(self.seed, t)
+        updated = self.algorithm.server_update(t, self.state.server, delivered, server_ctx)
+        check_drawn(t + 1, server_ctx.events, [noise_of(e) for e in release.server_events], " by the server")
+        self.state.server = updated
         self.next_round = t + 1
         if not bool(torch.isfinite(self.model).all()):
             raise TrainingDivergedError(f"round {t + 1}: the global model has non-finite parameters (diverged); "
@@ -219,8 +223,7 @@ class Simulation:
         return digest.hexdigest()
 
     def _divergence_hint(self) -> str:
-        hint = getattr(self.algorithm, "divergence_hint", None)
-        return hint(self.train.counts) if hint is not None else "lower the learning rate"
+        return self.algorithm.divergence_hint(self.train.counts)
 
     def evaluate(self) -> RoundMetrics:
         """The metrics of the model after the rounds done, with epsilon as it stood after the last of them (a round
@@ -232,18 +235,16 @@ class Simulation:
             mapping = self.gradient_mapping(x)
         else:
             (loss, accuracy), mapping = self.evaluator(self, x), None
-        regulariser = getattr(self.algorithm, "regulariser", None)
-        if regulariser is not None and loss is not None:
-            loss += regulariser(x)
+        if loss is not None:
+            loss += self.algorithm.regulariser(x)
         eps = {o: (None if e == float("inf") else e) for o, e in self.ledger.epsilon_through(self.next_round).items()}
         return RoundMetrics(self.next_round, loss, accuracy, eps, mapping)
 
     def gradient_mapping(self, x: torch.Tensor) -> float | None:
         """||G_eta(x)||^2 on the pooled train data (``RoundMetrics``), or None for an algorithm without a prox step."""
-        composite = getattr(self.algorithm, "composite", None)
-        if composite is None:
+        if self.algorithm.composite is None:
             return None
-        f1, eta = composite
+        f1, eta = self.algorithm.composite
         mapping = f1.gradient_mapping(x, self.grads.loss_gradient(x, *self._train_flat), eta)
         return float(mapping.double().square().sum())
 
@@ -358,18 +359,18 @@ def client_work_bytes(algorithm: Algorithm, grads: CohortGradients, train, state
     steps: K draws of d coordinates) and ``ROUND_VECTORS`` more. ``state`` may hold meta tensors (only its shapes are
     read: ``dpfl.experiments.memory``), so the runner can refuse a run before its state is built."""
     batch = algorithm.examples_per_client(train.counts)
-    draws = len(algorithm.release(0, state, train).step_events)
+    draws = len(algorithm.release(0, state, train.counts).step_events)
     return (batch * memory_per_example(grads, train.x[0, 0].numel()) + 4 * train.x[0].numel()
             + 4 * grads.num_params * (draws + ROUND_VECTORS))
 
 
 def declare_round(algorithm: Algorithm, boundary: Boundary, clients: ClientSampler, analysis: str, round_index: int,
-                  state, train) -> tuple[Release, dict[str, dp_event.DpEvent]]:
+                  state, counts: torch.Tensor) -> tuple[Release, dict[str, dp_event.DpEvent]]:
     """Round ``round_index``'s release (the algorithm's declared draws, before any noise) and each observer's event of
     it (the boundary's views under the client sampler's participation, or the release's own cohort when it fixes
-    one): what the ledger records before the round, and
+    one), for clients with ``counts`` train records: what the ledger records before the round, and
     what calibration composes without training (``dpfl.experiments.calibration``)."""
-    release = algorithm.release(round_index, state, train)
+    release = algorithm.release(round_index, state, counts)
     return release, boundary.views(release, release.cohort or clients.cohort(round_index), analysis)
 
 
@@ -391,14 +392,14 @@ def noise_of(event: dp_event.DpEvent) -> dp_event.DpEvent:
     return event
 
 
-def check_drawn(round_number: int, drawn: list, declared: list) -> None:
-    """The noise a client drew in round ``round_number`` (from 1) must be the noise declared, draw for draw ("not
-    private" covers any noise)."""
+def check_drawn(round_number: int, drawn: list, declared: list, drawer: str = "") -> None:
+    """The noise a client (or the server: ``drawer``, as the message says it) drew in round ``round_number`` (from 1)
+    must be the noise declared, draw for draw ("not private" covers any noise)."""
     if len(drawn) == len(declared) and all(isinstance(expected, dp_event.NonPrivateDpEvent) or got == expected
                                            for got, expected in zip(drawn, declared)):
         return
-    raise DpflError(f"round {round_number}: the noise drawn ({len(drawn)} draws, first {drawn[:1]}) differs from the "
-                    f"noise declared ({len(declared)} draws, first {declared[:1]}); the ledger would be wrong")
+    raise DpflError(f"round {round_number}: the noise drawn{drawer} ({len(drawn)} draws, first {drawn[:1]}) differs "
+                    f"from the noise declared ({len(declared)} draws, first {declared[:1]}); the ledger would be wrong")
 
 
 class _StopOnCtrlC:

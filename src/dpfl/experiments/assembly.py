@@ -182,13 +182,12 @@ def build_boundary(privacy: PrivacyConfig, algorithm, counts: torch.Tensor) -> B
         return Boundary(name, released=privacy.release, shuffle=privacy.shuffler)
     if name not in ("plain", "secagg"):
         raise ConfigError("privacy.boundary", name, "'secagg' (or the default) with privacy.secure_aggregation = true")
-    bound = getattr(algorithm, "message_bound", None)
+    bound = algorithm.message_bound(counts)
     if bound is None:
         raise ConfigError("privacy.secure_aggregation", True,
                           "false for this algorithm: secure aggregation encodes messages into a finite ring, which "
                           "needs an algorithm that bounds its messages (dp-fedavg-joint)")
-    return Boundary("secagg", SecureAggregation(bound(counts), privacy.secagg_bits,
-                                                getattr(algorithm, "min_clients", None)), privacy.release,
+    return Boundary("secagg", SecureAggregation(bound, privacy.secagg_bits, algorithm.min_clients), privacy.release,
                     shuffle=privacy.shuffler)
 
 
@@ -198,7 +197,7 @@ def build_ledger(config: RunConfig, boundary: Boundary, delta: float, algorithm,
     privacy = config.privacy
     return PrivacyLedger(boundary.observers, delta, privacy.budgets if budget else None,
                          privacy.conversion, privacy.analysis, algorithm.neighboring,
-                         getattr(algorithm, "accountant", None))
+                         algorithm.accountant)
 
 
 __all__ = ["build_simulation", "assemble", "build_data", "build_initial_model", "build_clients", "run_delta",

@@ -101,7 +101,8 @@ class RunAccounting:
         x0 = CohortGradients(assembly.build_initial_model(config, self.dataset)).initial_params()
         state = algorithm.init_state(x0, self.dataset.num_clients)
         analysis = config.privacy.analysis
-        return algorithm, [declare_round(algorithm, boundary, clients, analysis, t, state, self.dataset.train)[1]
+        counts = self.dataset.train.counts
+        return algorithm, [declare_round(algorithm, boundary, clients, analysis, t, state, counts)[1]
                            for t in range(config.algorithm.rounds)]
 
     def accounting(self, noise: float | None = None, rounds: int | None = None) -> tuple[float, dict]:
@@ -185,7 +186,7 @@ def max_rounds(run: RunAccounting, target_epsilon: float, *,
 
     rounds = largest_integer(lambda r: epsilon_of(r) <= target_epsilon, max(1, run.rounds), max(1, run.rounds // 8),
                              target_epsilon)
-    fewest = 1 + getattr(assembly.build_algorithm(run.with_values(), run.dataset, run.delta), "warm_rounds", 0)
+    fewest = 1 + assembly.build_algorithm(run.with_values(), run.dataset, run.delta).warm_rounds
     if rounds < fewest:
         why = f" (its first {fewest - 1} are warm-start rounds)" if fewest > 1 else ""
         raise ConfigError("--target-epsilon", target_epsilon,

@@ -14,7 +14,6 @@ meets the target by the same accounting the run reports, and no family re-descri
 from __future__ import annotations
 
 import dataclasses
-import types
 
 import torch
 
@@ -46,7 +45,7 @@ def noise_for_epsilon(spec: AlgorithmSpec, name: str, section, setting: Setting,
     rate = setting.client_rate if calibration.credits_client_sampling else 1.0
     clients = ClientSampler(setting.num_clients, rate, setting.client_sampling,
                             public_seed=setting.seed if spec.public_cohorts else None)
-    train = types.SimpleNamespace(counts=torch.tensor(setting.train_counts, dtype=torch.long))
+    counts = torch.tensor(setting.train_counts, dtype=torch.long)
     x0 = torch.zeros(setting.dimension or 1)
     stated = calibration.boundary(name, section, setting)
     if stated is not None:
@@ -56,10 +55,10 @@ def noise_for_epsilon(spec: AlgorithmSpec, name: str, section, setting: Setting,
     def epsilon_of(level: float) -> float:
         algorithm = spec.build(name, section, dataclasses.replace(setting, noise=level))
         state = algorithm.init_state(x0, setting.num_clients)
-        events = [declare_round(algorithm, boundary, clients, setting.analysis, t, state, train)[1]
+        events = [declare_round(algorithm, boundary, clients, setting.analysis, t, state, counts)[1]
                   for t in range(rounds)]
         ledger = PrivacyLedger(boundary.observers, setting.delta, None, setting.conversion, setting.analysis,
-                               algorithm.neighboring, getattr(algorithm, "accountant", None))
+                               algorithm.neighboring, algorithm.accountant)
         return max(ledger.epsilon_after(events, observers).values())
 
     return solve_noise(epsilon_of, target, initial_noise=calibration.initial(name, section, setting), rtol=NOISE_RTOL)

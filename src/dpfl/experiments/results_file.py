@@ -95,17 +95,17 @@ def results_of(sim: Simulation, config: RunConfig, archived: list[dict] = ()) ->
             "boundary": sim.boundary.name,
             "enforced": sim.boundary.enforcement,
             "release": config.privacy.release,
-            "unproven": list(sim.algorithm.release(sim.next_round, sim.state, sim.train).unproven)
+            "unproven": list(sim.algorithm.release(sim.next_round, sim.state, sim.train.counts).unproven)
             if sim.ledger.analysis == "paper" else [],
             "delta": sim.ledger.delta,
             "budget": sim.ledger.budget,
             "observers": list(sim.ledger.observers),
-            "unit": getattr(sim.algorithm, "privacy_unit", "one record (record-level DP)"),
+            "unit": sim.algorithm.privacy_unit,
             "noise": noise_of(config.run.noise_seed),
             "not_covered": NOT_COVERED if sim.evaluator is None else sim.evaluator.description["not_covered"],
             "events_round": events_round,
             "events_per_round": {o: str(e) for o, e in events.items()},
-            **({"assumptions": sim.algorithm.assumptions} if hasattr(sim.algorithm, "assumptions") else {}),
+            **({"assumptions": sim.algorithm.assumptions} if sim.algorithm.assumptions is not None else {}),
         },
         "status": "stopped" if sim.stopped_by else
                   "finished" if sim.next_round >= config.algorithm.rounds else "running",

@@ -71,7 +71,7 @@ def validate(config: RunConfig) -> None:
 
 def check_warm_rounds(config: dict, algorithm) -> None:
     """A run must go past the algorithm's warm-start rounds (which leave the model unchanged)."""
-    warm_rounds = getattr(algorithm, "warm_rounds", 0)
+    warm_rounds = algorithm.warm_rounds
     rounds = config["algorithm"]["rounds"]
     if warm_rounds >= rounds:
         raise ConfigError("algorithm.rounds", rounds,

@@ -74,13 +74,6 @@ TABLE_1 = {
 }
 
 
-class _Counts:
-    """What ``release`` reads of the training data: its per-client record counts."""
-
-    def __init__(self, counts):
-        self.counts = torch.as_tensor(counts)
-
-
 def _setting(num_clients: int, records: int, epsilon=None, analysis: str = "sound", delta: float = 1e-5):
     from dpfl.algorithms.registry import Setting
 
@@ -103,7 +96,7 @@ def third_party_epsilon(algorithm, analysis: str, num_clients: int, records: int
     from dpfl.accounting.observers import observer_events
     from dpfl.engine.sampling import ClientSampler
 
-    release = algorithm.release(0, None, _Counts([records] * num_clients))
+    release = algorithm.release(0, None, torch.tensor([records] * num_clients))
     event = observer_events(release, ClientSampler(num_clients, 1.0).cohort(0), "secagg", analysis)["third_party"]
     ledger = PrivacyLedger(("third_party",), delta, None, "classic", analysis, algorithm.neighboring, "rdp-integer")
     return ledger.epsilon_after([{"third_party": event}], ["third_party"])["third_party"]
