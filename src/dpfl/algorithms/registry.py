@@ -113,7 +113,7 @@ class AlgorithmSpec:
     build: Callable
     private: Callable[[str], bool]
     help: str
-    #: run-only keys (runner.RUN_ONLY_KEYS) that decide this family's release, e.g. "algorithm.rounds"
+    #: run-only keys (run_directory.RUN_ONLY_KEYS) that decide this family's release, e.g. "algorithm.rounds"
     release_keys: tuple[str, ...] = ()
     #: the [algorithm] key of the noise multiplier (epsilon decreases as it grows) that `dpfl calibrate run` solves
     #: for; None: the family has no such key (its noise cannot be calibrated from outside)

@@ -11,7 +11,7 @@ before its state is kept) -> evaluate -> checkpoint.
 
 Crash safety: the ledger is written (atomically) before a round draws any noise, and before the first entry the
 secret noise key (``dpfl.engine.keys``: noise.key beside the ledger); a resume (``load_checkpoint``, in a Simulation
-built with that key: ``dpfl.experiments.runner.run_key``) keeps that ledger and replays rounds from the last
+built with that key: ``dpfl.experiments.run_directory.run_key``) keeps that ledger and replays rounds from the last
 checkpoint, or from the first round without one. A replayed round is free only if its fingerprint (the release config,
 the noise key, the round index and the round-start state: together they fix every draw) equals the one recorded, i.e.
 only if it releases exactly what was released before. Ctrl-C during ``run`` stops after
@@ -113,7 +113,7 @@ class Simulation:
     memory_budget_bytes: int = 512 * 2**20
     checkpoint_dir: Path | None = None
     checkpoint_every: int = 10
-    release: str = ""  # sha256 of the run's release config (see dpfl.experiments.runner.release_config)
+    release: str = ""  # sha256 of the run's release config (see dpfl.experiments.run_directory.release_config)
     data: dict = field(default_factory=dict)  # the data's provenance (FederatedDataset.info), for results.json
     #: where the cohort's client work runs: None, in this process (``in_process``); otherwise a callable with its
     #: signature (simulation, round index, cohort ids) yielding (client ids, ClientOutput), e.g. one client per Flower
