@@ -1,0 +1,28 @@
+"""The one calibration route (``dpfl.experiments.noise_level``), end to end: a run of every family that takes its
+noise from privacy.epsilon (``AlgorithmSpec.calibration``) spends, by its own ledger after its last round, the target
+towards each observer the calibration protects: never more, and not measurably less (the smallest such noise)."""
+
+import pytest
+
+from dpfl.algorithms import registry
+from dpfl.experiments.config import load_config
+from dpfl.experiments.runner import build_simulation
+
+TARGET = 2.0
+CALIBRATED = [name for name in registry.names() if registry.spec_of(name).calibration is not None]
+
+
+def test_the_calibrated_families_are_there():
+    assert {"dp-fedavg-joint", "projected-noisy-sgd", "isrl-prox-sgd", "isrl-spider"} <= set(CALIBRATED)
+
+
+@pytest.mark.parametrize("name", CALIBRATED)
+def test_a_run_spends_its_target_towards_the_protected_observers(name):
+    config = load_config(None, [f"algorithm.name='{name}'", "algorithm.rounds=3", "data.num_clients=6",
+                                "data.samples_per_client=30", f"privacy.epsilon={TARGET}", "run.noise_seed=1"])
+    sim = build_simulation(config)
+    sim.run(3)
+    spec = registry.spec_of(name)
+    protected = spec.calibration.observers(name, spec.section(config["algorithm"]), None)
+    spent = sim.ledger.epsilon()
+    assert protected and all(TARGET * (1 - 1e-3) <= spent[o] <= TARGET * (1 + 1e-9) for o in protected), spent
