@@ -14,7 +14,7 @@ from dpfl.protocols import messages
 from dpfl.protocols.identity import ed25519_key, sign
 from dpfl.protocols.messages import MessageType, SecAggError
 from dpfl.protocols.primitives import SeededRandomBytes
-from dpfl.protocols.secagg import SecAggClient, SecAggConfig, SecAggServer, Stage, simulate_round
+from dpfl.protocols.secagg import SecAggClient, SecAggConfig, SecAggServer, Stage, play_round, simulate_round
 from dpfl.protocols.shamir import PRIME
 
 
@@ -435,20 +435,10 @@ def sybil_round(config, victim, x_victim):
                               sybil_peers if config.active else None) for c in (1, 2)}
     server = SecAggServer(config, sybil_peers if config.active else None)
     parties, inputs = {0: victim, **sybils}, {0: x_victim, 1: torch.zeros_like(x_victim), 2: torch.zeros_like(x_victim)}
-    answer = {Stage.ADVERTISE_KEYS: lambda c, m: parties[c].advertise_keys(),
-              Stage.SHARE_KEYS: lambda c, m: parties[c].share_keys(m),
-              Stage.MASKED_INPUT: lambda c, m: parties[c].masked_input(m, inputs[c]),
-              Stage.CONSISTENCY_CHECK: lambda c, m: parties[c].consistency_check(m),
-              Stage.UNMASKING: lambda c, m: parties[c].unmask(m)}
-    outgoing = dict.fromkeys(parties, b"")
     try:
-        for stage in config.stages:
-            for c, message in outgoing.items():
-                server.receive(answer[stage](c, message))
-            outgoing = server.next_messages() if stage != Stage.UNMASKING else None
+        return play_round(server, parties, inputs)
     except SecAggError as err:
         return err
-    return server.aggregate()
 
 
 @pytest.mark.parametrize("active", [False, True])

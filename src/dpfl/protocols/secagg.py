@@ -103,15 +103,21 @@ def simulate_round(inputs: torch.Tensor, threshold: int, dropouts: Mapping[int, 
     identities = {c: ed25519_key(streams[c](KEY_BYTES)) for c in ids} if active else {}
     peers = {c: key.public_key() for c, key in identities.items()} if active else None
     parties = {c: SecAggClient(c, config, streams[c], identities.get(c), peers) for c in ids}
-    rows = dict(zip(ids, inputs))
-    server = SecAggServer(config, peers)
+    return play_round(SecAggServer(config, peers), parties, dict(zip(ids, inputs)), leaves)
+
+
+def play_round(server: SecAggServer, parties: dict, inputs: dict, leaves: dict | None = None) -> SecureSum:
+    """Every stage of the server's round, in one process: each party (a ``SecAggClient``, by id) answers the messages
+    the server has for it, with its row of ``inputs`` at the masked input, until the stage ``leaves`` names for it
+    (default: it stays to the end). Returns the server's sum; a refusal raises ``SecAggError``."""
     answer = {Stage.ADVERTISE_KEYS: lambda c, message: parties[c].advertise_keys(),
               Stage.SHARE_KEYS: lambda c, message: parties[c].share_keys(message),
-              Stage.MASKED_INPUT: lambda c, message: parties[c].masked_input(message, rows[c]),
+              Stage.MASKED_INPUT: lambda c, message: parties[c].masked_input(message, inputs[c]),
               Stage.CONSISTENCY_CHECK: lambda c, message: parties[c].consistency_check(message),
               Stage.UNMASKING: lambda c, message: parties[c].unmask(message)}
-    outgoing = dict.fromkeys(ids, b"")
-    for stage in config.stages:
+    leaves = leaves or {}
+    outgoing = dict.fromkeys(parties, b"")
+    for stage in server.config.stages:
         for c, message in outgoing.items():
             if leaves.get(c, Stage.DONE) > stage:
                 server.receive(answer[stage](c, message))
@@ -130,4 +136,4 @@ def _stage(client, stage, config: SecAggConfig) -> Stage:
 
 
 __all__ = ["MAX_BITS", "Stage", "SecAggConfig", "SecureSum", "SecAggClient", "SecAggServer", "SecAggError",
-           "simulate_round"]
+           "simulate_round", "play_round"]
