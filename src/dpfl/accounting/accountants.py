@@ -45,6 +45,16 @@ class _Collecting(privacy_accountant.PrivacyAccountant):
         self._events: list[dp_event.DpEvent] = []
 
     def supports_event(self, event: dp_event.DpEvent) -> bool:
+        """Every part of a composition supported (``supports_part``); accountants that read compositions as a whole
+        override this instead."""
+        if isinstance(event, dp_event.SelfComposedDpEvent):
+            return self.supports_event(event.event)
+        if isinstance(event, dp_event.ComposedDpEvent):
+            return all(self.supports_event(e) for e in event.events)
+        return self.supports_part(event)
+
+    def supports_part(self, event: dp_event.DpEvent) -> bool:
+        """Whether a single (not composed) event is supported."""
         raise NotImplementedError
 
     def _maybe_compose(self, event, count, do_compose):
@@ -80,11 +90,7 @@ class PldAccountant(_Collecting):
 class PureDpAccountant(_Collecting):
     """Basic composition of pure-DP events (Laplace): epsilon adds up, whatever delta."""
 
-    def supports_event(self, event) -> bool:
-        if isinstance(event, dp_event.SelfComposedDpEvent):
-            return self.supports_event(event.event)
-        if isinstance(event, dp_event.ComposedDpEvent):
-            return all(self.supports_event(e) for e in event.events)
+    def supports_part(self, event) -> bool:
         try:
             pure_epsilon(event)
         except ConfigError:
@@ -125,11 +131,7 @@ class LastIterateDpAccountant(_Collecting):
     """The last-iterate accountant over ``ProjectedStepDpEvent``s composed in the order of the run's steps (one
     run: every step has the same n, m, L, rho, stopping rule and horizon)."""
 
-    def supports_event(self, event) -> bool:
-        if isinstance(event, dp_event.SelfComposedDpEvent):
-            return self.supports_event(event.event)
-        if isinstance(event, dp_event.ComposedDpEvent):
-            return all(self.supports_event(e) for e in event.events)
+    def supports_part(self, event) -> bool:
         return isinstance(event, (ProjectedStepDpEvent, dp_event.NoOpDpEvent, dp_event.NonPrivateDpEvent))
 
     def steps(self) -> list[tuple[ProjectedStepDpEvent, int]]:
