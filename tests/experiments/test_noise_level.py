@@ -1,6 +1,7 @@
 """The one calibration route (``dpfl.experiments.noise_level``), end to end: a run of every family that takes its
 noise from privacy.epsilon (``AlgorithmSpec.calibration``) spends, by its own ledger after its last round, the target
-towards each observer the calibration protects: never more, and not measurably less (the smallest such noise)."""
+towards the observers the calibration protects: never more towards any, and not measurably less towards the most
+exposed (the smallest such noise)."""
 
 import pytest
 
@@ -13,7 +14,8 @@ CALIBRATED = [name for name in registry.names() if registry.spec_of(name).calibr
 
 
 def test_the_calibrated_families_are_there():
-    assert {"dp-fedavg-joint", "projected-noisy-sgd", "isrl-prox-sgd", "isrl-spider"} <= set(CALIBRATED)
+    assert {"dp-fedavg-joint", "projected-noisy-sgd", "isrl-prox-sgd", "isrl-spider", "sdp-prox-sgd",
+            "sdp-spider"} <= set(CALIBRATED)
 
 
 @pytest.mark.parametrize("name", CALIBRATED)
@@ -25,4 +27,6 @@ def test_a_run_spends_its_target_towards_the_protected_observers(name):
     spec = registry.spec_of(name)
     protected = spec.calibration.observers(name, spec.section(config["algorithm"]), None)
     spent = sim.ledger.epsilon()
-    assert protected and all(TARGET * (1 - 1e-3) <= spent[o] <= TARGET * (1 + 1e-9) for o in protected), spent
+    slack = spec.calibration.rtol or 1e-3  # a whole number of P_vec's bits is solved to 5%
+    assert protected and all(spent[o] <= TARGET * (1 + 1e-9) for o in protected), spent
+    assert max(spent[o] for o in protected) >= TARGET * (1 - slack), spent  # the least noise that meets them all

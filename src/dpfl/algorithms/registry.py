@@ -102,6 +102,10 @@ class Calibration:
     #: whether the guarantee credits the client sampler's participation (False: every client is taken to take part in
     #: every round, as ISRL-DP's, which holds conditionally on who takes part: Lowy et al. 2023, Def. 2)
     credits_client_sampling: bool = True
+    #: the relative precision of the solved level; None: the runner's (``noise_level.NOISE_RTOL``). A family whose
+    #: mechanism takes a whole number (P_vec's noise bits, ceil of the level) may take a coarser one: each of its
+    #: trials accounts an expensive event, and b within 5% of the smallest is 2.5% more noise std at most
+    rtol: float | None = None
 
 
 @dataclass(frozen=True)

@@ -19,28 +19,27 @@ amplification of Lowy et al.), and none later. The event is the owner's own K_mi
 silo's block), additive (nothing is computed after the sum): behind the real shuffler every observer is charged
 the aggregate, the cohort's n K_min b bits (``observers.scale_noise``), another silo (n - 1) K_min b (it subtracts
 its own bits); behind a boundary that shows each silo's message (plain, or the simulated shuffler) the server is
-charged the owner's silo's own bits. b is the smallest number of bits per user and coordinate for which every
-observer of the shuffle model meets privacy.epsilon at privacy.delta (the RDP accountant), found when the model's
-dimension d is first seen.
+charged the owner's silo's own bits. b is the smallest number of bits per user and coordinate (to 5%) for which
+every observer of the shuffle model meets privacy.epsilon at privacy.delta over the run's rounds, by the run's own
+ledger (``shuffle_calibration``: the runner's one calibration route, ``dpfl.experiments.noise_level``), at the model's
+dimension d.
 """
 
 from __future__ import annotations
 
-import functools
+import math
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar
 
 import torch
 from dp_accounting import dp_event
 
-from dpfl.accounting import accountants
-from dpfl.accounting.accountant import NEIGHBORING
 from dpfl.accounting.events import BinomialSumDpEvent
-from dpfl.accounting.observers import OBSERVERS, Cohort, Release, observer_events
-from dpfl.accounting.shuffle import default_grid, gaussian_trials_guess, smallest_trials
+from dpfl.accounting.observers import OBSERVERS, Cohort, Release
+from dpfl.accounting.shuffle import default_grid, gaussian_trials_guess
 from dpfl.algorithms.isrl import ISRLKeys, ProxSGD, checked_target, register_cross_silo
 from dpfl.algorithms.noisy_mean import SiloVectors
-from dpfl.algorithms.registry import Setting
+from dpfl.algorithms.registry import Calibration, Setting
 from dpfl.engine.boundary import Delivery
 from dpfl.engine.protocol import ClientContext, Messages
 from dpfl.engine.sampling import ClientSampler, RecordSampler
@@ -52,12 +51,8 @@ PROBABILITY = 0.5  # p of the noise bits: Bin(m, 1/2) is symmetric, so one direc
 
 @dataclass(frozen=True)
 class ShuffleModel:
-    """What the noise bits are calibrated to: privacy.epsilon at privacy.delta for every observer of the shuffle
-    model, the cohort's participation, the smallest silo's users per round, and P_vec's grid (None: ceil(sqrt(d)))."""
+    """P_vec's shape in a run: the smallest silo's users per round and the rounding grid (None: ceil(sqrt(d)))."""
 
-    epsilon: float
-    delta: float
-    cohort: Cohort
     per_silo: int
     grid: int | None
 
@@ -68,22 +63,6 @@ class ShuffleModel:
         """The owner silo's own noise bits, K_min b per coordinate (the event every release declares)."""
         grid = self.grid_for(dimension)
         return BinomialSumDpEvent(self.per_silo * trials, PROBABILITY, dimension, grid, float(grid))
-
-    def epsilon_of(self, streams: list[tuple[BinomialSumDpEvent, int]]) -> float:
-        """The largest epsilon over the shuffle model's observers of ``count`` rounds of each own event."""
-        worst = 0.0
-        for observer in OBSERVERS:
-            accountant = accountants.make("tightest", NEIGHBORING["replace_one"])
-            for event, count in streams:
-                view = observer_events(Release((event,), (True,)), self.cohort, "secagg")[observer]
-                accountant.compose(view, count)
-            worst = max(worst, accountant.get_epsilon(self.delta))
-        return worst
-
-    def initial_trials(self, dimension: int, rounds: int = 1) -> float:
-        users = self.per_silo * max(self.cohort.min_size - 1, 1)
-        return rounds * gaussian_trials_guess(self.epsilon, self.delta, users, dimension, self.grid_for(dimension),
-                                              PROBABILITY)
 
 
 def encode(summation: BinomialVectorSum, vectors: torch.Tensor, mask: torch.Tensor,
@@ -111,23 +90,43 @@ def decode_mean(summation: BinomialVectorSum, delivered: Delivery) -> torch.Tens
                         for o, s in zip(ones, slots)])
 
 
-@functools.lru_cache(maxsize=64)
-def calibrated_trials(model: ShuffleModel, dimension: int) -> tuple[int]:
-    """(b,) for a one-pass run: one own event per record (``sdp-prox-sgd``)."""
-    return (smallest_trials(lambda b: model.epsilon_of([(model.own_event(b, dimension), 1)]), model.epsilon,
-                            model.initial_trials(dimension)),)
-
-
 @dataclass(frozen=True)
 class NoiseBits:
-    """One P_vec stream's noise: b bits per user and coordinate, found when the model's dimension d is first seen
-    (``calibration(d)``: every stream's b, this one's at ``stream``)."""
+    """One P_vec stream's noise: b bits per user and coordinate."""
 
-    calibration: Callable[[int], tuple[int, ...]]
-    stream: int = 0
+    trials: int
 
-    def trials(self, dimension: int) -> int:
-        return self.calibration(dimension)[self.stream]
+
+def solved_bits(setting: Setting) -> int:
+    """b1, the first stream's bits: the noise level solved for privacy.epsilon (``Setting.noise``) rounded up (each
+    trial of the search builds the algorithm with its level, so the bits the run draws are those it is charged)."""
+    return max(1, math.ceil(setting.calibrated_noise()))
+
+
+def shuffle_calibration(model_of: Callable, rounds_of: Callable) -> Calibration:
+    """How privacy.epsilon sets an SDP family's bits (``registry.Calibration``): against every observer of the shuffle
+    model (behind the real shuffler each sees the shuffled sum: accounted as behind secure aggregation), whatever the
+    run's boundary, crediting silo sampling, to 5% (``Calibration.rtol``); the search starts at the bits whose
+    binomial noise has the variance of the Gaussian for ``rounds_of(config, setting)`` rounds over the cohort's other
+    users (``accounting.shuffle.gaussian_trials_guess``). ``model_of(config, setting)``: the family's ``ShuffleModel``."""
+
+    def initial(name: str, config, setting: Setting) -> float:
+        model, dimension = model_of(config, setting), dimension_of(setting)
+        cohort = ClientSampler(setting.num_clients, setting.client_rate, setting.client_sampling).cohort(0)
+        users = model.per_silo * max(cohort.min_size - 1, 1)
+        return max(1.0, rounds_of(config, setting) * gaussian_trials_guess(
+            setting.epsilon, setting.delta, users, dimension, model.grid_for(dimension), PROBABILITY))
+
+    return Calibration(lambda name, config, setting: OBSERVERS, initial, lambda name, config, setting: "secagg",
+                       rtol=0.05)
+
+
+def dimension_of(setting: Setting) -> int:
+    """d, the model's parameters, which P_vec's accounting depends on (every coordinate carries noise bits)."""
+    if setting.dimension is None:
+        raise ValueError("an sdp-* algorithm calibrated to privacy.epsilon needs Setting.dimension (the model's "
+                         "number of parameters): build it through dpfl.experiments.assembly")
+    return setting.dimension
 
 
 def radius(bound: float | torch.Tensor, clip: float) -> float:
@@ -150,13 +149,12 @@ class BinomialMean:
 
     def summation(self, noise: NoiseBits, bound: float | torch.Tensor, clip: float,
                   dimension: int) -> BinomialVectorSum:
-        return BinomialVectorSum(radius(bound, clip), self.model.grid_for(dimension), noise.trials(dimension),
-                                 PROBABILITY)
+        return BinomialVectorSum(radius(bound, clip), self.model.grid_for(dimension), noise.trials, PROBABILITY)
 
     def declared(self, noise: NoiseBits, records: RecordSampler, counts: torch.Tensor, state, sampled: bool = True,
                  cohort: Cohort | None = None) -> Release:
         dimension = state.server["x"].shape[-1]
-        return Release((self.model.own_event(noise.trials(dimension), dimension),), (True,), 1.0, cohort)
+        return Release((self.model.own_event(noise.trials, dimension),), (True,), 1.0, cohort)
 
     def send(self, noise: NoiseBits, vectors: SiloVectors, ctx: ClientContext,
              scale: float | None = None) -> tuple[Messages, dp_event.DpEvent]:
@@ -197,34 +195,40 @@ def checked_grid(grid: int | None) -> int | None:
     return None if grid is None else check_range("algorithm.grid", grid, 1, integer=True)
 
 
-def shuffle_model(setting: Setting, epsilon: float, per_silo: int, grid: int | None) -> tuple[ShuffleModel, int]:
-    """The shuffle model a family calibrates to, and the cohort size."""
-    clients = ClientSampler(setting.num_clients, setting.client_rate, setting.client_sampling)
-    return ShuffleModel(epsilon, setting.delta, clients.cohort(0), per_silo, grid), clients.cohort_size
+def cohort_size(setting: Setting) -> int:
+    """n, the silos per round."""
+    return ClientSampler(setting.num_clients, setting.client_rate, setting.client_sampling).cohort_size
+
+
+def one_pass_sampler(setting: Setting) -> RecordSampler:
+    """Round r's block of floor(n_i / R) records of each silo (one pass over the data in R rounds)."""
+    return RecordSampler(1.0 / check_range("algorithm.rounds", setting.rounds, 1, integer=True), "fixed")
+
+
+def one_pass_model(config: SDPConfig, setting: Setting) -> ShuffleModel:
+    counts = torch.tensor(setting.train_counts, dtype=torch.long)
+    return ShuffleModel(int(one_pass_sampler(setting).batch_sizes(counts).min()), checked_grid(config.grid))
 
 
 def build_sdp(name: str, config: SDPConfig, setting: Setting) -> SDPProxSGD:
-    epsilon, rounds = checked_target(name, config, setting)
+    _, rounds = checked_target(name, config, setting)
     counts = torch.tensor(setting.train_counts, dtype=torch.long)
     if rounds > int(counts.min()):
         raise ConfigError("algorithm.rounds", rounds, f"at most {int(counts.min())} for {name!r} (the smallest "
                                                       "silo's records: each round uses floor(n_i / R) >= 1 records no "
                                                       "other round uses)")
     RecordSampler(config.sample_rate, config.record_sampling)  # the family's keys, validated for every name
-    sampler = RecordSampler(1.0 / rounds, "fixed")
-    model, cohort_size = shuffle_model(setting, epsilon, int(sampler.batch_sizes(counts).min()),
-                                       checked_grid(config.grid))
-    return SDPProxSGD(lr=config.lr, clip=config.clip, sampler=sampler,
-                      noise=NoiseBits(functools.partial(calibrated_trials, model)),
-                      regularizer=config.regularizer_of(), population=setting.num_clients, cohort_size=cohort_size,
-                      aggregator=BinomialMean(model))
+    return SDPProxSGD(lr=config.lr, clip=config.clip, sampler=one_pass_sampler(setting),
+                      noise=NoiseBits(solved_bits(setting)), regularizer=config.regularizer_of(),
+                      population=setting.num_clients, cohort_size=cohort_size(setting),
+                      aggregator=BinomialMean(one_pass_model(config, setting)))
 
 
 register_cross_silo(
     ("sdp-prox-sgd",), SDPConfig, build_sdp,
     "SDP Prox-SGD: disjoint batches, Cheu et al.'s binomial vector summation through a shuffler, silo sampling, "
     "calibrated to privacy.epsilon, with a prox step for f1 (Lowy et al. 2023)",
-    boundary="shuffler", shuffler="real")  # the shuffle model it is calibrated for
+    shuffle_calibration(one_pass_model, lambda config, setting: 1), boundary="shuffler", shuffler="real")  # the shuffle model it is calibrated for
 
 __all__ = ["ShuffleModel", "NoiseBits", "BinomialMean", "SDPProxSGD", "SDPConfig", "encode", "decode_mean",
-           "calibrated_trials", "build_sdp", "shuffle_model", "checked_grid", "PROBABILITY"]
+           "solved_bits", "shuffle_calibration", "build_sdp", "cohort_size", "checked_grid", "PROBABILITY"]

@@ -22,47 +22,34 @@ z2 = z1 sqrt(D / Q), variance being proportional to the bits). Period q = 1 has 
 checkpoint: SDP minibatch SGD, as q = 1 makes FedProx-SPIDER MB-SGD). Every round declares its own-silo event with the
 client sampler's participation (silo-sampling amplification); record sampling is not credited (the approximate-RDP
 event has no subsampling bound here; coupling the minibatches shows it cannot hurt). All R events are composed, and
-b1 is the smallest for which every observer of the shuffle model meets privacy.epsilon (``sdp.ShuffleModel``).
+b1 is the smallest (to 5%) for which every observer of the shuffle model meets privacy.epsilon over the R rounds, by the
+run's own ledger (``sdp.shuffle_calibration``).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import types
 from dataclasses import dataclass, field
 
 import torch
 
-from dpfl.accounting.shuffle import smallest_trials
 from dpfl.algorithms.isrl import checked_target, register_cross_silo
 from dpfl.algorithms.isrl_spider import ISRLSpider, SpiderConfig, stream_counts
 from dpfl.algorithms.projected_noisy_sgd import verified_smoothness
 from dpfl.algorithms.registry import Setting
-from dpfl.algorithms.sdp import GRID_KEY, BinomialMean, NoiseBits, ShuffleModel, checked_grid, shuffle_model
+from dpfl.algorithms.sdp import (GRID_KEY, BinomialMean, NoiseBits, ShuffleModel, checked_grid, shuffle_calibration,
+                               solved_bits)
 from dpfl.engine.sampling import RecordSampler
 from dpfl.errors import ConfigError, check_range
 from dpfl.protocols.shuffler import BinomialVectorSum
 
 
-@functools.lru_cache(maxsize=64)
-def stream_trials(model: ShuffleModel, dimension: int, rounds: int, period: int) -> tuple[int, int]:
-    """(b1, b2): the checkpoint and difference streams' bits, b2 = ceil(b1 D / Q) (at least 1; 0 when D = 0: period
-    1 has no difference rounds), b1 the smallest meeting the target over all R composed rounds."""
+def stream_bits(b1: int, rounds: int, period: int) -> tuple[NoiseBits, NoiseBits]:
+    """(checkpoint, difference) streams' bits: b1, and b2 = ceil(b1 D / Q) (at least 1; 0 when D = 0: period 1 has
+    no difference rounds)."""
     checkpoints, differences = stream_counts(rounds, period)
-
-    def difference_trials(b1: int) -> int:
-        return max(1, math.ceil(b1 * differences / checkpoints)) if differences else 0
-
-    def streams(b1: int):
-        composed = [(model.own_event(b1, dimension), checkpoints)]
-        if differences:
-            composed.append((model.own_event(difference_trials(b1), dimension), differences))
-        return composed
-
-    b1 = smallest_trials(lambda b: model.epsilon_of(streams(b)), model.epsilon,
-                         model.initial_trials(dimension, 2 * checkpoints))
-    return b1, difference_trials(b1)
+    return NoiseBits(b1), NoiseBits(max(1, math.ceil(b1 * differences / checkpoints)) if differences else 0)
 
 
 @dataclass(frozen=True)
@@ -75,9 +62,9 @@ class SDPSpider(ISRLSpider):
         """What the noise bits are calibrated to."""
         return self.aggregator.model
 
-    def trials(self, round_index: int, dimension: int) -> int:
-        """b of the round's stream at dimension d."""
-        return self.stream(round_index).trials(dimension)
+    def trials(self, round_index: int) -> int:
+        """b of the round's stream."""
+        return self.stream(round_index).trials
 
     def summation(self, round_index: int, server: dict) -> BinomialVectorSum:
         """P_vec of the round: L = C (checkpoint) or B_r (difference; at least 1e-12 C, B_r = 0 sends zeros)."""
@@ -92,34 +79,45 @@ class SDPSpiderConfig(SpiderConfig):
     grid: int | None = field(default=None, metadata=GRID_KEY)
 
 
-def build_sdp_spider(name: str, config: SDPSpiderConfig, setting: Setting) -> SDPSpider:
-    epsilon, rounds = checked_target(name, config, setting)
-    period = check_range("algorithm.period", config.period, 1, integer=True)
-    if config.feature_clip is not None:
-        check_range("algorithm.feature_clip", config.feature_clip, 0.0, low_open=True)
+def minibatches(config: SDPSpiderConfig) -> RecordSampler:
     if config.record_sampling != "fixed":
         raise ConfigError("algorithm.record_sampling", config.record_sampling,
                           "'fixed' for sdp-spider (every silo's users per round must be known to size the bits)")
-    sampler = RecordSampler(config.sample_rate, "fixed")
+    return RecordSampler(config.sample_rate, "fixed")
+
+
+def minibatch_model(config: SDPSpiderConfig, setting: Setting) -> ShuffleModel:
     counts = torch.tensor(setting.train_counts, dtype=torch.long)
-    per_silo = int(sampler.batch_sizes(counts).min())
+    per_silo = int(minibatches(config).batch_sizes(counts).min())
     if per_silo < 1:
         raise ConfigError("algorithm.sample_rate", config.sample_rate,
                           f"a rate with floor(s n_i) >= 1 record for the smallest silo ({int(counts.min())} records)")
-    model, _ = shuffle_model(setting, epsilon, per_silo, checked_grid(config.grid))
+    return ShuffleModel(per_silo, checked_grid(config.grid))
+
+
+def build_sdp_spider(name: str, config: SDPSpiderConfig, setting: Setting) -> SDPSpider:
+    _, rounds = checked_target(name, config, setting)
+    period = check_range("algorithm.period", config.period, 1, integer=True)
+    if config.feature_clip is not None:
+        check_range("algorithm.feature_clip", config.feature_clip, 0.0, low_open=True)
+    model = minibatch_model(config, setting)
     smoothness = None
     if config.feature_clip is not None:  # verified for logistic regression only (None elsewhere: B_r = 2C)
         smoothness, _ = verified_smoothness(types.SimpleNamespace(feature_clip=config.feature_clip, clip=config.clip,
                                                                   weight_decay=0.0), setting)
-    calibration = functools.partial(stream_trials, model, rounds=rounds, period=period)
-    return SDPSpider(lr=config.lr, clip=config.clip, period=period, sampler=sampler,
-                     checkpoint=NoiseBits(calibration, 0), difference=NoiseBits(calibration, 1),
-                     regularizer=config.regularizer_of(), smoothness=smoothness, feature_clip=config.feature_clip,
-                     aggregator=BinomialMean(model))
+    checkpoint, difference = stream_bits(solved_bits(setting), rounds, period)
+    return SDPSpider(lr=config.lr, clip=config.clip, period=period, sampler=minibatches(config),
+                     checkpoint=checkpoint, difference=difference, regularizer=config.regularizer_of(),
+                     smoothness=smoothness, feature_clip=config.feature_clip, aggregator=BinomialMean(model))
+
+
+def checkpoint_rounds(config: SDPSpiderConfig, setting: Setting) -> int:
+    """2 Q: where the calibration's search starts (the two streams' zCDP halves of Q rounds each)."""
+    return 2 * stream_counts(setting.rounds, check_range("algorithm.period", config.period, 1, integer=True))[0]
 
 
 register_cross_silo(
     ("sdp-spider",), SDPSpiderConfig, build_sdp_spider,
     "SDP FedProx-SPIDER: checkpoint gradients and gradient differences, each through Cheu et al.'s binomial vector "
     "summation and a shuffler, both streams composed, calibrated to privacy.epsilon (Lowy et al. 2023, Alg. 10)",
-    boundary="shuffler", shuffler="real")  # the shuffle model it is calibrated for
+    shuffle_calibration(minibatch_model, checkpoint_rounds), boundary="shuffler", shuffler="real")  # the shuffle model it is calibrated for

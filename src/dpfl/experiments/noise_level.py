@@ -5,7 +5,7 @@ For a trial level z, the family's algorithm is built with ``Setting.noise = z``,
 simulator declares it (``engine.simulator.declare_round``: the release, the boundary's view of it for each observer
 and the client sampler's participation where the family's guarantee credits it, from the initial state: no round is trained), and a ledger with the run's
 delta, analysis and conversion and the algorithm's neighbouring relation and accountant says what the rounds spend
-(``PrivacyLedger.epsilon_after``). The answer is the smallest z (relative precision ``NOISE_RTOL``) whose epsilon
+(``PrivacyLedger.epsilon_after``). The answer is the smallest z (relative precision ``NOISE_RTOL``, or the family's ``Calibration.rtol``) whose epsilon
 towards each observer the family names (behind the run's boundary, or the one the family states its guarantee
 behind) is at most privacy.epsilon: ``accounting.calibrate.solve_noise``. So the noise
 meets the target by the same accounting the run reports, and no family re-describes its release to calibrate it.
@@ -61,7 +61,8 @@ def noise_for_epsilon(spec: AlgorithmSpec, name: str, section, setting: Setting,
                                algorithm.neighboring, algorithm.accountant)
         return max(ledger.epsilon_after(events, observers).values())
 
-    return solve_noise(epsilon_of, target, initial_noise=calibration.initial(name, section, setting), rtol=NOISE_RTOL)
+    return solve_noise(epsilon_of, target, initial_noise=calibration.initial(name, section, setting),
+                       rtol=calibration.rtol or NOISE_RTOL)
 
 
 def build_calibrated(name: str, section, setting: Setting, boundary: Boundary | None = None):
