@@ -39,7 +39,7 @@ from scipy import stats
 
 import exact as ex
 from dpfl.accounting.ledger import PrivacyLedger
-from dpfl.algorithms.fedsgd_dpc import FedSGDDPCConfig, build_fedsgd_dpc
+from dpfl.algorithms.fedsgd_dpc import FedSGDDPCConfig
 from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig
 from dpfl.experiments.noise_level import build_calibrated
 from dpfl.algorithms.local_sgd import LocalSGDConfig, build_local_sgd
@@ -67,7 +67,7 @@ def calibrated_fedsgd_dpc(counts, q, epsilon):
     """The replies of both aggregations (only the server's step differs), calibrated once."""
     setting = Setting(client_rate=1.0, num_clients=len(counts), train_counts=counts, rounds=1, delta=DELTA,
                       epsilon=epsilon)
-    return build_fedsgd_dpc("fedsgd-dpc", FedSGDDPCConfig(mechanism="gaussian", sample_rate=q, clip=CLIP), setting)
+    return build_calibrated("fedsgd-dpc", FedSGDDPCConfig(mechanism="gaussian", sample_rate=q, clip=CLIP), setting)
 
 
 def dp_fedsgd(counts, q, z, record_sampling):

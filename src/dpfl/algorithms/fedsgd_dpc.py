@@ -37,26 +37,27 @@ client's noise is calibrated to its budget eps_i over m, the number of replies i
   basic composition (the ledger's ``pure`` accountant), with no credit for record sampling.
 * Gaussian: minibatches of floor(q d_i) records without replacement (l2 sensitivity 2 xi / floor(q d_i),
   replace-one), and the smallest noise multiplier z_i whose m-fold composition of the sampled Gaussian at the largest
-  sampling ratio of any client has epsilon <= eps_i at the run's delta, by the same accountant the ledger uses
-  (Zhou et al. Sec. IV-B use the moments accountant with unstated constants).
+  sampling ratio of any client has epsilon <= eps_i at the run's delta (Zhou et al. Sec. IV-B use the moments
+  accountant with unstated constants).
 
-Per-client budgets (``client_epsilons``) give per-client noise; the ledger then charges every round with the least
-private client's event (the smallest multiplier at the largest sampling ratio), an upper bound for every client.
+Both are solved against the run's own ledger towards the server (``calibration``: the runner's one calibration
+route, ``dpfl.experiments.noise_level``), Laplace's to the same precision as the Gaussian's (1e-4 above m / eps_i).
+
+Per-client budgets (``client_epsilons``) give per-client noise, each solved as if every client had that budget
+(``Calibration.budgets``); the ledger then charges every round with the least private client's event (the smallest
+multiplier at the largest sampling ratio), an upper bound for every client.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import torch
-from dp_accounting import dp_event
 
-from dpfl.accounting import accountants
-from dpfl.accounting.accountant import NEIGHBORING
-from dpfl.accounting.calibrate import solve_noise
-from dpfl.accounting.observers import Cohort, Release
-from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
+from dpfl.accounting.observers import SERVER, Cohort, Release
+from dpfl.algorithms.registry import AlgorithmSpec, Calibration, Setting, register
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import GaussianMechanism, LaplaceMechanism
 from dpfl.engine.protocol import Algorithm, ClientContext, ClientData, ClientOutput, ServerContext, State
@@ -254,7 +255,7 @@ def cohort_of(config: FedSGDDPCConfig, num_clients: int) -> tuple[float, str]:
     return b / num_clients, SELECTIONS[config.selection]
 
 
-def client_budgets(config: FedSGDDPCConfig, setting: Setting) -> torch.Tensor:
+def client_budgets(config: FedSGDDPCConfig, setting: Setting) -> list[float]:
     """eps_i per client: algorithm.client_epsilons, or privacy.epsilon for every client."""
     if config.client_epsilons:
         if setting.epsilon is not None:
@@ -263,32 +264,20 @@ def client_budgets(config: FedSGDDPCConfig, setting: Setting) -> torch.Tensor:
         if len(config.client_epsilons) != setting.num_clients:
             raise ConfigError("algorithm.client_epsilons", config.client_epsilons,
                               f"a list of {setting.num_clients} positive numbers, one per client")
-        budgets = [check_range(f"algorithm.client_epsilons[{i}]", e, 0.0, low_open=True)
-                   for i, e in enumerate(config.client_epsilons)]
-        return torch.tensor(budgets, dtype=torch.float64)
+        return [float(check_range(f"algorithm.client_epsilons[{i}]", e, 0.0, low_open=True))
+                for i, e in enumerate(config.client_epsilons)]
     if setting.epsilon is None:
         raise ConfigError("privacy.epsilon", None, "a positive number: FedSGD-DPC calibrates each client's noise to "
                                                    "this budget (or give algorithm.client_epsilons)")
-    epsilon = check_range("privacy.epsilon", setting.epsilon, 0.0, low_open=True)
-    return torch.full((setting.num_clients,), float(epsilon), dtype=torch.float64)
+    return [float(check_range("privacy.epsilon", setting.epsilon, 0.0, low_open=True))] * setting.num_clients
 
 
-def calibrated_noise(mechanism: str, budgets: torch.Tensor, replies: int, sampler: RecordSampler,
-                     counts: torch.Tensor, delta: float) -> torch.Tensor:
-    """Per client: Laplace m / eps_i (eps_i / m per reply, basic composition); Gaussian the smallest z_i whose
-    m-fold sampled Gaussian, at the largest sampling ratio of any client (the event the ledger charges), has epsilon
-    <= eps_i at ``delta`` (the ledger's tightest accountant, replace-one)."""
-    if mechanism == "laplace":
-        return replies / budgets
-    solved: dict[float, float] = {}
-    for eps in set(budgets.tolist()):
-        def epsilon_of(z: float) -> float:
-            accountant = accountants.make("tightest", NEIGHBORING["replace_one"])
-            accountant.compose(sampler.event(dp_event.GaussianDpEvent(z), counts), replies)
-            return accountant.get_epsilon(delta)
-
-        solved[eps] = solve_noise(epsilon_of, eps, initial_noise=max(1.0, math.sqrt(replies) / eps))
-    return torch.tensor([solved[eps] for eps in budgets.tolist()], dtype=torch.float64)
+def reply_schedule(config: FedSGDDPCConfig, setting: Setting) -> tuple[ClientSampler, ReplySchedule]:
+    """The cohort sampler and the reply schedule, drawn from the run's public seed."""
+    rate, scheme = cohort_of(config, setting.num_clients)
+    clients = ClientSampler(setting.num_clients, rate, scheme, public_seed=setting.seed)
+    return clients, ReplySchedule.draw(clients, check_range("algorithm.rounds", setting.rounds, 1, integer=True),
+                                       setting.seed)
 
 
 def build_fedsgd_dpc(name: str, config: FedSGDDPCConfig, setting: Setting) -> FedSGDDPC:
@@ -308,20 +297,39 @@ def build_fedsgd_dpc(name: str, config: FedSGDDPCConfig, setting: Setting) -> Fe
                                                         "(`dpfl plan queries-replies` estimates it)")
         if value is not None:
             check_range(f"algorithm.{key}", value, 0.0, low_open=True)
-    rate, scheme = cohort_of(config, setting.num_clients)
-    clients = ClientSampler(setting.num_clients, rate, scheme, public_seed=setting.seed)
-    schedule = ReplySchedule.draw(clients, check_range("algorithm.rounds", setting.rounds, 1, integer=True),
-                                  setting.seed)
-    sampler = RecordSampler(config.sample_rate, "fixed")
-    counts = torch.tensor(setting.train_counts, dtype=torch.long)
+    clients, schedule = reply_schedule(config, setting)
     budgets = client_budgets(config, setting)
-    noise = calibrated_noise(config.mechanism, budgets, schedule.most, sampler, counts, setting.delta)
+    levels = [setting.level_for(eps) for eps in budgets] if config.client_epsilons else \
+        [setting.calibrated_noise()] * setting.num_clients
+    counts = torch.tensor(setting.train_counts, dtype=torch.long)
     return FedSGDDPC(
-        mechanism=config.mechanism, clip=config.clip, sampler=sampler, noise=noise, schedule=schedule,
-        cohort_size=clients.cohort_size, total_records=int(counts.sum()), lr=config.lr,
-        lr_schedule=config.lr_schedule, mu=config.mu, smoothness=config.smoothness,
-        weight_decay=config.weight_decay, aggregation=config.aggregation,
+        mechanism=config.mechanism, clip=config.clip, sampler=RecordSampler(config.sample_rate, "fixed"),
+        noise=torch.tensor(levels, dtype=torch.float64), schedule=schedule, cohort_size=clients.cohort_size,
+        total_records=int(counts.sum()), lr=config.lr, lr_schedule=config.lr_schedule, mu=config.mu,
+        smoothness=config.smoothness, weight_decay=config.weight_decay, aggregation=config.aggregation,
     )
+
+
+def calibration() -> Calibration:
+    """How a client's budget sets its noise (``registry.Calibration``): the smallest multiplier (Laplace's scale over
+    Delta, or Gaussian's z) whose m replies spend at most eps towards the server, which sees each reply (the
+    guarantee is stated against it whatever the run's boundary), by the run's own ledger; per client budget when
+    algorithm.client_epsilons gives them (``budgets``). The search starts at Laplace's m / eps (exact: basic
+    composition of m replies of eps / m) or the Gaussian's sqrt(m) / eps."""
+
+    def initial(name: str, config: FedSGDDPCConfig, setting: Setting) -> float:
+        replies = reply_schedule(config, setting)[1].most
+        eps = setting.epsilon
+        return replies / eps if config.mechanism == "laplace" else max(1.0, math.sqrt(replies) / eps)
+
+    def budgets(name: str, config: FedSGDDPCConfig, setting: Setting) -> dict:
+        if not config.client_epsilons:
+            return {}
+        uniform = dataclasses.replace(config, client_epsilons=[])
+        return {eps: uniform for eps in client_budgets(config, setting)}
+
+    return Calibration(lambda name, config, setting: (SERVER,), initial, lambda name, config, setting: "plain",
+                       budgets=budgets)
 
 
 register(AlgorithmSpec(
@@ -329,4 +337,5 @@ register(AlgorithmSpec(
     help="FedSGD with Laplace or Gaussian noise added by each client, calibrated to privacy.epsilon per client "
          "(Zhou et al. 2021)",
     release_keys=("algorithm.rounds",), cohort=cohort_of, noise_key=None, public_cohorts=True,
+    calibration=calibration(),
 ))

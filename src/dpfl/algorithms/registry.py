@@ -72,6 +72,17 @@ class Setting:
     #: the noise level solved for privacy.epsilon against the run's ledger (``experiments.noise_level.
     #: noise_for_epsilon``), which a family with a ``Calibration`` maps onto its mechanisms; None: not solved
     noise: float | None = None
+    #: ((eps, level), ...): the level solved for each budget of a family whose clients have budgets of their own
+    #: (``Calibration.budgets``), each as if every client had that budget
+    levels: tuple[tuple[float, float], ...] = ()
+
+    def level_for(self, epsilon: float) -> float:
+        """The level solved for the clients' budget ``epsilon`` (``levels``)."""
+        for budget, level in self.levels:
+            if budget == epsilon:
+                return level
+        raise ValueError(f"no noise level was solved for the budget {epsilon}: build the algorithm through "
+                         "dpfl.experiments.assembly, or with noise_level.calibrated_setting")
 
     def calibrated_noise(self) -> float | None:
         """The noise level solved for privacy.epsilon, or None when privacy.epsilon is not set; a family with a
@@ -102,6 +113,10 @@ class Calibration:
     #: whether the guarantee credits the client sampler's participation (False: every client is taken to take part in
     #: every round, as ISRL-DP's, which holds conditionally on who takes part: Lowy et al. 2023, Def. 2)
     credits_client_sampling: bool = True
+    #: (name, config section, Setting) -> {eps: the section of a run in which every client has the budget eps}, for a
+    #: family whose clients have budgets of their own (fedsgd-dpc's client_epsilons; empty when they have not): the
+    #: runner solves the level of each (``Setting.levels``) instead of privacy.epsilon's (``Setting.noise``)
+    budgets: Callable = lambda name, section, setting: {}
     #: the relative precision of the solved level; None: the runner's (``noise_level.NOISE_RTOL``). A family whose
     #: mechanism takes a whole number (P_vec's noise bits, ceil of the level) may take a coarser one: each of its
     #: trials accounts an expensive event, and b within 5% of the smallest is 2.5% more noise std at most

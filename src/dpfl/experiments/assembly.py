@@ -10,7 +10,6 @@ before they are built (``memory.check_run_memory``: estimated on a model of shap
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from dpfl.engine.simulator import Simulation
 from dpfl.errors import ConfigError
 from dpfl.experiments import doubtful
 from dpfl.experiments.memory import check_run_memory, run_footprint
-from dpfl.experiments.noise_level import accounted_boundary, noise_for_epsilon
+from dpfl.experiments.noise_level import accounted_boundary, calibrated_setting
 from dpfl.experiments.resolved import DEFAULT_THREADS, PrivacyConfig, RunConfig, resolve
 from dpfl.experiments.run_directory import release_hash, run_key
 from dpfl.experiments.supplied import NOTHING, Supplied
@@ -157,7 +156,7 @@ def build_setting(config: RunConfig, dataset: FederatedDataset, delta: float, se
     its number of parameters, and with a caller's loss, its name). ``model_shapes``: the run's initial model on the
     meta device, for its number of parameters (default: built here). A family that sets its noise from
     privacy.epsilon (``registry.Calibration``) gets the level solved against the run's ledger
-    (``noise_level.noise_for_epsilon``) as ``Setting.noise``."""
+    (``noise_level.calibrated_setting``) as ``Setting.noise`` (or one per client budget, ``Setting.levels``)."""
     algorithm, privacy = config.algorithm, config.privacy
     client_rate, client_sampling = algorithm.cohort_sampling(dataset.num_clients)
     shapes = build_initial_model(config, dataset, "meta", supplied) if model_shapes is None else model_shapes
@@ -168,10 +167,7 @@ def build_setting(config: RunConfig, dataset: FederatedDataset, delta: float, se
         secret=secret, analysis=privacy.analysis, conversion=privacy.conversion, release=privacy.release,
         model=dict(config.raw["model"]), num_classes=dataset.num_classes, loss=supplied.fingerprint.get("loss"),
         dimension=sum(p.numel() for p in shapes.parameters()))
-    if privacy.epsilon is None or algorithm.spec.calibration is None:
-        return setting
-    noise = noise_for_epsilon(algorithm.spec, algorithm.name, algorithm.section, setting, accounted_boundary(privacy))
-    return dataclasses.replace(setting, noise=noise)
+    return calibrated_setting(algorithm.spec, algorithm.name, algorithm.section, setting, accounted_boundary(privacy))
 
 
 def build_boundary(privacy: PrivacyConfig, algorithm, counts: torch.Tensor) -> Boundary:

@@ -5,9 +5,10 @@ For a trial level z, the family's algorithm is built with ``Setting.noise = z``,
 simulator declares it (``engine.simulator.declare_round``: the release, the boundary's view of it for each observer
 and the client sampler's participation where the family's guarantee credits it, from the initial state: no round is trained), and a ledger with the run's
 delta, analysis and conversion and the algorithm's neighbouring relation and accountant says what the rounds spend
-(``PrivacyLedger.epsilon_after``). The answer is the smallest z (relative precision ``NOISE_RTOL``, or the family's ``Calibration.rtol``) whose epsilon
-towards each observer the family names (behind the run's boundary, or the one the family states its guarantee
-behind) is at most privacy.epsilon: ``accounting.calibrate.solve_noise``. So the noise
+(``PrivacyLedger.epsilon_after``). The answer is the smallest z (relative precision ``NOISE_RTOL``, or the family's
+``Calibration.rtol``) whose epsilon towards each observer the family names (behind the run's boundary, or the one the
+family states its guarantee behind) is at most privacy.epsilon: ``accounting.calibrate.solve_noise``. A family whose
+clients have budgets of their own gets one level per budget (``calibrated_setting``). So the noise
 meets the target by the same accounting the run reports, and no family re-describes its release to calibrate it.
 """
 
@@ -65,15 +66,29 @@ def noise_for_epsilon(spec: AlgorithmSpec, name: str, section, setting: Setting,
                        rtol=calibration.rtol or NOISE_RTOL)
 
 
+def calibrated_setting(spec: AlgorithmSpec, name: str, section, setting: Setting, boundary: Boundary) -> Setting:
+    """``setting`` with the noise level its family needs behind ``boundary``: for each of the clients' own budgets
+    (``Calibration.budgets``: ``Setting.levels``), else for privacy.epsilon when it is set (``Setting.noise``); as
+    it was for a family that does not calibrate."""
+    calibration = spec.calibration
+    if calibration is None:
+        return setting
+    budgets = calibration.budgets(name, section, setting)
+    if budgets:
+        return dataclasses.replace(setting, levels=tuple(
+            (eps, noise_for_epsilon(spec, name, uniform, dataclasses.replace(setting, epsilon=eps), boundary))
+            for eps, uniform in sorted(budgets.items())))
+    if setting.epsilon is None:
+        return setting
+    return dataclasses.replace(setting, noise=noise_for_epsilon(spec, name, section, setting, boundary))
+
+
 def build_calibrated(name: str, section, setting: Setting, boundary: Boundary | None = None):
-    """The registered algorithm ``name`` of ``section`` and ``setting``, its noise level solved for
-    ``setting.epsilon`` first when it has one and the family calibrates (behind ``boundary``, default plain): a run's
-    algorithm without its data (tests, the papers' tables)."""
+    """The registered algorithm ``name`` of ``section`` and ``setting``, its noise level solved first when the family
+    calibrates (``calibrated_setting``, behind ``boundary``, default plain): a run's algorithm without its data
+    (tests, the papers' tables)."""
     spec = registry.spec_of(name)
-    if setting.epsilon is not None and spec.calibration is not None:
-        level = noise_for_epsilon(spec, name, section, setting, boundary or Boundary())
-        setting = dataclasses.replace(setting, noise=level)
-    return spec.build(name, section, setting)
+    return spec.build(name, section, calibrated_setting(spec, name, section, setting, boundary or Boundary()))
 
 
-__all__ = ["NOISE_RTOL", "accounted_boundary", "noise_for_epsilon", "build_calibrated"]
+__all__ = ["NOISE_RTOL", "accounted_boundary", "noise_for_epsilon", "calibrated_setting", "build_calibrated"]

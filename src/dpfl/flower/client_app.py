@@ -86,6 +86,7 @@ def algorithm_of(config_json: str, setting_json: str, num_features: int):
     """The algorithm and the gradient oracle the job describes (the same builder ``dpfl run`` uses)."""
     config, setting = json.loads(config_json), json.loads(setting_json)
     setting["train_counts"] = tuple(setting["train_counts"])
+    setting["levels"] = tuple(tuple(pair) for pair in setting.get("levels", ()))  # JSON has lists
     algo_cfg, model_cfg = config["algorithm"], config["model"]
     spec = registry.spec_of(algo_cfg["name"])
     section = spec.section(algo_cfg)
