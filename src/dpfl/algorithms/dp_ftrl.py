@@ -213,14 +213,16 @@ class DpFtrlConfig:
 
 
 def _epoch(config: DpFtrlConfig, setting: Setting) -> ClientSampler:
-    """The run's client sampler, checked to put every client in at most one round of each epoch."""
+    """The run's client sampler, checked to put every client in at most one round of each epoch. A config
+    validated before its data is built (``Setting.num_clients`` None: the data brings its clients) gets a stand-in
+    of one client per round; the run builds the real one on the data."""
     if setting.client_sampling not in SAMPLINGS:
         raise ConfigError("algorithm.client_sampling", setting.client_sampling,
                           f"one of {list(SAMPLINGS)} for {NAME!r}: its tree accounting needs every client in at most "
                           "one round of each epoch, which fixed-size and Poisson cohorts do not ensure (DP-FTRL "
                           "takes no credit for sampling)")
     if setting.num_clients is None:
-        raise ConfigError("data.num_clients", None, f"known when {NAME!r} is built (the epoch is ceil(M / n) rounds)")
+        return ClientSampler(1, 1.0, setting.client_sampling)
     clients = ClientSampler(setting.num_clients, setting.client_rate, setting.client_sampling)
     if setting.client_sampling == "round_robin" and setting.num_clients % clients.cohort_size:
         raise ConfigError("algorithm.client_rate", setting.client_rate,
@@ -250,7 +252,7 @@ def build(name: str, config: DpFtrlConfig, setting: Setting) -> DpFtrl:
         raise ConfigError("algorithm.noise_multiplier", config.noise_multiplier,
                           "None when privacy.epsilon is given (z is then calibrated to it)")
     return DpFtrl(local_steps=config.local_steps, lr=config.lr, sampler=RecordSampler(config.sample_rate, "fixed"),
-                  clip=config.clip, noise_multiplier=z, global_lr=config.global_lr, population=setting.num_clients,
+                  clip=config.clip, noise_multiplier=z, global_lr=config.global_lr, population=clients.num_clients,
                   cohort_size=clients.cohort_size, epoch=clients.epoch)
 
 
