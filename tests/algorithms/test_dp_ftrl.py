@@ -127,6 +127,9 @@ def test_a_sampler_that_breaks_the_participation_assumption_is_refused_naming_it
         simulation("algorithm.client_sampling='round_robin'", "algorithm.client_rate=0.375")
     assert caught.value.field == "algorithm.client_rate"
     assert simulation("algorithm.client_sampling='round_robin'").algorithm.epoch == 4
+    with pytest.raises(ConfigError) as caught:
+        simulation("privacy.analysis='paper'")
+    assert caught.value.field == "privacy.analysis"
 
 
 def test_a_run_resumed_mid_tree_draws_the_same_tree_noise(tmp_path):
@@ -198,7 +201,7 @@ def test_the_ledger_is_never_below_the_exact_privacy_of_the_worst_case(boundary,
     released models are a linear Gaussian mechanism x = x_0 - (eta/n)(A s + G nu), nu ~ N(0, (z C)^2 I). The shift
     between the neighbours is measured through the engine with common random numbers (same noise key), the
     covariance is the oracle's G, and the exact privacy of all T models is mu-GDP with mu = ||Sigma^{-1/2} shift||.
-    Round robin puts the owner (client 0) at each epoch's first round, in D = 3 nodes: the ledger (PLD) is tight;
+    Round robin puts the owner (client 0) at each epoch's first round, in D = 3 nodes: the ledger (PLD) is exact;
     disjoint batches put it anywhere, and the last tree is cut after 2 of its 4 rounds: the ledger still charges D
     nodes per tree. The server sees the unnoised updates (plain)
     or their sum (secure aggregation): epsilon infinite."""
@@ -220,7 +223,7 @@ def test_the_ledger_is_never_below_the_exact_privacy_of_the_worst_case(boundary,
         assert epsilon[observer] >= exact, (observer, epsilon[observer], exact)
     if sampling == "round_robin":  # the owner in the first round of each epoch: the worst case, reached
         assert mu == pytest.approx(math.sqrt(rounds // alg.epoch * alg.depth) / alg.noise_multiplier, rel=1e-5)
-        assert epsilon[THIRD_PARTY] <= exact * 1.002
+        assert epsilon[THIRD_PARTY] <= exact * (1 + 1e-4)  # measured: 17.894547521 against 17.894547516
     if boundary == "trusted":
         assert SERVER not in epsilon
     else:
