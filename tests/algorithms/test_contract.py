@@ -26,7 +26,7 @@ from dp_accounting import dp_event
 from dpfl.algorithms import registry
 from dpfl.engine import checkpoint
 from dpfl.engine.protocol import Algorithm, ClientOutput, State
-from dpfl.engine.simulator import client_work_bytes
+from dpfl.engine.simulator import client_work_bytes, noise_of
 from dpfl.errors import ConfigError, DpflError, RunDirectoryError
 from dpfl.experiments.config import key_schema, load_config
 from dpfl.experiments.memory import initial_state_shapes
@@ -103,17 +103,30 @@ def horizon(sim) -> int:
 
 
 class Wrapped:
-    """The algorithm ``inner`` with ``client_round`` replaced by ``client_round(inner, *args)``; everything else is
-    the inner algorithm's."""
+    """The algorithm ``inner`` with ``client_round`` replaced by ``client_round(inner, *args)`` (and ``server_update``
+    by ``server_update(inner, *args)`` when given); everything else is the inner algorithm's."""
 
-    def __init__(self, inner, client_round):
-        self._inner, self._client_round = inner, client_round
+    def __init__(self, inner, client_round=None, server_update=None):
+        self._inner, self._client_round, self._server_update = inner, client_round, server_update
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
 
     def client_round(self, *args):
+        if self._client_round is None:
+            return self._inner.client_round(*args)
         return self._client_round(self._inner, *args)
+
+    def server_update(self, *args):
+        if self._server_update is None:
+            return self._inner.server_update(*args)
+        return self._server_update(self._inner, *args)
+
+
+def server_noised(sim) -> bool:
+    """Whether the family's privacy comes from the server's own noise (central DP: ``Release.server_events``), its
+    clients sending their updates unnoised."""
+    return bool(sim.algorithm.release(0, sim.state, sim.train.counts).server_events)
 
 
 def declared_noise(sim, t: int) -> list:
@@ -150,13 +163,23 @@ def test_the_noise_drawn_is_the_noise_declared(name):
         drawn.append(list(out.events))
         return out
 
-    sim.algorithm = Wrapped(sim.algorithm, record)
+    server_drawn, server_declared = [], []
+
+    def record_server(inner, t, server, delivered, ctx):
+        server_declared.append([noise_of(e) for e in inner.release(t, sim.state, sim.train.counts).server_events])
+        updated = inner.server_update(t, server, delivered, ctx)
+        server_drawn.append(list(ctx.events))
+        return updated
+
+    sim.algorithm = Wrapped(sim.algorithm, record, record_server)
     sim.run(2)
     assert sim.next_round == 2 and sim.stopped_reason is None
     assert len(drawn) == 2, "one chunk per round (the tiny cohort fits in memory)"
-    assert drawn == declared
-    if is_private(name):
-        assert all(not isinstance(e, dp_event.NonPrivateDpEvent) for chunk in drawn for e in chunk)
+    assert drawn == declared and server_drawn == server_declared
+    if is_private(name):  # the privacy comes from the clients' noise, or from the server's (central DP)
+        private = server_drawn if any(server_drawn) else drawn
+        assert all(not isinstance(e, dp_event.NonPrivateDpEvent) for chunk in private for e in chunk) and \
+            any(private)
 
 
 def _more_noise(event):
@@ -178,6 +201,7 @@ TAMPERS = {
 @pytest.mark.parametrize("name, tamper", [_marked(name, tamper) if tamper == "one draw fewer" else (name, tamper)
                                           for name in PRIVATE for tamper in TAMPERS])  # sdp-spider's: 27 s
 def test_noise_drawn_other_than_declared_stops_the_round(name, tamper):
+    """The draws the privacy comes from tampered: the clients', or the server's (central DP)."""
     sim = simulation(name)
     x0 = sim.model.clone()
 
@@ -185,7 +209,13 @@ def test_noise_drawn_other_than_declared_stops_the_round(name, tamper):
         out = inner.client_round(*args)
         return ClientOutput(out.messages, out.state, TAMPERS[tamper](list(out.events)))
 
-    sim.algorithm = Wrapped(sim.algorithm, tampered)
+    def tampered_server(inner, t, server, delivered, ctx):
+        updated = inner.server_update(t, server, delivered, ctx)
+        ctx.events[:] = TAMPERS[tamper](list(ctx.events))
+        return updated
+
+    sim.algorithm = Wrapped(sim.algorithm, None, tampered_server) if server_noised(sim) else \
+        Wrapped(sim.algorithm, tampered)
     with pytest.raises(DpflError, match="declared"):
         sim.step()
     assert torch.equal(sim.model, x0) and sim.next_round == 0  # nothing reached the server
@@ -196,6 +226,12 @@ def test_a_mechanism_swapped_after_the_declaration_is_caught(name):
     """The realistic bug: the client work draws from another mechanism than the one ``release`` declared."""
     sim = simulation(name)
     algorithm = sim.algorithm
+    if server_noised(sim):  # central DP: the server's step draws from another multiplier than declared
+        other = dataclasses.replace(algorithm, noise_multiplier=2 * algorithm.noise_multiplier)
+        sim.algorithm = Wrapped(algorithm, None, lambda inner, *args: other.server_update(*args))
+        with pytest.raises(DpflError, match="drawn by the server .* declared"):
+            sim.step()
+        return
     if not (dataclasses.is_dataclass(algorithm) and hasattr(algorithm, "mechanism")):
         pytest.skip(f"{name} has no mechanism field to swap")
     mechanism = algorithm.mechanism

@@ -11,6 +11,8 @@ distributions by FFT and reads epsilon(delta) off the composition: tight up to t
   owner is absent and the privacy loss is 0, else it is the inner event's. This is the exact PLD of the pair where the
   observer learns whether the owner took part, which dominates any observer who does not (joint convexity of the
   hockey-stick divergence);
+* a restarted tree's epoch (``SingleEpochTreeAggregationDpEvent``, zero-out) is the Gaussian mechanism it is
+  (``tree_as_gaussian``);
 * every other event is handed to dp_accounting's ``PLDAccountant`` (Gaussian, Laplace, discrete Laplace, randomized
   response, mixtures of Gaussians, Poisson sampling around Gaussian or Laplace).
 
@@ -197,6 +199,14 @@ def _non_private(event) -> bool:
     return any(isinstance(e, dp_event.DpEvent) and _non_private(e) for e in children)
 
 
+def tree_as_gaussian(event: dp_event.SingleEpochTreeAggregationDpEvent) -> dp_event.GaussianDpEvent:
+    """GaussianDpEvent(z / sqrt(D)) of a restarted tree's epoch, D = ceil(log2(max E + 1)) (``_dp_accounting_reading``;
+    dp_accounting's RDP of the event is a D / (2 z^2), the curve of that Gaussian)."""
+    steps = event.step_counts if np.ndim(event.step_counts) else [event.step_counts]
+    depth = math.ceil(math.log2(max(steps) + 1))
+    return dp_event.GaussianDpEvent(event.noise_multiplier / math.sqrt(depth))
+
+
 def _unsupported(event, relation) -> str | None:
     """Why ``event`` has no PLD here (the offending sub-event), or None."""
     if isinstance(event, (dp_event.SelfComposedDpEvent, ParticipationDpEvent)):
@@ -236,7 +246,12 @@ def _build(event, relation, interval):
 
 def _dp_accounting_reading(event, relation):
     """``event`` as dp_accounting's PLD reads dpfl's convention: under replace-one, a Gaussian's noise multiplier is
-    relative to the replace-one distance, which dp_accounting's PLD takes to be twice its unit."""
+    relative to the replace-one distance, which dp_accounting's PLD takes to be twice its unit. A restarted tree's
+    epoch (``SingleEpochTreeAggregationDpEvent(z, E)``, zero-out only) is the Gaussian mechanism of multiplier
+    z / sqrt(D), D = ceil(log2(E + 1)): the curve dp_accounting's RDP accountant gives it, a D / (2 z^2), is that
+    Gaussian's, and the tree's release is that Gaussian exactly (``dpfl.algorithms.dp_ftrl``)."""
+    if isinstance(event, dp_event.SingleEpochTreeAggregationDpEvent):
+        return tree_as_gaussian(event) if relation == NeighborRel.REPLACE_SPECIAL else event
     if relation != NeighborRel.REPLACE_ONE:
         return event
     if isinstance(event, dp_event.GaussianDpEvent):
@@ -249,4 +264,4 @@ def _dp_accounting_reading(event, relation):
 
 
 __all__ = ["VALUE_DISCRETIZATION_INTERVAL", "MAX_POINTS", "PldTooLargeError", "supports", "estimated_points", "check_target",
-           "tractable", "pld_of", "pld_epsilon", "pld_delta"]
+           "tractable", "pld_of", "pld_epsilon", "pld_delta", "tree_as_gaussian"]

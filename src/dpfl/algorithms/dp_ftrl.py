@@ -1,0 +1,275 @@
+"""DP-FTRL: follow-the-regularised-leader on the tree aggregation of the clients' clipped updates, private without
+sampling or shuffling (Kairouz, McMahan, Song, Thakkar, Thakurta, Xu, ICML 2021, "Practical and Private (Deep)
+Learning without Sampling or Shuffling"), in its federated form with a tree restarted every epoch.
+
+**The algorithm.** The clients take part in epochs of E = ceil(M / n) rounds, each client in exactly one round of
+every epoch (``algorithm.client_sampling`` = "disjoint": a fresh secret partition per epoch, or "round_robin" with n
+dividing M). A client of round t runs K local SGD steps from the broadcast model x_{t-1} (minibatches of
+floor(s n_i) of its records, step ``lr``) and sends its update clipped to l2 norm C,
+
+    u_i = clip_C(x_{t-1} - y_i),     clip_C(v) = v min(1, C / ||v||).
+
+The server keeps the prefix sums of the cohorts' sums g_r = sum_{i in C_r} u_i through the tree aggregation
+mechanism over the rounds of the current epoch (a binary tree whose leaves are the rounds tau = 1..E of the epoch;
+every node adds N(0, (z C)^2 I) to the sum of its leaves) and releases
+
+    x_t = x_a - (eta / n) S^_tau,     S^_tau = sum_{r <= tau} g_r + sum of the noise of the nodes of the dyadic
+                                                decomposition of [1, tau] (one node per bit of tau)
+
+with x_a the model at the epoch's start (FTRL with the quadratic regulariser ||x - x_a||^2 / (2 eta), the paper's
+Algorithm 1 without momentum; the tree restarts each epoch: the paper's "restart" variant) and n = floor(l M) the
+public cohort size. Only one node of the decomposition of [1, tau] is new in round tau: the node of level v(tau) (the
+trailing zero bits of tau) that ends at tau; the decomposition of tau - 1 had, instead, the nodes of levels < v(tau)
+below it. So the server draws ONE node per round, nu_tau ~ N(0, (z C)^2 I), and steps
+
+    x_t = x_{t-1} - (eta / n) (g_tau + nu_tau - sum_{l < v(tau)} nu^(l)),
+
+keeping in its state only the released model x and the noise nu^(l) of the decomposition's node at each level l (the
+server's own draws, which do not depend on the data): never a raw partial sum of the clients' updates
+(``dpfl.accounting.observers``, "The server's own noise"). No other node of the tree is ever read, so none is drawn.
+
+**Sensitivity** (Kairouz et al. 2021, Sec. 3, the tree aggregation mechanism). Neighbouring data sets differ in one
+client's data, replaced by the null client's, whose update is 0 (user-level zero-out: dp_accounting's REPLACE_SPECIAL);
+a client's update has norm <= C whatever its data, so the owner's change to g_tau in the one round tau of the epoch it
+takes part in is at most C, and nothing else depends on its data (every other client's update is a function of the
+released x_{t-1} and its own data). The E released prefix sums of an epoch are an invertible linear map of the E
+noisy nodes the server draws (the node ending at tau is S^_tau - S^_{tau - 2^v(tau)}), and a round's leaf lies in at
+most one node of each level: at most D = ceil(log2(E + 1)) = floor(log2 E) + 1 nodes. Releasing the nodes one by one,
+each is a Gaussian mechanism of std z C whose input moves by at most C (if it holds tau) given every earlier output,
+so the epoch is the adaptive composition of Gaussian mechanisms with squared sensitivities summing to D C^2: mu-GDP
+with mu = sqrt(D) / z (Dong, Roth, Su 2019; adaptive composition of GDP adds mu^2), RDP a D / (2 z^2) at every order
+a, which is dp_accounting's ``SingleEpochTreeAggregationDpEvent(z, E)`` (Kairouz et al. 2021, App. D: restarted trees
+in which no client occurs twice). The epochs compose: epoch k + 1's tree reads the data of epoch k only through the
+released x_a. Where the paper counts ceil(log2 E) + 1 nodes per leaf (the whole tree), D counts the nodes actually
+drawn; both agree when E is a power of 2.
+
+**How the ledger charges it, round by round.** Each round declares the server's one draw as the event of the tree it
+is a node of, ``SingleEpochTreeAggregationDpEvent(z, E)``, and the owner as taking part in the epoch's FIRST round
+only (``Release.cohort``: ``Cohort.scheduled``, p = 1 there and 0 in the epoch's other rounds, which the ledger
+composes as no-ops). So the whole epoch's tree is charged once, before the epoch's first noise is drawn (a budget
+stops the run before an epoch it cannot pay for, never inside one), and the simulator still checks every round's
+draw against its declaration (``engine.simulator.check_drawn``: the node's multiplier z and its tree E). A
+partial last epoch is charged as the whole tree: its releases are a prefix of the tree's, a post-processing.
+The observers of the server's output (third party, another silo) are charged the tree; the server itself sees the
+clients' unnoised updates (plain) or their unnoised sum (secure aggregation): their draws are declared not private,
+and its epsilon is infinite. This family's default boundary is "trusted" (the paper's trusted server: no server
+observer). The PLD accountant reads the tree event as the Gaussian mechanism it is, GaussianDpEvent(z / sqrt(D))
+(``dpfl.accounting.pld``), so the default accountant is tight; RDP gives dp_accounting's curve.
+
+**The participation assumption.** The accounting needs every client in at most one round of each tree: fixed-size
+and Poisson cohorts can put a client in two rounds of an epoch, and round robin with n not dividing M wraps a client
+into a second round of one epoch; both are refused with the key to change. More than one participation per tree (the
+paper's App. D count of nodes shared by k participations with a minimum separation) and the tree completion trick
+are not implemented.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from dp_accounting import dp_event
+
+from dpfl.accounting.observers import OTHER_SILO, THIRD_PARTY, Cohort, Release
+from dpfl.accounting.units import USER_LEVEL
+from dpfl.algorithms.registry import AlgorithmSpec, Calibration, Setting, register
+from dpfl.engine.boundary import Delivery
+from dpfl.engine.protocol import Algorithm, ClientContext, ClientData, ClientOutput, ServerContext, State
+from dpfl.engine.sampling import ClientSampler, RecordSampler
+from dpfl.errors import ConfigError, check_noise_multiplier, check_range
+from dpfl.noise import gaussian_noise
+
+NAME = "dp-ftrl"
+#: the client samplers under which every client takes part in at most one round of each epoch's tree
+SAMPLINGS = ("disjoint", "round_robin")
+#: z when neither algorithm.noise_multiplier nor privacy.epsilon is given
+DEFAULT_NOISE = 1.0
+
+
+def tree_depth(leaves: int) -> int:
+    """D = ceil(log2(E + 1)) = floor(log2 E) + 1: the most drawn nodes one leaf of a tree of E leaves lies in (one per
+    level; dp_accounting's ``_compute_rdp_single_epoch_tree_aggregation`` counts the same)."""
+    check_range("leaves", leaves, 1, integer=True)
+    return leaves.bit_length()
+
+
+def node_level(position: int) -> int:
+    """v(tau), the level of the one node the tree draws in round tau = ``position`` (1-based in the epoch): the
+    trailing zero bits of tau (the node of 2^v(tau) leaves that ends at tau)."""
+    check_range("position", position, 1, integer=True)
+    return (position & -position).bit_length() - 1
+
+
+@dataclass(frozen=True)
+class DpFtrl(Algorithm):
+    """DP-FTRL with a tree restarted every epoch (see the module docstring)."""
+
+    local_steps: int  # K
+    lr: float  # the client's local step
+    sampler: RecordSampler  # each local step's minibatch
+    clip: float  # C, the bound on each client's update
+    noise_multiplier: float  # z, each node's std over C
+    global_lr: float  # eta
+    population: int  # M
+    cohort_size: int  # n = floor(l M), the public divisor of the sum
+    epoch: int  # E, the rounds of one tree
+
+    neighboring = "zero_out"
+    privacy_unit = USER_LEVEL
+    assumptions = {"participation": "every client takes part in at most one round of each epoch's tree (disjoint "
+                                     "batches, or round robin with the cohort size dividing the clients)"}
+
+    @property
+    def depth(self) -> int:
+        """D, the levels of the tree of one epoch."""
+        return tree_depth(self.epoch)
+
+    @property
+    def tree_event(self) -> dp_event.DpEvent:
+        """The whole epoch's release: dp_accounting's restarted-tree event (module docstring)."""
+        return dp_event.SingleEpochTreeAggregationDpEvent(self.noise_multiplier, self.epoch)
+
+    # -- the protocol -------------------------------------------------------------------------------------------
+    def init_state(self, x0: torch.Tensor, num_clients: int) -> State:
+        """x, and ``nodes`` [D, P]: the noise of the current decomposition's node at each level (0 where none)."""
+        return State({"x": x0.clone(), "nodes": torch.zeros(self.depth, x0.shape[0], dtype=x0.dtype)})
+
+    def release(self, round_index: int, state: State | None, counts: torch.Tensor) -> Release:
+        """The clients' updates unnoised (what a server behind a plain or secure-aggregation boundary sees); the
+        server's one node, as the event of its tree, with the owner charged at the epoch's first round only."""
+        first = round_index % self.epoch == 0
+        return Release((dp_event.NonPrivateDpEvent(),), (True,),
+                       cohort=Cohort.scheduled(self.population, self.cohort_size, 1, first),
+                       server_events=(self.tree_event,))
+
+    def examples_per_client(self, counts: torch.Tensor) -> int:
+        return int(self.sampler.batch_sizes(counts).max())
+
+    def message_bound(self, counts: torch.Tensor) -> dict[str, float]:
+        """Every coordinate of an update clipped to norm C is at most C in magnitude."""
+        return {"u": self.clip}
+
+    def client_round(self, round_index: int, server: dict, clients: dict, data: ClientData,
+                     ctx: ClientContext) -> ClientOutput:
+        """K local SGD steps from x, then u_i = clip_C(x - y_i): {u}. The server state may carry a leading row
+        axis (one server state per row: ``dpfl.engine.protocol``)."""
+        x = server["x"]
+        n, P = data.counts.shape[0], x.shape[-1]
+        keys = ctx.streams("records").uniform([(self.local_steps, int(c)) for c in data.counts])
+        divisor = self.sampler.divisor(data.counts).to(x.dtype).unsqueeze(1)
+        start = x.expand(n, P)
+        y = start.clone()
+        for k in range(self.local_steps):
+            indices, mask = self.sampler.sample(data.counts, keys[:, k])
+            xb, yb = data.batch(indices)
+            y = y - self.lr * ctx.grads.clipped_sum(y, xb, yb, mask, None) / divisor
+        return ClientOutput({"u": clip_rows(start - y, self.clip)}, {}, [dp_event.NonPrivateDpEvent()])
+
+    def server_update(self, round_index: int, server: dict, delivered: Delivery, ctx: ServerContext) -> dict:
+        """Round tau = t mod E + 1 of the epoch's tree: draws the node nu of level v(tau), steps x by -eta/n (g_tau +
+        nu - the nodes of levels < v(tau)) and keeps nu at its level, clearing those below (module docstring);
+        row-wise where the state carries a leading row axis."""
+        x, nodes = server["x"], server["nodes"]
+        position = round_index % self.epoch + 1
+        if position == 1:  # a new epoch: the tree restarts at the released x
+            nodes = torch.zeros_like(nodes)
+        level = node_level(position)
+        normals = ctx.streams("server_noise").normal(tuple(x.shape[-1:])).reshape(-1, x.shape[-1])
+        rows = normals.shape[0]
+        node = gaussian_noise(dp_event.GaussianDpEvent(self.noise_multiplier), torch.full((rows,), self.clip),
+                              normals.to(x.dtype), normals).reshape(x.shape)
+        ctx.drew(self.tree_event)
+        total = delivered.sum("u") if delivered.count else torch.zeros_like(x)
+        step = total + node - nodes[..., :level, :].sum(-2)
+        kept = nodes.clone()
+        kept[..., :level, :] = 0
+        kept[..., level, :] = node
+        return {"x": x - (self.global_lr / self.cohort_size) * step, "nodes": kept}
+
+    def divergence_hint(self, counts: torch.Tensor) -> str:
+        return ("lower algorithm.global_lr or algorithm.lr (each round moves x by eta / n times the round's node "
+                f"noise of std z C = {self.noise_multiplier * self.clip:.3g} and the nodes it replaces)")
+
+
+def clip_rows(v: torch.Tensor, bound: float) -> torch.Tensor:
+    """clip_C(v) = v min(1, C / ||v||) row-wise (the last axis)."""
+    norm = v.norm(dim=-1, keepdim=True)
+    return v * torch.clamp(bound / norm.clamp(min=torch.finfo(v.dtype).tiny), max=1.0)
+
+
+@dataclass(frozen=True)
+class DpFtrlConfig:
+    """The ``[algorithm]`` keys of dp-ftrl (beyond name, rounds, client_rate and client_sampling)."""
+
+    local_steps: int = field(default=1, metadata={"help": "K, local SGD steps of each client per round", "min": 1})
+    sample_rate: float = field(default=0.5, metadata={"help": "s, each local step's minibatch is floor(s n_i) records"})
+    lr: float = field(default=0.5, metadata={"help": "the client's local SGD step size"})
+    global_lr: float = field(default=1.0, metadata={"help": "eta, the FTRL step: x_t = x_a - eta (noisy prefix sum of "
+                                                            "the clipped updates) / n"})
+    clip: float = field(default=1.0, metadata={"help": "C, the l2 bound on each client's whole update (user level)"})
+    noise_multiplier: float | None = field(default=None, metadata={
+        "help": f"z, each tree node's noise std is z C (default: calibrated to privacy.epsilon, else {DEFAULT_NOISE})"})
+
+
+def _epoch(config: DpFtrlConfig, setting: Setting) -> ClientSampler:
+    """The run's client sampler, checked to put every client in at most one round of each epoch. A config
+    validated before its data is built (``Setting.num_clients`` None: the data brings its clients) gets a stand-in
+    of one client per round; the run builds the real one on the data."""
+    if setting.client_sampling not in SAMPLINGS:
+        raise ConfigError("algorithm.client_sampling", setting.client_sampling,
+                          f"one of {list(SAMPLINGS)} for {NAME!r}: its tree accounting needs every client in at most "
+                          "one round of each epoch, which fixed-size and Poisson cohorts do not ensure (DP-FTRL "
+                          "takes no credit for sampling)")
+    if setting.num_clients is None:
+        return ClientSampler(1, 1.0, setting.client_sampling)
+    clients = ClientSampler(setting.num_clients, setting.client_rate, setting.client_sampling)
+    if setting.client_sampling == "round_robin" and setting.num_clients % clients.cohort_size:
+        raise ConfigError("algorithm.client_rate", setting.client_rate,
+                          f"a rate whose cohort floor(rate M) divides the M = {setting.num_clients} clients under "
+                          f"round robin (a cohort of {clients.cohort_size} wraps a client into a second round of an "
+                          "epoch's tree), or algorithm.client_sampling = 'disjoint'")
+    return clients
+
+
+def build(name: str, config: DpFtrlConfig, setting: Setting) -> DpFtrl:
+    if name != NAME:
+        raise ConfigError("algorithm.name", name, f"{NAME!r}")
+    if setting.analysis != "sound":
+        raise ConfigError("privacy.analysis", setting.analysis, f"'sound' for {NAME!r} (the paper analysis is Noble "
+                                                                "et al.'s, for DP-SCAFFOLD)")
+    check_range("algorithm.local_steps", config.local_steps, 1, integer=True)
+    check_range("algorithm.lr", config.lr, 0.0, low_open=True)
+    check_range("algorithm.global_lr", config.global_lr, 0.0, low_open=True)
+    check_range("algorithm.clip", config.clip, 0.0, low_open=True)
+    if config.noise_multiplier is not None:
+        check_noise_multiplier("algorithm.noise_multiplier", config.noise_multiplier)
+    clients = _epoch(config, setting)
+    z = setting.calibrated_noise()
+    if z is None:
+        z = DEFAULT_NOISE if config.noise_multiplier is None else config.noise_multiplier
+    elif config.noise_multiplier is not None:
+        raise ConfigError("algorithm.noise_multiplier", config.noise_multiplier,
+                          "None when privacy.epsilon is given (z is then calibrated to it)")
+    return DpFtrl(local_steps=config.local_steps, lr=config.lr, sampler=RecordSampler(config.sample_rate, "fixed"),
+                  clip=config.clip, noise_multiplier=z, global_lr=config.global_lr, population=clients.num_clients,
+                  cohort_size=clients.cohort_size, epoch=clients.epoch)
+
+
+def initial_noise(name: str, config: DpFtrlConfig, setting: Setting) -> float:
+    """z ~ sqrt(D k) / epsilon over k = ceil(T / E) trees, where the search for privacy.epsilon starts."""
+    clients = _epoch(config, setting)
+    trees = -(-setting.rounds // clients.epoch)
+    return max(0.1, math.sqrt(tree_depth(clients.epoch) * trees) / setting.epsilon)
+
+
+register(AlgorithmSpec(
+    names=(NAME,), config=DpFtrlConfig, build=build, private=lambda name: True,
+    help="DP-FTRL: FTRL on the tree aggregation of clipped client updates, a tree per epoch, each client once per "
+         "epoch (user-level, no sampling credit; Kairouz et al. 2021)",
+    privacy_defaults={"boundary": "trusted"}, common_defaults={"client_sampling": "disjoint"},
+    calibration=Calibration(lambda name, config, setting: (THIRD_PARTY, OTHER_SILO), initial_noise),
+))
+
+__all__ = ["NAME", "SAMPLINGS", "DEFAULT_NOISE", "tree_depth", "node_level", "DpFtrl", "clip_rows", "DpFtrlConfig",
+           "build", "initial_noise"]
