@@ -19,9 +19,14 @@ user-adjacent when one is the other with every record of one client changed: the
 data (``USER_LEVEL``), and nothing is assumed of n_i or the records. Whatever its data, client i's contribution u_i
 has norm at most w_max C_t (the clip; w_i <= w_max), and no other client's u_j depends on it.
 
-* Poisson cohorts (``client_sampling = "poisson"``): each client takes part independently with probability q; the
-  relation is add/remove one client (McMahan et al., Sec. 2). Adding client i adds u_i to the sum and nothing else
-  (D is fixed), so S_t = w_max C_t (Thm 1: S / (q W) for the estimator sum / (q W), here before the division by D).
+* Poisson cohorts (``client_sampling = "poisson"``): each client takes part independently with probability q.
+  McMahan et al. (Sec. 2) add or remove one client. Adding client i adds u_i to the sum and nothing else (D is
+  fixed), so S_t = w_max C_t (their Thm 1: S / (q W) for the estimator sum / (q W), here before the division by D).
+  dpfl states this relation as zero-out (as for Poisson records, ``dpfl.engine.sampling``): client i's data replaced
+  by a null client whose messages contribute 0 to every sum (u_i = 0, b_i = 0). Towards an observer of the
+  server-noised model the two are the same (a null client and an absent one leave the same sums); but a server that
+  sees the messages, or a sum that carries each client's noise share, tells an absent client from a present one,
+  so add/remove would be vacuous towards them, while zero-out keeps the same sensitivity C towards every observer.
 * Fixed-size cohorts (``"fixed"``, n of M without replacement): the cohort always holds n clients, so the relation
   is replacing one client (add/remove would change M and the cohort's law). Replacing client i's data moves u_i
   from one vector of norm <= w_max C_t to another: S_t = 2 w_max C_t.
@@ -52,13 +57,13 @@ weights' sum (which would depend on every n_i): it stays qM or n. ``"uniform"`` 
   least noise multiplier z.
 
 **Adaptive clipping** (``target_quantile`` gamma set; Andrew et al. Alg. 2). The clipped-bit sum sum_i b_i has
-sensitivity s_b = 1/2 under add/remove (b_i in {-1/2, 1/2}: Andrew et al. centre the bit for this reason) and 1
-under replace-one; its noise N(0, sigma_b^2) (``count_noise``, Andrew et al.'s sigma_b; default their m / 20, m the
+sensitivity s_b = 1/2 under zero-out (b_i in {-1/2, 1/2} against a null client's 0: Andrew et al. centre the bit
+for this reason) and 1 under replace-one; its noise N(0, sigma_b^2) (``count_noise``, Andrew et al.'s sigma_b; default their m / 20, m the
 expected cohort) is the Gaussian mechanism with multiplier z_b = sigma_b / s_b (2 sigma_b for Poisson cohorts).
 Two Gaussian mechanisms of multipliers z_Delta and z_b on the same neighbours compose to one of multiplier
 (z_Delta^-2 + z_b^-2)^(-1/2) (Dong, Roth, Su 2022, Cor. 3.3: mu^2 adds), so Andrew et al. (Sec. 3) run the update at
 
-    z_Delta = (z^-2 - z_b^-2)^(-1/2)          (= (z^-2 - (2 sigma_b)^-2)^(-1/2) under add/remove)
+    z_Delta = (z^-2 - z_b^-2)^(-1/2)          (= (z^-2 - (2 sigma_b)^-2)^(-1/2) for Poisson cohorts)
 
 and the pair costs what one round at z costs. Both draws are declared, each in units of its own sensitivity, so the
 ledger composes them itself (the split is not trusted, it is accounted). z_b <= z leaves z_Delta undefined: a
@@ -99,7 +104,7 @@ DEFAULT_NOISE = 1.0
 
 
 def relation_factor(client_sampling: str) -> float:
-    """S_t / (w_max C_t): 1 under add/remove one client (Poisson cohorts), 2 under replace-one (fixed cohorts)."""
+    """S_t / (w_max C_t): 1 under zero-out of one client (Poisson cohorts), 2 under replace-one (fixed cohorts)."""
     return 1.0 if client_sampling == "poisson" else 2.0
 
 
@@ -117,7 +122,7 @@ class AdaptiveClip:
     target_quantile: float  # gamma
     clip_lr: float  # eta_C
     count_noise: float  # sigma_b, the std of the noise on the sum of the b_i
-    count_sensitivity: float  # s_b: 1/2 (add/remove) or 1 (replace-one)
+    count_sensitivity: float  # s_b: 1/2 (zero-out) or 1 (replace-one)
 
     @property
     def count_multiplier(self) -> float:
@@ -154,7 +159,7 @@ class DpFedAvgUser(Algorithm):
         if self.client_sampling not in CLIENT_SAMPLING:
             raise ConfigError("algorithm.client_sampling", self.client_sampling,
                               f"one of {list(CLIENT_SAMPLING)} for {NAME!r} (the user-level relation is derived for "
-                              "Poisson cohorts, add/remove, and fixed-size ones, replace-one)")
+                              "Poisson cohorts, zero-out, and fixed-size ones, replace-one)")
         check_noise_multiplier("algorithm.noise_multiplier", self.noise_multiplier)
         check_range("algorithm.clip", self.clip, 0.0, low_open=True)
         check_range("algorithm.server_lr", self.server_lr, 0.0, low_open=True)
@@ -171,8 +176,8 @@ class DpFedAvgUser(Algorithm):
     # -- what the analysis reads --------------------------------------------------------------------------------
     @property
     def neighboring(self) -> str:
-        """Add/remove one client (Poisson cohorts) or replace one (fixed-size cohorts): module docstring."""
-        return "add_remove" if self.client_sampling == "poisson" else "replace_one"
+        """Zero-out one client (Poisson cohorts) or replace one (fixed-size cohorts): module docstring."""
+        return "zero_out" if self.client_sampling == "poisson" else "replace_one"
 
     @property
     def update_mechanism(self) -> GaussianMechanism:
