@@ -35,13 +35,13 @@ import torch
 from scipy import stats
 
 import exact as ex
-from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.algorithms.dp_fedavg_user import NAME, DpFedAvgUserConfig, build
 from dpfl.algorithms.registry import Setting
 from dpfl.engine.boundary import Boundary, Delivery
 from dpfl.engine.protocol import ClientContext, ClientData, ServerContext
 from dpfl.engine.sampling import ClientSampler
-from dpfl.engine.simulator import declare_round, noise_of
+from dpfl.engine.simulator import noise_of
+from dpfl.experiments.noise_level import declared_epsilon
 from worst_case import LinearQuadraticOracle
 
 logging.getLogger("absl").setLevel(logging.ERROR)
@@ -168,13 +168,9 @@ CASES = [(placement, sampling, boundary, observer) for placement in PLACEMENTS f
 
 def claimed(alg, boundary: str, sampling: str) -> dict[str, float]:
     """The run's ledger after ROUNDS rounds, as the simulator declares and accounts them."""
-    clients = ClientSampler(CLIENTS, RATE, sampling)
-    counts = torch.full((CLIENTS,), RECORDS)
-    state = alg.init_state(torch.zeros(1), CLIENTS)
-    accounted = Boundary(boundary)
-    events = [declare_round(alg, accounted, clients, "sound", t, state, counts)[1] for t in range(ROUNDS)]
-    ledger = PrivacyLedger(accounted.observers, DELTA, neighboring=alg.neighboring, accountant=alg.accountant)
-    return ledger.epsilon_after(events)
+    setting = Setting(client_rate=RATE, client_sampling=sampling, num_clients=CLIENTS,
+                      train_counts=(RECORDS,) * CLIENTS, rounds=ROUNDS, delta=DELTA)
+    return declared_epsilon(alg, setting, Boundary(boundary), ClientSampler(CLIENTS, RATE, sampling))
 
 
 def tight(placement: str, sampling: str, boundary: str, observer: str) -> bool:

@@ -82,7 +82,7 @@ from dataclasses import dataclass, field
 import torch
 from dp_accounting import dp_event
 
-from dpfl.accounting.observers import OTHER_SILO, SERVER, THIRD_PARTY, Release
+from dpfl.accounting.observers import OTHER_SILO, SERVER, Release
 from dpfl.accounting.units import USER_LEVEL
 from dpfl.algorithms.local_sgd import LocalSGD
 from dpfl.algorithms.registry import AlgorithmSpec, Calibration, Setting, register
@@ -362,10 +362,10 @@ def _check_keys(config: DpFedAvgUserConfig) -> None:
 
 
 def protected_observers(name: str, config: DpFedAvgUserConfig, setting: Setting) -> tuple[str, ...]:
-    """Whom privacy.epsilon protects: every observer of the server's output (server noise); the third party and
-    other silos behind secure aggregation (shares); a server that sees each message, hence everyone (client)."""
-    return {"server": (THIRD_PARTY, OTHER_SILO), "shares": (THIRD_PARTY, OTHER_SILO),
-            "client": (SERVER,)}[config.noise_at]
+    """Whom privacy.epsilon protects: another silo, whose epsilon bounds the third party's (the same draws, with at
+    most the third party's credit and at least its participation), for server noise and shares (behind secure
+    aggregation); a server that sees each message, hence everyone, for client noise."""
+    return (SERVER,) if config.noise_at == "client" else (OTHER_SILO,)
 
 
 def protected_boundary(name: str, config: DpFedAvgUserConfig, setting: Setting) -> str | None:

@@ -57,8 +57,10 @@ def validate(config: RunConfig) -> None:
         ClientSampler(num_clients, *algorithm.cohort_sampling(num_clients))
         algorithm.check_rounds(num_clients)
     boundary = Boundary(privacy.boundary, released=privacy.release, shuffle=privacy.shuffler)
-    # a family that sizes its cohort or calibrates its noise from the data is built (and checked) on the data
-    if algorithm.spec.cohort is None and algorithm.spec.noise_key is not None:
+    # a family that sizes its cohort or calibrates its noise from the data (its Calibration, with privacy.epsilon) is
+    # built (and checked) on the data
+    calibrated = privacy.epsilon is not None and algorithm.spec.calibration is not None
+    if algorithm.spec.cohort is None and algorithm.spec.noise_key is not None and not calibrated:
         built = algorithm.build(registry.Setting(
             client_rate=algorithm.client_rate, client_sampling=algorithm.client_sampling, num_clients=num_clients,
             rounds=rounds, delta=privacy.delta, epsilon=privacy.epsilon, seed=run.seed, analysis=privacy.analysis))
