@@ -150,3 +150,27 @@ def test_privacy_epsilon_sets_z_and_calibrate_run_answers(tmp_path, capsys):
                  "--set", f"algorithm.noise_multiplier={answer['noise_multiplier']!r}"]) == 0
     again = json.loads((rerun / "results.json").read_text())["final"]["epsilon"]
     assert again["other_silo"] <= 2.0 and again["other_silo"] == pytest.approx(spent["other_silo"], rel=1e-3)
+
+
+def test_privacy_epsilon_with_adaptive_clipping_solves_z_below_the_counts_multiplier():
+    """The pair of draws composes to z, so privacy.epsilon solves the z of plain clipping; the search starts just
+    below z_b (it overshot past z_b = 1.2 z from below before, and the builder refused the trial); a target that
+    needs z >= z_b is refused naming algorithm.count_noise."""
+    from dpfl.algorithms import registry
+    from dpfl.engine.boundary import Boundary
+    from dpfl.experiments.noise_level import noise_for_epsilon
+
+    spec = registry.spec_of(NAME)
+    setting = Setting(client_rate=0.2, client_sampling="poisson", num_clients=20, train_counts=(24,) * 20, rounds=3,
+                      delta=1e-5, epsilon=2.0)
+
+    def solve(**keys):
+        config = DpFedAvgUserConfig(noise_at="server", **keys)
+        return noise_for_epsilon(spec, NAME, config, setting, Boundary("trusted"))
+
+    z = solve()
+    assert 1 < z < 3  # the old start (0.5) walked 0.5, 1, 4: past 1.2 z
+    adaptive = solve(target_quantile=0.5, count_noise=0.6 * z)  # z_b = 2 sigma_b = 1.2 z
+    assert adaptive == pytest.approx(z, rel=1e-3)
+    with pytest.raises(ConfigError, match="algorithm.count_noise"):
+        solve(target_quantile=0.5, count_noise=0.45 * z)  # z_b = 0.9 z

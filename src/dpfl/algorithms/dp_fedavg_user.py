@@ -141,7 +141,7 @@ class DpFedAvgUser(Algorithm):
 
     local: LocalSGD  # the K non-private local steps
     clip: float  # C_0
-    noise_multiplier: float  # z, what one round costs (with adaptive clipping: the pair's)
+    mechanism: GaussianMechanism  # z, what one round costs (with adaptive clipping: the pair's)
     noise_at: str
     client_sampling: str
     denominator: float  # D: qM (Poisson) or n (fixed)
@@ -160,14 +160,14 @@ class DpFedAvgUser(Algorithm):
             raise ConfigError("algorithm.client_sampling", self.client_sampling,
                               f"one of {list(CLIENT_SAMPLING)} for {NAME!r} (the user-level relation is derived for "
                               "Poisson cohorts, zero-out, and fixed-size ones, replace-one)")
-        check_noise_multiplier("algorithm.noise_multiplier", self.noise_multiplier)
+        z = check_noise_multiplier("algorithm.noise_multiplier", self.mechanism.noise_multiplier)
         check_range("algorithm.clip", self.clip, 0.0, low_open=True)
         check_range("algorithm.server_lr", self.server_lr, 0.0, low_open=True)
         check_range("algorithm.max_weight", self.max_weight, 0.0, low_open=True)
-        if self.adaptive is not None and self.adaptive.count_multiplier <= self.noise_multiplier:
-            bound = self.noise_multiplier * self.adaptive.count_sensitivity
+        if self.adaptive is not None and self.adaptive.count_multiplier <= z:
+            bound = z * self.adaptive.count_sensitivity
             raise ConfigError("algorithm.count_noise", self.adaptive.count_noise,
-                              f"more than z s_b = {bound:.6g} (z = {self.noise_multiplier:.6g}, algorithm."
+                              f"more than z s_b = {bound:.6g} (z = {z:.6g}, algorithm."
                               f"noise_multiplier or solved for privacy.epsilon; s_b = "
                               f"{self.adaptive.count_sensitivity:g}, the clipped-bit sum's sensitivity): the update's "
                               "multiplier z_Delta = (z^-2 - (sigma_b / s_b)^-2)^(-1/2) is otherwise undefined; raise "
@@ -182,7 +182,7 @@ class DpFedAvgUser(Algorithm):
     @property
     def update_mechanism(self) -> GaussianMechanism:
         """z_Delta, the update's multiplier in units of S_t."""
-        return GaussianMechanism(update_multiplier(self.noise_multiplier,
+        return GaussianMechanism(update_multiplier(self.mechanism.noise_multiplier,
                                                    None if self.adaptive is None else self.adaptive.count_multiplier))
 
     @property
@@ -279,7 +279,7 @@ class DpFedAvgUser(Algorithm):
 
     def divergence_hint(self, counts: torch.Tensor) -> str:
         return (f"lower algorithm.lr or algorithm.server_lr (the noise on the summed update has std "
-                f"z S_t = {self.noise_multiplier:.3g} x {relation_factor(self.client_sampling) * self.max_weight:g} "
+                f"z S_t = {self.mechanism.noise_multiplier:.3g} x {relation_factor(self.client_sampling) * self.max_weight:g} "
                 f"x C_t, divided by D = {self.denominator:g})")
 
 
@@ -328,10 +328,7 @@ def build(name: str, config: DpFedAvgUserConfig, setting: Setting) -> DpFedAvgUs
     if config.weighting == "records" and config.weight_records is None:
         raise ConfigError("algorithm.weight_records", None, "a record count n_hat > 0 with weighting = 'records'")
     records = config.weighting == "records"
-    adaptive = None
-    if config.target_quantile is not None:
-        count_noise = setting.client_rate * population / 20 if config.count_noise is None else config.count_noise
-        adaptive = AdaptiveClip(config.target_quantile, config.clip_lr, count_noise, relation_factor(sampling) / 2)
+    adaptive = adaptive_clip(config, setting)
     sampler = RecordSampler(config.sample_rate, "fixed")
     local = LocalSGD(local_steps=config.local_steps, lr=config.lr * sampler.rate * config.local_steps,
                      sampler=sampler, mechanism=GaussianMechanism(0.0), weight_decay=config.weight_decay)
@@ -341,10 +338,21 @@ def build(name: str, config: DpFedAvgUserConfig, setting: Setting) -> DpFedAvgUs
     elif config.noise_multiplier is not None:
         raise ConfigError("algorithm.noise_multiplier", config.noise_multiplier,
                           "None when privacy.epsilon is given (z is then calibrated to it)")
-    return DpFedAvgUser(local, config.clip, z, config.noise_at, sampling, denominator, cohort,
+    return DpFedAvgUser(local, config.clip, GaussianMechanism(z), config.noise_at, sampling, denominator, cohort,
                         server_lr=config.server_lr, max_weight=config.max_weight if records else 1.0,
                         weight_records=config.weight_records if records else None,
                         adaptive=adaptive)
+
+
+def adaptive_clip(config: DpFedAvgUserConfig, setting: Setting) -> AdaptiveClip | None:
+    """Andrew et al.'s clip update of a config (None without algorithm.target_quantile): sigma_b defaults to their
+    m / 20, m the expected cohort; s_b = 1/2 (zero-out) or 1 (replace-one)."""
+    if config.target_quantile is None:
+        return None
+    expected = setting.client_rate * (setting.num_clients or 1)
+    count_noise = expected / 20 if config.count_noise is None else config.count_noise
+    return AdaptiveClip(config.target_quantile, config.clip_lr, count_noise,
+                        relation_factor(setting.client_sampling) / 2)
 
 
 def _check_keys(config: DpFedAvgUserConfig) -> None:
@@ -375,7 +383,12 @@ def protected_boundary(name: str, config: DpFedAvgUserConfig, setting: Setting) 
 
 
 def initial_noise(name: str, config: DpFedAvgUserConfig, setting: Setting) -> float:
-    """z ~ sqrt(T) q / epsilon, where the search for privacy.epsilon starts (at least 0.5)."""
+    """Where the search for privacy.epsilon starts: z ~ sqrt(T) q / epsilon (at least 0.5); with adaptive clipping
+    just below z_b, so that the search walks down and never builds a z the count's noise leaves no room for (it
+    reaches one only when privacy.epsilon needs it: then the ConfigError names algorithm.count_noise)."""
+    adaptive = adaptive_clip(config, setting)
+    if adaptive is not None:
+        return adaptive.count_multiplier * (1 - 1e-3)
     return max(0.5, math.sqrt(setting.rounds) * setting.client_rate / setting.epsilon)
 
 
