@@ -174,3 +174,23 @@ def test_privacy_epsilon_with_adaptive_clipping_solves_z_below_the_counts_multip
     assert adaptive == pytest.approx(z, rel=1e-3)
     with pytest.raises(ConfigError, match="algorithm.count_noise"):
         solve(target_quantile=0.5, count_noise=0.45 * z)  # z_b = 0.9 z
+
+
+def test_shares_run_under_real_secure_aggregation():
+    """Distributed DP as deployed: the real protocol sums the shares (clamped at w_max C + 12 share stds), giving the
+    simulated sum's model up to its rounding; adaptive clipping has no fixed bound and is refused, naming the key."""
+    from dpfl.experiments.config import load_config
+    from dpfl.experiments.runner import build_simulation
+
+    keys = [f"algorithm.name='{NAME}'", "data.num_clients=6", "data.samples_per_client=30", "algorithm.client_rate=0.5",
+            "algorithm.rounds=2", "algorithm.noise_multiplier=1.0", "privacy.boundary='secagg'", "run.noise_seed=3"]
+    real = build_simulation(load_config(None, [*keys, "privacy.secure_aggregation=true"]))
+    simulated = build_simulation(load_config(None, keys))
+    assert real.boundary.secure is not None
+    assert real.algorithm.message_bound(None)["u"] == pytest.approx(1.0 + 12 * 2.0 / 3**0.5)  # shares z 2C / sqrt(3)
+    real.run(2)
+    simulated.run(2)
+    torch.testing.assert_close(real.model, simulated.model, rtol=0, atol=1e-5)
+    with pytest.raises(ConfigError, match="privacy.secure_aggregation"):
+        build_simulation(load_config(None, [*keys, "privacy.secure_aggregation=true", "algorithm.target_quantile=0.5",
+                                            "algorithm.count_noise=5.0"]))

@@ -84,6 +84,7 @@ from dp_accounting import dp_event
 
 from dpfl.accounting.observers import OTHER_SILO, SERVER, Release
 from dpfl.accounting.units import USER_LEVEL
+from dpfl.algorithms.joint_noise import TAIL_STDS
 from dpfl.algorithms.local_sgd import LocalSGD
 from dpfl.algorithms.registry import AlgorithmSpec, Calibration, Setting, register
 from dpfl.engine.boundary import Delivery
@@ -273,6 +274,16 @@ class DpFedAvgUser(Algorithm):
         if self.adaptive is not None:
             updated["clip"] = self.adaptive.next_clip(clip, count[..., 0], self.denominator).to(clip.dtype)
         return updated
+
+    def message_bound(self, counts: torch.Tensor) -> dict[str, float] | None:
+        """|coordinate| of u that secure aggregation must represent (it clamps beyond: ``dpfl.engine.secure_sum``):
+        w_max C plus ``TAIL_STDS`` stds of a client's draw. None with adaptive clipping: C_t moves, so no bound fixed
+        before the run holds."""
+        if self.adaptive is not None:
+            return None
+        std = 0.0 if self.noise_at == "server" else \
+            self.mechanism.noise_multiplier * self.share_factor * float(self.sensitivity(torch.tensor(self.clip)))
+        return {"u": self.max_weight * self.clip + TAIL_STDS * std}
 
     def regulariser(self, x: torch.Tensor) -> float:
         return self.local.regulariser(x)
