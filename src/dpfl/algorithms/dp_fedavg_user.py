@@ -52,7 +52,9 @@ weights' sum (which would depend on every n_i): it stays qM or n. ``"uniform"`` 
   ledger credits the other members' shares as for Heikkilä et al.'s joint noise (``dpfl.accounting.observers``):
   z towards the third party and a secure-aggregation server, z sqrt((n - 1) / n) towards another silo (which knows
   its own share), z / sqrt(n) towards a plain server. A Poisson cohort may hold the owner alone, so there no share is
-  credited (sound, but loose: use fixed-size cohorts with shares).
+  credited (sound, but loose: use fixed-size cohorts with shares). ``privacy.secure_aggregation = true`` sums the
+  shares with the real protocol (``message_bound``; not with adaptive clipping, whose C_t has no bound fixed in
+  advance).
 * ``"client"`` (local DP): every client adds N(0, (z S_t)^2) to u_i: every observer, the server included, sees at
   least noise multiplier z.
 
