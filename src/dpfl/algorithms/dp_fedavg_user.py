@@ -241,16 +241,23 @@ class DpFedAvgUser(Algorithm):
             messages["b"] = (norms <= clip).to(delta.dtype).unsqueeze(1) - 0.5
         if self.noise_at == "server":
             return ClientOutput(messages, {}, [dp_event.NonPrivateDpEvent()])
-        noise = ctx.streams("noise").normal((P + 1,))
-        events = []
-        scales = [self.sensitivity(clip)] + ([torch.full((n,), self.adaptive.count_sensitivity)] if self.adaptive
-                                             else [])
-        for (name, columns), mechanism, scale in zip((("u", slice(0, P)), ("b", slice(P, P + 1))), self.mechanisms(),
-                                                     scales):
-            share = GaussianMechanism(mechanism.noise_multiplier * self.share_factor)
-            messages[name], event = share(messages[name], scale, noise[:, columns])
-            events.append(event)
+        messages, events = self.add_noise(messages, clip, ctx.streams("noise").normal((P + 1,)), self.share_factor)
         return ClientOutput(messages, {}, events)
+
+    def add_noise(self, messages: dict, clip: torch.Tensor, standard_normal: torch.Tensor, factor: float):
+        """Each mechanism's draw added to its message, row-wise: u + N(0, (factor z_Delta S_t)^2 I), and b +
+        N(0, (factor z_b s_b)^2) with adaptive clipping (``factor``: 1, or a share's 1 / sqrt(n_s));
+        ``standard_normal`` [rows, P + 1], ``clip`` [rows]. Returns (the noisy messages, the draws' events)."""
+        width, rows = messages["u"].shape[-1], standard_normal.shape[0]
+        parts = [("u", self.sensitivity(clip), slice(0, width))]
+        if self.adaptive is not None:
+            parts.append(("b", torch.full((rows,), self.adaptive.count_sensitivity), slice(width, width + 1)))
+        noisy, events = dict(messages), []
+        for (name, sensitivity, columns), mechanism in zip(parts, self.mechanisms()):
+            share = GaussianMechanism(mechanism.noise_multiplier * factor)
+            noisy[name], event = share(messages[name], sensitivity, standard_normal[:, columns])
+            events.append(event)
+        return noisy, events
 
     def server_update(self, round_index: int, server: dict, delivered: Delivery, ctx: ServerContext) -> dict:
         """x + eta_g (sum u [+ noise]) / D; with adaptive clipping C exp(-eta_C (b~ - gamma)). Row-wise where the
@@ -259,19 +266,14 @@ class DpFedAvgUser(Algorithm):
         total = delivered.sums.get("u", torch.zeros_like(x))
         count = delivered.sums.get("b", torch.zeros(*x.shape[:-1], 1, dtype=x.dtype))
         if self.noise_at == "server":
-            rows = total.reshape(-1, total.shape[-1])
-            clips = clip.reshape(-1).expand(rows.shape[0])
-            mechanisms = self.mechanisms()
-            stream = ctx.streams("server_noise")
-            noisy, event = mechanisms[0](rows, self.sensitivity(clips), stream.normal((rows.shape[1],)).reshape(rows.shape))
-            ctx.drew(event)
-            total = noisy.reshape(total.shape)
-            if self.adaptive is not None:
-                counts = count.reshape(-1, 1)
-                noisy, event = mechanisms[1](counts, torch.full((counts.shape[0],), self.adaptive.count_sensitivity),
-                                             stream.normal((1,)).reshape(counts.shape))
+            P = total.shape[-1]
+            sums = {"u": total.reshape(-1, P), "b": count.reshape(-1, 1)}
+            rows = sums["u"].shape[0]
+            standard_normal = ctx.streams("server_noise").normal((P + 1,)).reshape(rows, P + 1)
+            noisy, events = self.add_noise(sums, clip.reshape(-1).expand(rows), standard_normal, 1.0)
+            for event in events:
                 ctx.drew(event)
-                count = noisy.reshape(count.shape)
+            total, count = noisy["u"].reshape(total.shape), noisy["b"].reshape(count.shape)
         updated = {"x": x + self.server_lr * total / self.denominator, "clip": clip}
         if self.adaptive is not None:
             updated["clip"] = self.adaptive.next_clip(clip, count[..., 0], self.denominator).to(clip.dtype)
