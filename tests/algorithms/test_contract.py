@@ -348,7 +348,8 @@ def test_state_round_trips_through_torch_save_and_checkpoint_files(name, tmp_pat
 OUT_OF_RANGE = {"rounds": 0, "client_rate": 0.0, "local_steps": 0, "lr": -1.0, "global_lr": 0.0, "weight_decay": -1.0,
                 "sample_rate": 1.5, "clip": 0.0, "noise_multiplier": 0.0, "clients_per_round": 7, "mu": 0.0,
                 "smoothness": 0.0, "reg_strength": -1.0, "l1_ratio": 1.5, "radius": 0.0,
-                "feature_clip": 0.0, "skellam_scale": 0.0}
+                "feature_clip": 0.0, "skellam_scale": 0.0, "server_lr": 0.0, "weight_records": 0.0, "max_weight": 0.0,
+                "target_quantile": 1.5, "clip_lr": 0.0, "count_noise": 0.0}
 UNBOUNDED: set[str] = set()
 
 

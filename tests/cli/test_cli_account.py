@@ -107,3 +107,29 @@ def test_printed_values_err_on_the_safe_side(capsys):
     assert safe_round(2.5758349) == "2.57584" and safe_round(2.5758349, down=True) == "2.57583"
     assert safe_round(12.906331310546925) == "12.9064" and safe_round(1e-5) == "1e-05"
     assert float(safe_round(1 / 3)) >= 1 / 3 and float(safe_round(1 / 3, down=True)) <= 1 / 3
+
+
+def test_account_dp_fedavg_user_is_the_runs_ledger(capsys):
+    """User-level DP-FedAvg without training: server noise behind a trusted server by default (zero-out, Poisson
+    cohorts), the third party charged the participation of one Gaussian at z per round (within 1% above its exact
+    epsilon, ``tests/helpers/exact.py``); adaptive clipping's two draws cost what one round at z costs; shares behind a
+    plain boundary charge the server z / sqrt(n)."""
+    import exact
+
+    def exact_epsilon(z: float) -> float:
+        return exact.Instance(((1.0, 0.1, exact.gaussian_pair(z)),)).epsilon(1e-5, 20)
+
+    argv = ["account", "dp-fedavg-user", "--num-clients", "100", "--client-rate", "0.1", "--rounds", "20",
+            "--noise-multiplier", "1.2", "--delta", "1e-5"]
+    out = run_json(capsys, argv)
+    assert set(out["epsilon"]) == {"third_party", "other_silo"} and out["neighboring"] == "zero_out"
+    truth = exact_epsilon(1.2)
+    assert truth <= out["epsilon"]["third_party"] <= truth * 1.01
+    adaptive = run_json(capsys, [*argv, "--target-quantile", "0.5", "--count-noise", "2"])
+    assert len(adaptive["noise_multipliers"]) == 2 and adaptive["noise_multipliers"][1] == 4.0  # z_b = 2 sigma_b
+    assert adaptive["epsilon"]["third_party"] == pytest.approx(out["epsilon"]["third_party"], rel=1e-3)
+    shares = run_json(capsys, [*argv, "--noise-at", "shares", "--boundary", "plain", "--client-sampling", "fixed"])
+    truth = exact_epsilon(1.2 / 10**0.5)
+    assert truth <= shares["epsilon"]["server"] <= truth * 1.01
+    assert main([*argv, "--target-quantile", "0.5", "--count-noise", "0.5"]) == 2
+    assert "algorithm.count_noise = 0.5" in capsys.readouterr().err

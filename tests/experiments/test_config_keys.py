@@ -652,6 +652,70 @@ def _skellam_scale(p):  # a coarse scale (64 integer units per unit of gradient)
     assert p.sim.ledger.epsilon()["third_party"] > 1.5 * p.base.ledger.epsilon()["third_party"]
 
 
+#: A tiny user-level DP-FedAvg run (10 clients, fixed cohorts of 4).
+USER = ("algorithm.name='dp-fedavg-user'", "data.num_clients=10", "data.samples_per_client=30",
+        "algorithm.client_rate=0.4", "algorithm.rounds=3", "algorithm.noise_multiplier=1.0")
+ADAPTIVE = ("algorithm.target_quantile=0.5", "algorithm.count_noise=5.0")
+
+
+def _server_step(sim, total: float) -> float:
+    """How far dp-fedavg-user's server step moves x for a delivered sum ``total`` (its noise in the shares)."""
+    from dpfl.engine.boundary import Delivery
+
+    x = sim.state.server["x"]
+    new = sim.algorithm.server_update(0, sim.state.server, Delivery({"u": torch.full_like(x, total)}, 4, 10),
+                                      ServerContext(0, 0))
+    return float((new["x"] - x)[0])
+
+
+def _server_lr(p):  # x + eta_g sum / n
+    assert _server_step(p.sim, 2.0) == pytest.approx(0.5 * 2.0 / 4) and _server_step(p.base, 2.0) == pytest.approx(0.5)
+
+
+def _noise_at(p):  # the server draws (central DP): the clients' messages are not private, the server is charged so
+    assert p.release().server_events == (dp_event.GaussianDpEvent(1.0),) and not p.release(p.base).server_events
+    assert math.isinf(p.sim.ledger.epsilon_after([p.sim.round_privacy()])["server"])
+    assert p.sim.round_privacy()["third_party"] == p.base.round_privacy()["third_party"]  # z either way
+
+
+def _weights(sim) -> list[float]:
+    return sim.algorithm.weights(sim.train.counts).tolist()
+
+
+def _weighting(p):  # w_i = min(24 / 48, 1) = 1/2 for the 24 train records of each client
+    assert set(_weights(p.sim)) == {0.5} and set(_weights(p.base)) == {1.0}
+
+
+def _weight_records(p):  # n_hat = 48: 1/2; the base's 12: min(2, w_max = 1) = 1
+    assert set(_weights(p.sim)) == {0.5} and set(_weights(p.base)) == {1.0}
+
+
+def _max_weight(p):  # w_max = 2: min(24 / 12, 2) = 2, and the sensitivity 2 w_max C doubles
+    assert set(_weights(p.sim)) == {2.0} and set(_weights(p.base)) == {1.0}
+    assert float(p.sim.algorithm.sensitivity(torch.tensor(1.0))) == 2 * float(p.base.algorithm.sensitivity(
+        torch.tensor(1.0)))
+
+
+def _target_quantile(p):  # two draws per client (shares of a cohort of 4: each z / 2), composing to z = 1
+    z_delta, z_b = (e.noise_multiplier for e in p.release().step_events)
+    assert 1 / z_delta**2 + 1 / z_b**2 == pytest.approx(4.0) and len(p.release(p.base).step_events) == 1
+    assert p.sim.algorithm.adaptive.target_quantile == 0.5 and p.base.algorithm.adaptive is None
+    p.sim.run(1)
+    assert float(p.sim.state.server["clip"]) != 1.0
+
+
+def _clip_lr(p):  # log(C_1 / C_0) = -eta_C (b~ - gamma): with the same noise key, 0.5 / 0.2 of the base's
+    p.sim.run(1)
+    p.base.run(1)
+    ratio = math.log(float(p.sim.state.server["clip"])) / math.log(float(p.base.state.server["clip"]))
+    assert ratio == pytest.approx(0.5 / 0.2, rel=1e-4)
+
+
+def _count_noise(p):  # sigma_b = 8 (fixed cohorts: z_b = sigma_b; each of 4 shares z_b / 2) against the base's 5
+    assert p.release().step_events[1] == dp_event.GaussianDpEvent(4.0)
+    assert p.release(p.base).step_events[1] == dp_event.GaussianDpEvent(2.5)
+
+
 def _secure_aggregation(p):  # the real protocol computes the sum: the same model as the simulated sum, rounding apart
     assert p.sim.boundary.name == "secagg" and p.sim.boundary.secure is not None and p.base.boundary.secure is None
     p.sim.run(1)
@@ -782,6 +846,16 @@ TABLE: dict[str, list[Row]] = {
                                          base=JOINT)],
     "algorithm.noise": [Row("'skellam'", _noise, base=JOINT)],
     "algorithm.skellam_scale": [Row("64.0", _skellam_scale, ("algorithm.noise='skellam'",), base=JOINT)],
+    "algorithm.server_lr": [Row("0.5", _server_lr, base=USER)],
+    "algorithm.noise_at": [Row("'server'", _noise_at, base=USER)],
+    "algorithm.weighting": [Row("'records'", _weighting, ("algorithm.weight_records=48.0",), base=USER)],
+    "algorithm.weight_records": [Row("48.0", _weight_records, ("algorithm.weighting='records'",
+                                                               "algorithm.weight_records=12.0"), base=USER)],
+    "algorithm.max_weight": [Row("2.0", _max_weight, ("algorithm.weighting='records'", "algorithm.weight_records=12.0"),
+                                 base=USER)],
+    "algorithm.target_quantile": [Row("0.5", _target_quantile, ADAPTIVE[1:], base=USER)],
+    "algorithm.clip_lr": [Row("0.5", _clip_lr, ADAPTIVE, base=USER)],
+    "algorithm.count_noise": [Row("8.0", _count_noise, ADAPTIVE, base=USER)],
     "run.seed": [Row("5", _run_seed)],
     "run.noise_seed": [Row("5", _noise_seed)],
     "run.eval_every": [Row("2", _eval_every)],

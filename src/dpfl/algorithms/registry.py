@@ -237,6 +237,7 @@ def specs() -> list[AlgorithmSpec]:
 
 #: dpfl's own algorithm modules, in the order listings show them (the first is the default family)
 BUILTIN = ("dpfl.algorithms.local_sgd", "dpfl.algorithms.fedsgd_dpc", "dpfl.algorithms.dp_fedavg_joint",
+           "dpfl.algorithms.dp_fedavg_user",
            "dpfl.algorithms.projected_noisy_sgd", "dpfl.algorithms.isrl", "dpfl.algorithms.isrl_spider",
            "dpfl.algorithms.isrl_svrg", "dpfl.algorithms.sdp", "dpfl.algorithms.sdp_spider",
            "dpfl.algorithms.dp_ftrl")

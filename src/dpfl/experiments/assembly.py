@@ -182,7 +182,8 @@ def build_boundary(privacy: PrivacyConfig, algorithm, counts: torch.Tensor) -> B
     if bound is None:
         raise ConfigError("privacy.secure_aggregation", True,
                           "false for this algorithm: secure aggregation encodes messages into a finite ring, which "
-                          "needs an algorithm that bounds its messages (dp-fedavg-joint)")
+                          "needs an algorithm that bounds its messages (dp-fedavg-joint, dp-fedavg-user without "
+                          "adaptive clipping)")
     return Boundary("secagg", SecureAggregation(bound, privacy.secagg_bits, algorithm.min_clients), privacy.release,
                     shuffle=privacy.shuffler)
 

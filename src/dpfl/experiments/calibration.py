@@ -154,7 +154,8 @@ def calibrate_noise(run: RunAccounting, target_epsilon: float, *, rtol: float = 
                                                                   f"{high:g}] meets (the search reached {noise:.3g})")
         return run.epsilon(noise)
 
-    noise = solve_noise(epsilon_of, target_epsilon, initial_noise=run.noise, rtol=rtol, progress=progress)
+    start = 1.0 if run.noise is None else run.noise  # None: a key left to privacy.epsilon (dp-fedavg-joint, -user)
+    noise = solve_noise(epsilon_of, target_epsilon, initial_noise=start, rtol=rtol, progress=progress)
     epsilon, settings = run.accounting(noise)
     less = noise / (1 + rtol)
     epsilon_less = run.epsilon(less)

@@ -42,12 +42,10 @@ def noise_for_epsilon(spec: AlgorithmSpec, name: str, section, setting: Setting,
     ``setting.epsilon`` towards each observer of ``spec.calibration`` behind ``boundary`` (module docstring)."""
     calibration = spec.calibration
     target = check_range("privacy.epsilon", setting.epsilon, 0.0, low_open=True)
-    rounds = check_range("algorithm.rounds", setting.rounds, 1, integer=True)
+    check_range("algorithm.rounds", setting.rounds, 1, integer=True)
     rate = setting.client_rate if calibration.credits_client_sampling else 1.0
     clients = ClientSampler(setting.num_clients, rate, setting.client_sampling,
                             public_seed=setting.seed if spec.public_cohorts else None)
-    counts = torch.tensor(setting.train_counts, dtype=torch.long)
-    x0 = torch.zeros(setting.dimension or 1)
     stated = calibration.boundary(name, section, setting)
     if stated is not None:
         boundary = Boundary(stated, released=boundary.released)
@@ -55,12 +53,7 @@ def noise_for_epsilon(spec: AlgorithmSpec, name: str, section, setting: Setting,
 
     def epsilon_of(level: float) -> float:
         algorithm = spec.build(name, section, dataclasses.replace(setting, noise=level))
-        state = algorithm.init_state(x0, setting.num_clients)
-        events = [declare_round(algorithm, boundary, clients, setting.analysis, t, state, counts)[1]
-                  for t in range(rounds)]
-        ledger = PrivacyLedger(boundary.observers, setting.delta, None, setting.conversion, setting.analysis,
-                               algorithm.neighboring, algorithm.accountant)
-        return max(ledger.epsilon_after(events, observers).values())
+        return max(declared_epsilon(algorithm, setting, boundary, clients, observers).values())
 
     return solve_noise(epsilon_of, target, initial_noise=calibration.initial(name, section, setting),
                        rtol=calibration.rtol or NOISE_RTOL)
@@ -83,6 +76,20 @@ def calibrated_setting(spec: AlgorithmSpec, name: str, section, setting: Setting
     return dataclasses.replace(setting, noise=noise_for_epsilon(spec, name, section, setting, boundary))
 
 
+def declared_epsilon(algorithm, setting: Setting, boundary: Boundary, clients: ClientSampler,
+                     observers=None) -> dict[str, float]:
+    """Epsilon towards each of ``observers`` (default: the boundary's) of ``setting.rounds`` rounds of ``algorithm``,
+    every round declared as the simulator declares it from the initial state (no round is trained), by a fresh ledger
+    of the run's delta, analysis and conversion and the algorithm's neighbouring relation and accountant."""
+    counts = torch.tensor(setting.train_counts, dtype=torch.long)
+    state = algorithm.init_state(torch.zeros(setting.dimension or 1), setting.num_clients)
+    events = [declare_round(algorithm, boundary, clients, setting.analysis, t, state, counts)[1]
+              for t in range(setting.rounds)]
+    ledger = PrivacyLedger(boundary.observers, setting.delta, None, setting.conversion, setting.analysis,
+                           algorithm.neighboring, algorithm.accountant)
+    return ledger.epsilon_after(events, observers)
+
+
 def build_calibrated(name: str, section, setting: Setting, boundary: Boundary | None = None):
     """The registered algorithm ``name`` of ``section`` and ``setting``, its noise level solved first when the family
     calibrates (``calibrated_setting``, behind ``boundary``, default plain): a run's algorithm without its data
@@ -91,4 +98,5 @@ def build_calibrated(name: str, section, setting: Setting, boundary: Boundary | 
     return spec.build(name, section, calibrated_setting(spec, name, section, setting, boundary or Boundary()))
 
 
-__all__ = ["NOISE_RTOL", "accounted_boundary", "noise_for_epsilon", "calibrated_setting", "build_calibrated"]
+__all__ = ["NOISE_RTOL", "accounted_boundary", "noise_for_epsilon", "calibrated_setting", "declared_epsilon",
+           "build_calibrated"]

@@ -25,9 +25,6 @@ if TYPE_CHECKING:
 
 #: A stand-in for privacy.delta when it is left to its data-dependent default: only the other ledger keys are checked.
 _DELTA_STAND_IN = 0.5
-#: A stand-in for the noise level privacy.epsilon sets (``Setting.noise``), solved only once the data is built: a
-#: family that calibrates and is built here has only its other keys checked.
-_NOISE_STAND_IN = 1.0
 #: privacy.delta must be below this: delta is the probability that the epsilon guarantee fails outright, and a delta
 #: of 0.1 allows a mechanism that publishes a tenth of the records in full (values above 1 / N warn:
 #: ``dpfl.experiments.doubtful``).
@@ -60,12 +57,13 @@ def validate(config: RunConfig) -> None:
         ClientSampler(num_clients, *algorithm.cohort_sampling(num_clients))
         algorithm.check_rounds(num_clients)
     boundary = Boundary(privacy.boundary, released=privacy.release, shuffle=privacy.shuffler)
-    # a family that sizes its cohort or calibrates its noise from the data is built (and checked) on the data
-    if algorithm.spec.cohort is None and algorithm.spec.noise_key is not None:
+    # a family that sizes its cohort or calibrates its noise from the data (its Calibration, with privacy.epsilon) is
+    # built (and checked) on the data
+    calibrated = privacy.epsilon is not None and algorithm.spec.calibration is not None
+    if algorithm.spec.cohort is None and algorithm.spec.noise_key is not None and not calibrated:
         built = algorithm.build(registry.Setting(
             client_rate=algorithm.client_rate, client_sampling=algorithm.client_sampling, num_clients=num_clients,
-            rounds=rounds, delta=privacy.delta, epsilon=privacy.epsilon, seed=run.seed, analysis=privacy.analysis,
-            noise=None if privacy.epsilon is None else _NOISE_STAND_IN))
+            rounds=rounds, delta=privacy.delta, epsilon=privacy.epsilon, seed=run.seed, analysis=privacy.analysis))
         check_warm_rounds(config.raw, built)
         delta = _DELTA_STAND_IN if privacy.delta is None else privacy.delta
         PrivacyLedger(boundary.observers, delta, privacy.budgets, privacy.conversion, privacy.analysis,

@@ -1,0 +1,196 @@
+"""dp-fedavg-user (user-level DP-FedAvg, McMahan et al. 2018; adaptive clipping, Andrew et al. 2021): the server step's
+fixed denominator, bounded weights and their noise, the adaptive clip's convergence to its target quantile, bad keys,
+and end-to-end runs through `dpfl run`, `dpfl.run` and `dpfl calibrate run` on data that ships. Its privacy against
+exact worst cases: tests/privacy/test_dp_fedavg_user_worst_case.py."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+import dpfl
+from dpfl.accounting.units import USER_LEVEL
+from dpfl.algorithms.dp_fedavg_user import NAME, DpFedAvgUserConfig, build
+from dpfl.algorithms.registry import Setting
+from dpfl.cli import main
+from dpfl.engine.boundary import Delivery
+from dpfl.engine.protocol import ClientContext, ClientData, ServerContext
+from dpfl.errors import ConfigError
+from worst_case import LinearQuadraticOracle
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+ETA = 0.5
+
+
+def algorithm(clients=10, rate=0.4, sampling="fixed", counts=None, **keys):
+    counts = counts or (3,) * clients
+    config = DpFedAvgUserConfig(local_steps=1, sample_rate=1.0, lr=ETA, **{"noise_multiplier": 1.0, **keys})
+    return build(NAME, config, Setting(client_rate=rate, client_sampling=sampling, num_clients=clients,
+                                       train_counts=tuple(counts), rounds=1, delta=1e-5))
+
+
+def client_messages(alg, updates, counts=None, clip=1.0, seed=0):
+    """The messages of clients whose local update is ``updates`` [n] (1-D model: Delta_i = -eta v_i)."""
+    updates = torch.as_tensor(updates, dtype=torch.float32)
+    n = updates.shape[0]
+    counts = torch.full((n,), 3) if counts is None else torch.as_tensor(counts)
+    width = int(counts.max())
+    x = (-updates / ETA).reshape(n, 1, 1).expand(n, width, 1).clone()
+    data = ClientData(x, torch.zeros(n, width, dtype=torch.long), counts)
+    server = {"x": torch.zeros(1), "clip": torch.tensor(clip)}
+    ids = torch.arange(n)
+    return alg.client_round(0, server, {}, data, ClientContext(LinearQuadraticOracle(1, ETA), seed, 0, ids))
+
+
+@pytest.mark.parametrize("sampling, denominator", [("poisson", 0.35 * 20), ("fixed", 7.0)])
+def test_the_server_steps_with_the_noisy_sum_over_a_fixed_denominator(sampling, denominator):
+    """x + eta_g sum / D with D = qM (Poisson: McMahan et al.'s fixed-denominator estimator) or n, whoever came."""
+    alg = algorithm(clients=20, rate=0.35, sampling=sampling, server_lr=0.8, noise_at="shares")
+    assert alg.denominator == pytest.approx(denominator)
+    out = client_messages(alg, [3.0, -0.25, 0.5])
+    total = out.messages["u"].sum(0)
+    new = alg.server_update(0, {"x": torch.ones(1), "clip": torch.tensor(1.0)},
+                            Delivery({"u": total}, 3, 20), ServerContext(0, 0))
+    assert torch.allclose(new["x"], 1 + 0.8 * total / denominator)
+
+
+def test_updates_are_clipped_and_weighted_with_bounded_weights():
+    """u_i = min(n_i / n_hat, w_max) Delta_i min(1, C / ||Delta_i||); client noise std z 2 w_max C (replace-one)."""
+    alg = algorithm(noise_at="server", weighting="records", weight_records=4.0, max_weight=1.5, clip=1.0)
+    out = client_messages(alg, [3.0, -0.5, 0.5], counts=[8, 2, 5])
+    assert torch.allclose(out.messages["u"][:, 0], torch.tensor([1.5 * 1.0, 0.5 * -0.5, 1.25 * 0.5]))
+    noisy = algorithm(noise_at="client", weighting="records", weight_records=4.0, max_weight=1.5, clip=1.0,
+                      noise_multiplier=2.0)
+    draws = client_messages(noisy, torch.zeros(4000), seed=3).messages["u"][:, 0]  # updates 0: noise alone
+    assert float(draws.std()) == pytest.approx(2.0 * 2 * 1.5 * 1.0, rel=0.05)  # 4000 draws: std within ~2.2%
+
+
+def test_the_adaptive_clip_moves_to_the_target_quantile():
+    """A toy population of 50 clients whose update norms are 0.1, 0.2, ..., 5.0, every client in every round, the
+    server noising the sum and the count: from C_0 = 0.05 and from C_0 = 20 the clip ends between the population's
+    (gamma - 0.1)- and (gamma + 0.1)-quantiles (Andrew et al.'s geometric update), for gamma = 0.5 and 0.8."""
+    norms = torch.arange(1, 51) * 0.1
+    for gamma in (0.5, 0.8):
+        alg = algorithm(clients=50, rate=1.0, noise_at="server", noise_multiplier=0.5, target_quantile=gamma,
+                        clip_lr=0.2, count_noise=1.0)
+        for start in (0.05, 20.0):
+            server = {"x": torch.zeros(1), "clip": torch.tensor(start)}
+            for t in range(150):
+                out = client_messages(alg, norms, clip=float(server["clip"]), seed=t)
+                delivered = Delivery({k: v.sum(0) for k, v in out.messages.items()}, 50, 50)
+                server = alg.server_update(t, server, delivered, ServerContext(1, t))
+            low, high = torch.quantile(norms, gamma - 0.1), torch.quantile(norms, gamma + 0.1)
+            assert low <= server["clip"] <= high, (gamma, start, float(server["clip"]))
+
+
+def test_bad_keys_name_themselves():
+    with pytest.raises(ConfigError, match="algorithm.count_noise = 0.4 .*z_Delta"):
+        algorithm(target_quantile=0.5, count_noise=0.4, noise_multiplier=0.5)  # fixed: z_b = sigma_b = 0.4 < z
+    with pytest.raises(ConfigError, match="algorithm.weight_records"):
+        algorithm(weighting="records")
+    with pytest.raises(ConfigError, match="algorithm.client_sampling = 'round_robin'"):
+        algorithm(sampling="round_robin")
+    with pytest.raises(ConfigError, match="algorithm.noise_at = 'nowhere'"):
+        algorithm(noise_at="nowhere")
+
+
+MINIMAL = """
+[algorithm]
+name = "dp-fedavg-user"
+rounds = 3
+
+[data]
+name = "synthetic"
+num_clients = 20
+samples_per_client = 30
+"""
+
+
+def test_a_minimal_config_runs_through_the_cli_and_the_api(tmp_path, capsys):
+    path = tmp_path / "user.toml"
+    path.write_text(MINIMAL)
+    assert main(["run", str(path), "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["privacy"]["unit"] == USER_LEVEL and results["privacy"]["neighboring"] == "replace_one"
+    epsilon = results["final"]["epsilon"]
+    assert set(epsilon) == {"third_party", "server", "other_silo"}
+    assert all(math.isfinite(e) and e > 0 for e in epsilon.values())
+    assert epsilon["server"] > epsilon["other_silo"] > epsilon["third_party"]  # one share < the cohort less one < all
+    api = dpfl.run({"algorithm": {"name": NAME, "rounds": 3}, "data": {"name": "synthetic", "num_clients": 20,
+                                                                       "samples_per_client": 30}})
+    assert api.privacy["unit"] == USER_LEVEL
+    assert api.final["epsilon"] == pytest.approx(epsilon)
+
+
+def test_privacy_epsilon_sets_z_and_calibrate_run_answers(tmp_path, capsys):
+    """Central DP behind a trusted server: privacy.epsilon = 2 is spent towards the third party and other silos
+    (within 1e-3 below), and `dpfl calibrate run` at the run's keys finds the same z."""
+    overrides = ["--set", "algorithm.noise_at='server'", "--set", "algorithm.client_sampling='poisson'",
+                 "--set", "privacy.boundary='trusted'", "--set", "algorithm.target_quantile=0.5",
+                 "--set", "algorithm.count_noise=5.0"]
+    path = tmp_path / "user.toml"
+    path.write_text(MINIMAL)
+    assert main(["run", str(path), "--out", str(tmp_path / "run"), "--no-progress", *overrides,
+                 "--set", "privacy.epsilon=2.0"]) == 0
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    spent = results["final"]["epsilon"]
+    assert set(spent) == {"third_party", "other_silo"}
+    assert 2.0 * (1 - 1e-3) <= spent["other_silo"] <= 2.0
+    capsys.readouterr()
+    assert main(["calibrate", "run", str(path), "--target-epsilon", "2", "--observer", "other_silo", "--json",
+                 *overrides]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["noise_key"] == "algorithm.noise_multiplier"
+    rerun = tmp_path / "at"
+    assert main(["run", str(path), "--out", str(rerun), "--no-progress", *overrides,
+                 "--set", f"algorithm.noise_multiplier={answer['noise_multiplier']!r}"]) == 0
+    again = json.loads((rerun / "results.json").read_text())["final"]["epsilon"]
+    assert again["other_silo"] <= 2.0 and again["other_silo"] == pytest.approx(spent["other_silo"], rel=1e-3)
+
+
+def test_privacy_epsilon_with_adaptive_clipping_solves_z_below_the_counts_multiplier():
+    """The pair of draws composes to z, so privacy.epsilon solves the z of plain clipping; the search starts just
+    below z_b (it overshot past z_b = 1.2 z from below before, and the builder refused the trial); a target that
+    needs z >= z_b is refused naming algorithm.count_noise."""
+    from dpfl.algorithms import registry
+    from dpfl.engine.boundary import Boundary
+    from dpfl.experiments.noise_level import noise_for_epsilon
+
+    spec = registry.spec_of(NAME)
+    setting = Setting(client_rate=0.2, client_sampling="poisson", num_clients=20, train_counts=(24,) * 20, rounds=3,
+                      delta=1e-5, epsilon=2.0)
+
+    def solve(**keys):
+        config = DpFedAvgUserConfig(noise_at="server", **keys)
+        return noise_for_epsilon(spec, NAME, config, setting, Boundary("trusted"))
+
+    z = solve()
+    assert 1 < z < 3  # the old start (0.5) walked 0.5, 1, 4: past 1.2 z
+    adaptive = solve(target_quantile=0.5, count_noise=0.6 * z)  # z_b = 2 sigma_b = 1.2 z
+    assert adaptive == pytest.approx(z, rel=1e-3)
+    with pytest.raises(ConfigError, match="algorithm.count_noise"):
+        solve(target_quantile=0.5, count_noise=0.45 * z)  # z_b = 0.9 z
+
+
+def test_shares_run_under_real_secure_aggregation():
+    """Distributed DP as deployed: the real protocol sums the shares (clamped at w_max C + 12 share stds), giving the
+    simulated sum's model up to its rounding; adaptive clipping has no fixed bound and is refused, naming the key."""
+    from dpfl.experiments.config import load_config
+    from dpfl.experiments.runner import build_simulation
+
+    keys = [f"algorithm.name='{NAME}'", "data.num_clients=6", "data.samples_per_client=30", "algorithm.client_rate=0.5",
+            "algorithm.rounds=2", "algorithm.noise_multiplier=1.0", "privacy.boundary='secagg'", "run.noise_seed=3"]
+    real = build_simulation(load_config(None, [*keys, "privacy.secure_aggregation=true"]))
+    simulated = build_simulation(load_config(None, keys))
+    assert real.boundary.secure is not None
+    assert real.algorithm.message_bound(None)["u"] == pytest.approx(1.0 + 12 * 2.0 / 3**0.5)  # shares z 2C / sqrt(3)
+    real.run(2)
+    simulated.run(2)
+    torch.testing.assert_close(real.model, simulated.model, rtol=0, atol=1e-5)
+    with pytest.raises(ConfigError, match="privacy.secure_aggregation"):
+        build_simulation(load_config(None, [*keys, "privacy.secure_aggregation=true", "algorithm.target_quantile=0.5",
+                                            "algorithm.count_noise=5.0"]))
