@@ -56,3 +56,12 @@ def test_the_api_example_runs(capsys):
     assert "refused: model = '1 (BatchNorm1d)' is not allowed" in printed
     assert "refused: loss = 'CrossEntropyLoss' is not allowed" in printed
     assert "PLD: 2.38177" in printed and "RDP: 3.00838" in printed
+
+
+@pytest.mark.slow
+def test_the_user_level_experiment_page_is_what_the_script_prints(tmp_path):
+    """docs/experiments/user_level.md's table is what examples/user_level_experiment.py computes (research mode:
+    the same draws every time; about 2.5 minutes)."""
+    module = runpy.run_path(str(ROOT / "examples" / "user_level_experiment.py"))
+    module["main"](["--out", str(tmp_path)])
+    assert (tmp_path / "table.md").read_text() in (ROOT / "docs" / "experiments" / "user_level.md").read_text()
