@@ -80,6 +80,12 @@ class ClientArrays:
     def feature_shape(self) -> tuple[int, ...]:
         return tuple(self.x.shape[2:])
 
+    def to(self, device: torch.device) -> ClientArrays:
+        """This split on ``device`` (itself when it is there already)."""
+        if self.x.device == torch.device(device):
+            return self
+        return ClientArrays(self.x.to(device), self.y.to(device), self.counts.to(device))
+
     def flat(self) -> tuple[torch.Tensor, torch.Tensor]:
         """All real records of all clients concatenated: x [N, *feature_shape], y [N]."""
         mask = self.mask
