@@ -1,6 +1,6 @@
 """dpfl on a device (run.device) against a one-client-at-a-time torch.func baseline on the same device, in one run.
 
-Workloads (issue 25):
+Workloads:
   * W0: the seed-000 workload of benchmarks/seed000_throughput.py (DP-SCAFFOLD, synthetic, 100 clients x 4000 train
     records, d = 40, logistic regression, cohort 20, K = 50, batch 800);
   * W1: 100 clients x 400 train and 100 test generated 28 x 28 one-channel images of 62 classes, femnist-cnn
