@@ -81,8 +81,9 @@ class ClientArrays:
         return tuple(self.x.shape[2:])
 
     def to(self, device: torch.device) -> ClientArrays:
-        """This split on ``device`` (itself when it is there already)."""
-        if self.x.device == torch.device(device):
+        """This split on ``device`` (itself when it is there already, or when it holds shapes only, on torch's meta
+        device: a Flower server's view of its silos' records)."""
+        if self.x.device == torch.device(device) or self.x.is_meta:
             return self
         return ClientArrays(self.x.to(device), self.y.to(device), self.counts.to(device))
 
