@@ -22,3 +22,21 @@ def _one_torch_thread_everywhere():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _runs_on_the_cpu_unless_a_test_names_a_gpu():
+    """run.device 'auto' builds runs on the CPU in the tests, also on a machine with a GPU: the pinned numbers
+    (tests/algorithms/golden*, tests/engine/) are the CPU's, whose random streams differ from a GPU's. A test of the
+    GPU names run.device = 'cuda' (tests/engine/test_device.py); one of 'auto' itself calls
+    dpfl.engine.device.resolve_device. Nothing is patched on a machine without a GPU."""
+    if not torch.cuda.is_available():
+        yield
+        return
+    from dpfl.engine import device
+    from dpfl.experiments import assembly
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(assembly, "resolve_device",
+                      lambda name: device.resolve_device("cpu" if name == "auto" else name))
+        yield

@@ -259,6 +259,21 @@ def test_epsilon_is_infinite_for_non_private_names_and_finite_for_private_ones(n
     assert all(math.isinf(e) for e in sim.ledger.epsilon().values()) != is_private(name)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no GPU (CUDA) on this machine")
+@pytest.mark.parametrize("name", [_marked(n) for n in NAMES])
+def test_every_family_runs_on_the_gpu_with_the_cpus_ledger(name):
+    """run.device = 'cuda': the state stays on the GPU, the noise drawn is the noise declared (the engine checks it
+    every round), and the ledger is the CPU run's (the same events; the noise itself differs: another generator)."""
+    gpu, cpu = simulation(name, "run.device='cuda'"), simulation(name, "run.device='cpu'")
+    for sim in (gpu, cpu):
+        sim.run(2)
+        assert sim.next_round == 2 and sim.stopped_reason is None
+    assert gpu.model.device.type == "cuda" and bool(torch.isfinite(gpu.model).all())
+    assert all(v.device.type == "cuda" for part in (gpu.state.server, gpu.state.clients) for v in part.values())
+    assert gpu.ledger.to_dict()["journal"] != [] and gpu.ledger.epsilon() == cpu.ledger.epsilon()
+    assert [m.epsilon for m in gpu.history] == [m.epsilon for m in cpu.history]
+
+
 # -- c. resume = the uninterrupted run ----------------------------------------------------------------------------
 def _crash_in_round(t: int):
     def crash(inner, round_index, *args):

@@ -120,6 +120,30 @@ def test_speed_table_is_labelled_a_measurement_and_its_benchmark_prints_it(monke
     assert len(rows) == 3 and rows[-1].startswith("| baseline") and rows[-1].endswith("| 1.0x |")
 
 
+def test_gpu_table_is_labelled_with_its_benchmark_and_has_the_rows_it_prints(monkeypatch, capsys):
+    """The GPU section's table is benchmarks/gpu_throughput.py's output on the machine it names: the benchmark
+    (timings stubbed) prints the same header and, per row, the same workload, implementation and device."""
+    from types import SimpleNamespace
+
+    path = ROOT / "benchmarks" / "gpu_throughput.py"
+    section = TEXT[TEXT.index("## GPU\n"):TEXT.index("## Speed\n")]
+    assert f"`python {path.relative_to(ROOT)}" in section and "--quick" in section
+    spec = importlib.util.spec_from_file_location("gpu_throughput", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(bench, "simulation", lambda workload, device, threads, quick: SimpleNamespace(
+        grads=SimpleNamespace(strategy="ghost" if workload == "W0" else "vmap")))
+    monkeypatch.setattr(bench, "dpfl_seconds", lambda sim, rounds: 0.5)
+    monkeypatch.setattr(bench, "baseline_seconds", lambda sim, rounds: 2.0)
+    bench.main(["--device", "cpu", "--quick"])
+    printed = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("|")]
+    table = [ln for ln in section.splitlines() if ln.startswith("|")]
+    assert printed[:2] == table[:2]
+    cells = [[c.strip() for c in ln.split("|")[1:4]] for ln in printed[2:]]
+    assert cells == [[c.strip() for c in ln.split("|")[1:4]] for ln in table[2:]]
+    assert [ln.split("|")[5].strip() for ln in printed[2:]] == ["4x", "1x", "4x", "1x"]
+
+
 def _python_blocks(section: str) -> list[str]:
     """The ```python blocks of a README section, in order."""
     return re.findall(r"```python\n(.*?)```", section[:section.index("\n## ", 1)], flags=re.DOTALL)

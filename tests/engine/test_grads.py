@@ -339,3 +339,45 @@ def test_layers_without_per_example_gradients_are_refused_by_name(layer, named):
         CohortGradients(nn.Sequential(nn.Linear(FEATURES, 6), layer, nn.Linear(6, CLASSES)))
     assert refused.value.field == "model"
     CohortGradients(nn.Sequential(nn.Linear(FEATURES, 6), nn.Dropout(0.1).eval(), nn.Linear(6, CLASSES)))  # no draws
+
+
+# -- the vmap strategy's chunks of clients ---------------------------------------------------------------------------
+def conv_cohort(clients: int = 4, batch: int = 6):
+    """femnist-cnn on 12 x 12 one-channel images of 5 classes (4,385 parameters): per-client perturbed parameters."""
+    torch.manual_seed(0)
+    model = build_model("femnist-cnn", (12, 12), 5)
+    grads = CohortGradients(model, chunk_bytes=None)
+    g = torch.Generator().manual_seed(3)
+    theta = grads.initial_params() + 0.05 * torch.randn(clients, grads.num_params, generator=g)
+    x = torch.randn(clients, batch, 12, 12, generator=g)
+    y = torch.randint(0, 5, (clients, batch), generator=g)
+    mask = torch.ones(clients, batch)
+    mask[1, 4:] = 0.0
+    return model, grads, theta, x, y, mask
+
+
+@pytest.mark.parametrize("per_call", [1, 3])
+def test_a_chunked_cohort_of_a_conv_model_agrees_with_the_unchunked_one(per_call):
+    """Chunks of 1 and 3 of 4 clients (the last chunk shorter): the same clipped sums, clipped examples and norms to
+    float tolerance, with a per-client clip split along with its clients; and the unchunked call is the hand loop."""
+    model, whole, theta, x, y, mask = conv_cohort()
+    chunked = CohortGradients(model, chunk_bytes=per_call * 4 * x.shape[1] * whole.num_params)
+    assert whole.strategy == chunked.strategy == "vmap"
+    assert chunked.clients_per_call(theta, x) == per_call and whole.clients_per_call(theta, x) == 4
+    clip = torch.tensor([0.05, 1.0, 0.2, 5.0])
+    expected = hand_clipped_sum(model, whole, theta, x, y, mask, 0.3)
+    assert torch.allclose(whole.clipped_sum(theta, x, y, mask, 0.3), expected, rtol=1e-4, atol=1e-6)
+    for call in (lambda g: g.clipped_sum(theta, x, y, mask, clip), lambda g: g.clipped_sum(theta, x, y, mask, 0.3),
+                 lambda g: g.clipped_sum(theta, x, y, mask, None, norm="l1"),
+                 lambda g: g.clipped_examples(theta, x, y, mask, 0.3), lambda g: g.example_norms(theta, x, y, mask)):
+        got, want = call(chunked), call(whole)
+        assert got.shape == want.shape and torch.allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_on_the_cpu_chunks_are_sized_to_chunk_bytes_and_elsewhere_the_cohort_is_one_call():
+    _, grads, theta, x, _, _ = conv_cohort(clients=8, batch=10)
+    per_client = 4 * 10 * grads.num_params
+    sized = CohortGradients(grads.model, chunk_bytes=3 * per_client + 7)
+    assert sized.clients_per_call(theta, x) == 3
+    assert CohortGradients(grads.model, chunk_bytes=1).clients_per_call(theta, x) == 1  # at least one client
+    assert sized.clients_per_call(theta.to("meta"), x.to("meta")) == 8  # not the CPU (a GPU): the whole cohort

@@ -570,6 +570,12 @@ def _threads(p):
     assert torch.get_num_threads() == p.value
 
 
+def _device(p):  # 'cpu' named: the run's tensors on the CPU, the numbers of 'auto' on a machine whose runs are on it
+    assert p.sim.device == torch.device("cpu") == p.base.device
+    assert p.sim.train.x.device.type == p.sim.model.device.type == "cpu"
+    assert torch.equal(p.sim.run(2) and p.sim.model, p.base.run(2) and p.base.model)
+
+
 def _other_threads() -> str:
     return "1" if torch.get_num_threads() != 1 else "2"
 
@@ -862,6 +868,7 @@ TABLE: dict[str, list[Row]] = {
     "run.checkpoint_every": [Row("3", _checkpoint_every)],
     "run.memory_mb": [Row("2", _memory_mb)],
     "run.threads": [Row(_other_threads, _threads)],
+    "run.device": [Row("'cpu'", _device)],
 }
 CASES = [pytest.param(key, i, id=f"{key}#{i}" if len(rows) > 1 else key)
          for key, rows in TABLE.items() for i in range(len(rows))]

@@ -80,6 +80,13 @@ class ClientArrays:
     def feature_shape(self) -> tuple[int, ...]:
         return tuple(self.x.shape[2:])
 
+    def to(self, device: torch.device) -> ClientArrays:
+        """This split on ``device`` (itself when it is there already, or when it holds shapes only, on torch's meta
+        device: a Flower server's view of its silos' records)."""
+        if self.x.device == torch.device(device) or self.x.is_meta:
+            return self
+        return ClientArrays(self.x.to(device), self.y.to(device), self.counts.to(device))
+
     def flat(self) -> tuple[torch.Tensor, torch.Tensor]:
         """All real records of all clients concatenated: x [N, *feature_shape], y [N]."""
         mask = self.mask

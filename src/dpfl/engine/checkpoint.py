@@ -33,8 +33,10 @@ class Saved(NamedTuple):
 
 def save(path: Path, next_round: int, release: str, state: State, history: list[dict],
          wall_seconds: float = 0.0) -> None:
-    """Writes the checkpoint atomically."""
-    payload = {"next_round": next_round, "release": release, "state": state.state_dict(), "history": history,
+    """Writes the checkpoint atomically, its tensors as CPU tensors (whatever device the run is on)."""
+    on_cpu = {part: {name: value.cpu() if isinstance(value, torch.Tensor) else value for name, value in tensors.items()}
+              for part, tensors in state.state_dict().items()}
+    payload = {"next_round": next_round, "release": release, "state": on_cpu, "history": history,
                "wall_seconds": wall_seconds}
     write_atomically(path, lambda file: torch.save(payload, file), "the checkpoint")
 
@@ -42,7 +44,9 @@ def save(path: Path, next_round: int, release: str, state: State, history: list[
 def load(path: Path, release: str, like: State, recorded: int) -> Saved:
     """The checkpoint at ``path``, checked against the run's ``release`` hash, the shapes of ``like`` (this config's
     fresh state) and ``recorded``, the last round (numbered from 1) the ledger beside it records (0: none). A
-    checkpoint without wall time (written before it was kept) restores 0 seconds."""
+    checkpoint without wall time (written before it was kept) restores 0 seconds. Its tensors are read onto the CPU
+    (``map_location``: a checkpoint written on a GPU resumes on a machine without one) and restored onto the devices
+    of ``like``'s tensors (the resuming run's ``run.device``)."""
 
     def invalid(problem: str) -> RunDirectoryError:
         return RunDirectoryError(
@@ -57,7 +61,7 @@ def load(path: Path, release: str, like: State, recorded: int) -> Saved:
     if damaged is not None:
         raise invalid(f"damaged: its entry {damaged} fails its CRC check")
     try:  # weights_only: tensors and plain data, no code from the file is run
-        payload = torch.load(path, weights_only=True)
+        payload = torch.load(path, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError:
         raise invalid("it holds objects other than tensors and plain data") from None
     except Exception as err:  # anything else torch fails on inside a well-formed zip: report its first line
@@ -82,6 +86,7 @@ def load(path: Path, release: str, like: State, recorded: int) -> Saved:
             if not isinstance(got, torch.Tensor) or got.shape != tensor.shape:
                 raise invalid(f"{part} {name} has shape {tuple(getattr(got, 'shape', ()))}, this config's "
                               f"{tuple(tensor.shape)}")
+            stored[name] = got.to(tensor.device)
     next_round = payload["next_round"]
     if not isinstance(next_round, int) or next_round < 0:
         raise invalid(f"next_round = {next_round!r}")

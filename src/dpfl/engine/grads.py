@@ -15,8 +15,9 @@ Two strategies give the same numbers:
   ||delta||^2 (||h||^2 + 1) (Goodfellow 2015; "ghost clipping", Li et al. 2022). So one batched forward pass, one
   backward pass to the pre-activations and a few einsums give exact per-example norms and the clipped sum without
   materialising a [clients, batch, P] tensor.
-* ``vmap`` (any model): torch.func per-example gradients, vmapped over examples and then over clients. Also used for
-  the l1 norm (Zhou et al.'s Laplace mechanism), which has no ghost identity.
+* ``vmap`` (any model): torch.func per-example gradients, vmapped over examples and then over clients (on the CPU in
+  chunks of clients sized for the cache, ``VMAP_CPU_CHUNK_BYTES``; on a GPU the whole cohort the simulator hands over
+  in one call). Also used for the l1 norm (Zhou et al.'s Laplace mechanism), which has no ghost identity.
 
 The loss is cross-entropy on the model's logits, or a caller's per-example loss ``loss(outputs [N, C], labels [N]) ->
 [N]`` (reduction 'none'), used in both strategies, in the train loss and in the evaluation. Layers whose per-example
@@ -44,13 +45,25 @@ BATCH_MIXING = (nn.modules.batchnorm._BatchNorm,)
 #: Layers that draw randomness when training: their draws would come from torch's global generator, not the run's
 #: keyed streams (and torch.func's vmap refuses random operations).
 RANDOM_WHEN_TRAINING = (nn.modules.dropout._DropoutNd,)
+#: On the CPU the ``vmap`` strategy takes the cohort's clients in chunks whose per-example gradients [clients, batch,
+#: P] fit in this many bytes. Measured (``clipped_sum``, femnist-cnn, 110,526 parameters; 8 clients of 64 28 x 28
+#: images; one thread, a shared 2-core machine, best of 3): 0.95 s for the 8 clients in one call (226 MB of
+#: gradients), 0.46 s in chunks of 1 client (28 MB), 0.64 s of 2, 0.80 s of 4; one vmap over the 512 (client,
+#: example) pairs flattened took 1.17 s against 0.87 s nested (a convolution per example, not per client). On a GPU
+#: the clients the simulator hands over are one call: it sizes them from the GPU's free memory
+#: (``dpfl.engine.device.chunk_budget_bytes``). Chunks change no number beyond float rounding (each client's
+#: gradients are computed from its own row alone).
+VMAP_CPU_CHUNK_BYTES = 32 * 2**20
 
 
 class CohortGradients:
     """Clipped per-example gradient sums and losses for a model whose parameters are a flat vector per client."""
 
-    def __init__(self, model: nn.Module, strategy: str | None = None, loss=None):
-        """``loss``: None for cross-entropy, or a per-example loss ``loss(outputs [N, C], labels [N]) -> [N]``."""
+    def __init__(self, model: nn.Module, strategy: str | None = None, loss=None,
+                 chunk_bytes: int | None = VMAP_CPU_CHUNK_BYTES):
+        """``loss``: None for cross-entropy, or a per-example loss ``loss(outputs [N, C], labels [N]) -> [N]``.
+        ``chunk_bytes``: on the CPU, the bytes of per-example gradients one vmap call holds (``VMAP_CPU_CHUNK_BYTES``;
+        None: the whole cohort in one call)."""
         check_layers(model)
         self.model = model
         self.loss = loss
@@ -67,6 +80,7 @@ class CohortGradients:
         if strategy == "ghost" and not ghost_ok:
             raise ValueError("strategy 'ghost' needs a Sequential of nn.Linear layers and element-wise activations")
         self.strategy = strategy
+        self.chunk_bytes = chunk_bytes
         self._per_example_grads = vmap(vmap(grad(self._example_loss), in_dims=(None, 0, 0)), in_dims=(0, 0, 0))
 
     # -- parameters ---------------------------------------------------------------------------------------------
@@ -106,23 +120,50 @@ class CohortGradients:
             inputs, deltas = self._ghost_backward(theta, x, y, mask)
             weights = mask if clip is None else mask * _clip_factor(clip, self._ghost_sq_norms(inputs, deltas).sqrt())
             return self._ghost_weighted_sum(inputs, deltas, weights)
-        g = self._per_example_grads(theta, x, y)  # [clients, batch, P]
-        weights = mask if clip is None else mask * _clip_factor(clip, _norms(g, norm))
-        return torch.einsum("cb,cbp->cp", weights, g)
+        def clipped(theta, x, y, mask, clip):
+            g = self._per_example_grads(theta, x, y)  # [clients, batch, P]
+            weights = mask if clip is None else mask * _clip_factor(clip, _norms(g, norm))
+            return torch.einsum("cb,cbp->cp", weights, g)
+
+        return self._in_chunks(clipped, theta, x, y, mask, clip)
 
     def clipped_examples(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
                          clip: float) -> torch.Tensor:
         """[clients, batch, P]: each example's gradient clipped to l2 norm <= C, 0 on masked examples (for local
         randomisers that encode every example's vector, e.g. the shuffle model's)."""
-        g = self._per_example_grads(theta, x, y)
-        return (mask * _clip_factor(clip, _norms(g, "l2"))).unsqueeze(-1) * g
+        def clipped(theta, x, y, mask, clip):
+            g = self._per_example_grads(theta, x, y)
+            return (mask * _clip_factor(clip, _norms(g, "l2"))).unsqueeze(-1) * g
+
+        return self._in_chunks(clipped, theta, x, y, mask, clip)
 
     def example_norms(self, theta, x, y, mask, norm: str = "l2") -> torch.Tensor:
         """[clients, batch] norms of the per-example gradients (0 on masked examples)."""
         _check_norm(norm)
         if self.strategy == "ghost" and norm == "l2":
             return self._ghost_sq_norms(*self._ghost_backward(theta, x, y, mask)).sqrt()
-        return _norms(self._per_example_grads(theta, x, y), norm) * mask
+        return self._in_chunks(lambda theta, x, y, mask, _: _norms(self._per_example_grads(theta, x, y), norm) * mask,
+                               theta, x, y, mask, None)
+
+    def clients_per_call(self, theta: torch.Tensor, x: torch.Tensor) -> int:
+        """How many clients one vmap call takes: all of them on a GPU or without ``chunk_bytes``; on the CPU as many
+        as have per-example gradients [clients, batch, P] within ``chunk_bytes`` (at least one)."""
+        clients = theta.shape[0]
+        if self.chunk_bytes is None or theta.device.type != "cpu":
+            return clients
+        per_client = theta.element_size() * max(x.shape[1], 1) * self.num_params
+        return max(1, min(clients, self.chunk_bytes // per_client))
+
+    def _in_chunks(self, compute, theta, x, y, mask, clip) -> torch.Tensor:
+        """``compute(theta, x, y, mask, clip)`` on chunks of ``clients_per_call`` clients, concatenated (one call when
+        the cohort fits; a [clients] ``clip`` is split with them)."""
+        size = self.clients_per_call(theta, x)
+        if size >= theta.shape[0]:
+            return compute(theta, x, y, mask, clip)
+        per_client = isinstance(clip, torch.Tensor) and clip.dim() > 0
+        return torch.cat([compute(theta[s : s + size], x[s : s + size], y[s : s + size], mask[s : s + size],
+                                  clip[s : s + size] if per_client else clip)
+                          for s in range(0, theta.shape[0], size)])
 
     def _example_loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         logits = functional_call(self.model, self.unflatten(theta), (x.unsqueeze(0),))
@@ -320,4 +361,4 @@ def memory_per_example(grads: CohortGradients, example_numel: int) -> int:
     return 4 * (example_numel + 2 * grads.num_params)
 
 
-__all__ = ["CohortGradients", "NORMS", "BATCH_MIXING", "RANDOM_WHEN_TRAINING", "check_layers", "memory_per_example"]
+__all__ = ["CohortGradients", "VMAP_CPU_CHUNK_BYTES", "NORMS", "BATCH_MIXING", "RANDOM_WHEN_TRAINING", "check_layers", "memory_per_example"]

@@ -4,9 +4,9 @@ The noise key is a secret (``dpfl.engine.keys``: drawn from the operating system
 the research mode); the "seed" arguments below are that key, never the public ``run.seed``.
 
 A client's minibatches and noise in round t depend on nothing else: not on which other clients share its memory chunk
-(``run.memory_mb``), not on the order clients are processed in, not on the machine. So a simulation's results are the
-same for any chunking, and a client running on another machine (a Flower SuperNode) can reproduce exactly the draws the
-simulation makes. Streams are seeded through numpy's ``SeedSequence`` (spawn key = (round, client, purpose)), whose
+(``run.memory_mb``), not on the order clients are processed in, not on the machine (only on the kind of device,
+``generator``). So a simulation's results are the same for any chunking, and a client running on another machine (a
+Flower SuperNode) can reproduce exactly the draws the simulation makes. Streams are seeded through numpy's ``SeedSequence`` (spawn key = (round, client, purpose)), whose
 derived seeds are statistically independent for distinct keys (O'Neill 2015; numpy's documentation).
 
 Each client draws what a round needs at the round's start, in one call per purpose (``ClientStreams.uniform`` and
@@ -44,8 +44,12 @@ def stream_seed(seed: int, round_index: int, client: int, purpose: str) -> int:
 
 
 def generator(seed: int, round_index: int, client: int, purpose: str) -> torch.Generator:
-    """A torch generator seeded with ``stream_seed``."""
-    return torch.Generator().manual_seed(stream_seed(seed, round_index, client, purpose))
+    """A torch generator seeded with ``stream_seed``, on torch's default device (a run's ``run.device``:
+    ``dpfl.engine.device.on_device``), so that the draws are made where they are used. The stream is the same for the
+    same key on the same kind of device; a GPU's generator (Philox) draws other numbers than the CPU's (Mersenne
+    twister) from the same seed, with the same distribution (the declared events do not change)."""
+    return torch.Generator(device=torch.get_default_device()).manual_seed(stream_seed(seed, round_index, client,
+                                                                                      purpose))
 
 
 class ClientStreams:

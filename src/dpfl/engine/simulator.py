@@ -46,6 +46,7 @@ from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import Release
 from dpfl.engine import checkpoint, keys
 from dpfl.engine.boundary import Boundary
+from dpfl.engine.device import on_device, stream_identity
 from dpfl.engine.grads import CohortGradients, memory_per_example
 from dpfl.engine.progress import Progress
 from dpfl.engine.protocol import Algorithm, ClientContext, ClientData, ClientOutput, ServerContext
@@ -124,15 +125,18 @@ class Simulation:
     run_id: str = ""
     #: where the model is evaluated: None, here, on ``train`` and ``test`` (``evaluate``); otherwise an ``Evaluator``
     evaluator: Evaluator | None = None
+    #: where the run's tensors live (run.device, ``dpfl.engine.device``): its data, model, state and draws
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     history: list = field(default_factory=list)
 
     def __post_init__(self):
         if isinstance(self.boundary, str):
             self.boundary = Boundary(self.boundary)
-        self.state = self.algorithm.init_state(self.grads.initial_params(), self.train.num_clients)
+        with on_device(self.device):
+            self.state = self.algorithm.init_state(self.grads.initial_params(), self.train.num_clients)
+            self._train_flat = self.train.flat()
+            self._test_flat = self.test.flat()
         self.next_round = 0
-        self._train_flat = self.train.flat()
-        self._test_flat = self.test.flat()
         self.stopped_reason = None
         self.stopped_by = None  # what stopped the run early: "budget", "diverged", "interrupted" (None: it did not)
         self.interrupted = False
@@ -215,11 +219,13 @@ class Simulation:
             for piece in pieces:
                 digest.update(piece)
 
-        for part in (self.release.encode(), str(self.seed).encode(), str(round_index).encode()):
+        device = stream_identity(self.device)  # "" on the CPU: its fingerprints are those of runs before run.device
+        for part in (self.release.encode(), str(self.seed).encode(), str(round_index).encode(),
+                     *((device.encode(),) if device else ())):
             update(memoryview(part))
         for part_state in (self.state.server, self.state.clients):
             for name, value in sorted(part_state.items()):  # the tensor's own memory, not a copy (M x d for SCAFFOLD)
-                update(memoryview(name.encode()), value.detach().contiguous().numpy())
+                update(memoryview(name.encode()), value.detach().cpu().contiguous().numpy())
         return digest.hexdigest()
 
     def _divergence_hint(self) -> str:
@@ -266,7 +272,7 @@ class Simulation:
 
         self.interrupted = False
         try:
-            with _StopOnCtrlC() as ctrl_c:
+            with _StopOnCtrlC() as ctrl_c, on_device(self.device):
                 while self.next_round < rounds:
                     try:
                         self.step()

@@ -20,6 +20,7 @@ from dpfl.algorithms import registry
 from dpfl.data import FederatedDataset, build_dataset
 from dpfl.data.footprint import check_data_memory
 from dpfl.engine.boundary import Boundary, SecureAggregation
+from dpfl.engine.device import chunk_budget_bytes, resolve_device
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.sampling import ClientSampler
 from dpfl.engine.simulator import Simulation
@@ -70,6 +71,8 @@ def assemble(config: RunConfig, out_dir: Path | None = None, workers=None, noise
                                                run.memory_budget_bytes))
     model = build_initial_model(config, dataset, supplied=supplied)
     supplied.check_model(model, dataset)
+    device = resolve_device(run.device)
+    train, test = dataset.train.to(device), dataset.test.to(device)
     boundary = build_boundary(config.privacy, algorithm, dataset.train.counts)
     records = int(dataset.train.counts.sum())
     doubtful.check_delta(config.privacy.delta, records, default_delta(records))
@@ -77,9 +80,9 @@ def assemble(config: RunConfig, out_dir: Path | None = None, workers=None, noise
     doubtful.check_observers(boundary.observers, dataset.num_clients)
     ledger = build_ledger(config, boundary, delta, algorithm, budget=True)
     return Simulation(
-        dataset.train, dataset.test, CohortGradients(model, loss=supplied.loss), algorithm, clients, ledger, seed=key,
-        run_id=run_id, secret=run.noise_seed is None,
-        boundary=boundary, eval_every=run.eval_every, memory_budget_bytes=run.memory_budget_bytes,
+        train, test, CohortGradients(model.to(device), loss=supplied.loss), algorithm, clients, ledger, seed=key,
+        run_id=run_id, secret=run.noise_seed is None, boundary=boundary, eval_every=run.eval_every,
+        memory_budget_bytes=chunk_budget_bytes(device, run.memory_budget_bytes), device=device,
         checkpoint_dir=out_dir, checkpoint_every=run.checkpoint_every,
         release=release_hash(config.raw, config.algorithm.spec), data=dataset.info,
         workers=None if workers is None else workers(config, dataset, delta), evaluator=evaluator,

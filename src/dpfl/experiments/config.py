@@ -110,6 +110,12 @@ SCHEMA: dict[str, dict[str, tuple]] = {
                                                    "ran a round 7-30x slower on a busy 2-core machine, 1.5x faster on "
                                                    "an idle one for Noble et al.'s workload; a resume keeps the run's "
                                                    "count)"),
+        "device": (str, "auto", None, "where the data, model, client state, gradients, noise and evaluation live: "
+                                      "'auto' (a GPU when torch sees one, else the CPU), 'cpu', 'cuda' or 'cuda:N'; "
+                                      "on a GPU a chunk of the cohort takes half its free memory, not run.memory_mb; "
+                                      "the ledger and checkpoints are device-independent (a run resumes on another "
+                                      "device; its noise streams differ by device, so a replayed round is charged "
+                                      "again)"),
     },
 }
 

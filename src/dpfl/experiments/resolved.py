@@ -103,6 +103,7 @@ class RunOptions:
     checkpoint_every: int
     memory_mb: int
     threads: int | None
+    device: str = "auto"
 
     @property
     def memory_budget_bytes(self) -> int:

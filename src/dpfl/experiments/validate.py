@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.algorithms import registry
 from dpfl.engine.boundary import Boundary
+from dpfl.engine.device import resolve_device
 from dpfl.engine.sampling import ClientSampler
 from dpfl.errors import ConfigError, check_range, check_target_epsilon
 from dpfl.models import check_model_keys
@@ -40,6 +41,7 @@ def validate(config: RunConfig) -> None:
         check_range(f"run.{key}", value, 1, integer=True)
     if run.threads is not None:
         check_range("run.threads", run.threads, 1, integer=True)
+    resolve_device(run.device)
     check_range("run.seed", run.seed, 0, integer=True)
     if run.noise_seed is not None:
         check_range("run.noise_seed", run.noise_seed, 0, integer=True)
