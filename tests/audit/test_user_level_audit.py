@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from dp_accounting import dp_event
 
 from dpfl.algorithms.dp_fedavg_user import DpFedAvgUser
 from dpfl.algorithms.dp_ftrl import DpFtrl
@@ -140,3 +141,91 @@ def test_planted_bug_clipping_skipped_is_caught():
     buggy = runs.audit(planted(sim, ClippingSkipped), "third_party", 500, scale=10.0)
     assert honest.bound.epsilon <= honest.claimed_epsilon == buggy.claimed_epsilon
     assert buggy.bound.epsilon > buggy.claimed_epsilon
+
+
+class TreeNoiseReused(DpFtrl):
+    """Bug: every round's tree node drawn from round 0's stream, so the nodes of one trial are all the same draw nu:
+    round tau = 2 steps by g_2 + nu - nu = g_2, noise-free (the prefix sums' noise cancels between rounds)."""
+
+    def server_update(self, round_index, server, delivered, ctx):
+        first = ServerContext(ctx.seed, 0, ctx.stream_ids)
+        updated = super().server_update(round_index, server, delivered, first)
+        for event in first.events:
+            ctx.drew(event)
+        return updated
+
+
+def owners_round_only(sim, client: int, monkeypatch) -> None:
+    """The white-box score read in the rounds whose scheduled cohort holds ``client`` only (dp-ftrl's release fixes
+    the schedule, and the claim is conditional on it: an observer may know it). A score fixed before the runs, as
+    the secure-aggregation server's: honest whatever it reads."""
+    weights = response.round_weights
+
+    def in_the_owners_round(sim, target, rounds, canary_client=0):
+        return [w if bool((sim.clients.sample(t, sim.seed) == canary_client).any()) else dict.fromkeys(w, 0.0)
+                for t, w in enumerate(weights(sim, target, rounds, canary_client))]
+
+    monkeypatch.setattr(response, "round_weights", in_the_owners_round)
+
+
+def test_dp_ftrl_stays_below_its_claim_over_its_epoch():
+    """One tree of E = 4 rounds, z = 2 (claim 1.91 at mu = sqrt(3) / 2 towards both observers), 500 runs: the
+    auditor's default score (every round's move, i.e. the last prefix sum)."""
+    sim = ftrl()
+    for result in runs.audit_all(sim, sim.ledger.observers, 500, rounds=4).values():
+        assert result.bound.epsilon <= result.claimed_epsilon == pytest.approx(1.911, abs=1e-3)
+
+
+def test_planted_bug_tree_noise_reused_is_caught(monkeypatch):
+    """The canary's client is scheduled in round tau = 2 (the run's schedule, from its noise key), where the bug's
+    step is noise-free; the score reads that round's move alone (``owners_round_only``). 4 rounds, 500 runs per
+    world: the correct tree stays below the claim 1.91 (that move carries nu_2 - nu_1), the bug's bound exceeds it.
+    The default score sums every round's move, x_4 - x_0, whose noise the bug leaves at one node: it cannot see this
+    bug."""
+    sim = ftrl()
+    assert [int(sim.clients.sample(t, sim.seed)[0]) for t in range(4)].index(0) == 1
+    owners_round_only(sim, 0, monkeypatch)
+    honest = runs.audit_all(sim, sim.ledger.observers, 500, rounds=4)
+    buggy = runs.audit_all(planted(sim, TreeNoiseReused), sim.ledger.observers, 500, rounds=4)
+    for observer in sim.ledger.observers:
+        assert honest[observer].bound.epsilon <= honest[observer].claimed_epsilon == buggy[observer].claimed_epsilon
+        assert buggy[observer].bound.epsilon > buggy[observer].claimed_epsilon
+
+
+class CountNoiseUncharged(DpFedAvgUser):
+    """Bug: adaptive clipping's count noise still drawn, but neither declared nor reported (so the simulator's
+    drawn == declared check passes): the ledger charges the update's z_Delta alone, while the mechanism is the pair
+    (z_Delta, z_b), whose cost is z's."""
+
+    def release(self, round_index, state, counts):
+        full = super().release(round_index, state, counts)
+        return dataclasses.replace(full, server_events=full.server_events[:1]) if full.server_events else \
+            dataclasses.replace(full, step_events=full.step_events[:1], additive=full.additive[:1])
+
+    def add_noise(self, messages, clip, standard_normal, factor):
+        noisy, events = super().add_noise(messages, clip, standard_normal, factor)
+        return noisy, events[:1]
+
+
+@pytest.mark.parametrize("noise_at", ["server", "client"])
+def test_adaptive_clipping_charges_both_draws(noise_at):
+    """The white-box score reads the model (and the messages with the parameter axis), never the clipped-bit count
+    (and under replace-one the canary's neighbour -C e has the same norm, hence the same bit): the audit cannot see
+    the count's noise left out of the ledger (``CountNoiseUncharged``; the docs give its figures). So this is checked
+    in the ledger: each round declares both draws, z_Delta on the update and z_b on the count, and their composition
+    costs exactly one Gaussian release at z (Andrew et al. 2021, Sec. 3): z = 0.9, sigma_b = 1 (z_b = 1, s_b = 1,
+    replace-one), z_Delta = 2.06; one round costs 2.67 towards the owner's observer; without the count's event it
+    would cost 0.88."""
+    z = 0.9
+    sim = fedavg_user(f"algorithm.noise_at='{noise_at}'", "privacy.boundary='plain'", "algorithm.target_quantile=0.5",
+                      "algorithm.count_noise=1.0", f"algorithm.noise_multiplier={z}")
+    observer = "third_party" if noise_at == "server" else "server"
+    state = sim.algorithm.init_state(sim.grads.initial_params(), 4)
+    release = sim.algorithm.release(0, state, sim.train.counts)
+    drawn = release.server_events if noise_at == "server" else release.step_events
+    z_delta = 1 / math.sqrt(z**-2 - 1.0)
+    assert [e.noise_multiplier for e in drawn] == pytest.approx([z_delta, 1.0])
+    single = runs.claimed_epsilon(sim, observer, {o: dp_event.GaussianDpEvent(z) for o in sim.ledger.observers})
+    assert runs.claimed_epsilon(sim, observer) == pytest.approx(single, rel=1e-3) == pytest.approx(2.67, abs=0.01)
+    buggy = planted(sim, CountNoiseUncharged)
+    assert runs.claimed_epsilon(buggy, observer) == pytest.approx(0.88, abs=0.01)
