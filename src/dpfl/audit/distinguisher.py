@@ -22,7 +22,8 @@ The views follow the run's boundary and release policy (``dpfl.accounting.observ
   server is no observer (an error).
 * ``other_silo``: a silo that is not the canary's owner: the broadcast models plus its own messages. With a
   fixed-size cohort it knows the cohort's size, so it recovers the sum of the messages and subtracts its own (the
-  sum minus ``silo_weight`` x its own message); with a Poisson cohort it does not know the size and scores the
+  sum minus ``silo_weight`` x its own message); with a Poisson cohort it does not know the size, and where the
+  server adds noise of its own (``silo_recovers_sum``) the models carry the sum plus that noise: it scores the
   model's moves. ``silo_weight`` w = 1 is the likelihood-ratio test when the clients' noise draws are independent;
   w = the cohort size exposes a noise draw that every client reuses (the silo knows its own draw, hence everyone's).
   Any w is post-processing of the silo's view: honest.
@@ -105,17 +106,29 @@ def check_view(observer: str, seen: str, num_clients: int, score: str = "white-b
                           "released model alone: --observer third_party)")
 
 
+def silo_recovers_sum(sim, rounds: int) -> bool:
+    """Whether another silo recovers the cohort's sum of the messages in rounds 0..``rounds`` - 1: it knows the
+    cohort's size (not a Poisson cohort) and the server adds no noise of its own (``Release.server_events`` empty).
+    Where the server draws (central DP, DP-FTRL's tree), the model carries the sum plus the server's draw and the
+    unnoised sum is released to nobody, so the silo scores the model's moves."""
+    if sim.clients.scheme == "poisson":
+        return False
+    state = sim.algorithm.init_state(sim.grads.initial_params(), sim.train.num_clients)
+    return not any(sim.algorithm.release(t, state, sim.train.counts).server_events for t in range(rounds))
+
+
 def observed_updates(observer: str, seen: str, view: RoundView, canary_client: int, silo: int,
-                     fixed_cohort: bool, silo_weight: float = 1.0) -> dict[str, torch.Tensor]:
+                     recovers_sum: bool, silo_weight: float = 1.0) -> dict[str, torch.Tensor]:
     """{name: [trials, P]}: what ``observer`` sees of the round's updates (module docstring; ``seen``: the server's
-    ``server_view``, other than the multiset, which ``multiset_score`` reads); "x" is the model's move."""
+    ``server_view``, other than the multiset, which ``multiset_score`` reads; ``recovers_sum``: ``silo_recovers_sum``
+    of the run); "x" is the model's move."""
     if observer == SERVER and seen == SUM:  # it knows the cohort: a round without the owner says nothing
         owner = view.holds(canary_client)
         return {name: torch.where(owner.view(-1, *[1] * (view.messages[name].dim() - 1)), view.sums(name), 0)
                 for name in view.messages}
     if observer == SERVER:
         return {name: view.own(name, canary_client) for name in view.messages}
-    if observer == OTHER_SILO and fixed_cohort:
+    if observer == OTHER_SILO and recovers_sum:
         return {name: view.sums(name) - silo_weight * view.own(name, silo) for name in view.messages}
     return {"x": view.after["x"] - view.before["x"]}
 
@@ -160,4 +173,4 @@ def _segment_logsumexp(values: torch.Tensor, segment: torch.Tensor, segments: in
 
 
 __all__ = ["OBSERVERS", "SCORES", "MESSAGES", "SUM", "MULTISET", "NOTHING", "server_view", "check_view",
-           "observed_updates", "white_box_score", "multiset_score"]
+           "silo_recovers_sum", "observed_updates", "white_box_score", "multiset_score"]

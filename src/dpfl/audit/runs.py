@@ -229,7 +229,7 @@ def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind:
     # the last model alone scores as the sum of every round's move does
     final_weight = {response.MOVE: len(moves) / sum(moves) if moves and sum(moves) else 0.0}
     silo = (1 if canary_client == 0 else 0) if silo is None else silo
-    fixed = sim.clients.scheme != "poisson"
+    sums_seen = distinguisher.silo_recovers_sum(sim, rounds)
 
     def at_the_end(observer: str) -> bool:  # scored from the last model alone
         return score == "loss" or (observer == THIRD_PARTY and release == "final")
@@ -246,7 +246,7 @@ def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind:
                                                                      laws[view.round], target.neighbour_offset)
                 elif not at_the_end(observer):
                     seen = distinguisher.observed_updates(observer, seen_by_server, view, canary_client, silo,
-                                                          fixed, silo_weight)
+                                                          sums_seen, silo_weight)
                     totals[observer] += distinguisher.white_box_score(seen, g, weights[view.round])
 
         final = run_world(sim, world, index, trials, rounds, observe, progress)["x"]
@@ -381,7 +381,7 @@ def one_run_scores(sim, observer: str, canaries: int, *, scale: float = 1.0, see
         view = weighted(lambda name: messages[name].double().sum(0)[coords])
     elif observer == distinguisher.SERVER:
         view = weighted(lambda name: torch.stack([own(name, int(c))[int(k)] for c, k in zip(owner, coords)]))
-    elif observer == distinguisher.OTHER_SILO and sim.clients.scheme != "poisson":
+    elif observer == distinguisher.OTHER_SILO and distinguisher.silo_recovers_sum(sim, 1):
         view = weighted(lambda name: (messages[name].double().sum(0) - silo_weight * own(name, silo))[coords])
     else:
         delivery = Delivery({name: value.sum(0) for name, value in messages.items()}, int(cohort.numel()), population)
