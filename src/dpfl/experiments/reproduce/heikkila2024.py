@@ -240,5 +240,6 @@ ITEMS = [
          "says (sound analysis, Skellam and Gaussian shares); Skellam shares train worse than Gaussian over many "
          "steps (dpfl's Skellam accountant's factor 3: 1.23 against 0.36 after 100 single steps), and Table 1's "
          "sigma_LDP is the Gaussian column's; quick: digits, 1 seed", _rounds_settings, _rounds,
-         data="fashion_mnist", substitute="scikit-learn's digits (a linear model, as Fig. 2's), 1 seed", research_mode=True),
+         data="fashion_mnist", substitute="scikit-learn's digits (a linear model, as Fig. 2's), 1 seed",
+         research_mode=True),
 ]
