@@ -31,9 +31,12 @@ VARIANTS = {"1 local epoch": ["algorithm.local_steps=10"],
 ANALYSES = ("paper", "sound")
 
 
-def run(data: str, variant: str, analysis: str, seed: int, epsilon: float, rounds: int, lr: float) -> dict:
-    """One run (research mode: run.noise_seed = seed); its final accuracy, loss and epsilon per observer."""
+def run(data: str, variant: str, analysis: str, seed: int, epsilon: float, rounds: int, lr: float,
+        noise: str = "gaussian") -> dict:
+    """One run (research mode: run.noise_seed = seed) with real Gaussian or integer Skellam shares
+    (``algorithm.noise``); its final accuracy, loss and epsilon per observer."""
     overrides = ["algorithm.name='dp-fedavg-joint'", f"algorithm.rounds={rounds}", "algorithm.sample_rate=0.1",
+                 f"algorithm.noise='{noise}'",
                  f"algorithm.lr={lr}", f"privacy.epsilon={epsilon}", f"privacy.analysis='{analysis}'",
                  "privacy.boundary='secagg'", "data.standardize='pooled'", f"run.seed={seed}", f"data.seed={seed}",
                  f"run.noise_seed={seed}",  # research mode: reproducible repeats
@@ -42,7 +45,7 @@ def run(data: str, variant: str, analysis: str, seed: int, epsilon: float, round
     config = load_config(None, overrides)
     results = run_experiment(config)
     events = results["privacy"]["events_per_round"]
-    return {"data": data, "variant": variant, "analysis": analysis, "seed": seed,
+    return {"data": data, "variant": variant, "analysis": analysis, "noise": noise, "rounds": rounds, "seed": seed,
             "test_accuracy": results["final"]["test_accuracy"], "train_loss": results["final"]["train_loss"],
             "epsilon": results["final"]["epsilon"], "events_per_round": events,
             "wall_seconds": results["wall_seconds"]}

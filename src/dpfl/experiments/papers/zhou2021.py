@@ -70,12 +70,14 @@ class Setup:
     clip_gaussian: float = 1.0  # xi_2; the largest l2 norm is about 4.5 (non-private)
     sample_rate: float = 0.01  # q of the Gaussian mechanism
     delta: float = 1e-5
+    samples_per_client: int = 0  # records each client keeps (train and test; 0: all), the paper's Figs. 7-8 portion
 
     def overrides(self) -> list[str]:
+        trimmed = [f"data.samples_per_client={self.samples_per_client}"] if self.samples_per_client else []
         return [f"data.name='{self.data}'", f"data.num_clients={self.num_clients}", "data.partition='k_labels'",
                 "data.partition_param=2", f"data.scale={self.scale!r}", "model.bias=false",
                 "algorithm.name='fedsgd-dpc'", f"algorithm.weight_decay={self.weight_decay!r}",
-                f"privacy.delta={self.delta!r}", "run.threads=1"]
+                f"privacy.delta={self.delta!r}", "run.threads=1", *trimmed]
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,14 @@ class Point:
     clients_per_round: int
     rounds: int
     sources: tuple[str, ...]
+
+
+def smallest_client(setup: Setup) -> int:
+    """The records (train and test) of the smallest client of the untrimmed partition: the most
+    ``samples_per_client`` can keep."""
+    config = load_config(None, dataclasses.replace(setup, samples_per_client=0).overrides())
+    dataset = build_data(config["data"])
+    return int((dataset.train.counts + dataset.test.counts).min())
 
 
 def estimate(setup: Setup) -> Estimates:
@@ -137,8 +147,10 @@ def points(args, plans: dict[float, dict[str, Plan]]) -> list[Point]:
     return [Point(*key, tuple(why)) for key, why in reasons.items()]
 
 
-def run_point(setup: Setup, point: Point, seed: int, lam: float) -> dict:
-    """One run of FedSGD-DPC at ``point`` (T = 0: the initial model, evaluated); its final metrics."""
+def run_point(setup: Setup, point: Point, seed: int, lam: float, eval_every: int | None = None) -> dict:
+    """One run of FedSGD-DPC at ``point`` (T = 0: the initial model, evaluated); its final metrics and, with
+    ``eval_every``, its "curve": [round, training loss] after every ``eval_every`` rounds and the last, from round 0
+    (the paper's Fig. 1)."""
     clip = setup.clip_laplace if point.mechanism == "laplace" else setup.clip_gaussian
     rate = 1.0 if point.mechanism == "laplace" else setup.sample_rate
     rounds = max(1, point.rounds)
@@ -148,15 +160,18 @@ def run_point(setup: Setup, point: Point, seed: int, lam: float) -> dict:
         f"algorithm.clip={clip!r}", f"algorithm.sample_rate={rate!r}", "algorithm.lr_schedule='inverse'",
         f"algorithm.mu={setup.weight_decay!r}", f"algorithm.smoothness={lam!r}", f"run.seed={seed}",
         f"run.noise_seed={seed}",  # research mode: each repeat reproducible
-        f"run.eval_every={rounds}", f"run.checkpoint_every={rounds}"])
+        f"run.eval_every={eval_every or rounds}", f"run.checkpoint_every={rounds}"])
     started = time.perf_counter()
     sim = build_simulation(config)
-    final = sim.run(rounds)[-1] if point.rounds else sim.evaluate()
+    start = [sim.evaluate()] if eval_every or not point.rounds else []
+    history = start + (sim.run(rounds) if point.rounds else [])
+    final = history[-1]
     spent = max((e for e in final.epsilon.values() if e is not None), default=0.0) if point.rounds else 0.0
+    curve = {"curve": [[m.round, m.train_loss] for m in history]} if eval_every else {}
     return {"mechanism": point.mechanism, "epsilon": point.epsilon, "clients_per_round": point.clients_per_round,
             "rounds": point.rounds, "sources": ";".join(point.sources), "seed": seed, "train_loss": final.train_loss,
             "test_accuracy": final.test_accuracy, "epsilon_spent": spent,
-            "seconds": round(time.perf_counter() - started, 3)}
+            "seconds": round(time.perf_counter() - started, 3), **curve}
 
 
 def summarise(runs: list[dict]) -> list[dict]:
