@@ -13,7 +13,7 @@ from dpfl.accounting.accountant import (
     laplace_event,
     pure_epsilon,
 )
-from dpfl.accounting.calibrate import calibrate_noise, epsilon_for_schedule, max_steps
+from dpfl.accounting.calibrate import calibrate_noise, epsilon_for_schedule, max_steps, solve_noise
 from dpfl.errors import ConfigError
 
 Q = 256 / 60000
@@ -39,6 +39,22 @@ def test_unreachable_target_says_so():
     # The classic conversion never goes below log(1/delta) / (1024 - 1) = 0.0113, whatever the noise.
     with pytest.raises(ConfigError, match="target_epsilon = 0.001 .*some noise reaches"):
         calibrate_noise(poisson, 1e-3, 1e-5, "rdp", "classic")
+
+
+def test_a_target_below_epsilons_floor_is_refused_where_the_walk_stops_making_progress():
+    """An epsilon with a floor (a term that more noise does not lower, as a rounding term) is refused after a few
+    doublings, not at the end of 40: a family's builder refuses multipliers above 1e6 with a message about the
+    multiplier, which told a user nothing about the target (Skellam shares under the paper's analysis)."""
+    tried = []
+
+    def epsilon_of(z: float) -> float:
+        tried.append(z)
+        return 1.34 + 1.0 / z
+
+    with pytest.raises(ConfigError, match="target_epsilon = 1.0 .*some noise reaches: with noise multiplier .* "
+                                          "epsilon is still 1.34"):
+        solve_noise(epsilon_of, 1.0)
+    assert max(tried) < 1e6
 
 
 def test_max_steps_is_the_last_step_count_within_budget():

@@ -35,6 +35,8 @@ COARSE_RDP_ORDERS = (1.25, 1.5, 1.75, 2, 2.25, 2.5, 3, 3.5, 4, 4.5, 5, 6, 7, 8, 
                      48, 56, 64, 128, 256, 512, 1024)  # fmt: skip
 #: The bracket search gives up beyond initial_noise * 2**+-MAX_DOUBLINGS, and beyond 2**MAX_DOUBLINGS steps.
 MAX_DOUBLINGS = 40
+#: the fraction of a step up in log noise under which log epsilon's fall means a floor (``_bracket``)
+STALL = 0.01
 
 
 def calibrate_noise(
@@ -234,13 +236,19 @@ def _memoize(f):
 
 def _bracket(gap, start: float, step: float, center: float, target: float) -> tuple[float, float]:
     """[lo, hi] with gap(lo) > 0 >= gap(hi) (gap decreasing in log noise), walking from ``start`` by doubling steps
-    towards the sign change."""
+    towards the sign change; a target below epsilon's floor (more noise no longer lowers it: e.g. a rounding term that
+    does not shrink with the noise) is refused as soon as the walk stops making progress."""
     direction = 1 if gap(start) > 0 else -1
     here = start
     while (gap(here) > 0) == (direction > 0):
+        before, taken = gap(here), step
         here, step = here + direction * step, 2 * step
-        if abs(here - center) > MAX_DOUBLINGS * math.log(2):
-            last = here - direction * step / 2
+        # a floor, 2^10 times past the initial noise: log epsilon falls by under 1% of the step in log noise (a
+        # mechanism's epsilon falls at least as fast as the noise grows there: ~1 / z to ~1 / z^2)
+        stalled = (direction > 0 and here - center > 10 * math.log(2) and math.isfinite(before)
+                   and before - gap(here) < STALL * taken)
+        if stalled or abs(here - center) > MAX_DOUBLINGS * math.log(2):
+            last = here if stalled else here - direction * step / 2
             if direction > 0:
                 raise ConfigError(
                     "target_epsilon",
