@@ -80,13 +80,11 @@ class CohortRows:
 
 @dataclass
 class RoundOutcome:
-    """What a cohort's round produced: every row's messages (in row order), what the boundary delivered to the server
-    (the sums, and how many clients' messages they sum: for one run a 0-d tensor; with trials each trial's,
-    [trials, ...] and [trials]), and the server state after it."""
+    """What a cohort's round produced: every row's messages (in row order), the sums the boundary delivered to the
+    server (with trials, each trial's: [trials, ...]), and the server state after it."""
 
     messages: Messages
     sums: Messages
-    counts: torch.Tensor
     server: dict[str, torch.Tensor]
 
 
@@ -131,7 +129,7 @@ def run_cohort(algorithm: Algorithm, boundary: Boundary, release: Release, round
         ctx = ServerContext(seed, round_index)
         after = algorithm.server_update(round_index, server, delivery, ctx)
         check_drawn(round_index + 1, ctx.events, server_declared, " by the server")
-        return RoundOutcome(messages, delivery.sums, torch.tensor(delivery.count), after)
+        return RoundOutcome(messages, delivery.sums, after)
     sums, counts = deliver_trials(boundary, messages, cohort, population, seed, round_index)
     after = {name: value.clone() for name, value in server.items()}
     # one server step per delivered count (a row-wise server_update takes one count); a round in which nobody sends
@@ -145,7 +143,7 @@ def run_cohort(algorithm: Algorithm, boundary: Boundary, release: Release, round
         check_drawn(round_index + 1, ctx.events, server_declared, " by the server")
         for name, value in updated.items():
             after[name][same] = value.to(after[name].dtype)
-    return RoundOutcome(messages, sums, counts, after)
+    return RoundOutcome(messages, sums, after)
 
 
 def deliver_trials(boundary: Boundary, messages: Messages, cohort: CohortRows, population: int, seed: int,
