@@ -52,9 +52,7 @@ from dpfl.accounting.observers import THIRD_PARTY
 from dpfl.audit import bounds, canary, distinguisher, response
 from dpfl.audit.response import no_canary_path
 from dpfl.audit.trials import World, run_world
-from dpfl.engine.boundary import Delivery
-from dpfl.engine.protocol import ClientContext, ClientData, ServerContext
-from dpfl.engine.simulator import check_drawn, noise_of
+from dpfl.engine.cohort_round import CohortRows, Records, run_cohort
 from dpfl.errors import ConfigError
 
 CANARIES = ("dirac", "flip", "input")
@@ -350,23 +348,13 @@ def one_run_scores(sim, observer: str, canaries: int, *, scale: float = 1.0, see
         y_all[c, r] = canary.FIRST_OF_MANY - i
     x0 = grads.initial_params()
     initial = algorithm.init_state(x0, 1)
-    server = initial.server
     release = algorithm.release(0, initial, train.counts)  # the canaries' model (m extra coordinates)
-    declared = [noise_of(e) for e in release.step_events]
     cohort_seed = int(rng.integers(0, 2**62))
     cohort = sim.clients.sample(0, sim.seed if release.cohort is not None else cohort_seed)  # a fixed schedule: the run's
-    chunk = sim.chunk_size(max(int(cohort.numel()), 1))
-    parts: dict[str, list] = {}
-    for start in range(0, cohort.numel(), chunk):
-        rows = cohort[start:start + chunk]
-        state = algorithm.init_state(x0, population)
-        result = algorithm.client_round(0, server, state.rows(rows),
-                                        ClientData(train.x[rows], y_all[rows], train.counts[rows]),
-                                        ClientContext(grads, sim.seed, 0, rows))
-        check_drawn(0, result.events, declared)
-        for name, value in result.messages.items():
-            parts.setdefault(name, []).append(value)
-    messages = {name: torch.cat(value) for name, value in parts.items()}
+    outcome = run_cohort(algorithm, sim.boundary, release, 0, sim.seed, population, initial.server,
+                         algorithm.init_state(x0, population).clients, CohortRows(cohort),
+                         Records(train.x, y_all, train.counts, grads), sim.chunk_size(max(int(cohort.numel()), 1)))
+    messages = outcome.messages
     coords = grads.base_params + torch.arange(canaries)
     row_of = {int(c): i for i, c in enumerate(cohort)}
 
@@ -374,20 +362,20 @@ def one_run_scores(sim, observer: str, canaries: int, *, scale: float = 1.0, see
         value = messages[name].double()
         return value[row_of[client]] if client in row_of else torch.zeros_like(value[0])
 
+    def summed(name: str) -> torch.Tensor:  # the cohort's sum as delivered (a simulated stage's: the rows' sum)
+        return (outcome.sums[name] if sim.boundary.real else messages[name].double().sum(0)).double()
+
     def weighted(view_of) -> torch.Tensor:  # sum over the messages u the canary moves of w_u x (the view of u)
         return sum(w * view_of(name) for name, w in weights.items() if w and name != response.MOVE)
 
     if observer == distinguisher.SERVER and seen_by_server == distinguisher.SUM:
-        view = weighted(lambda name: messages[name].double().sum(0)[coords])
+        view = weighted(lambda name: summed(name)[coords])
     elif observer == distinguisher.SERVER:
         view = weighted(lambda name: torch.stack([own(name, int(c))[int(k)] for c, k in zip(owner, coords)]))
     elif observer == distinguisher.OTHER_SILO and distinguisher.silo_recovers_sum(sim, 1):
-        view = weighted(lambda name: (messages[name].double().sum(0) - silo_weight * own(name, silo))[coords])
+        view = weighted(lambda name: (summed(name) - silo_weight * own(name, silo))[coords])
     else:
-        delivery = Delivery({name: value.sum(0) for name, value in messages.items()}, int(cohort.numel()), population)
-        ctx = ServerContext(sim.seed, 0)
-        moved = algorithm.server_update(0, server, delivery, ctx)[response.MOVE] - server[response.MOVE]
-        check_drawn(0, ctx.events, [noise_of(e) for e in release.server_events], " by the server")
+        moved = outcome.server[response.MOVE] - initial.server[response.MOVE]
         view = weights[response.MOVE] * moved[coords].double()
     return included, view.numpy()
 

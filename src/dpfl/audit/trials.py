@@ -8,9 +8,11 @@ is accounted conditionally on the run's schedule, which every trial then follows
 trial becomes one row of ONE batched ``client_round`` call (chunked to ``run.memory_mb``) with its client id and
 streams named by its own stream id, (world * N + trial) * M + client (``ClientContext.stream_ids``), so that its
 record and noise streams (named by (seed, round, stream id, purpose), ``dpfl.engine.randomness``) are independent of
-every other row's and of every other round's. The noise actually drawn is checked against the
-declared release, as the simulator does. The server step runs once per distinct cohort size (all trials of a fixed
-cohort at once), on each trial's sums of the messages.
+every other row's and of every other round's. The round is the simulator's own cohort loop
+(``dpfl.engine.cohort_round.run_cohort``): the noise actually drawn is checked against the declared release, each
+trial's messages are delivered through the run's boundary (a real stage, such as secure aggregation computed by the
+protocol, collects each trial's rows on its own), and the server step runs once per delivered count (all trials of
+a fixed cohort at once).
 
 After each round the caller's ``observe`` gets a ``RoundView`` (each trial's server state before and after, and the
 round's message rows) and reads from it what its observer sees (``dpfl.audit.distinguisher``).
@@ -26,9 +28,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from dpfl.engine.boundary import Delivery
-from dpfl.engine.protocol import ClientContext, ClientData, ServerContext
-from dpfl.engine.simulator import check_drawn, noise_of
+from dpfl.engine.cohort_round import CohortRows, Records, run_cohort
 
 #: Spawn-key tag of the trials' cohort seeds (distinct from the run's own streams).
 _COHORT_KEY = 0xA0D17
@@ -45,8 +45,9 @@ class World:
 
 @dataclass
 class RoundView:
-    """Round ``round`` of every trial: server states [trials, ...] before and after it, and its message rows (one row
-    per (trial, cohort member): ``trial_of_row``, ``client_of_row``)."""
+    """Round ``round`` of every trial: server states [trials, ...] before and after it, its message rows (one row
+    per (trial, cohort member): ``trial_of_row``, ``client_of_row``) and what the boundary delivered to each trial's
+    server (``delivered``: each trial's sums [trials, ...]; None: the sums of its rows)."""
 
     round: int
     before: dict[str, torch.Tensor]
@@ -56,9 +57,13 @@ class RoundView:
     client_of_row: torch.Tensor
     counts: torch.Tensor
     trials: int
+    delivered: dict[str, torch.Tensor] | None = None
 
     def sums(self, name: str) -> torch.Tensor:
-        """[trials, ...]: each trial's sum of the message ``name`` over its cohort."""
+        """[trials, ...]: each trial's sum of the message ``name`` over its cohort, as the boundary delivered it
+        (behind real secure aggregation: the protocol's decoded sum)."""
+        if self.delivered is not None:
+            return self.delivered[name]
         value = self.messages[name]
         return torch.zeros(self.trials, *value.shape[1:], dtype=value.dtype).index_add_(0, self.trial_of_row, value)
 
@@ -95,49 +100,20 @@ def run_world(sim, world: World, index: int, trials: int, rounds: int, observe: 
     initial = algorithm.init_state(x0, trials * population)
     server = {name: value.unsqueeze(0).repeat(trials, *([1] * value.dim())) for name, value in initial.server.items()}
     states = initial.clients  # row trial * M + client
+    records = Records(world.x, world.y, train.counts, world.grads)
     started = time.perf_counter()
     for t in range(rounds):
         release = algorithm.release(t, initial, train.counts)  # this world's model (the Dirac canary adds a coordinate)
         members = cohorts(sim, index, t, trials, scheduled=release.cohort is not None)
         clients = torch.cat(members) if members else torch.zeros(0, dtype=torch.long)
         trial_of_row = torch.repeat_interleave(torch.arange(trials), torch.tensor([c.numel() for c in members]))
-        streams = (index * trials + trial_of_row) * population + clients
-        declared = [noise_of(e) for e in release.step_events]
-        chunk = sim.chunk_size(max(int(clients.numel()), 1))
-        parts: dict[str, list] = {}
-        for start in range(0, clients.numel(), chunk):
-            rows, trial_rows = clients[start:start + chunk], trial_of_row[start:start + chunk]
-            state_rows = trial_rows * population + rows
-            result = algorithm.client_round(
-                t, {name: value[trial_rows] for name, value in server.items()},
-                {name: value[state_rows] for name, value in states.items()},
-                ClientData(world.x[rows], world.y[rows], train.counts[rows]),
-                ClientContext(world.grads, sim.seed, t, rows, streams[start:start + chunk]))
-            check_drawn(t, result.events, declared)
-            for name, value in result.messages.items():
-                parts.setdefault(name, []).append(value)
-            for name, value in result.state.items():
-                states[name][state_rows] = value
-        messages = {name: torch.cat(value) for name, value in parts.items()}
-        counts = torch.bincount(trial_of_row, minlength=trials)
-        view = RoundView(t, server, {}, messages, trial_of_row, clients, counts, trials)
-        sums = {name: view.sums(name) for name in messages}
-        after = {name: value.clone() for name, value in server.items()}
-        # one server step per distinct cohort size; a round in which nobody sends (a randomly stopped run past its
-        # tau) delivers nothing, as the engine's boundary does; each trial's server draws from streams of its own
-        server_declared = [noise_of(e) for e in release.server_events]
-        for count in torch.unique(counts).tolist():
-            same = counts == count
-            ctx = ServerContext(sim.seed, t, (index * trials + torch.arange(trials))[same])
-            updated = algorithm.server_update(t, {name: value[same] for name, value in server.items()},
-                                              Delivery({name: value[same] for name, value in sums.items()},
-                                                       int(count) if sums else 0, population), ctx)
-            check_drawn(t, ctx.events, server_declared, " by the server")
-            for name, value in updated.items():
-                after[name][same] = value.to(after[name].dtype)
-        view.after = after
-        observe(view)
-        server = after
+        rows = CohortRows(clients, trial_of_row * population + clients, (index * trials + trial_of_row) * population
+                          + clients, trials, trial_of_row, index * trials + torch.arange(trials))
+        outcome = run_cohort(algorithm, sim.boundary, release, t, sim.seed, population, server, states, rows, records,
+                             sim.chunk_size(max(rows.size, 1)))
+        observe(RoundView(t, server, outcome.server, outcome.messages, trial_of_row, clients,
+                          torch.bincount(trial_of_row, minlength=trials), trials, outcome.sums))
+        server = outcome.server
         if progress:
             print(f"audit: world {index + 1}/2, round {t + 1}/{rounds}, {trials} trials "
                   f"({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)

@@ -102,17 +102,23 @@ class Boundary:
         seen_as = "secagg" if self.shuffle == "real" else self.name  # the real shuffler delivers sums only
         return observer_events(release, cohort, seen_as, analysis, self.released)
 
+    @property
+    def real(self) -> bool:
+        """Whether ``collect`` runs a real stage (secure aggregation by the protocol, the real shuffler), rather than
+        delivering the cohort's sum, or its rows, as a simulated one does."""
+        return self.secure is not None or self.shuffle == "real"
+
     def collect(self, chunks: list[Messages], population: int, seed: int, round_index: int,
-                clients: torch.Tensor | None = None) -> Delivery:
+                clients: torch.Tensor | None = None, stream_ids: torch.Tensor | None = None) -> Delivery:
         """The cohort's messages (one dict per memory chunk, leading client axis; ``clients`` their ids, which the
-        real secure aggregation needs) as the server receives them."""
-        names = list(chunks[0]) if chunks else []
-        rows = {name: torch.cat([chunk[name] for chunk in chunks]) for name in names}
+        real secure aggregation needs, and ``stream_ids`` the names of their streams when they are not the ids, as
+        for the audit's trials: ``dpfl.engine.protocol.ClientContext``) as the server receives them."""
+        rows = concatenated(chunks)
         count = int(next(iter(rows.values())).shape[0]) if rows else 0
         if self.secure is not None and count:
             if clients is None or clients.numel() != count:
                 raise ValueError(f"secure aggregation needs the ids of the {count} clients whose messages these are")
-            sums, contributors = self.secure.sum(rows, clients, seed, round_index)
+            sums, contributors = self.secure.sum(rows, clients, seed, round_index, stream_ids)
             return Delivery(sums, len(contributors), population)
         if self.shuffle == "real" and count:
             return self._shuffled(rows, count, population, seed, round_index)
@@ -137,4 +143,11 @@ class Boundary:
         return Delivery({"ones": ones, "slots": torch.tensor(slots)}, count, population)
 
 
-__all__ = ["SHUFFLES", "Boundary", "Delivery", "SecureAggregation"]
+def concatenated(chunks: list[Messages]) -> Messages:
+    """The messages of a cohort's memory chunks as one dict of rows (a single chunk's own tensors, uncopied)."""
+    if len(chunks) == 1:
+        return dict(chunks[0])
+    return {name: torch.cat([chunk[name] for chunk in chunks]) for name in (chunks[0] if chunks else [])}
+
+
+__all__ = ["SHUFFLES", "Boundary", "Delivery", "SecureAggregation", "concatenated"]

@@ -123,7 +123,7 @@ class ServerContext:
     server's id ``randomness.SERVER``, a purpose of ``randomness.SERVER_PURPOSES``), so they are as secret as the
     clients' and a resumed round draws the same noise; no engine stage and no client draws from them, so an algorithm
     that draws nothing here leaves every other stream as it was. A draw's event goes to ``drew``; the simulator checks
-    ``events`` against the release's ``server_events`` (``dpfl.engine.simulator.check_drawn``).
+    ``events`` against the release's ``server_events`` (``dpfl.engine.cohort_round.check_drawn``).
 
     ``stream_ids``: None for the run's one server state; the empirical audit's independent trials (a server state with
     a leading row axis) give one id per row, and every row draws from streams of its own."""

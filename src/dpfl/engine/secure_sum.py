@@ -69,19 +69,22 @@ class SecureAggregation:
         wanted = invited if self.min_clients is None else min(self.min_clients, invited)
         return max(wanted, invited // 2 + 1)
 
-    def sum(self, rows: dict[str, torch.Tensor], clients: torch.Tensor, seed: int, round_index: int):
-        """(sums, contributors): the decoded sum of each message over the clients whose masked input arrived."""
+    def sum(self, rows: dict[str, torch.Tensor], clients: torch.Tensor, seed: int, round_index: int,
+            stream_ids: torch.Tensor | None = None):
+        """(sums, contributors): the decoded sum of each message over the clients whose masked input arrived
+        (``stream_ids``: as in ``encode``)."""
         n = int(clients.numel())
-        encoded = self.encode(rows, clients, seed, round_index)
+        encoded = self.encode(rows, clients, seed, round_index, stream_ids=stream_ids)
         result = simulate_round(encoded, self.threshold(n), self._leaving(clients), self.bits, None, round_index,
                                 clients.tolist())
         return self.decode(result.total, rows, n), result.contributors
 
     def encode(self, rows: dict[str, torch.Tensor], clients: torch.Tensor, seed: int, round_index: int,
-               cohort: int | None = None) -> torch.Tensor:
+               cohort: int | None = None, stream_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Steps 1 and 2 (module docstring) for ``clients``, a part of a cohort of ``cohort`` clients (default: all
         of it): their messages ``rows`` (leading client axis) as [clients, d] integers in [0, 2^bits), each rounded
-        from its own stream (so a client encoding its own row alone gets what the whole cohort's encoding gives)."""
+        from its own stream (so a client encoding its own row alone gets what the whole cohort's encoding gives),
+        the one its ``stream_ids`` names (default: its client id; the audit's trials name each row's own)."""
         n = int(clients.numel())
         integer = self._integer(rows)
         flat = torch.cat([rows[k].reshape(n, -1).to(torch.int64 if integer else torch.float64) for k in rows], 1)
@@ -96,7 +99,8 @@ class SecureAggregation:
                                         f"{float(limit.max()):.4g} per coordinate): the sum could wrap around mod "
                                         "2^bits")
             return ring.wrap(flat)
-        uniform = ClientStreams(seed, round_index, clients, "rounding").uniform([(flat.shape[1],)] * n)
+        uniform = ClientStreams(seed, round_index, clients if stream_ids is None else stream_ids,
+                                "rounding").uniform([(flat.shape[1],)] * n)
         return ring.encode(torch.maximum(torch.minimum(flat, limit), -limit), uniform.to(torch.float64))
 
     def decode(self, total: torch.Tensor, rows: dict[str, torch.Tensor], cohort: int) -> dict[str, torch.Tensor]:

@@ -46,12 +46,13 @@ from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import Release
 from dpfl.engine import checkpoint, keys
 from dpfl.engine.boundary import Boundary
+from dpfl.engine.cohort_round import CohortRows, Records, client_work, run_cohort
 from dpfl.engine.device import on_device, stream_identity
 from dpfl.engine.grads import CohortGradients, memory_per_example
 from dpfl.engine.progress import Progress
-from dpfl.engine.protocol import Algorithm, ClientContext, ClientData, ClientOutput, ServerContext
+from dpfl.engine.protocol import Algorithm, ClientOutput
 from dpfl.engine.sampling import ClientSampler
-from dpfl.errors import BudgetExceededError, DpflError, RunDirectoryError, TrainingDivergedError
+from dpfl.errors import BudgetExceededError, RunDirectoryError, TrainingDivergedError
 
 #: A mean train cross-entropy above this stops a run as diverged, as a non-finite one does: a uniform guess among K
 #: classes scores ln K (< 10 for up to 22,000 classes), so such a loss means logits thousands of units wrong, a
@@ -179,19 +180,9 @@ class Simulation:
                 keys.save_key(Path(self.checkpoint_dir) / keys.KEY_FILE, self.seed)
                 self._key_saved = True
             self.ledger.save(Path(self.checkpoint_dir) / "ledger.json")
-        declared = [noise_of(e) for e in release.step_events]
-        messages = []
-        outputs = self.in_process(t, cohort) if self.workers is None else self.workers(self, t, cohort)
-        for ids, out in outputs:
-            check_drawn(t + 1, out.events, declared)
-            messages.append(out.messages)
-            for name, rows in out.state.items():
-                self.state.clients[name][ids] = rows
-        delivered = self.boundary.collect(messages, self.train.num_clients, self.seed, t, cohort)
-        server_ctx = ServerContext(self.seed, t)
-        updated = self.algorithm.server_update(t, self.state.server, delivered, server_ctx)
-        check_drawn(t + 1, server_ctx.events, [noise_of(e) for e in release.server_events], " by the server")
-        self.state.server = updated
+        work = self.in_process(t, cohort) if self.workers is None else self.workers(self, t, cohort)
+        self.state.server = run_cohort(self.algorithm, self.boundary, release, t, self.seed, self.train.num_clients,
+                                       self.state.server, self.state.clients, CohortRows(cohort), work=work).server
         self.next_round = t + 1
         if not bool(torch.isfinite(self.model).all()):
             raise TrainingDivergedError(f"round {t + 1}: the global model has non-finite parameters (diverged); "
@@ -200,12 +191,9 @@ class Simulation:
     def in_process(self, t: int, cohort: torch.Tensor) -> Iterator[tuple[torch.Tensor, ClientOutput]]:
         """The cohort's client work in this process: clients as a tensor axis, in chunks of ``memory_budget_bytes``;
         yields (the chunk's client ids, its ``ClientOutput``)."""
-        chunk = self.chunk_size(max(cohort.numel(), 1))
-        for start in range(0, cohort.numel(), chunk):
-            ids = cohort[start : start + chunk]
-            data = ClientData(self.train.x[ids], self.train.y[ids], self.train.counts[ids])
-            yield ids, self.algorithm.client_round(t, self.state.server, self.state.rows(ids), data,
-                                                   ClientContext(self.grads, self.seed, t, ids))
+        return client_work(self.algorithm, t, self.seed, self.state.server, self.state.clients, CohortRows(cohort),
+                           Records(self.train.x, self.train.y, self.train.counts, self.grads),
+                           self.chunk_size(max(cohort.numel(), 1)))
 
     def _fingerprint(self, round_index: int) -> str:
         """What round t releases is fixed by the run's release config, its noise key (which names every random stream;
@@ -391,23 +379,6 @@ def _numbered_from_one(ledger: PrivacyLedger) -> PrivacyLedger:
     return PrivacyLedger.from_dict(data)
 
 
-def noise_of(event: dp_event.DpEvent) -> dp_event.DpEvent:
-    """The noise inside a record-level step event (the sampling around it is the sampler's, not drawn noise)."""
-    while isinstance(event, (dp_event.SampledWithoutReplacementDpEvent, dp_event.PoissonSampledDpEvent)):
-        event = event.event
-    return event
-
-
-def check_drawn(round_number: int, drawn: list, declared: list, drawer: str = "") -> None:
-    """The noise a client (or the server: ``drawer``, as the message says it) drew in round ``round_number`` (from 1)
-    must be the noise declared, draw for draw ("not private" covers any noise)."""
-    if len(drawn) == len(declared) and all(isinstance(expected, dp_event.NonPrivateDpEvent) or got == expected
-                                           for got, expected in zip(drawn, declared)):
-        return
-    raise DpflError(f"round {round_number}: the noise drawn{drawer} ({len(drawn)} draws, first {drawn[:1]}) differs "
-                    f"from the noise declared ({len(declared)} draws, first {declared[:1]}); the ledger would be wrong")
-
-
 class _StopOnCtrlC:
     """Within ``with``: the first SIGINT (Ctrl-C) only sets ``requested`` (the run finishes its round, checkpoints
     and stops); a second one raises KeyboardInterrupt at once (the ledger is already on disk). The handler is
@@ -439,5 +410,4 @@ class _StopOnCtrlC:
 
 
 
-__all__ = ["Simulation", "RoundMetrics", "ROUND_VECTORS", "client_work_bytes", "declare_round", "noise_of",
-           "check_drawn"]
+__all__ = ["Simulation", "RoundMetrics", "ROUND_VECTORS", "client_work_bytes", "declare_round"]

@@ -85,8 +85,12 @@ class FlowerSecureSum:
     def __init__(self, secure: SecureAggregation, cohort: FlowerCohort, session: str, peers: Registry | None = None):
         self.secure, self.cohort, self.session, self.peers = secure, cohort, session, peers
 
-    def sum(self, rows: dict[str, torch.Tensor], clients: torch.Tensor, seed: int, round_index: int):
-        """(sums, contributors), as ``SecureAggregation.sum``."""
+    def sum(self, rows: dict[str, torch.Tensor], clients: torch.Tensor, seed: int, round_index: int,
+            stream_ids: torch.Tensor | None = None):
+        """(sums, contributors), as ``SecureAggregation.sum``; every node rounds from its own client's streams
+        (``stream_ids`` other than the client ids are the audit's, which never runs on Flower)."""
+        if stream_ids is not None:
+            raise ValueError("on Flower each node rounds from its own client's streams: stream_ids must be None")
         n = int(clients.numel())
         config = SecAggConfig(round_index, tuple(clients.tolist()), self.secure.threshold(n),
                               sum(rows[k][0].numel() for k in rows), self.secure.bits, self.session,
