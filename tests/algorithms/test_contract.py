@@ -26,7 +26,8 @@ from dp_accounting import dp_event
 from dpfl.algorithms import registry
 from dpfl.engine import checkpoint
 from dpfl.engine.protocol import Algorithm, ClientOutput, State
-from dpfl.engine.simulator import client_work_bytes, noise_of
+from dpfl.engine.cohort_round import noise_of
+from dpfl.engine.simulator import client_work_bytes
 from dpfl.errors import ConfigError, DpflError, RunDirectoryError
 from dpfl.experiments.config import key_schema, load_config
 from dpfl.experiments.memory import initial_state_shapes

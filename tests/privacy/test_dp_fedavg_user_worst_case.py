@@ -40,7 +40,7 @@ from dpfl.algorithms.registry import Setting
 from dpfl.engine.boundary import Boundary, Delivery
 from dpfl.engine.protocol import ClientContext, ClientData, ServerContext
 from dpfl.engine.sampling import ClientSampler
-from dpfl.engine.simulator import noise_of
+from dpfl.engine.cohort_round import noise_of
 from dpfl.experiments.noise_level import declared_epsilon
 from worst_case import LinearQuadraticOracle
 

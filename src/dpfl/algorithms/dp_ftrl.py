@@ -48,7 +48,7 @@ is a node of, ``SingleEpochTreeAggregationDpEvent(z, E)``, and the owner as taki
 only (``Release.cohort``: ``Cohort.scheduled``, p = 1 there and 0 in the epoch's other rounds, which the ledger
 composes as no-ops). So the whole epoch's tree is charged once, before the epoch's first noise is drawn (a budget
 stops the run before an epoch it cannot pay for, never inside one), and the simulator still checks every round's
-draw against its declaration (``engine.simulator.check_drawn``: the node's multiplier z and its tree E). A
+draw against its declaration (``engine.cohort_round.check_drawn``: the node's multiplier z and its tree E). A
 partial last epoch is charged as the whole tree: its releases are a prefix of the tree's, a post-processing.
 The observers of the server's output (third party, another silo) are charged the tree; the server itself sees the
 clients' unnoised updates (plain) or their unnoised sum (secure aggregation): their draws are declared not private,
