@@ -1,5 +1,6 @@
 """What each observer sees: Release, observer_events (sound and paper analyses), scale_noise."""
 
+import dataclasses
 import math
 
 import pytest
@@ -209,3 +210,24 @@ def test_boundaries_and_schedules():
     assert on[THIRD_PARTY] == dp_event.ComposedDpEvent([SC(step, 1), SC(G(2.0 * math.sqrt(3)), 1)])
     assert on[SERVER] == SC(step, 2)
     assert all(e == dp_event.NoOpDpEvent() for e in off.values())
+
+
+def test_mcmahans_amplification_charges_only_the_observers_of_the_servers_noise():
+    """Release.paper = 'mcmahan' under the paper analysis: the third party and another silo of the server's noise get
+    one Poisson subsampled Gaussian per round (two draws under one participation coin: the Gaussian their mu's add
+    to); the server keeps its sound charge (it sees the unnoised messages); the sound analysis keeps the mixture;
+    fixed-size and public cohorts are refused, naming the key."""
+    draws = (dp_event.GaussianDpEvent(1.25), dp_event.GaussianDpEvent(5 / 3))  # 1/1.25^2 + 1/(5/3)^2 = 1
+    release = Release((dp_event.NonPrivateDpEvent(),), (True,), server_events=draws, paper="mcmahan")
+    poisson = Cohort.poisson(100, 0.1)
+    amplified = observer_events(release, poisson, "plain", "paper")
+    sampled = dp_event.PoissonSampledDpEvent(0.1, dp_event.GaussianDpEvent(1.0))
+    assert amplified[THIRD_PARTY] == amplified[OTHER_SILO] == sampled
+    sound = observer_events(release, poisson, "plain")
+    assert amplified[SERVER] == sound[SERVER] and math.isinf(account(amplified[SERVER], 1e-5).epsilon)
+    assert sound[THIRD_PARTY] == ParticipationDpEvent(0.1, dp_event.ComposedDpEvent(
+        [dp_event.SelfComposedDpEvent(d, 1) for d in draws]))
+    with pytest.raises(ConfigError, match="algorithm.client_sampling"):
+        observer_events(release, Cohort.fixed(100, 10), "trusted", "paper")
+    with pytest.raises(ConfigError, match="privacy.analysis = 'paper'.*public"):
+        observer_events(release, dataclasses.replace(poisson, public=True), "trusted", "paper")

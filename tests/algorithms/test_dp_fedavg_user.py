@@ -194,3 +194,86 @@ def test_shares_run_under_real_secure_aggregation():
     with pytest.raises(ConfigError, match="privacy.secure_aggregation"):
         build_simulation(load_config(None, [*keys, "privacy.secure_aggregation=true", "algorithm.target_quantile=0.5",
                                             "algorithm.count_noise=5.0"]))
+
+
+def amplified_setting(analysis: str, rounds: int = 200) -> Setting:
+    """M = 1000, q = 0.05 (Poisson), T rounds, delta = 1e-6: docs/user-level.md's example."""
+    return Setting(client_rate=0.05, client_sampling="poisson", num_clients=1000, train_counts=(1,) * 1000,
+                   rounds=rounds, delta=1e-6, analysis=analysis)
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_the_paper_analysis_is_dp_accountings_poisson_subsampled_gaussian(adaptive):
+    """privacy.analysis = 'paper' charges the third party and other silos of server noise McMahan et al.'s amplified
+    epsilon: dp_accounting's PLD of PoissonSampledDpEvent(q, GaussianDpEvent(z)) composed T times (5.4859 at M = 1000,
+    q = 0.05, T = 200, z = 1, delta = 1e-6), to its precision; with adaptive clipping the pair's draws share the
+    owner's participation and compose to the one Gaussian at z. The default stays the participation mixture, 25.927
+    (docs/user-level.md)."""
+    from dp_accounting import dp_event
+    from dp_accounting.pld import pld_privacy_accountant
+
+    from dpfl.engine.boundary import Boundary
+    from dpfl.engine.sampling import ClientSampler
+    from dpfl.experiments.noise_level import declared_epsilon
+
+    keys = {"target_quantile": 0.5, "count_noise": 10.0} if adaptive else {}
+    config = DpFedAvgUserConfig(noise_at="server", noise_multiplier=1.0, **keys)
+    clients = ClientSampler(1000, 0.05, "poisson")
+    spent = {analysis: declared_epsilon(build(NAME, config, amplified_setting(analysis)), amplified_setting(analysis),
+                                        Boundary("trusted"), clients)
+             for analysis in ("sound", "paper")}
+    reference = pld_privacy_accountant.PLDAccountant()
+    reference.compose(dp_event.PoissonSampledDpEvent(0.05, dp_event.GaussianDpEvent(1.0)), 200)
+    assert reference.get_epsilon(1e-6) == pytest.approx(5.4859, abs=1e-4)
+    for observer in ("third_party", "other_silo"):
+        assert spent["paper"][observer] == pytest.approx(reference.get_epsilon(1e-6), rel=1e-6)
+        assert spent["sound"][observer] == pytest.approx(25.9271, abs=1e-4)
+
+
+def test_the_paper_analysis_is_refused_where_the_cohort_cannot_be_secret():
+    """McMahan et al.'s amplification holds for the server's own noise under secret Poisson cohorts only: other noise
+    placements, fixed-size cohorts and public cohorts are refused, naming the key."""
+    from dp_accounting import dp_event
+
+    from dpfl.engine.boundary import Boundary
+    from dpfl.engine.sampling import ClientSampler
+    from dpfl.engine.simulator import declare_round
+
+    def paper(sampling="poisson", **keys):
+        config = DpFedAvgUserConfig(**{"noise_multiplier": 1.0, **keys})
+        return build(NAME, config, Setting(client_rate=0.4, client_sampling=sampling, num_clients=10,
+                                           train_counts=(3,) * 10, rounds=1, delta=1e-5, analysis="paper"))
+
+    for placement in ("shares", "client"):
+        with pytest.raises(ConfigError, match=f"algorithm.noise_at = '{placement}' .*'server' under privacy.analysis"):
+            paper(noise_at=placement)
+    with pytest.raises(ConfigError, match="algorithm.client_sampling = 'fixed' .*'poisson' under privacy.analysis"):
+        paper("fixed", noise_at="server")
+    alg = paper(noise_at="server")
+    counts = torch.full((10,), 3)
+    public = ClientSampler(10, 0.4, "poisson", public_seed=0)
+    with pytest.raises(ConfigError, match="privacy.analysis = 'paper' .*cohorts are public"):
+        declare_round(alg, Boundary("trusted"), public, "paper", 0, alg.init_state(torch.zeros(1), 10), counts)
+    secret = ClientSampler(10, 0.4, "poisson")
+    _, views = declare_round(alg, Boundary("trusted"), secret, "paper", 0, alg.init_state(torch.zeros(1), 10), counts)
+    amplified = dp_event.PoissonSampledDpEvent(0.4, dp_event.GaussianDpEvent(1.0))
+    assert views == {"third_party": amplified, "other_silo": amplified}
+
+
+def test_the_paper_analysis_states_its_assumption_in_results(tmp_path):
+    """A run under the paper analysis reports McMahan et al.'s assumption (privacy.assumptions) and nothing unproven,
+    and spends less than the sound analysis of the same run towards the third party and other silos."""
+    from dpfl.accounting.observers import COHORT_SECRET
+
+    config = {"algorithm": {"name": NAME, "rounds": 3, "noise_at": "server", "client_sampling": "poisson",
+                            "noise_multiplier": 1.0},
+              "data": {"name": "synthetic", "num_clients": 20, "samples_per_client": 30},
+              "privacy": {"boundary": "trusted"}}
+    sound = dpfl.run(config)
+    paper = dpfl.run({**config, "privacy": {"boundary": "trusted", "analysis": "paper"}})
+    assert paper.privacy["assumptions"] == {"cohort": COHORT_SECRET}
+    assert "McMahan et al. 2018, Thm 1" in COHORT_SECRET and "secret from the third party" in COHORT_SECRET
+    assert paper.privacy["analysis"] == "paper" and paper.privacy["unproven"] == []
+    assert "assumptions" not in sound.privacy
+    for observer in ("third_party", "other_silo"):
+        assert paper.final["epsilon"][observer] < sound.final["epsilon"][observer]

@@ -133,3 +133,18 @@ def test_account_dp_fedavg_user_is_the_runs_ledger(capsys):
     assert truth <= shares["epsilon"]["server"] <= truth * 1.01
     assert main([*argv, "--target-quantile", "0.5", "--count-noise", "0.5"]) == 2
     assert "algorithm.count_noise = 0.5" in capsys.readouterr().err
+
+
+def test_account_dp_fedavg_user_paper_analysis_is_the_amplified_epsilon(capsys):
+    """--analysis paper: McMahan et al.'s amplified epsilon of server noise under secret Poisson cohorts
+    (docs/user-level.md's 5.49 against the sound 25.93), with its assumption; refused for shares, naming the key."""
+    argv = ["account", "dp-fedavg-user", "--num-clients", "1000", "--client-rate", "0.05", "--rounds", "200",
+            "--noise-multiplier", "1.0", "--delta", "1e-6"]
+    out = run_json(capsys, [*argv, "--analysis", "paper"])
+    assert out["analysis"] == "paper" and "McMahan et al. 2018, Thm 1" in out["assumptions"]["cohort"]
+    assert out["epsilon"]["third_party"] == pytest.approx(5.4859, abs=1e-4) == out["epsilon"]["other_silo"]
+    sound = run_json(capsys, argv)
+    assert sound["analysis"] == "sound" and "assumptions" not in sound
+    assert sound["epsilon"]["third_party"] == pytest.approx(25.9271, abs=1e-4)
+    assert main([*argv, "--analysis", "paper", "--noise-at", "shares"]) == 2
+    assert "algorithm.noise_at = 'shares'" in capsys.readouterr().err

@@ -60,12 +60,15 @@ SEES = {("plain", "third_party"): "sum", ("plain", "server"): "owner", ("plain",
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def algorithm(placement: str, sampling: str, target_quantile=None, count_noise=None):
+def algorithm(placement: str, sampling: str, target_quantile=None, count_noise=None, analysis: str = "sound"):
     config = DpFedAvgUserConfig(local_steps=1, sample_rate=1.0, lr=ETA, clip=CLIP, noise_multiplier=Z,
                                 noise_at=placement, target_quantile=target_quantile, count_noise=count_noise)
-    setting = Setting(client_rate=RATE, client_sampling=sampling, num_clients=CLIENTS,
-                      train_counts=(RECORDS,) * CLIENTS, rounds=ROUNDS, delta=DELTA)
-    return build(NAME, config, setting)
+    return build(NAME, config, setting_of(sampling, analysis))
+
+
+def setting_of(sampling: str, analysis: str = "sound") -> Setting:
+    return Setting(client_rate=RATE, client_sampling=sampling, num_clients=CLIENTS,
+                   train_counts=(RECORDS,) * CLIENTS, rounds=ROUNDS, delta=DELTA, analysis=analysis)
 
 
 def sensitivity(sampling: str) -> float:
@@ -166,11 +169,10 @@ CASES = [(placement, sampling, boundary, observer) for placement in PLACEMENTS f
          for boundary, observer in SEES]
 
 
-def claimed(alg, boundary: str, sampling: str) -> dict[str, float]:
+def claimed(alg, boundary: str, sampling: str, analysis: str = "sound") -> dict[str, float]:
     """The run's ledger after ROUNDS rounds, as the simulator declares and accounts them."""
-    setting = Setting(client_rate=RATE, client_sampling=sampling, num_clients=CLIENTS,
-                      train_counts=(RECORDS,) * CLIENTS, rounds=ROUNDS, delta=DELTA)
-    return declared_epsilon(alg, setting, Boundary(boundary), ClientSampler(CLIENTS, RATE, sampling))
+    return declared_epsilon(alg, setting_of(sampling, analysis), Boundary(boundary),
+                            ClientSampler(CLIENTS, RATE, sampling))
 
 
 def tight(placement: str, sampling: str, boundary: str, observer: str) -> bool:
@@ -201,6 +203,35 @@ def test_poisson_server_noise_covers_the_subsampled_gaussian():
     claim = claimed(algorithm("server", "poisson"), "trusted", "poisson")["third_party"]
     truth = ex.Instance(((1.0, 1.0, ex.poisson_pair(RATE, Z)),)).epsilon(DELTA, ROUNDS)
     assert truth <= claim
+
+
+def test_the_paper_analysis_covers_an_observer_who_does_not_know_the_cohort():
+    """McMahan et al.'s amplified epsilon (privacy.analysis = 'paper': server noise, secret Poisson cohorts) against
+    the exact privacy of the instance towards an observer that sees the released models and not the cohort.
+
+    The engine releases the instance (``measured``): with the owner in the cohort the sum, and the sum less another
+    silo's own message, move by exactly S at std z S; the zero-out neighbour, a null client, leaves them where an
+    absent owner does (the others' updates are 0). So each round such an observer sees, in units of S,
+    (1 - q) N(0, z^2) + q N(1, z^2) against N(0, z^2), independently of the other rounds' coins:
+    ``exact.poisson_pair(q, z)``, the Gaussian mixture over the owner's participation. The claim towards the third
+    party and another silo is never below its exact epsilon over T rounds, and within 2% of it (the mode charges this
+    instance: 2.7771 against the exact 2.7769 at z = 1.5, q = 0.4, 3 rounds).
+
+    An observer that KNOWS the cohort breaks the claim: it sees N(1, z^2) against N(0, z^2) in the rounds the owner
+    takes part and the same view otherwise (``exact.gaussian_pair`` at participation q, what the sound analysis
+    charges), whose exact epsilon, 4.400, is above the mode's claim. That is why the amplified number is a labelled
+    mode stating its assumption, and not the default, which covers that observer."""
+    for view in ("sum", "sum_minus_other"):
+        shift, low, high = measured("server", "poisson")[view]
+        assert shift == pytest.approx(1.0, abs=1e-5) and low <= Z <= high, view
+    claims = claimed(algorithm("server", "poisson", analysis="paper"), "trusted", "poisson", "paper")
+    unknown_cohort = ex.Instance(((1.0, 1.0, ex.poisson_pair(RATE, Z)),)).epsilon(DELTA, ROUNDS)
+    known_cohort = ex.Instance(((1.0, RATE, ex.gaussian_pair(Z)),)).epsilon(DELTA, ROUNDS)
+    for observer in ("third_party", "other_silo"):
+        claim = claims[observer]
+        assert unknown_cohort <= claim <= unknown_cohort * 1.02 + 0.01, (observer, claim, unknown_cohort)
+        assert known_cohort > claim, (observer, known_cohort, claim)
+    assert claimed(algorithm("server", "poisson"), "trusted", "poisson")["third_party"] >= known_cohort
 
 
 @pytest.mark.parametrize("sampling", SAMPLINGS)

@@ -69,6 +69,17 @@ own shares (the other-silo observer is then the coalition: credited with t - 1 -
   credited with the cohort's shares, i.e. each local step is a central subsampled Gaussian with the summed noise.
   Sound for one local step; for S > 1 it fails for general losses (other clients' later steps are computed at their
   own unreleased iterates and can cancel their earlier shares): ``JOINT_PAPER_UNPROVEN``.
+* ``"mcmahan"``: McMahan, Ramage, Talwar, Zhang (2018), Thm 1, for the server's own noise under secret Poisson
+  cohorts: an observer of the server's output that does not learn who took part sees, each round, the Poisson
+  subsampled Gaussian ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` (the released model's law is the mixture
+  (1 - q) N(m, s^2) + q N(m + u, s^2) over the owner's participation, against N(m, s^2) for a null client), in place
+  of the participation mixture, which is exact only for an observer that learns the cohort (it amplifies delta, not
+  epsilon). The server's draws of a round share the owner's one participation coin, so they are sampled together:
+  Gaussians of multipliers z_k on the same neighbours are the one Gaussian of multiplier (sum_k z_k^-2)^(-1/2)
+  (Dong, Roth, Su 2022, Cor. 3.3), which the mixture keeps (the pair with the larger shift post-processes to the
+  smaller one). Sound under its assumption, ``COHORT_SECRET`` (reported in results.json's privacy.assumptions by the
+  family): refused for fixed-size, scheduled or public cohorts (``ConfigError``), and never applied to the server,
+  which draws the cohort, nor to the clients' own noise.
 """
 
 from __future__ import annotations
@@ -96,7 +107,11 @@ ANALYSES = ("sound", "paper")
 #: Which models a third party sees: every round's, or only the run's final one (privacy.release).
 RELEASES = ("every_round", "final")
 #: Whose analysis ``analysis="paper"`` applies to a release (module docstring).
-PAPERS = ("noble", "heikkila")
+PAPERS = ("noble", "heikkila", "mcmahan")
+#: What the amplified epsilon of ``paper="mcmahan"`` assumes of the threat model (module docstring).
+COHORT_SECRET = ("the cohort is secret from the third party and the other silos (McMahan et al. 2018, Thm 1): each "
+                 "round's model is then a Poisson subsampled Gaussian to them; an observer that learns who took part "
+                 "is charged the participation mixture (privacy.analysis = 'sound') instead")
 
 #: What the paper analysis assumes that does not hold for general losses (reported in results.json).
 PAPER_UNPROVEN = (
@@ -135,6 +150,8 @@ class Cohort:
     min_size: int
     #: a cohort of exactly ``size`` drawn without replacement (``fixed``)
     without_replacement: bool = False
+    #: drawn from public randomness (``registry.AlgorithmSpec.public_cohorts``): every observer may know it
+    public: bool = False
 
     @classmethod
     def fixed(cls, population: int, size: int) -> "Cohort":
@@ -239,6 +256,8 @@ class Release:
         """What ``analysis="paper"`` assumes of this release that does not hold for general losses."""
         if self.paper == "noble":
             return PAPER_UNPROVEN
+        if self.paper == "mcmahan":  # sound under its threat model, which the family states (``COHORT_SECRET``)
+            return self.assumes
         return (() if all(self.additive) else JOINT_PAPER_UNPROVEN) + self.assumes
 
     def credited_variance(self, others: int) -> float:
@@ -300,7 +319,7 @@ def observer_events(
         raise ConfigError("privacy.release", released, f"one of {list(RELEASES)}")
     events = _composition_events(release, cohort, boundary, analysis)
     if release.server_events:
-        events.update(_server_noised(release, cohort, events))
+        events.update(_server_noised(release, cohort, events, analysis == "paper" and release.paper == "mcmahan"))
     if released == "final" and release.hidden is not None:
         events[THIRD_PARTY] = attr.evolve(release.hidden, composed=events[THIRD_PARTY])
     return events
@@ -311,7 +330,7 @@ def _composition_events(release: Release, cohort: Cohort, boundary: str, analysi
     if analysis == "paper" and release.paper == "noble":
         events = _paper_events(release, cohort, boundary)
     else:
-        if analysis == "paper":  # Heikkilä et al.: every draw credited (JOINT_PAPER_UNPROVEN)
+        if analysis == "paper" and release.paper == "heikkila":  # every draw credited (JOINT_PAPER_UNPROVEN)
             release = dataclasses.replace(release, additive=(True,) * len(release.step_events))
         own = release.own()
         others = release.others(cohort)
@@ -325,12 +344,36 @@ def _composition_events(release: Release, cohort: Cohort, boundary: str, analysi
     return {o: e for o, e in events.items() if o in observers_of(boundary)}
 
 
-def _server_noised(release: Release, cohort: Cohort, events: dict) -> dict:
+def _server_noised(release: Release, cohort: Cohort, events: dict, amplified: bool = False) -> dict:
     """The events of the observers of the server's output (third party, other silo) when the server noises it: its
-    draws composed, within the owner's participation (module docstring, "The server's own noise")."""
+    draws composed, within the owner's participation (module docstring, "The server's own noise"); ``amplified``:
+    the Poisson subsampled Gaussian of an observer the cohort is secret from (module docstring, ``"mcmahan"``)."""
     drawn = _compose(release.server_events)
     probability = {THIRD_PARTY: cohort.probability, OTHER_SILO: cohort.coalition_probability(release.colluders)}
+    if amplified:
+        sampled = poisson_sampled_gaussian(release.server_events, cohort)
+        return {o: sampled for o in probability if o in events}
     return {o: _participation(p, drawn) for o, p in probability.items() if o in events}
+
+
+def poisson_sampled_gaussian(draws, cohort: Cohort) -> dp_event.DpEvent:
+    """``PoissonSampledDpEvent(q, GaussianDpEvent(z))``: one round of Gaussian ``draws`` (their multipliers z_k on the
+    same neighbours, z = (sum_k z_k^-2)^(-1/2)) under the owner's one participation coin, for an observer that does
+    not know the cohort (module docstring, ``"mcmahan"``). Refused where that cannot hold: a cohort of fixed size,
+    a schedule, or public randomness."""
+    if cohort.public:
+        raise ConfigError("privacy.analysis", "paper",
+                          "'sound' for a family whose cohorts are public (drawn from run.seed): McMahan et al.'s "
+                          "amplification assumes the cohort is secret from the observers of the model")
+    if cohort != Cohort.poisson(cohort.population, cohort.probability):
+        raise ConfigError("algorithm.client_sampling", "not 'poisson'",
+                          "'poisson' under privacy.analysis = 'paper' (McMahan et al.'s amplification needs each "
+                          "client to take part independently, with a cohort secret from the observers); the sound "
+                          "analysis covers the other schemes")
+    if not draws or any(not isinstance(e, dp_event.GaussianDpEvent) for e in draws):
+        raise ValueError(f"McMahan et al.'s amplification is derived for the server's Gaussian draws, not {draws}")
+    z = sum(e.noise_multiplier ** -2 for e in draws) ** -0.5
+    return dp_event.PoissonSampledDpEvent(cohort.probability, dp_event.GaussianDpEvent(z))
 
 
 def observers_of(boundary: str) -> tuple[str, ...]:
@@ -427,5 +470,6 @@ def _participation(probability: float, event: dp_event.DpEvent) -> dp_event.DpEv
 
 
 __all__ = ["OBSERVERS", "THIRD_PARTY", "SERVER", "OTHER_SILO", "BOUNDARIES", "ANALYSES", "PAPERS", "RELEASES", "PAPER_UNPROVEN",
-           "JOINT_PAPER_UNPROVEN", "Cohort",
-           "Release", "local_steps_additive", "observer_events", "observers_of", "scale_noise"]
+           "JOINT_PAPER_UNPROVEN", "COHORT_SECRET", "Cohort",
+           "Release", "local_steps_additive", "observer_events", "observers_of", "poisson_sampled_gaussian",
+           "scale_noise"]

@@ -5,6 +5,8 @@ The algorithm is built by its registered builder (``dpfl.algorithms.dp_fedavg_us
 declared as the simulator declares them and composed by a ledger of the run's settings
 (``experiments.noise_level.declared_epsilon``): the numbers a run of the same keys reports. Only the cohort enters
 (a user-level release reads no record counts unless weighted, and then only through the bounded weight).
+``--analysis paper``: McMahan et al.'s amplified epsilon for server noise under secret Poisson cohorts (its
+assumption printed beside it).
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ def configure(parser) -> None:
                         help="gamma: adaptive clipping, whose clipped-bit count takes part of the budget")
     parser.add_argument("--count-noise", type=float, default=None,
                         help="sigma_b, the count's noise std (with --target-quantile; default q M / 20)")
+    parser.add_argument("--analysis", choices=("sound", "paper"), default="sound",
+                        help="sound (default: every observer charged as if it knew the cohort) or paper (McMahan et "
+                             "al. 2018's amplified epsilon: server noise, Poisson cohorts secret from the third party "
+                             "and the other silos)")
     parser.add_argument("--delta", type=float, default=1e-5, help="target delta (default 1e-5)")
 
 
@@ -53,12 +59,15 @@ def execute(args) -> dict:
                                 count_noise=args.count_noise,
                                 noise_multiplier=check_noise_multiplier("noise_multiplier", args.noise_multiplier))
     setting = Setting(client_rate=args.client_rate, client_sampling=args.client_sampling, num_clients=num_clients,
-                      train_counts=(1,) * num_clients, rounds=args.rounds, delta=args.delta)
+                      train_counts=(1,) * num_clients, rounds=args.rounds, delta=args.delta,
+                      analysis=args.analysis)
     algorithm = build(NAME, config, setting)
     boundary = Boundary(args.boundary or DEFAULT_BOUNDARY[args.noise_at])
     clients = ClientSampler(num_clients, args.client_rate, args.client_sampling)
     epsilon = declared_epsilon(algorithm, setting, boundary, clients)
     result = {"epsilon": epsilon, "delta": args.delta, "boundary": boundary.name, "noise_at": args.noise_at,
               "neighboring": algorithm.neighboring, "unit": algorithm.privacy_unit,
-              "noise_multipliers": [m.noise_multiplier for m in algorithm.mechanisms()]}
+              "noise_multipliers": [m.noise_multiplier for m in algorithm.mechanisms()], "analysis": args.analysis}
+    if algorithm.assumptions is not None:
+        result["assumptions"] = algorithm.assumptions
     return result

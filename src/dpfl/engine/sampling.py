@@ -21,6 +21,7 @@ how likely the record owner is to take part in round t, for the accounting (``dp
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -173,15 +174,18 @@ class ClientSampler:
         return (torch.rand(m, generator=generator) < self.rate).nonzero().squeeze(1)
 
     def cohort(self, round_index: int) -> Cohort:
-        """How the record owner takes part in round ``round_index``, for the accounting (``participation``)."""
+        """How the record owner takes part in round ``round_index``, for the accounting (``participation``); marked
+        public when drawn from ``public_seed``."""
         if self.scheme == "fixed":
-            return Cohort.fixed(self.num_clients, self.cohort_size)
-        if self.scheme == "poisson":
-            return Cohort.poisson(self.num_clients, self.rate)
-        smallest = self.num_clients - (self.epoch - 1) * self.cohort_size if self.scheme == "disjoint" else \
-            self.cohort_size
-        return Cohort.scheduled(self.num_clients, self.cohort_size, min(smallest, self.cohort_size),
-                                self.participation(round_index) > 0)
+            cohort = Cohort.fixed(self.num_clients, self.cohort_size)
+        elif self.scheme == "poisson":
+            cohort = Cohort.poisson(self.num_clients, self.rate)
+        else:
+            smallest = self.num_clients - (self.epoch - 1) * self.cohort_size if self.scheme == "disjoint" else \
+                self.cohort_size
+            cohort = Cohort.scheduled(self.num_clients, self.cohort_size, min(smallest, self.cohort_size),
+                                      self.participation(round_index) > 0)
+        return cohort if self.public_seed is None else dataclasses.replace(cohort, public=True)
 
     def participation(self, round_index: int) -> float:
         """The chance that the record owner takes part in round ``round_index``, for the worst-placed owner.

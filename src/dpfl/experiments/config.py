@@ -83,7 +83,10 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "budget": ((dict, int, float, type(None)), None, None, "epsilon for the third party, or {observer: eps}"),
         "epsilon": (_OPTIONAL_NUMBER, None, None, "the target epsilon of algorithms that calibrate their noise to it "
                                                   "(None: the algorithm's own noise keys)"),
-        "analysis": (str, "sound", ("sound", "paper"), "'paper': Noble et al. 2022's accountant (unproven)"),
+        "analysis": (str, "sound", ("sound", "paper"), "'paper': a paper's own analysis: Noble et al. 2022's "
+                                                       "accountant (unproven), or for dp-fedavg-user with server "
+                                                       "noise McMahan et al. 2018's amplified epsilon (cohorts "
+                                                       "secret from the third party)"),
         "conversion": ((str, type(None)), None, (None, "classic", "modern"), "RDP -> DP; default: the analysis's"),
         "boundary": (str, "plain", ("plain", "secagg", "shuffler", "trusted"), "what the server receives"),
         "secure_aggregation": (bool, False, None, "compute each round's sum by secure aggregation (Bonawitz et al. "
