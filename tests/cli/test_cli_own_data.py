@@ -98,7 +98,7 @@ def test_raw_clinical_columns_are_warned_about_and_public_bounds_train_them(tmp_
     (tmp_path / "study.toml").write_text(
         "[data]\nname = 'csv'\npath = 'clinical.csv'\nlabel_column = 'outcome'\nnum_clients = 4\n"
         "[algorithm]\nname = 'dp-fedavg'\nrounds = 10\nlocal_steps = 5\nclient_rate = 1.0\nlr = 0.5\n"
-        "noise_multiplier = 1.0\n")
+        "noise_multiplier = 1.0\n[run]\nnoise_seed = 0\n")  # research mode: the same draws every time
     losses = {}
     for name, extra in (("raw", []), ("bounded", ["--set", "data.bounds={age = [0, 120], blood_pressure = [50, 250]}"])):
         assert main(["run", str(tmp_path / "study.toml"), "--out", str(tmp_path / name), "--no-progress", *extra]) == 0

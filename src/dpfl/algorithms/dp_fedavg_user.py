@@ -389,12 +389,7 @@ def build(name: str, config: DpFedAvgUserConfig, setting: Setting) -> DpFedAvgUs
     sampler = RecordSampler(config.sample_rate, "fixed")
     local = LocalSGD(local_steps=config.local_steps, lr=config.lr * sampler.rate * config.local_steps,
                      sampler=sampler, mechanism=GaussianMechanism(0.0), weight_decay=config.weight_decay)
-    z = setting.calibrated_noise()
-    if z is None:
-        z = DEFAULT_NOISE if config.noise_multiplier is None else config.noise_multiplier
-    elif config.noise_multiplier is not None:
-        raise ConfigError("algorithm.noise_multiplier", config.noise_multiplier,
-                          "None when privacy.epsilon is given (z is then calibrated to it)")
+    z = setting.noise_multiplier(config.noise_multiplier, DEFAULT_NOISE)
     return DpFedAvgUser(local, config.clip, GaussianMechanism(z), config.noise_at, sampling, denominator, cohort,
                         server_lr=config.server_lr, max_weight=config.max_weight if records else 1.0,
                         weight_records=config.weight_records if records else None,

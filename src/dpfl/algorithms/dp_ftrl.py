@@ -245,12 +245,7 @@ def build(name: str, config: DpFtrlConfig, setting: Setting) -> DpFtrl:
     if config.noise_multiplier is not None:
         check_noise_multiplier("algorithm.noise_multiplier", config.noise_multiplier)
     clients = _epoch(config, setting)
-    z = setting.calibrated_noise()
-    if z is None:
-        z = DEFAULT_NOISE if config.noise_multiplier is None else config.noise_multiplier
-    elif config.noise_multiplier is not None:
-        raise ConfigError("algorithm.noise_multiplier", config.noise_multiplier,
-                          "None when privacy.epsilon is given (z is then calibrated to it)")
+    z = setting.noise_multiplier(config.noise_multiplier, DEFAULT_NOISE)
     return DpFtrl(local_steps=config.local_steps, lr=config.lr, sampler=RecordSampler(config.sample_rate, "fixed"),
                   clip=config.clip, noise_multiplier=z, global_lr=config.global_lr, population=clients.num_clients,
                   cohort_size=clients.cohort_size, epoch=clients.epoch)

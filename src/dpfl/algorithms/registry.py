@@ -84,6 +84,17 @@ class Setting:
         raise ValueError(f"no noise level was solved for the budget {epsilon}: build the algorithm through "
                          "dpfl.experiments.assembly, or with noise_level.calibrated_setting")
 
+    def noise_multiplier(self, given: float | None, default: float) -> float:
+        """z of a family whose noise key algorithm.noise_multiplier may be left to privacy.epsilon: the level solved
+        for privacy.epsilon, else the key's value ``given``, else ``default``; both at once is refused."""
+        z = self.calibrated_noise()
+        if z is None:
+            return default if given is None else given
+        if given is not None:
+            raise ConfigError("algorithm.noise_multiplier", given,
+                              "None when privacy.epsilon is given (z is then calibrated to it)")
+        return z
+
     def calibrated_noise(self) -> float | None:
         """The noise level solved for privacy.epsilon, or None when privacy.epsilon is not set; a family with a
         ``Calibration`` maps it onto its mechanisms. A setting with privacy.epsilon and no solved level is a
