@@ -18,7 +18,12 @@ def test_the_calibrated_families_are_there():
             "sdp-spider"} <= set(CALIBRATED)
 
 
-@pytest.mark.parametrize("name", CALIBRATED)
+#: P_vec's bits at d = 610 take 10-40 s to calibrate (its RDP over d coordinates); tests/algorithms/test_sdp.py
+#: checks their budget on smaller runs by default
+SLOW = {"sdp-prox-sgd", "sdp-spider"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in CALIBRATED])
 def test_a_run_spends_its_target_towards_the_protected_observers(name):
     config = load_config(None, [f"algorithm.name='{name}'", "algorithm.rounds=3", "data.num_clients=6",
                                 "data.samples_per_client=30", f"privacy.epsilon={TARGET}", "run.noise_seed=1"])
