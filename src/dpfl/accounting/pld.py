@@ -53,7 +53,7 @@ from dp_accounting.pld import pld_privacy_accountant, privacy_loss_distribution
 from dpfl.accounting.conversion import rdp_to_epsilon
 from dpfl.accounting.events import ParticipationDpEvent
 from dpfl.accounting.rdp import composition_error, rdp_curve
-from dpfl.errors import ConfigError
+from dpfl.errors import ConfigError, check_range
 
 NeighborRel = privacy_accountant.NeighboringRelation
 
@@ -199,12 +199,18 @@ def _non_private(event) -> bool:
     return any(isinstance(e, dp_event.DpEvent) and _non_private(e) for e in children)
 
 
+def tree_depth(leaves: int) -> int:
+    """D = ceil(log2(E + 1)) = floor(log2 E) + 1: the most drawn nodes one leaf of a tree of E leaves lies in (one per
+    level; dp_accounting's ``_compute_rdp_single_epoch_tree_aggregation`` counts the same)."""
+    check_range("leaves", leaves, 1, integer=True)
+    return leaves.bit_length()
+
+
 def tree_as_gaussian(event: dp_event.SingleEpochTreeAggregationDpEvent) -> dp_event.GaussianDpEvent:
-    """GaussianDpEvent(z / sqrt(D)) of a restarted tree's epoch, D = ceil(log2(max E + 1)) (``_dp_accounting_reading``;
-    dp_accounting's RDP of the event is a D / (2 z^2), the curve of that Gaussian)."""
+    """GaussianDpEvent(z / sqrt(D)) of a restarted tree's epoch, D = ``tree_depth`` of its longest epoch
+    (``_dp_accounting_reading``; dp_accounting's RDP of the event is a D / (2 z^2), the curve of that Gaussian)."""
     steps = event.step_counts if np.ndim(event.step_counts) else [event.step_counts]
-    depth = math.ceil(math.log2(max(steps) + 1))
-    return dp_event.GaussianDpEvent(event.noise_multiplier / math.sqrt(depth))
+    return dp_event.GaussianDpEvent(event.noise_multiplier / math.sqrt(tree_depth(int(max(steps)))))
 
 
 def _unsupported(event, relation) -> str | None:
@@ -264,4 +270,4 @@ def _dp_accounting_reading(event, relation):
 
 
 __all__ = ["VALUE_DISCRETIZATION_INTERVAL", "MAX_POINTS", "PldTooLargeError", "supports", "estimated_points", "check_target",
-           "tractable", "pld_of", "pld_epsilon", "pld_delta", "tree_as_gaussian"]
+           "tractable", "pld_of", "pld_epsilon", "pld_delta", "tree_depth", "tree_as_gaussian"]

@@ -72,6 +72,7 @@ import torch
 from dp_accounting import dp_event
 
 from dpfl.accounting.observers import OTHER_SILO, THIRD_PARTY, Cohort, Release
+from dpfl.accounting.pld import tree_depth
 from dpfl.accounting.units import USER_LEVEL
 from dpfl.algorithms.registry import AlgorithmSpec, Calibration, Setting, register
 from dpfl.engine.boundary import Delivery
@@ -85,13 +86,6 @@ NAME = "dp-ftrl"
 SAMPLINGS = ("disjoint", "round_robin")
 #: z when neither algorithm.noise_multiplier nor privacy.epsilon is given
 DEFAULT_NOISE = 1.0
-
-
-def tree_depth(leaves: int) -> int:
-    """D = ceil(log2(E + 1)) = floor(log2 E) + 1: the most drawn nodes one leaf of a tree of E leaves lies in (one per
-    level; dp_accounting's ``_compute_rdp_single_epoch_tree_aggregation`` counts the same)."""
-    check_range("leaves", leaves, 1, integer=True)
-    return leaves.bit_length()
 
 
 def node_level(position: int) -> int:
