@@ -25,6 +25,7 @@ from dp_accounting import dp_event
 
 from dpfl.algorithms import registry
 from dpfl.engine import checkpoint
+from dpfl.engine.client_table import ClientTable
 from dpfl.engine.protocol import Algorithm, ClientOutput, State
 from dpfl.engine.cohort_round import noise_of
 from dpfl.engine.simulator import client_work_bytes
@@ -32,6 +33,7 @@ from dpfl.errors import ConfigError, DpflError, RunDirectoryError
 from dpfl.experiments.config import key_schema, load_config
 from dpfl.experiments.memory import initial_state_shapes
 from dpfl.experiments.runner import build_simulation
+from states import states_equal
 
 NAMES = registry.names()
 PRIVATE = [n for n in NAMES if registry.spec_of(n).private(n)]
@@ -138,12 +140,6 @@ def declared_noise(sim, t: int) -> list:
             event = event.event
         events.append(event)
     return events
-
-
-def states_equal(a: State, b: State) -> bool:
-    return all(set(getattr(a, part)) == set(getattr(b, part)) and
-               all(torch.equal(getattr(a, part)[k], getattr(b, part)[k]) for k in getattr(a, part))
-               for part in ("server", "clients"))
 
 
 # -- a. declared events = drawn events ---------------------------------------------------------------------------
@@ -338,7 +334,8 @@ def test_state_round_trips_through_torch_save_and_checkpoint_files(name, tmp_pat
     sim = simulation(name)
     sim.run(2)
     state = sim.state
-    assert all(isinstance(v, torch.Tensor) for part in (state.server, state.clients) for v in part.values())
+    assert all(isinstance(v, torch.Tensor) for v in state.server.values())
+    assert all(isinstance(v, (torch.Tensor, ClientTable)) for v in state.clients.values())
     assert all(v.shape[0] == sim.train.num_clients for v in state.clients.values())
 
     buffer = io.BytesIO()

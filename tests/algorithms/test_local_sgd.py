@@ -18,6 +18,7 @@ from dpfl.engine.boundary import Boundary, Delivery
 from dpfl.engine.grads import CohortGradients
 from dpfl.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData, ServerContext, State
+from states import dense
 from dpfl.engine.randomness import ClientStreams
 from dpfl.engine.sampling import ClientSampler, RecordSampler
 from dpfl.errors import ConfigError
@@ -243,7 +244,7 @@ def test_dp_scaffold_control_variate_identity_with_noise():
     apply_round(alg, state, ids, out)
     torch.testing.assert_close(state.clients["c"][ids], c_plus, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(state.clients["c"][3], ci0[3])  # not sampled: unchanged
-    torch.testing.assert_close(state.server["c"], state.clients["c"].mean(0), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(state.server["c"], dense(state.clients["c"]).mean(0), atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(state.server["x"], x0 + 1.3 * dy.mean(0))
 
 
@@ -259,7 +260,7 @@ def test_server_control_variate_stays_the_mean_over_rounds():
         seen |= set(ids.tolist())
         out = client_round(alg, state, ids, arrays, grads, t=t, seed=seed)
         apply_round(alg, state, ids, out, t)
-        torch.testing.assert_close(state.server["c"], state.clients["c"].mean(0), atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(state.server["c"], dense(state.clients["c"]).mean(0), atol=1e-6, rtol=1e-5)
     assert seen == {0, 1, 2, 3} and state.server["c"].abs().max() > 0
 
 
@@ -372,14 +373,14 @@ def test_warm_round_leaves_x_and_sets_client_control_variates():
                                    atol=1e-5, rtol=1e-5)
     assert torch.equal(state.clients["c"][1], torch.zeros(grads.num_params))
     assert torch.equal(state.clients["c"][2], torch.zeros(grads.num_params))
-    torch.testing.assert_close(state.server["c"], state.clients["c"].sum(0) / 4)
+    torch.testing.assert_close(state.server["c"], dense(state.clients["c"]).sum(0) / 4)
     # a second warm round on a client already seen overwrites its c_i (it is the mean of fresh H~ at x0)
     ids = torch.tensor([0])
     out = client_round(alg, state, ids, arrays, grads, t=7, seed=1)  # the last warm round
     apply_round(alg, state, ids, out, 7)
     torch.testing.assert_close(state.clients["c"][0], full_gradient(grads, x0, *client_records(arrays, 0)),
                                atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(state.server["c"], state.clients["c"].mean(0), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(state.server["c"], dense(state.clients["c"]).mean(0), atol=1e-6, rtol=1e-6)
     assert torch.equal(state.server["x"], x0)
     # round 8 is the first real round: x moves
     out = client_round(alg, state, ids, arrays, grads, t=8)

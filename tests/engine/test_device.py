@@ -128,9 +128,10 @@ def test_the_cpus_fingerprint_has_no_device_part_and_another_devices_has_one(mon
     the ledger charges it again; on the CPU the fingerprint is that of runs before run.device."""
     assert stream_identity(torch.device("cpu")) == ""
     sim = build_simulation(load_config(None, [*SMALL, "run.device='cpu'"]))
-    on_cpu = sim._fingerprint(0)
+    cohort = sim.clients.sample(0, sim.seed)
+    on_cpu = sim._fingerprint(0, cohort)
     monkeypatch.setattr("dpfl.engine.simulator.stream_identity", lambda device: "cuda NVIDIA H100")
-    assert sim._fingerprint(0) != on_cpu
+    assert sim._fingerprint(0, cohort) != on_cpu
 
 
 def test_random_streams_are_made_on_the_default_device():

@@ -12,6 +12,8 @@ from dp_accounting import dp_event
 from dpfl.accounting.dp_scaffold import dp_scaffold_epsilon
 from dpfl.accounting.events import ParticipationDpEvent
 from dpfl.accounting.ledger import PrivacyLedger
+from dpfl.engine.client_table import ClientTable
+from states import states_equal
 from dpfl.accounting.observers import BOUNDARIES, OBSERVERS, OTHER_SILO, SERVER, THIRD_PARTY
 from dpfl.algorithms.local_sgd import LocalSGD, LocalSGDConfig, build_local_sgd
 from dpfl.data import build_dataset
@@ -61,12 +63,6 @@ def make_sim(ds, name="dp-scaffold", *, seed=0, model_seed=0, rounds_budget=None
 
 def as_dicts(history):
     return [m.to_dict() for m in history]
-
-
-def states_equal(a, b) -> bool:
-    return all(set(getattr(a, part)) == set(getattr(b, part)) and
-               all(torch.equal(getattr(a, part)[k], getattr(b, part)[k]) for k in getattr(a, part))
-               for part in ("server", "clients"))
 
 
 # -- reproducibility -----------------------------------------------------------------------------------------------
@@ -166,7 +162,8 @@ def test_resume_from_checkpoint_matches_uninterrupted_run(data, tmp_path):
     on_disk = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert set(on_disk) == {"next_round", "release", "state", "history", "wall_seconds"}
     assert on_disk["next_round"] == 6 and torch.equal(on_disk["state"]["server"]["x"], reference.model)
-    assert torch.equal(on_disk["state"]["clients"]["c"], reference.state.clients["c"])
+    assert torch.equal(ClientTable.from_state_dict(on_disk["state"]["clients"]["c"]).dense(),
+                       reference.state.clients["c"].dense())
     assert PrivacyLedger.load(tmp_path / "ledger.json").epsilon() == reference.ledger.epsilon()
 
 
@@ -346,7 +343,7 @@ def test_dp_scaffold_warm_learns(data):
     history = sim.run(14)
     # the warm rounds leave x alone (and set the control variates)
     assert [m.test_accuracy for m in history[:4]] == [initial_accuracy] * 4
-    assert sim.state.clients["c"].abs().sum(1).gt(0).all()
+    assert sim.state.clients["c"].dense().abs().sum(1).gt(0).all()
     assert history[-1].test_accuracy > initial_accuracy + 0.3
     assert history[-1].train_loss < history[3].train_loss
     # SCAFFOLD's control variates carry its noise forward: no other client's noise is credited, so the aggregate
@@ -403,8 +400,13 @@ def test_a_replay_from_another_state_or_config_is_charged_again(data, tmp_path, 
         seed = 1
     else:
         payload = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
-        part, name = ("server", "x") if change == "model state" else ("clients", "c")
-        payload["state"][part][name][0] += 1.0
+        if change == "model state":
+            payload["state"]["server"]["x"][0] += 1.0
+        else:  # the row of a client of round index 3's cohort (no other row enters the round)
+            table = ClientTable.from_state_dict(payload["state"]["clients"]["c"])
+            member = crashed.clients.sample(3, crashed.seed)[:1]
+            table[member] = table[member] + 1.0
+            payload["state"]["clients"]["c"] = table.state_dict()
         torch.save(payload, tmp_path / "checkpoint.pt")
     resumed = make_sim(data, checkpoint_dir=tmp_path, checkpoint_every=3, release="a" * 64, seed=seed)
     resumed.load_checkpoint(tmp_path)
@@ -481,19 +483,27 @@ def test_the_divergence_message_describes_the_sampler_in_use(scheme, formula, wo
     assert f"up to {worst:g} here" in sim.stopped_reason
 
 
-def test_the_round_fingerprint_hashes_the_state_in_place_with_the_digest_it_always_had(data):
-    """The fingerprint now hashes each state tensor's own memory instead of a bytes copy of it (a copy of every
-    client's state: M x d for SCAFFOLD, 389 MB of 2,000 clients' control variates of a 51,010-parameter MLP, at every
-    round); the digest is the one a ledger written before records, so a replayed round of such a run stays free."""
+def test_the_round_fingerprint_hashes_the_server_state_and_the_cohorts_rows_of_client_state(data):
+    """The fingerprint hashes each server tensor's own memory and the round's cohort's rows of client state (no other
+    client's row enters the round): a write to a client outside the next cohort leaves it as it was, a write to one
+    inside changes it, and its digest is the length-prefixed SHA-256 of those parts (SCAFFOLD's control variates of
+    10^5 clients are not hashed at every round)."""
     import hashlib
 
     sim = make_sim(data)
     sim.run(2)
+    cohort = sim.clients.sample(2, sim.seed)
     digest = hashlib.sha256()
     parts = [sim.release.encode(), str(sim.seed).encode(), b"2"]
-    for part_state in (sim.state.server, sim.state.clients):
+    for part_state in (sim.state.server, {name: value[cohort] for name, value in sim.state.clients.items()}):
         parts += [name.encode() + value.numpy().tobytes() for name, value in sorted(part_state.items())]
     for part in parts:
         digest.update(len(part).to_bytes(8, "little"))
         digest.update(part)
-    assert sim._fingerprint(2) == digest.hexdigest()
+    before = sim._fingerprint(2, cohort)
+    assert before == digest.hexdigest()
+    outside = next(i for i in range(data.num_clients) if i not in cohort.tolist())
+    sim.state.clients["c"][torch.tensor([outside])] = torch.ones(1, sim.state.clients["c"].shape[1])
+    assert sim._fingerprint(2, cohort) == before
+    sim.state.clients["c"][cohort[:1]] = torch.ones(1, sim.state.clients["c"].shape[1])
+    assert sim._fingerprint(2, cohort) != before

@@ -7,6 +7,7 @@ from __future__ import annotations
 import resource
 
 import pytest
+import torch
 
 from dpfl.cli import main
 from dpfl.data import footprint
@@ -97,14 +98,27 @@ def test_scaffold_with_200000_clients_is_refused_naming_the_clients(monkeypatch)
 
 
 def test_ordinary_runs_pass_and_the_estimate_covers_the_state_built():
-    for overrides in ((), ("algorithm.name='dp-fedavg'", "model.name='mlp'"), SCAFFOLD_MLP):
-        sim = build_simulation(load_config(None, ["data.num_clients=20", "data.samples_per_client=50", *overrides]))
-        state = sum(t.numel() * t.element_size() for part in (sim.state.server, sim.state.clients)
-                    for t in part.values())
+    """The server's state as estimated; the clients' (SCAFFOLD's c_i in a ClientTable) at most min(M, L T) rows,
+    here 2 rounds of 4 of 20 clients: the rows of the (at most 8) clients sampled, of the 20 a dense tensor takes."""
+    for overrides in (("algorithm.name='dp-scaffold'",), ("algorithm.name='dp-fedavg'", "model.name='mlp'"),
+                      SCAFFOLD_MLP):
+        config = load_config(None, ["data.num_clients=20", "data.samples_per_client=50", "algorithm.rounds=2",
+                                    "algorithm.client_rate=0.2", *overrides])
+        seen = []
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("dpfl.experiments.assembly.check_run_memory",
+                          lambda config, estimate: seen.append(estimate) or check_run_memory(config, estimate))
+            sim = build_simulation(config)
+        sim.run(2)
+        (estimate,) = seen
+        server = sum(t.numel() * t.element_size() for t in sim.state.server.values())
         shapes = initial_state_shapes(sim.algorithm, sim.grads.num_params, sim.train.num_clients)
-        assert state == sum(t.numel() * t.element_size() for part in (shapes.server, shapes.clients)
-                            for t in part.values())
-        assert state < HEADROOM * footprint.available_memory_bytes()
+        assert server == estimate.server_bytes == sum(t.numel() * t.element_size() for t in shapes.server.values())
+        held = sum(t.held for t in sim.state.clients.values())
+        sampled = torch.cat([sim.clients.sample(t, sim.seed) for t in range(sim.next_round)]).unique().numel()
+        assert held == (sampled if sim.state.clients else 0) and sampled <= estimate.holders == 8
+        assert held * estimate.client_state_bytes <= estimate.clients_bytes
+        assert estimate.total_bytes < HEADROOM * footprint.available_memory_bytes()
 
 
 def test_one_clients_work_counts_its_noise_draws():

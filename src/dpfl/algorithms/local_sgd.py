@@ -47,6 +47,7 @@ from dp_accounting import dp_event
 from dpfl.accounting.observers import Release, local_steps_additive
 from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
 from dpfl.engine.boundary import Delivery
+from dpfl.engine.client_table import ClientTable
 from dpfl.noise import GaussianMechanism
 from dpfl.engine.protocol import Algorithm, ClientContext, ClientData, ClientOutput, ServerContext, State
 from dpfl.engine.sampling import RecordSampler
@@ -113,7 +114,7 @@ class LocalSGD(Algorithm):
 
     # -- the protocol -------------------------------------------------------------------------------------------
     def init_state(self, x0: torch.Tensor, num_clients: int) -> State:
-        clients = {"c": torch.zeros(num_clients, x0.shape[0])} if self.control_variates else {}
+        clients = {"c": ClientTable.zeros(num_clients, x0.shape[0])} if self.control_variates else {}
         return State({"x": x0.clone(), "c": torch.zeros_like(x0)}, clients)
 
     def release(self, round_index: int, state: State, counts: torch.Tensor) -> Release:

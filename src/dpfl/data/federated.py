@@ -8,7 +8,7 @@ whole cohort; ``counts`` (and the derived ``mask``) say which rows are real. Sam
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,6 +91,15 @@ class ClientArrays:
         """All real records of all clients concatenated: x [N, *feature_shape], y [N]."""
         mask = self.mask
         return self.x[mask], self.y[mask]
+
+    def flat_chunks(self, chunk: int = 65536) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``flat()`` in consecutive pieces of ``chunk`` records (the last shorter), each gathered when it is reached:
+        a pass over memory-mapped records holds one piece, not a copy of them all."""
+        rows = self.mask.reshape(-1).nonzero().squeeze(1)  # the real rows of the flattened [M * max_records]
+        x, y = self.x.reshape(-1, *self.feature_shape), self.y.reshape(-1)
+        for start in range(0, rows.numel(), chunk):
+            piece = rows[start : start + chunk]
+            yield x[piece], y[piece]
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ def load(path: Path, release: str, like: State, recorded: int) -> Saved:
         raise invalid("it was written by a run with another release config (its run.json differs)")
     try:
         state = State.from_state_dict(payload["state"])
-    except (KeyError, TypeError) as err:
+    except (KeyError, TypeError, ValueError) as err:
         raise invalid(f"its state is not a state_dict ({type(err).__name__}: {err})") from None
     for part in ("server", "clients"):
         expected, stored = getattr(like, part), getattr(state, part)
@@ -83,7 +83,7 @@ def load(path: Path, release: str, like: State, recorded: int) -> Saved:
             raise invalid(f"its {part} state holds {sorted(stored)}, this config's {sorted(expected)}")
         for name, tensor in expected.items():
             got = stored[name]
-            if not isinstance(got, torch.Tensor) or got.shape != tensor.shape:
+            if not isinstance(got, type(tensor)) or got.shape != tensor.shape:
                 raise invalid(f"{part} {name} has shape {tuple(getattr(got, 'shape', ()))}, this config's "
                               f"{tuple(tensor.shape)}")
             stored[name] = got.to(tensor.device)

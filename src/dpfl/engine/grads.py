@@ -28,6 +28,7 @@ layer or the problem, never a traceback from inside torch.func.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 
 import torch
 import torch.nn as nn
@@ -273,25 +274,41 @@ class CohortGradients:
 
     def loss_and_accuracy(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, chunk: int = 65536):
         """Mean loss (cross-entropy, or the loss given) and accuracy of one model [P] on examples x [N, ...], y [N]."""
+        return self.mean_loss_and_accuracy(theta, _pieces(x, y, chunk))
+
+    def mean_loss_and_accuracy(self, theta: torch.Tensor, pieces: Iterable[tuple[torch.Tensor, torch.Tensor]]):
+        """``loss_and_accuracy`` over the examples of ``pieces`` (x, y), one piece in memory at a time
+        (``ClientArrays.flat_chunks``)."""
         params = self.unflatten(theta)
-        total_loss, correct = 0.0, 0
-        for start in range(0, x.shape[0], chunk):
-            logits = functional_call(self.model, params, (x[start : start + chunk],))
-            target = y[start : start + chunk]
-            total_loss += self._summed_loss(logits, target).item()
-            correct += (logits.argmax(-1) == target).sum().item()
-        n = max(x.shape[0], 1)
-        return total_loss / n, correct / n
+        total_loss = torch.zeros((), dtype=torch.float64, device=theta.device)  # each piece's sum added in float64
+        correct, n = torch.zeros((), dtype=torch.long, device=theta.device), 0
+        for x, target in pieces:  # no host synchronisation until the two numbers are read
+            logits = functional_call(self.model, params, (x,))
+            total_loss += self._summed_loss(logits, target).double()
+            correct += (logits.argmax(-1) == target).sum()
+            n += x.shape[0]
+        return total_loss.item() / max(n, 1), correct.item() / max(n, 1)
 
     def loss_gradient(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, chunk: int = 65536) -> torch.Tensor:
         """[P]: the gradient of the mean loss of one model [P] on examples x [N, ...], y [N] (no clipping)."""
+        return self.mean_loss_gradient(theta, _pieces(x, y, chunk))
+
+    def mean_loss_gradient(self, theta: torch.Tensor,
+                           pieces: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """``loss_gradient`` over the examples of ``pieces`` (x, y), one piece in memory at a time."""
         def summed_loss(theta, xs, ys):
             return self._summed_loss(functional_call(self.model, self.unflatten(theta), (xs,)), ys)
 
-        total = torch.zeros_like(theta)
-        for start in range(0, x.shape[0], chunk):
-            total += grad(summed_loss)(theta, x[start : start + chunk], y[start : start + chunk])
-        return total / max(x.shape[0], 1)
+        total, n = torch.zeros_like(theta), 0
+        for x, y in pieces:
+            total += grad(summed_loss)(theta, x, y)
+            n += x.shape[0]
+        return total / max(n, 1)
+
+
+def _pieces(x: torch.Tensor, y: torch.Tensor, chunk: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    for start in range(0, x.shape[0], chunk):
+        yield x[start : start + chunk], y[start : start + chunk]
 
 
 def _check_norm(norm: str) -> None:

@@ -5,7 +5,8 @@ A federated algorithm is five functions of serialisable state and named tensors,
 steps run in this process (clients as a tensor axis) or on other machines (one client per process):
 
 * ``init_state(x0, num_clients)``: the server's state (the global model ``x`` and whatever else it keeps) and each
-  client's own state (stacked, a leading client axis), as named tensors (``State``).
+  client's own state (a leading client axis: a ``dpfl.engine.client_table.ClientTable``, which stores rows only
+  for the clients that write one, or a dense tensor), as named tensors (``State``).
 * ``release(t, state, counts)``: what one client's participation in round t releases about one of its records, given
   the clients' train record counts (the only thing of the data a declaration may read), declared BEFORE any noise is
   drawn (``dpfl.accounting.observers.Release``: one event per client noise draw, which draws enter the aggregate
@@ -43,6 +44,7 @@ from dp_accounting import dp_event
 
 from dpfl.accounting.observers import Release
 from dpfl.accounting.units import RECORD_LEVEL
+from dpfl.engine.client_table import ClientTable, is_table
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.randomness import ClientStreams, ServerStreams
 
@@ -54,14 +56,17 @@ class State:
     """An algorithm's state as named tensors: the server's, and each client's (leading axis: all M clients)."""
 
     server: dict[str, torch.Tensor]
-    clients: dict[str, torch.Tensor] = field(default_factory=dict)
+    clients: dict[str, torch.Tensor | ClientTable] = field(default_factory=dict)
 
     def state_dict(self) -> dict:
-        return {"server": dict(self.server), "clients": dict(self.clients)}
+        """Tensors and plain data only (a ``ClientTable`` as its own ``state_dict``)."""
+        return {"server": dict(self.server), "clients": {name: value.state_dict() if isinstance(value, ClientTable)
+                                                         else value for name, value in self.clients.items()}}
 
     @classmethod
     def from_state_dict(cls, data: Mapping) -> "State":
-        return cls(dict(data["server"]), dict(data["clients"]))
+        return cls(dict(data["server"]), {name: ClientTable.from_state_dict(value) if is_table(value) else value
+                                          for name, value in data["clients"].items()})
 
     def rows(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """The client state of the clients ``ids``."""

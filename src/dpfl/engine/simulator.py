@@ -135,8 +135,6 @@ class Simulation:
             self.boundary = Boundary(self.boundary)
         with on_device(self.device):
             self.state = self.algorithm.init_state(self.grads.initial_params(), self.train.num_clients)
-            self._train_flat = self.train.flat()
-            self._test_flat = self.test.flat()
         self.next_round = 0
         self.stopped_reason = None
         self.stopped_by = None  # what stopped the run early: "budget", "diverged", "interrupted" (None: it did not)
@@ -173,7 +171,7 @@ class Simulation:
         cohort = self.clients.sample(t, self.seed)
         release, views = declare_round(self.algorithm, self.boundary, self.clients, self.ledger.analysis, t,
                                        self.state, self.train.counts)
-        self.ledger.record(t + 1, views, self._fingerprint(t))  # the journal numbers rounds from 1, as users read them
+        self.ledger.record(t + 1, views, self._fingerprint(t, cohort))  # the journal numbers rounds from 1, as users read them
         if self.checkpoint_dir is not None:  # spent before any noise is drawn: persist it first
             Path(self.checkpoint_dir).mkdir(parents=True, exist_ok=True)
             if self.secret and not self._key_saved:  # the key the recorded rounds' noise is drawn from
@@ -195,11 +193,12 @@ class Simulation:
                            Records(self.train.x, self.train.y, self.train.counts, self.grads),
                            self.chunk_size(max(cohort.numel(), 1)))
 
-    def _fingerprint(self, round_index: int) -> str:
+    def _fingerprint(self, round_index: int, cohort: torch.Tensor) -> str:
         """What round t releases is fixed by the run's release config, its noise key (which names every random stream;
-        the fingerprint commits to it, and SHA-256 does not reveal it),
-        the round index and the state the round starts from: a replay with the same fingerprint releases the same thing
-        (no new privacy loss), any other is a new release."""
+        the fingerprint commits to it, and SHA-256 does not reveal it), the round index and the state the round
+        starts from: the server's and the rows of client state of its ``cohort`` (drawn from the key and t; no other
+        client's row enters the round, so a population of 10^5 costs no more than its cohort). A replay with the
+        same fingerprint releases the same thing (no new privacy loss), any other is a new release."""
         digest = hashlib.sha256()
 
         def update(*pieces) -> None:  # one part: its length, then its bytes (an unambiguous concatenation)
@@ -211,8 +210,9 @@ class Simulation:
         for part in (self.release.encode(), str(self.seed).encode(), str(round_index).encode(),
                      *((device.encode(),) if device else ())):
             update(memoryview(part))
-        for part_state in (self.state.server, self.state.clients):
-            for name, value in sorted(part_state.items()):  # the tensor's own memory, not a copy (M x d for SCAFFOLD)
+        cohort_state = {name: value[cohort] for name, value in self.state.clients.items()}
+        for part_state in (self.state.server, cohort_state):
+            for name, value in sorted(part_state.items()):  # the tensor's own memory where it is one on the CPU
                 update(memoryview(name.encode()), value.detach().cpu().contiguous().numpy())
         return digest.hexdigest()
 
@@ -224,8 +224,8 @@ class Simulation:
         replayed after a resume reports its own epsilon, not that of rounds the ledger recorded after it)."""
         x = self.model
         if self.evaluator is None:
-            loss, _ = self.grads.loss_and_accuracy(x, *self._train_flat)
-            _, accuracy = self.grads.loss_and_accuracy(x, *self._test_flat)
+            loss, _ = self.grads.mean_loss_and_accuracy(x, self.train.flat_chunks())  # a piece at a time: 10^5
+            _, accuracy = self.grads.mean_loss_and_accuracy(x, self.test.flat_chunks())  # clients' records are mapped
             mapping = self.gradient_mapping(x)
         else:
             (loss, accuracy), mapping = self.evaluator(self, x), None
@@ -239,7 +239,7 @@ class Simulation:
         if self.algorithm.composite is None:
             return None
         f1, eta = self.algorithm.composite
-        mapping = f1.gradient_mapping(x, self.grads.loss_gradient(x, *self._train_flat), eta)
+        mapping = f1.gradient_mapping(x, self.grads.mean_loss_gradient(x, self.train.flat_chunks()), eta)
         return float(mapping.double().square().sum())
 
     # -- the loop -----------------------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def assemble(config: RunConfig, out_dir: Path | None = None, workers=None, noise
     algorithm = build_algorithm(config, dataset, delta, secret=key, supplied=supplied, model_shapes=shapes)
     check_warm_rounds(config.raw, algorithm)
     check_run_memory(config.raw, run_footprint(algorithm, shapes, dataset.train, clients.cohort_size,
-                                               run.memory_budget_bytes))
+                                               run.memory_budget_bytes, config.algorithm.rounds))
     model = build_initial_model(config, dataset, supplied=supplied)
     supplied.check_model(model, dataset)
     device = resolve_device(run.device)

@@ -10,7 +10,9 @@ of two parameters (``initial_state_shapes``), so every family's state is counted
 model's parameters (float32), M clients and L the cohort's size:
 
 * the model: its parameters and the flat vector the state starts from, 2 x 4d;
-* the state: the server's tensors (x, and for SCAFFOLD c) and every client's (M rows);
+* the state: the server's tensors (x, and for SCAFFOLD c) and the rows of the clients that hold state: a
+  ``ClientTable`` keeps a row only for a client that has written one, at most min(M, L T) over T rounds (a dense
+  client tensor: M rows);
 * a round: its cohort's messages, held per chunk and then concatenated for the server's sum: 2 L (4d + a client's
   state row) (one model-sized update per client and one more per vector of client state: SCAFFOLD's dy and dc); and
   one chunk of client work, at most run.memory_mb (``simulator.client_work_bytes`` per client, its model-sized noise
@@ -33,6 +35,7 @@ import torch
 
 from dpfl.data import footprint
 from dpfl.data.footprint import HEADROOM, size
+from dpfl.engine.client_table import ClientTable
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.protocol import State
 from dpfl.engine.simulator import client_work_bytes
@@ -45,6 +48,7 @@ class RunFootprint:
 
     parameters: int  # d
     clients: int  # M
+    holders: int  # the clients whose state rows are kept: min(M, L T) in ClientTables, M in dense tensors
     cohort: int  # L, the expected cohort
     batch: int  # records in one client's largest minibatch
     model_bytes: int  # the parameters and the initial vector
@@ -56,14 +60,14 @@ class RunFootprint:
 
     @property
     def clients_bytes(self) -> int:
-        return self.clients * self.client_state_bytes
+        return self.holders * self.client_state_bytes
 
     @property
     def total_bytes(self) -> int:
         return self.model_bytes + self.server_bytes + self.clients_bytes + self.messages_bytes + self.chunk_bytes
 
     def describe(self) -> str:
-        clients = (f"the clients' state {self.clients:,} x {size(self.client_state_bytes)} = "
+        clients = (f"the clients' state {self.holders:,} x {size(self.client_state_bytes)} = "
                    f"{size(self.clients_bytes)}; ") if self.client_state_bytes else ""
         return (f"about {size(self.total_bytes)}: the model ({self.parameters:,} parameters) and the server's state "
                 f"{size(self.model_bytes + self.server_bytes)}; {clients}a round's messages from {self.cohort:,} "
@@ -86,9 +90,11 @@ def initial_state_shapes(algorithm, d: int, num_clients: int) -> State:
                  {k: meta(v, two.clients[k], True) for k, v in one.clients.items()})
 
 
-def run_footprint(algorithm, model: torch.nn.Module, train, cohort: int, memory_budget_bytes: int) -> RunFootprint:
+def run_footprint(algorithm, model: torch.nn.Module, train, cohort: int, memory_budget_bytes: int,
+                  rounds: int) -> RunFootprint:
     """The estimate for ``algorithm`` with ``model`` (built on the meta device) on the training split ``train``
-    (``ClientArrays``) with cohorts of ``cohort`` clients and chunks of ``memory_budget_bytes``."""
+    (``ClientArrays``) over ``rounds`` rounds of cohorts of ``cohort`` clients and chunks of
+    ``memory_budget_bytes``."""
     grads = CohortGradients(model)
     d = grads.num_params
     state = initial_state_shapes(algorithm, d, train.num_clients)
@@ -96,7 +102,9 @@ def run_footprint(algorithm, model: torch.nn.Module, train, cohort: int, memory_
     row = sum(t[0].numel() * t.element_size() for t in state.clients.values() if t.shape[0])
     one_client = client_work_bytes(algorithm, grads, train, state)
     chunk = min(max(cohort, 1), max(1, memory_budget_bytes // max(one_client, 1))) * one_client  # at least one client
-    return RunFootprint(d, train.num_clients, cohort, algorithm.examples_per_client(train.counts), 2 * 4 * d, server,
+    sparse = all(isinstance(v, ClientTable) for v in algorithm.init_state(torch.zeros(1), 1).clients.values())
+    holders = min(train.num_clients, max(cohort, 1) * rounds) if sparse else train.num_clients
+    return RunFootprint(d, train.num_clients, holders, cohort, algorithm.examples_per_client(train.counts), 2 * 4 * d, server,
                         row, 2 * cohort * (4 * d + row), one_client, chunk)
 
 
