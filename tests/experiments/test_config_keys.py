@@ -990,7 +990,7 @@ def test_every_example_loads_and_runs_to_a_finite_epsilon(path, tmp_path):
 
 # -- the user's own data: keys that apply to some data.name only, data.path ----------------------------------------
 @pytest.mark.parametrize("overrides, field, users", [
-    (["data.path='x.csv'"], "data.path", str(["npz", "csv", *PUBLIC])),
+    (["data.path='x.csv'"], "data.path", str(["npz", "csv", "clients", *PUBLIC])),
     (["data.name='npz'", "data.path='x.npz'", "data.label_column='y'"], "data.label_column", "['csv']"),
     (["data.name='digits'", "data.split_column='part'"], "data.split_column", "['csv']"),
     (["data.name='csv'", "data.path='x.csv'", "data.alpha=1.0"], "data.alpha", "['synthetic']"),

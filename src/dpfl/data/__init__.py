@@ -2,7 +2,8 @@
 
 ``build_dataset`` is what a config's ``data.*`` keys map to; ``load_npz`` / ``load_csv`` federate the user's own files
 (``files.py``), ``build_public`` the papers' public data sets from their published files in a local folder
-(``public.py``: IDX, CIFAR-10's python batches, LEAF's JSON), ``federate`` any pooled records (``pooled.py``).
+(``public.py``: IDX, CIFAR-10's python batches, LEAF's JSON), ``federate`` any pooled records (``pooled.py``);
+``stacked`` writes a federated data set as a folder of client arrays and maps it back (populations past memory).
 """
 
 from dpfl.data.federated import ClientArrays, FederatedDataset, split_clients

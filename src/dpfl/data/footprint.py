@@ -44,7 +44,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from dpfl.data import synthetic
+from dpfl.data import stacked, synthetic
 from dpfl.data.federated import TEST_FRACTION
 from dpfl.data.files import shape_of
 from dpfl.data.public import NATURAL, PUBLIC
@@ -94,6 +94,11 @@ def data_footprint(data: dict) -> Footprint:
         return Footprint(int(m * per_client), m, r, f, per_client)
     if name in PUBLIC:
         return _public_footprint(data)
+    if name == "clients":  # memory-mapped: the counts (and the labels, as they are checked) are read
+        shape = stacked.shape_of(data["path"])
+        m = shape["clients"]
+        return Footprint(shape["held_bytes"] + 8 * m * shape["max_records"], m, shape["max_records"],
+                         shape["features"], shape["held_bytes"] / max(m, 1) + 8 * shape["max_records"])
     if name in PACKAGED:
         n, f, _ = PACKAGED[name]
         file_bytes, sizes = 0, None

@@ -7,6 +7,8 @@
   by a client-id array / column, split at random or as the file marks it.
 * ``mnist``, ``fashion_mnist``, ``femnist``, ``cifar10``, ``shakespeare``: the papers' public data sets, read from
   their published files in a local folder, never downloaded (``public.py``).
+* ``clients``: a folder of stacked client arrays that ``dpfl.data.stacked.save`` wrote (data.path), memory-mapped
+  (``stacked.py``): its clients, split and preprocessing are those it was written with.
 * ``arrays``: records a Python caller hands ``dpfl.run(config, data=...)`` (``files.federate_arrays``, like an npz's
   arrays); a config alone cannot name them, so ``build_dataset`` refuses it.
 
@@ -24,12 +26,13 @@ from dpfl.data.files import load_csv, load_npz
 from dpfl.data.pooled import check_common, federate, require_natural
 from dpfl.data.preprocess import rescale
 from dpfl.data.public import NATURAL, PUBLIC, build_public
+from dpfl.data.stacked import load as load_stacked
 from dpfl.data.synthetic import synthetic_dataset
 from dpfl.errors import ConfigError, check_range
 
-DATASETS = ("synthetic", "digits", "breast_cancer", "npz", "csv", *PUBLIC, "arrays")
+DATASETS = ("synthetic", "digits", "breast_cancer", "npz", "csv", *PUBLIC, "clients", "arrays")
 #: Sources whose records may come with their clients (then data.num_clients may be left unset).
-OWN_CLIENTS = ("npz", "csv", "arrays", *NATURAL)
+OWN_CLIENTS = ("npz", "csv", "clients", "arrays", *NATURAL)
 SYNTHETIC_SAMPLES_PER_CLIENT = 5000  # R of DP-SCAFFOLD's synthetic experiments (Noble et al. 2022)
 _SKLEARN_LOADERS = {"digits": sklearn_datasets.load_digits, "breast_cancer": sklearn_datasets.load_breast_cancer}
 
@@ -98,6 +101,8 @@ def build_dataset(
             test_fraction=TEST_FRACTION if test_fraction is None else test_fraction,
             standardize_scope=standardize,
         ), scale)
+    if name == "clients":
+        return _stored(path, num_clients, samples_per_client, test_fraction, standardize, scale)
     if bounds is not None and name not in ("npz", "csv"):
         raise ConfigError("data.bounds", bounds, f"None for data.name = {name!r} (bounds apply to npz / csv features)")
     for field, value in (("data.alpha", alpha), ("data.beta", beta)):
@@ -118,6 +123,24 @@ def build_dataset(
     bunch = _SKLEARN_LOADERS[name]()
     source = {"name": name, "provider": f"sklearn.datasets.load_{name}", "num_records": len(bunch.target)}
     return rescale(federate(bunch.data, bunch.target, name=name, source=source, **options), scale)
+
+
+def _stored(path, num_clients, samples_per_client, test_fraction, standardize, scale) -> FederatedDataset:
+    """data.name = "clients": the folder at data.path as it was written (the config refuses the keys that do not
+    apply to it); the keys that would rebuild the data must keep their defaults."""
+    if not path:
+        raise ConfigError("data.path", path, "the folder of stacked client arrays (data.name = 'clients')")
+    fixed = {"data.samples_per_client": (samples_per_client, None), "data.test_fraction": (test_fraction, None),
+             "data.standardize": (standardize, "none"), "data.scale": (scale, 1.0)}
+    for field, (value, default) in fixed.items():
+        if value != default:
+            raise ConfigError(field, value, f"{default!r} for data.name = 'clients' (the folder fixes the clients, "
+                                            "their records, split and preprocessing: write another folder to change it)")
+    dataset = load_stacked(path)
+    if num_clients is not None and num_clients != dataset.num_clients:
+        raise ConfigError("data.num_clients", num_clients, f"unset or {dataset.num_clients}, the clients of the folder "
+                                                           f"{path}")
+    return dataset
 
 
 __all__ = ["DATASETS", "OWN_CLIENTS", "SYNTHETIC_SAMPLES_PER_CLIENT", "build_dataset", "load_npz", "load_csv"]

@@ -42,7 +42,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
                  "the data source: a generator, a packaged data set, the user's own npz / csv file, a public data "
                  "set read from its published files (docs/data.md), or 'arrays': records handed to "
                  "dpfl.run(config, data=...) in Python, federated as an npz file's"),
-        "path": ((str, type(None)), None, None, "npz / csv: the file; a public data set: the folder holding its "
+        "path": ((str, type(None)), None, None, "npz / csv: the file; clients: the folder dpfl.data.stacked.save "
+                                                "wrote; a public data set: the folder holding its "
                                                 f"files (none: ${DATA_ENV}/<data.name>, else {DEFAULT_ROOT}/"
                                                 "<data.name>); relative: to the config file's folder, or to the "
                                                 "current directory when given with --set"),
@@ -139,7 +140,7 @@ MODEL_DEFAULT = "logreg"
 DATA_KEYS: dict[str, tuple[str, ...]] = {
     "alpha": ("synthetic",),
     "beta": ("synthetic",),
-    "path": ("npz", "csv", *PUBLIC),
+    "path": ("npz", "csv", "clients", *PUBLIC),
     "bounds": ("npz", "csv", "arrays"),
     "label_column": ("csv",),
     "client_column": ("csv",),
@@ -295,7 +296,7 @@ def _one_pass_rounds(config: dict) -> None:
 def _resolve_data(data: dict, given: dict) -> None:
     """Checks that every given [data] key applies to data.name (``DATA_KEYS``) and that a file source has its
     path; fills ``num_clients`` (NUM_CLIENTS) and ``test_fraction`` (TEST_FRACTION) unless the data may bring its own
-    clients or split: an npz file's 'client' and 'split' arrays, which only the file tells, a csv's
+    clients or split: an npz file's 'client' and 'split' arrays, which only the file tells, a stacked clients folder, a csv's
     data.client_column and data.split_column (a split column decides every client's test records and leaves no room
     for a test_fraction), a public data set's test files (kept unless data.test_fraction is set) and the writers of
     those that have them (unless data.partition names a scheme)."""
@@ -306,11 +307,13 @@ def _resolve_data(data: dict, given: dict) -> None:
                                                          f"{list(sources)}, not {source!r}")
     if source in ("npz", "csv") and not data["path"]:
         raise ConfigError("data.path", data["path"], f"the path of the {source} file (data.name = {source!r})")
-    own_clients = source in ("npz", "arrays") or (source == "csv" and data["client_column"] is not None) or \
+    if source == "clients" and not data["path"]:
+        raise ConfigError("data.path", data["path"], "the folder of stacked client arrays (data.name = 'clients')")
+    own_clients = source in ("npz", "arrays", "clients") or (source == "csv" and data["client_column"] is not None) or \
         (source in NATURAL and data["partition"] in (None, "natural"))
     if data["num_clients"] is None and not own_clients:
         data["num_clients"] = NUM_CLIENTS
-    own_split = source in ("npz", "arrays", *PUBLIC) or (source == "csv" and data["split_column"] is not None)
+    own_split = source in ("npz", "arrays", "clients", *PUBLIC) or (source == "csv" and data["split_column"] is not None)
     if source == "csv" and own_split and data["test_fraction"] is not None:
         raise ConfigError("data.test_fraction", data["test_fraction"],
                           f"no value: data.split_column = {data['split_column']!r} marks each record train or test, "
