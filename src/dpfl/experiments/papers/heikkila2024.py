@@ -23,7 +23,10 @@ DATA = {"digits": ["data.name='digits'", "data.num_clients=10"],
         "breast_cancer": ["data.name='breast_cancer'", "data.num_clients=5"],
         "synthetic": ["data.name='synthetic'", "data.num_clients=10", "data.samples_per_client=200"],
         # the paper's Fashion-MNIST, iid over 10 clients (its own test split; a linear model, not its CNN)
-        "fashion_mnist": ["data.name='fashion_mnist'", "data.num_clients=10"]}
+        "fashion_mnist": ["data.name='fashion_mnist'", "data.num_clients=10"],
+        # Fig. 3's stand-in for ACS Income's 51 states: 51 heterogeneous clients (inputs and models differ)
+        "synthetic-51": ["data.name='synthetic'", "data.num_clients=51", "data.samples_per_client=400",
+                         "data.alpha=1.0", "data.beta=1.0"]}
 #: variant -> its [algorithm] / [privacy] keys
 VARIANTS = {"1 local epoch": ["algorithm.local_steps=10"],
             "1 local step": ["algorithm.local_steps=1"],
@@ -32,16 +35,19 @@ ANALYSES = ("paper", "sound")
 
 
 def run(data: str, variant: str, analysis: str, seed: int, epsilon: float, rounds: int, lr: float,
-        noise: str = "gaussian") -> dict:
+        noise: str = "gaussian", sample_rate: float = 0.1) -> dict:
     """One run (research mode: run.noise_seed = seed) with real Gaussian or integer Skellam shares
-    (``algorithm.noise``); its final accuracy, loss and epsilon per observer."""
-    overrides = ["algorithm.name='dp-fedavg-joint'", f"algorithm.rounds={rounds}", "algorithm.sample_rate=0.1",
+    (``algorithm.noise``) and Poisson record sampling at ``sample_rate`` (a local epoch: 1 / sample_rate steps);
+    its final accuracy, loss and epsilon per observer."""
+    epoch = [f"algorithm.local_steps={round(1 / sample_rate)}"] if "epoch" in variant else []
+    overrides = ["algorithm.name='dp-fedavg-joint'", f"algorithm.rounds={rounds}",
+                 f"algorithm.sample_rate={sample_rate}",
                  f"algorithm.noise='{noise}'",
                  f"algorithm.lr={lr}", f"privacy.epsilon={epsilon}", f"privacy.analysis='{analysis}'",
                  "privacy.boundary='secagg'", "data.standardize='pooled'", f"run.seed={seed}", f"data.seed={seed}",
                  f"run.noise_seed={seed}",  # research mode: reproducible repeats
                  "run.threads=1", f"run.eval_every={rounds}", f"run.checkpoint_every={rounds}", *DATA[data],
-                 *VARIANTS[variant]]
+                 *VARIANTS[variant], *epoch]
     config = load_config(None, overrides)
     results = run_experiment(config)
     events = results["privacy"]["events_per_round"]
