@@ -11,7 +11,9 @@ for each client of the cohort, K steps of torch.func per-example gradients of it
 Gaussian noise; then the server averages the updates and evaluates. Prints the device's name and a Markdown table of
 s/round and the baseline's s/round over dpfl's (on a GPU, W0 also with dpfl on the CPU: --threads torch threads).
 
-    PYTHONPATH=src python benchmarks/gpu_throughput.py [--device auto|cpu|cuda|cuda:N] [--rounds 5] [--quick]
+    PYTHONPATH=src python benchmarks/gpu_throughput.py [--device auto|cpu|cuda|cuda:N] [--rounds 5] [--quick] [--scale]
+
+--scale adds W2 (benchmarks/scale.py): 10^5 clients, cohorts up to 1,000, peak memory and s/round.
 
 --quick scales both workloads down (fewer records, clients and local steps; one timed round) so that it runs in about
 a minute on a CPU; the full run is sized to finish in under 4 minutes on one H100.
@@ -33,6 +35,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # seed000_throughput, beside this file
+import scale  # noqa: E402
 from seed000_throughput import WORKLOAD as W0  # noqa: E402
 
 from dpfl.data.federated import ClientArrays, FederatedDataset  # noqa: E402
@@ -150,6 +153,7 @@ def main(argv=None) -> None:
                                                                           "1 with --quick)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (run.threads; default 1)")
     parser.add_argument("--quick", action="store_true", help="scaled-down workloads: about a minute on a CPU")
+    parser.add_argument("--scale", action="store_true", help="also W2, 10^5 clients (benchmarks/scale.py)")
     args = parser.parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 5)
     baseline_rounds = args.baseline_rounds or (1 if args.quick else 2)
@@ -174,6 +178,9 @@ def main(argv=None) -> None:
         print(f"| {workload} | {name} | {where} | {seconds:.3g} | {ratio:.3g}x |")
     if not all(math.isfinite(r[3]) for r in rows):
         sys.exit(1)
+    if args.scale:
+        print("\nW2:", flush=True)
+        scale.main(["--device", str(device), "--threads", str(args.threads), *(["--quick"] if args.quick else [])])
 
 
 if __name__ == "__main__":
