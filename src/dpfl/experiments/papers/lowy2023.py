@@ -48,6 +48,7 @@ import math
 import statistics
 import sys
 import time
+from types import SimpleNamespace
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,18 +187,25 @@ def run_one(setup: Setup, delta: float, name: str, epsilon: float | None, lr: fl
     if name in LOCAL_STEPS:
         overrides += [f"algorithm.local_steps={local_steps}"]
     started = time.perf_counter()
-    history = build_simulation(load_config(None, overrides)).run(setup.rounds)
-    final = history[-1]
-    spent = {observer: e for observer, e in final.epsilon.items() if e is not None}
+    sim = build_simulation(load_config(None, overrides))
+    history = sim.run(setup.rounds)
+    if not history:  # diverged before its first evaluation: the grid point's error is the worst, 1
+        spent = {o: e for o, e in sim.ledger.epsilon().items() if e is not None}
+        final = SimpleNamespace(test_accuracy=0.0, train_loss=math.inf)
+    else:
+        final = history[-1]
+        spent = {observer: e for observer, e in final.epsilon.items() if e is not None}
     loss = final.train_loss if math.isfinite(final.train_loss) else float("inf")
     row = {"setup": setup.label, "algorithm": name, "epsilon": target, "lr": lr, "clip": clip,
            "params": _params_text(params), "seed": seed, "test_error": 1.0 - final.test_accuracy, "train_loss": loss,
+           "diverged": sim.stopped_by == "diverged",
            "epsilon_spent": max(spent.values(), default=None), "spent": json.dumps(spent, sort_keys=True),
            "seconds": round(time.perf_counter() - started, 3)}
     if whole:
         row.update(stream_budget=stream_budget, epsilon_calibrated=epsilon)
     if every_round:
-        best = min(history, key=lambda m: m.train_loss if math.isfinite(m.train_loss) else math.inf)
+        best = min(history or [SimpleNamespace(round=0, **vars(final))],
+                   key=lambda m: m.train_loss if math.isfinite(m.train_loss) else math.inf)
         row.update(least_train_loss_round=best.round, test_error_at_least_train_loss=1.0 - best.test_accuracy)
     return row
 
