@@ -8,11 +8,13 @@ one (or reads it from the cache); ``report.render`` writes the report."""
 from __future__ import annotations
 
 from dpfl.errors import ConfigError
-from dpfl.experiments.reproduce import asoodeh2021, heikkila2024, lowy2023, noble2022, noble2022_utility, zhou2021
+from dpfl.experiments.reproduce import (asoodeh2021, heikkila2024, lowy2023, noble2022, noble2022_mlp,
+                                        noble2022_sampling, noble2022_utility, zhou2021)
 from dpfl.experiments.reproduce.item import Item
 
 #: Every item, grouped by paper in the order of the report.
-ITEMS: dict[str, Item] = {i.id: i for module in (noble2022, noble2022_utility, zhou2021, heikkila2024, asoodeh2021, lowy2023)
+ITEMS: dict[str, Item] = {i.id: i for module in (noble2022, noble2022_utility, noble2022_sampling, noble2022_mlp,
+                                                zhou2021, heikkila2024, asoodeh2021, lowy2023)
                           for i in module.ITEMS}
 
 
