@@ -33,6 +33,16 @@ def test_the_sigma_160_entries_off_by_one_are_the_sigma_80_row_repeated(tmp_path
     # the printed T at sigma_g = 10, K = 20 has a larger epsilon than the rejected 459: no stopping rule gives both
     assert "sigma_g = 10, K = 20 has eps = 2.99980" in off[1].note
     assert "not explained" not in " ".join(r.note for r in rows)
+    assert all("at delta = 1/(M R) = 2.5e-06, the delta of the 22 exact entries" in r.note for r in off)
+
+
+def test_no_other_delta_explains_the_sigma_160_entries():
+    # delta = 1/(M x 5,000 records), test records included, moves every entry of Table 1, not only the three
+    from dpfl.accounting.dp_scaffold import max_rounds
+
+    for sigma, column in noble2022.TABLE_1.items():
+        for k, printed in zip(noble2022.LOCAL_STEPS, column):
+            assert max_rounds(100, 4000, 0.05, 0.2, k, float(sigma), 3.0, delta=2e-6, analysis="paper") < printed
 
 
 def test_the_centralised_fit_reaches_a_gradient_norm_below_1e_6():
