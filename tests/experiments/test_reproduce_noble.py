@@ -1,5 +1,6 @@
 """The reasons `dpfl reproduce` gives where Noble et al. (2022)'s printed numbers are not dpfl's own: epsilons rounded
-up, and a Table 1 row repeated from the row above it."""
+up, and a Table 1 row repeated from the row above it; the settings of the utility items and how the sampling-rate
+sweeps of Figs. 9 and 10 read the paper's claims off their accuracies."""
 
 from __future__ import annotations
 
@@ -32,6 +33,16 @@ def test_the_sigma_160_entries_off_by_one_are_the_sigma_80_row_repeated(tmp_path
     # the printed T at sigma_g = 10, K = 20 has a larger epsilon than the rejected 459: no stopping rule gives both
     assert "sigma_g = 10, K = 20 has eps = 2.99980" in off[1].note
     assert "not explained" not in " ".join(r.note for r in rows)
+    assert all("at delta = 1/(M R) = 2.5e-06, the delta of the 22 exact entries" in r.note for r in off)
+
+
+def test_no_other_delta_explains_the_sigma_160_entries():
+    # delta = 1/(M x 5,000 records), test records included, moves every entry of Table 1, not only the three
+    from dpfl.accounting.dp_scaffold import max_rounds
+
+    for sigma, column in noble2022.TABLE_1.items():
+        for k, printed in zip(noble2022.LOCAL_STEPS, column):
+            assert max_rounds(100, 4000, 0.05, 0.2, k, float(sigma), 3.0, delta=2e-6, analysis="paper") < printed
 
 
 def test_the_centralised_fit_reaches_a_gradient_norm_below_1e_6():
@@ -65,3 +76,104 @@ def test_table4_trains_each_cell_for_the_papers_t_and_averages_the_last_tenth():
     rounds = [{"round": r, "test_accuracy": r / 100} for r in range(10, 101, 10)]
     assert utility.last_fraction_accuracy(rounds, 100, 0.1) == 1.0  # only round 100 is past 90
     assert utility.last_fraction_accuracy(rounds, 100, 0.25) == pytest.approx(0.9)  # rounds 80, 90, 100
+
+
+def test_figs_9_and_10_vary_one_sampling_rate_at_the_papers_fixed_budget():
+    from dpfl.experiments.reproduce import noble2022_sampling as sampling
+
+    fig9, fig10 = sampling._fig9_settings(False), sampling._fig10_settings(False)
+    assert (fig9["rate"], fig9["values"], fig9["sample_rate"]) == ("client_rate", [0.08, 0.1, 0.12], 0.2)
+    assert (fig10["rate"], fig10["values"], fig10["client_rate"]) == ("sample_rate", [0.05, 0.1, 0.2], 0.1)
+    for settings in (fig9, fig10):
+        assert (settings["local_steps"], settings["target_epsilon"], settings["accountant"]) == (10, 5.0, [100, 4000])
+        assert settings["heterogeneity"] == ["0,0", "1,1", "5,5"] and settings["seeds"] == 3
+    assert sampling._fig9_settings(True)["heterogeneity"] == ["5,5"]
+    assert sampling.rates(fig9, 0.12) == (0.12, 0.2) and sampling.rates(fig10, 0.05) == (0.1, 0.05)
+
+
+def test_t_at_each_rate_is_the_largest_within_eps_5_under_the_papers_accountant():
+    from dpfl.accounting.dp_scaffold import dp_scaffold_epsilon
+    from dpfl.experiments.reproduce import noble2022_sampling as sampling
+
+    expected = {"9": [556, 282, 162], "10": [340, 333, 282]}  # the higher the rate, the lower T (App. D.3.3)
+    for figure, ts in expected.items():
+        settings = sampling.sweep_settings(figure, True)
+        assert [sampling.largest_rounds(settings, v, "paper") for v in settings["values"]] == ts
+        for v, t in zip(settings["values"], ts):
+            l, s = sampling.rates(settings, v)
+
+            def eps(rounds, l=l, s=s):
+                epsilon = dp_scaffold_epsilon(100, 4000, l, s, 10, rounds, 60.0, analysis="paper")["epsilon"]
+                return epsilon["third_party"]
+
+            assert eps(t) <= 5.0 < eps(t + 1)
+
+
+def _sweep_rows(figure: str, accuracy: dict):
+    from dpfl.experiments.reproduce import noble2022_sampling as sampling
+
+    settings = sampling.sweep_settings(figure, True)
+    rounds = {str(v): t for v, t in zip(settings["values"], (300, 200, 100))}
+    epsilon = {f"5,5|{v}|{a}": 4.99 for v in settings["values"] for a in settings["algorithms"]}
+    return {r.quantity.split(": ", 1)[-1]: r for r in sampling.sweep_rows(settings, rounds, rounds, accuracy, epsilon)}
+
+
+def test_fig9s_claims_are_read_off_the_accuracies():
+    # DP-SCAFFOLD 20 points ahead at every l, most accurate at the lowest l: every claim holds
+    good = {f"5,5|{l}|{a}": acc - (0.2 if a == "dp-fedavg" else 0) for l, acc in ((0.08, 0.6), (0.1, 0.5), (0.12, 0.4))
+            for a in ("dp-fedavg", "dp-scaffold")}
+    rows = _sweep_rows("9", good)
+    assert rows["the higher l, the lower T_l"].match
+    assert rows["DP-SCAFFOLD ahead of DP-FedAvg at every l (accuracy gap, points)"].paper_analysis == \
+        "+20.00 / +20.00 / +20.00"
+    assert rows["the gap of DP-SCAFFOLD over DP-FedAvg (points, mean over l)"].match
+    best = rows["the most accurate l for DP-SCAFFOLD (the lowest, with the largest T_l)"]
+    assert best.match and best.paper_analysis == "l = 0.08"
+    # DP-FedAvg ahead at l = 0.1, a gap of 5 points on average, l = 0.12 the most accurate: none holds
+    bad = {**good, "5,5|0.1|dp-fedavg": 0.6, "5,5|0.12|dp-scaffold": 0.7, "5,5|0.12|dp-fedavg": 0.65,
+           "5,5|0.08|dp-fedavg": 0.5}
+    rows = _sweep_rows("9", bad)
+    assert not rows["DP-SCAFFOLD ahead of DP-FedAvg at every l (accuracy gap, points)"].match
+    assert not rows["the gap of DP-SCAFFOLD over DP-FedAvg (points, mean over l)"].match
+    assert rows["the most accurate l for DP-SCAFFOLD (the lowest, with the largest T_l)"].paper_analysis == "l = 0.12"
+
+
+def test_fig10s_lead_must_shrink_as_s_decreases():
+    shrinking = {f"5,5|{s}|{a}": base + (gap if a == "dp-scaffold" else 0)
+                 for s, base, gap in ((0.05, 0.2, 0.01), (0.1, 0.3, 0.05), (0.2, 0.4, 0.1))
+                 for a in ("dp-fedavg", "dp-scaffold")}
+    rows = _sweep_rows("10", shrinking)
+    assert rows["DP-SCAFFOLD's lead shrinks as s decreases"].match
+    assert rows["DP-SCAFFOLD's lead shrinks as s decreases"].paper_analysis == "+1.00 < +5.00 < +10.00"
+    assert rows["the most accurate s for DP-SCAFFOLD (the highest, though its T_s is the lowest)"].match
+    rows = _sweep_rows("10", {**shrinking, "5,5|0.05|dp-scaffold": 0.3})  # a 10-point lead at s = 0.05
+    assert not rows["DP-SCAFFOLD's lead shrinks as s decreases"].match
+
+
+def test_the_mlp_item_trains_the_papers_width_with_each_algorithm():
+    from dpfl.experiments.reproduce import noble2022_mlp as mlp
+
+    quick, full = mlp._mlp_settings(True), mlp._mlp_settings(False)
+    for settings in (quick, full):
+        assert (settings["model"], settings["hidden"], settings["activation"]) == ("mlp", [200], "relu")
+        assert settings["algorithms"] == ["dp-fedavg", "dp-scaffold", "dp-scaffold-warm"]
+        assert (settings["client_rate"], settings["sample_rate"], settings["local_steps"]) == (0.2, 0.2, 50)
+    assert (full["data"], full["rounds"], full["noise_multiplier"]) == ([100, 5000], 400, 60.0)
+    assert full["heterogeneity"] == ["0,0", "1,1", "5,5"] and quick["heterogeneity"] == ["5,5"]
+
+
+@pytest.mark.slow  # six runs of up to 556 rounds on small data: about 30 s
+def test_each_sweep_run_spends_exactly_the_budget_its_t_was_chosen_for(tmp_path):
+    from dpfl.accounting.dp_scaffold import dp_scaffold_epsilon
+    from dpfl.experiments.reproduce import noble2022_sampling as sampling
+
+    settings = {**sampling.sweep_settings("9", True), "data": [100, 50], "accountant": [100, 40], "evaluations": 5}
+    out = sampling._sweep(settings, tmp_path)
+    assert (tmp_path / "figure.png").read_bytes()[:4] == b"\x89PNG"
+    for v in settings["values"]:
+        t = out["T"][str(v)]
+        l, s = sampling.rates(settings, v)
+        engine = [r for r in out["rows"] if r.quantity.startswith(f"l = {v:g}: T_l")][0]
+        accountant = dp_scaffold_epsilon(100, 40, l, s, 10, t, 60.0, analysis="paper")["epsilon"]["third_party"]
+        assert engine.paper_analysis == t and f"(its eps {accountant:.4f})" in engine.note and accountant <= 5.0
+        assert max(out["curves"][f"5,5|{v}|dp-scaffold"]) == t  # trained for exactly T_l rounds

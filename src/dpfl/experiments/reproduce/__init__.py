@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from dpfl.errors import ConfigError
 from dpfl.experiments.reproduce import (asoodeh2021, heikkila2024, heikkila2024_heterogeneous, lowy2023,
-                                        lowy2023_grids, noble2022, noble2022_utility, zhou2021)
+                                        lowy2023_grids, noble2022, noble2022_mlp, noble2022_sampling,
+                                        noble2022_utility, zhou2021)
 from dpfl.experiments.reproduce.item import Item
 
 #: Every item, grouped by paper in the order of the report.
-ITEMS: dict[str, Item] = {i.id: i for module in (noble2022, noble2022_utility, zhou2021, heikkila2024,
-                                                heikkila2024_heterogeneous, asoodeh2021, lowy2023, lowy2023_grids)
+ITEMS: dict[str, Item] = {i.id: i for module in (noble2022, noble2022_utility, noble2022_sampling, noble2022_mlp,
+                                                zhou2021, heikkila2024, heikkila2024_heterogeneous, asoodeh2021,
+                                                lowy2023, lowy2023_grids)
                           for i in module.ITEMS}
 
 

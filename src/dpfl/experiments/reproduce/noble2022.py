@@ -93,20 +93,23 @@ def _table1(settings: dict, folder: Path) -> dict:
             paper = max_rounds(m, r, l, s, k, float(sigma), target, analysis="paper")
             sound = max_rounds(m, r, l, s, k, float(sigma), target)
             ok = paper == printed
-            note = SOUND if ok else _table1_off(sigma, column, table, printed, paper, highest,
+            note = SOUND if ok else _table1_off(sigma, column, table, printed, paper, highest, 1 / (m * r),
                                                 lambda sig, t, k=k: epsilon(k, sig, t))
             rows.append(Row(f"sigma_g = {sigma}, K = {k}: largest T with eps <= 3", printed, sound, paper, ok, note))
     return {"rows": rows}
 
 
-def _table1_off(sigma: str, column: list, table: dict, printed: int, paper: int, highest: tuple, epsilon) -> str:
+def _table1_off(sigma: str, column: list, table: dict, printed: int, paper: int, highest: tuple, delta: float,
+                epsilon) -> str:
     """Why a Table 1 entry is not dpfl's: the authors' own script (get_epsilon_bound.py in their repository; its
     integer orders give dpfl's paper-analysis epsilon to 5 decimals) gives dpfl's T too, and the printed row repeats
-    another sigma_g's row, where dpfl's T exceeds the target. No stopping rule of the search gives every entry: a
-    printed T reaches ``highest`` (epsilon, sigma_g, K) while the rejected T here stays below it."""
+    another sigma_g's row, where dpfl's T exceeds the target. Neither the order grid nor delta explains it: delta =
+    1/(M R) gives the other 22 entries exactly (1/(M x 5,000 records, test ones included) = 2e-6 changes all 25). No
+    stopping rule of the search gives every entry: a printed T reaches ``highest`` (epsilon, sigma_g, K) while the
+    rejected T here stays below it."""
     here = epsilon(sigma, paper)
     note = (f"off by {paper - printed:+d}: the authors' own script (get_epsilon_bound.py) gives {paper} too, with "
-            f"eps({paper}) = {here:.5f} <= 3")
+            f"eps({paper}) = {here:.5f} <= 3 at delta = 1/(M R) = {delta:.2g}, the delta of the 22 exact entries")
     repeated = [other for other, col in table.items() if other != sigma and col == column]
     if repeated:
         other = repeated[0]
