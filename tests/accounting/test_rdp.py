@@ -8,8 +8,9 @@ from dp_accounting import NeighboringRelation, UnsupportedEventError, dp_event
 from dp_accounting.rdp import rdp_privacy_accountant as dpa
 
 from dpfl.accounting.conversion import rdp_to_epsilon
-from dpfl.accounting.rdp import (THM27_MAX_ORDER, DEFAULT_ORDERS, RdpAccountant, composition_error, rdp_curve,
-                                 wang_gaussian_subsampled_rdp, wang_subsampled_rdp)
+from dpfl.accounting.rdp import (THM27_MAX_ORDER, DEFAULT_ORDERS, RdpAccountant, composition_error,
+                                 forward_differences_in_log, rdp_curve, wang_gaussian_subsampled_rdp,
+                                 wang_subsampled_rdp)
 from dpfl.errors import ConfigError
 
 INTS = np.arange(2, 257, dtype=float)
@@ -122,6 +123,21 @@ def test_thm27_for_all_orders_at_once_is_dp_accountings_value(q, sigma):
     orders = np.concatenate([np.arange(2, 49), [128, 256]])
     reference = dpa._compute_rdp_sample_wor_gaussian(q, sigma, orders)
     np.testing.assert_allclose(ours[orders - 2], reference, rtol=1e-9)
+
+
+@pytest.mark.parametrize("sigma", [0.05, 0.7, 1.0, 4.27, 19.217762113447193, 240.0])
+@pytest.mark.parametrize("n", [1, 40, 257])
+def test_the_forward_differences_are_dp_accountings_bit_for_bit(sigma, n):
+    """Thm 27's log forward differences of e^{c(x)}, c the Gaussian's cumulant, equal dp_accounting's
+    ``_get_forward_diffs`` exactly: the high-order differences amplify a last-bit difference (numpy's exp and log1p in
+    place of the C library's move the 16th difference at sigma = 19.2 from -30.1 to -33.2), so only the same
+    operations give the same bound."""
+    def cgf(x):
+        return x * (x + 1.0) / (2.0 * sigma**2)
+
+    ours = forward_differences_in_log(cgf, n)
+    reference, _ = dpa._get_forward_diffs(cgf, n)
+    assert np.array_equal(ours, reference, equal_nan=True)
 
 
 def test_wor_epsilon_falls_with_the_noise_down_to_the_conversion_floor():

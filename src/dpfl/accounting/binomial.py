@@ -85,26 +85,91 @@ def capacity(l2_shift: float) -> int:
     return math.ceil(l2_shift**2) - 1
 
 
+#: exp(x) is exactly 0.0 in float64 for every x below this (the smallest subnormal is exp(-744.44))
+UNDERFLOW = -746.0
+_BLOCK = 4096  # x's per block of terms in ``_log_moments``
+
+
+@functools.lru_cache(maxsize=4)
+def _log_pmf(trials: int, probability: float) -> np.ndarray:
+    """log q(x), x = 0..m, q = Bin(m, p)'s pmf: one array shared by every shift and direction (read-only)."""
+    logq = stats.binom(trials, probability).logpmf(np.arange(trials + 1))
+    logq.setflags(write=False)
+    return logq
+
+
+@functools.lru_cache(maxsize=256)
+def _tail(trials: int, probability: float, shift: int, reverse: bool) -> float:
+    """The mass of one direction's P outside the support of its Q' (see ``_one_direction``): Pr[Bin > m - k]
+    forward, Pr[Bin < k] reverse; 1 when k > m."""
+    if shift > trials:
+        return 1.0
+    binomial = stats.binom(trials, probability)
+    return min(1.0, float(binomial.cdf(shift - 1) if reverse else binomial.sf(trials - shift)))
+
+
+def _log_sum_exp(terms: np.ndarray) -> np.ndarray:
+    """log sum_x exp(terms[:, x]) for each row, as top + log sum_x exp(terms - top), over the whole row."""
+    top = terms.max(axis=1)
+    return top + np.log(np.exp(terms - top[:, None]).sum(axis=1))
+
+
+def _log_moments(numerator: np.ndarray, denominator: np.ndarray, orders: tuple) -> np.ndarray:
+    """log sum_x exp(a numerator(x) + (1 - a) denominator(x)) at each order a, as top + log sum_x exp(term - top).
+
+    The terms are built in blocks of ``_BLOCK`` x's (in one buffer that stays in the CPU's cache): a first pass finds
+    each order's top, the second sums exp(term - top) over the blocks holding a term >= top + UNDERFLOW. Every term of
+    the other blocks has exp(term - top) exactly 0.0, so the sum is the one over all x up to the order of its
+    additions (the blocks kept are ~5% of a large m's). Orders with a NaN or infinite top are summed whole, as NaN
+    and inf propagate there."""
+    a = np.asarray(orders, dtype=float)[:, None]
+    with np.errstate(invalid="ignore"):
+        slope = numerator - denominator
+        if len(slope) <= _BLOCK:
+            return _log_sum_exp(a * slope + denominator)
+        buffer = np.empty((len(a), _BLOCK))
+
+        def terms_of(start: int) -> np.ndarray:  # a log q_num + (1 - a) log q_den, x in the block at ``start``
+            den = denominator[start: start + _BLOCK]
+            out = buffer[:, : len(den)]
+            np.multiply(a, slope[start: start + _BLOCK], out=out)
+            return np.add(out, den, out=out)
+
+        starts = range(0, len(slope), _BLOCK)
+        block_tops = np.stack([terms_of(start).max(axis=1) for start in starts], axis=1)  # [orders, blocks]
+        top = block_tops.max(axis=1)
+        if not np.isfinite(top).all():
+            return _log_sum_exp(a * slope + denominator)
+        needed = (block_tops >= (top + UNDERFLOW)[:, None]).any(axis=0)
+        sums = np.zeros(len(top))
+        for start in (start for start, kept in zip(starts, needed) if kept):
+            out = terms_of(start)
+            np.subtract(out, top[:, None], out=out)
+            sums += np.exp(out, out=out).sum(axis=1)
+    return top + np.log(sums)
+
+
 @functools.lru_cache(maxsize=256)
 def _one_direction(trials: int, probability: float, shift: int, reverse: bool, orders: tuple):
     """(D_a(G || Q'), tail) at ``orders``, q = Bin(m, p)'s pmf. Forward: P = Bin + k vs Q' = Bin, G the normalised
     restriction of P to [0, m], tail Pr[Bin > m - k]: terms q(x - k)^a q(x)^(1-a), x = k..m. Reverse: P = Bin vs
     Q' = Bin + k, G the restriction of P to [k, m], tail Pr[Bin < k]: terms q(x)^a q(x - k)^(1-a)."""
-    if shift > trials:
-        return np.full(len(orders), np.inf), 1.0
-    binomial = stats.binom(trials, probability)
-    logq = binomial.logpmf(np.arange(trials + 1))
-    shifted, unshifted = logq[: trials + 1 - shift], logq[shift:]
-    numerator, denominator = (unshifted, shifted) if reverse else (shifted, unshifted)
-    tail = float(binomial.cdf(shift - 1) if reverse else binomial.sf(trials - shift))
+    tail = _tail(trials, probability, shift, reverse)
     if tail >= 1:
         return np.full(len(orders), np.inf), 1.0
+    logq = _log_pmf(trials, probability)
+    shifted, unshifted = logq[: trials + 1 - shift], logq[shift:]
+    numerator, denominator = (unshifted, shifted) if reverse else (shifted, unshifted)
     a = np.asarray(orders, dtype=float)
-    with np.errstate(invalid="ignore"):
-        terms = np.outer(a, numerator - denominator) + denominator  # a log q_num + (1 - a) log q_den
-    top = terms.max(axis=1)
-    log_moment = top + np.log(np.exp(terms - top[:, None]).sum(axis=1))
-    return (log_moment - a * math.log1p(-tail)) / (a - 1), tail
+    return (_log_moments(numerator, denominator, orders) - a * math.log1p(-tail)) / (a - 1), tail
+
+
+def _directions(probability: float) -> list[tuple[float, bool]]:
+    """(p, reverse) of the one-direction comparisons whose worst is f_a(k): both signs of the shift (the reflection
+    x -> m - x turns -k into +k with p -> 1 - p) and both directions; for p = 1/2 the same reflection maps the
+    reverse direction onto the forward one, so one direction suffices."""
+    directions = (False,) if probability == 0.5 else (False, True)
+    return [(p, reverse) for p in sorted({probability, 1.0 - probability}) for reverse in directions]
 
 
 def shift_divergence(trials: int, probability: float, shift: int, orders) -> tuple[np.ndarray, float]:
@@ -113,12 +178,15 @@ def shift_divergence(trials: int, probability: float, shift: int, orders) -> tup
     orders = tuple(int(a) for a in orders)
     if shift == 0:
         return np.zeros(len(orders)), 0.0
-    # sign -k: the reflection x -> m - x turns it into +k with p -> 1 - p; for p = 1/2 the same reflection maps the
-    # reverse direction onto the forward one, so one direction suffices
-    directions = (False,) if probability == 0.5 else (False, True)
-    parts = [_one_direction(trials, p, shift, reverse, orders)
-             for p in sorted({probability, 1.0 - probability}) for reverse in directions]
+    parts = [_one_direction(trials, p, shift, reverse, orders) for p, reverse in _directions(probability)]
     return np.max([curve for curve, _ in parts], axis=0), max(tail for _, tail in parts)
+
+
+def shift_tail(trials: int, probability: float, shift: int) -> float:
+    """pi(k) of ``shift_divergence`` alone (no divergence evaluated)."""
+    if shift == 0:
+        return 0.0
+    return max(_tail(trials, p, shift, reverse) for p, reverse in _directions(probability))
 
 
 def shift_table(trials: int, probability: float, largest: int, orders) -> tuple[np.ndarray, np.ndarray]:
@@ -209,7 +277,7 @@ def binomial_sum_tail(trials: int, probability: float, dimension: int, grid: int
     """delta0 = d pi(K): the mass the good part leaves out (module docstring); pi increases with the shift."""
     check_parameters(trials, probability, dimension, grid, l2_shift)
     largest = largest_shift(grid, l2_shift)
-    return min(1.0, dimension * shift_divergence(trials, probability, largest, (2,))[1])
+    return min(1.0, dimension * shift_tail(trials, probability, largest))
 
 
 __all__ = ["MAX_ORDER", "binomial_sum_rdp", "binomial_sum_tail", "shift_divergence", "worst_allocation_rdp",

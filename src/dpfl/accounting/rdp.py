@@ -369,6 +369,43 @@ def wang_subsampled_rdp(q: float, inner: np.ndarray) -> np.ndarray:
     return log_moment / (a[:, 0] - 1)
 
 
+def _libm(function, values: np.ndarray) -> np.ndarray:
+    """``function`` (a ``math`` one: the C library's, which can differ from numpy's in the last bit) on each value."""
+    return np.array([function(v) for v in values.tolist()], dtype=float)
+
+
+def forward_differences_in_log(function, n: int) -> np.ndarray:
+    """log |Delta^i e^{f}(0)| for i = 0..n + 1 as dp_accounting's ``_get_forward_diffs(f, n)`` computes them (Wang,
+    Balle, Kasiviswanathan 2019, Thm 27: repeated differences of the values [1, e^{f(0)}, e^{f(1)}, ...] held as
+    (log |v|, sign v)), bit for bit: pass i replaces the first n + 2 - i entries v_j by v_{j+1} - v_j, every entry of
+    a pass at once where dp_accounting loops over them in Python (150 ms -> 25 ms at n = 257). Each entry takes the
+    same floating-point operations as there: numpy's exp and log1p where it calls numpy's, the C library's (``math``)
+    where it calls those (``_libm``), as the two differ in the last bit of some values and the high-order differences
+    amplify that (a test compares the two implementations for equality)."""
+    values = np.array([0.0, *(function(float(x)) for x in range(n + 2))])  # log of [1, e^{f(0)}, ..., e^{f(n+1)}]
+    signs = np.ones(n + 3, dtype=bool)
+    deltas = np.zeros(n + 2)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for i in range(n + 2):
+            count = n + 2 - i
+            later, earlier, later_sign = values[1: count + 1], values[:count], signs[1: count + 1]
+            same = later_sign == signs[:count]
+            new, new_signs = np.empty(count), later_sign.copy()
+            # same signs: log |e^later - e^earlier| (its sign flipped for negative entries)
+            above, below = same & (later > earlier), same & (later < earlier)
+            new[same] = -np.inf
+            new[above] = later[above] + _libm(math.log1p, -np.exp(earlier[above] - later[above]))
+            new[below] = earlier[below] + np.log1p(-np.exp(later[below] - earlier[below]))
+            new_signs[same] = ~below[same] == later_sign[same]
+            # different signs: log(e^earlier + e^later), the later one's sign
+            mixed = ~same
+            low, high = np.minimum(earlier[mixed], later[mixed]), np.maximum(earlier[mixed], later[mixed])
+            new[mixed] = np.where(low == -np.inf, high, _libm(lambda t: math.log1p(math.exp(t)), low - high) + high)
+            values[:count], signs[:count] = new, new_signs
+            deltas[i] = values[0]
+    return deltas
+
+
 def wang_gaussian_subsampled_rdp(q: float, sigma: float, max_order: int) -> np.ndarray:
     """Wang, Balle, Kasiviswanathan 2019, Thm 27: RDP at the integer orders 2..``max_order`` of the Gaussian mechanism
     (noise multiplier ``sigma``) run on a uniformly sampled fraction ``q`` of the data without replacement
@@ -388,7 +425,7 @@ def wang_gaussian_subsampled_rdp(q: float, sigma: float, max_order: int) -> np.n
     def cgf(x):
         return x * (x + 1.0) / sigma2
 
-    deltas, _ = rdp_privacy_accountant._get_forward_diffs(cgf, max_order)
+    deltas = forward_differences_in_log(cgf, max_order)
     j = np.arange(2, max_order + 1, dtype=float)
     eps_2 = 2.0 / sigma2
     second = min(math.log(4) + eps_2 + math.log(-math.expm1(-eps_2)), eps_2 + math.log(2))

@@ -99,11 +99,10 @@ def labelled_bits(ones: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         raise ConfigError("ones", tuple(ones.shape), f"per-sender counts in [0, slots] with one slot count per sender "
                                                     f"(slots of shape {tuple(slots.shape)})")
     block = slots.repeat_interleave(dim)  # messages of each (sender, label), sender-major
-    start = torch.cumsum(block, 0) - block
-    owner = torch.repeat_interleave(torch.arange(senders * dim, dtype=torch.int32), block)  # message -> its block
-    position = torch.arange(int(block.sum()), dtype=torch.int64) - start[owner]
-    bits = (position < ones.reshape(-1)[owner]).to(torch.int32)
-    return torch.stack([owner % dim, bits], dim=1)
+    labels = torch.arange(dim, dtype=torch.int32).repeat(senders).repeat_interleave(block)
+    runs = torch.stack([ones.reshape(-1), block - ones.reshape(-1)], dim=1).reshape(-1)  # each block: 1s, then 0s
+    bits = torch.tensor([1, 0], dtype=torch.int32).repeat(senders * dim).repeat_interleave(runs)
+    return torch.stack([labels, bits], dim=1)
 
 
 def count_labelled_bits(messages: torch.Tensor, dim: int) -> tuple[torch.Tensor, int]:
@@ -115,7 +114,7 @@ def count_labelled_bits(messages: torch.Tensor, dim: int) -> tuple[torch.Tensor,
 
 def shuffle(messages: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """The shuffler: a uniform permutation of all the round's message rows (senders are not part of a message)."""
-    return messages[torch.randperm(messages.shape[0], generator=generator)]
+    return messages.index_select(0, torch.randperm(messages.shape[0], generator=generator))
 
 
 def shuffled_sum(ones: torch.Tensor, slots: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, int]:
