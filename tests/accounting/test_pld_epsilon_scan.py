@@ -54,3 +54,12 @@ def test_a_loss_whose_exp_overflows_is_left_to_dp_accounting(monkeypatch):
     monkeypatch.setattr(type(pmf), "get_epsilon_for_delta",
                         lambda self, delta: calls.append(delta) or 1.0)
     assert pld.epsilon_for_delta(distribution, 0.999999) == 1.0 and calls == [0.999999]
+
+
+def test_a_pld_without_dp_accountings_private_layout_is_read_by_its_own_method():
+    """Another dp_accounting whose PLD keeps its PMFs elsewhere: epsilon_for_delta falls back to its own loop."""
+    from types import SimpleNamespace
+
+    from dpfl.accounting.pld import epsilon_for_delta
+
+    assert epsilon_for_delta(SimpleNamespace(get_epsilon_for_delta=lambda delta: 1.25), 1e-5) == 1.25

@@ -172,9 +172,12 @@ def epsilon_for_delta(pld: privacy_loss_distribution.PrivacyLossDistribution, de
     """``pld.get_epsilon_for_delta(delta)``, bit for bit, with each dense PMF scanned block by block in numpy
     (``_dense_epsilon_for_delta``) where dp_accounting loops over its points in Python (~0.1 s per PMF of 10^5
     points): the larger of the two directions' epsilons (the remove one alone for a symmetric PLD)."""
-    pmfs = [pld._pmf_remove] if pld._symmetric else [pld._pmf_remove, pld._pmf_add]
-    return max(_dense_epsilon_for_delta(pmf, delta) if isinstance(pmf, pld_pmf.DensePLDPmf)
-               else pmf.get_epsilon_for_delta(delta) for pmf in pmfs)
+    try:  # dp_accounting's private layout (0.6.0); any other: its own loop
+        pmfs = [pld._pmf_remove] if pld._symmetric else [pld._pmf_remove, pld._pmf_add]
+        return max(_dense_epsilon_for_delta(pmf, delta) if isinstance(pmf, pld_pmf.DensePLDPmf)
+                   else pmf.get_epsilon_for_delta(delta) for pmf in pmfs)
+    except AttributeError:
+        return pld.get_epsilon_for_delta(delta)
 
 
 def _dense_epsilon_for_delta(pmf: pld_pmf.DensePLDPmf, delta: float) -> float:
