@@ -37,10 +37,72 @@ SERVER = -1
 def stream_seed(seed: int, round_index: int, client: int, purpose: str) -> int:
     """The 63-bit seed of stream (key ``seed``, round, client, purpose): SeedSequence(seed, spawn_key=(round,
     client + 1, purpose code)) (a key of any size is SeedSequence's entropy); the server is client -1."""
+    return stream_seeds(seed, round_index, [client], purpose)[0]
+
+
+def stream_seeds(seed: int, round_index: int, clients: Sequence[int], purpose: str) -> list[int]:
+    """``stream_seed`` of each of ``clients``: numpy's SeedSequence hash (O'Neill's seed_seq: ``_seed_sequences``)
+    evaluated for all clients at once, word for word the numbers ``np.random.SeedSequence(...).generate_state``
+    gives (a test compares them); ids or rounds past 32 bits go through numpy's own SeedSequence."""
     if purpose not in PURPOSES:
         raise ValueError(f"purpose = {purpose!r} is not allowed: expected one of {sorted(PURPOSES)}")
-    sequence = np.random.SeedSequence(int(seed), spawn_key=(int(round_index), int(client) + 1, PURPOSES[purpose]))
-    return int(sequence.generate_state(1, np.uint64)[0] >> np.uint64(1))
+    ids = [int(c) + 1 for c in clients]
+    if int(seed) < 0 or not 0 <= int(round_index) <= _MASK or not all(0 <= i <= _MASK for i in ids):
+        return [int(np.random.SeedSequence(int(seed), spawn_key=(int(round_index), i, PURPOSES[purpose]))
+                    .generate_state(1, np.uint64)[0] >> np.uint64(1)) for i in ids]
+    return _seed_sequences(_words(int(seed)), [int(round_index)], np.array(ids, dtype=np.uint32),
+                           [PURPOSES[purpose]])
+
+
+# -- numpy's SeedSequence (pool size 4, one 64-bit word of state), vectorised over one varying entropy word --------
+_MASK = 0xFFFFFFFF
+_INIT_A, _MULT_A, _INIT_B, _MULT_B = 0x43B0D7E5, 0x931E8875, 0x8B51F9DD, 0x58F38DED
+_MIX_L, _MIX_R, _POOL = 0xCA01F9DD, 0x4973F715, 4
+
+
+def _words(n: int) -> list[int]:
+    """A non-negative int as SeedSequence reads it: its 32-bit words, least significant first ([0] for 0)."""
+    words = [n & _MASK]
+    while n > _MASK:
+        n >>= 32
+        words.append(n & _MASK)
+    return words
+
+
+def _seed_sequences(key: list[int], before: list[int], varying: np.ndarray, after: list[int]) -> list[int]:
+    """SeedSequence(entropy = ``key`` words, spawn_key = (*before, v, *after)).generate_state(1, uint64) >> 1 for each
+    v of ``varying``: the key padded to the pool size (the spawn key is not empty), then the spawn key's words."""
+    columns = [*key, *[0] * (_POOL - len(key)), *before]
+    entropy = [np.full(len(varying), w, dtype=np.uint32) for w in columns] + [varying.astype(np.uint32)] + \
+        [np.full(len(varying), w, dtype=np.uint32) for w in after]
+    h = _INIT_A
+
+    def hashmix(value: np.ndarray) -> np.ndarray:
+        nonlocal h
+        value = value ^ np.uint32(h)
+        h = (h * _MULT_A) & _MASK
+        value = value * np.uint32(h)
+        return value ^ (value >> np.uint32(16))
+
+    def mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        result = np.uint32(_MIX_L) * x - np.uint32(_MIX_R) * y
+        return result ^ (result >> np.uint32(16))
+
+    pool = [hashmix(entropy[i]) for i in range(_POOL)]
+    for source in range(_POOL):
+        for target in range(_POOL):
+            if source != target:
+                pool[target] = mix(pool[target], hashmix(pool[source]))
+    for source in range(_POOL, len(entropy)):
+        for target in range(_POOL):
+            pool[target] = mix(pool[target], hashmix(entropy[source]))
+    state, h = [], _INIT_B
+    for word in pool[:2]:  # two 32-bit words, the first the low half of the 64-bit state
+        value = word ^ np.uint32(h)
+        h = (h * _MULT_B) & _MASK
+        value = value * np.uint32(h)
+        state.append((value ^ (value >> np.uint32(16))).astype(np.uint64))
+    return ((state[0] | (state[1] << np.uint64(32))) >> np.uint64(1)).tolist()
 
 
 def generator(seed: int, round_index: int, client: int, purpose: str) -> torch.Generator:
@@ -48,8 +110,13 @@ def generator(seed: int, round_index: int, client: int, purpose: str) -> torch.G
     ``dpfl.engine.device.on_device``), so that the draws are made where they are used. The stream is the same for the
     same key on the same kind of device; a GPU's generator (Philox) draws other numbers than the CPU's (Mersenne
     twister) from the same seed, with the same distribution (the declared events do not change)."""
-    return torch.Generator(device=torch.get_default_device()).manual_seed(stream_seed(seed, round_index, client,
-                                                                                      purpose))
+    return generators(seed, round_index, [client], purpose)[0]
+
+
+def generators(seed: int, round_index: int, clients: Sequence[int], purpose: str) -> list[torch.Generator]:
+    """``generator`` of each of ``clients``, their seeds computed together (``stream_seeds``)."""
+    device = torch.get_default_device()
+    return [torch.Generator(device=device).manual_seed(s) for s in stream_seeds(seed, round_index, clients, purpose)]
 
 
 class ClientStreams:
@@ -59,7 +126,7 @@ class ClientStreams:
         if purpose in SERVER_PURPOSES:  # the audit's server rows are numbered like clients: never share a stream
             raise ValueError(f"purpose = {purpose!r} is the server step's stream, not a client's")
         ids = clients.tolist() if isinstance(clients, torch.Tensor) else list(clients)
-        self.generators = [generator(seed, round_index, c, purpose) for c in ids]
+        self.generators = generators(seed, round_index, ids, purpose)
 
     def __len__(self) -> int:
         return len(self.generators)
@@ -102,7 +169,7 @@ class ServerStreams:
                              f"{list(SERVER_PURPOSES)}")
         ids = [SERVER] if rows is None else rows.tolist() if isinstance(rows, torch.Tensor) else list(rows)
         self.rows = rows is not None
-        self.generators = [generator(seed, round_index, i, purpose) for i in ids]
+        self.generators = generators(seed, round_index, ids, purpose)
 
     def normal(self, shape: tuple[int, ...]) -> torch.Tensor:
         """N(0, 1) draws of ``shape`` from the server's stream, or [rows, *shape] from each row's."""
@@ -113,4 +180,5 @@ class ServerStreams:
         return torch.stack([torch.randn(tuple(shape), generator=g) for g in self.generators])
 
 
-__all__ = ["PURPOSES", "SERVER_PURPOSES", "SERVER", "stream_seed", "generator", "ClientStreams", "ServerStreams"]
+__all__ = ["PURPOSES", "SERVER_PURPOSES", "SERVER", "stream_seed", "stream_seeds", "generator", "generators",
+           "ClientStreams", "ServerStreams"]
