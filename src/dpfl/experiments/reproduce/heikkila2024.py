@@ -170,7 +170,7 @@ def _rounds(settings: dict, folder: Path) -> dict:
         ours = skellam_sigma_ldp(steps)
         rows.append(Row(f"{variant}: Table 1's sigma_LDP (eps = 5) under dpfl's Skellam accountant", f"{printed:.2f}",
                         f"{ours:.4f}", None, agrees(printed, ours, 2), SKELLAM))
-    _plot_rounds(losses, settings, folder / "figure.png")
+    plot_rounds(losses, settings, folder / "figure.png")
     return {"rows": rows, "losses": {n: {a: {v: {str(t): x for t, x in by.items()} for v, by in per.items()}
                                           for a, per in by_a.items()} for n, by_a in losses.items()}, "runs": runs}
 
@@ -192,7 +192,7 @@ def _step_rounds(by: dict, rounds: dict) -> tuple[str, float]:
 TABLE_1_SIGMA_LDP = {1: 0.69, 10: 0.90, 50: 1.18}
 
 
-def _plot_rounds(losses: dict, settings: dict, path: Path) -> None:
+def plot_rounds(losses: dict, settings: dict, path: Path) -> None:
     """The paper's Fig. 2: the model's performance against the number of FL rounds, 1 local step and 1 local epoch;
     here the final training loss, one panel per analysis, Skellam solid and Gaussian dashed."""
     import matplotlib

@@ -13,11 +13,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from dpfl.experiments.reproduce.heikkila2024 import PAPER, UNPROVEN
+from dpfl.experiments.reproduce.heikkila2024 import PAPER, ROUNDS_VARIANTS, UNPROVEN, plot_rounds
 from dpfl.experiments.reproduce.item import REPRODUCED, Item, Row
-
-#: Fig. 3's variants at q = 0.05: one local step, or one local epoch (20 steps)
-VARIANTS = ("1 local step", "1 local epoch")
 
 
 SHARES = ("Gaussian shares for the paper's Skellam: dpfl's Skellam accountant (Zhu & Wang's Thm 6, factor 3) has an "
@@ -37,52 +34,33 @@ def _compute(settings: dict, folder: Path) -> dict:
     logging.getLogger("absl").setLevel(logging.ERROR)
     runs = [run(settings["data"], v, a, s, settings["epsilon"], r, settings["lr"], settings["noise"],
                 settings["sample_rate"])
-            for a in ANALYSES for v in VARIANTS for r in settings["rounds"] for s in range(settings["seeds"])]
+            for a in ANALYSES for v in ROUNDS_VARIANTS for r in settings["rounds"]
+            for s in range(settings["seeds"])]
 
     def mean(key: str, analysis: str, variant: str, rounds: int) -> float:
         return statistics.fmean(x[key] for x in runs if (x["analysis"], x["variant"], x["rounds"]) ==
                                 (analysis, variant, rounds))
 
+    step, epoch = ROUNDS_VARIANTS
+    loss = {(a, v): [mean("train_loss", a, v, r) for r in settings["rounds"]] for a in ANALYSES
+            for v in ROUNDS_VARIANTS}
     rows = []
     for analysis in ANALYSES:
-        wins = [mean("train_loss", analysis, VARIANTS[1], r) < mean("train_loss", analysis, VARIANTS[0], r)
-                for r in settings["rounds"]]
-        cells = ", ".join(f"R = {r}: {mean('train_loss', analysis, VARIANTS[1], r):.3f} / "
-                          f"{mean('train_loss', analysis, VARIANTS[0], r):.3f}" for r in settings["rounds"])
-        rows.append(Row(f"51 heterogeneous clients, {analysis} analysis: final train loss, 1 local epoch / 1 local step",
-                        None, cells, None, None, "Fig. 3 plots curves without printing values; " + SHARES))
+        wins = [e < s for e, s in zip(loss[(analysis, epoch)], loss[(analysis, step)])]
+        cells = ", ".join(f"R = {r}: {e:.3f} / {s:.3f}"
+                          for r, e, s in zip(settings["rounds"], loss[(analysis, epoch)], loss[(analysis, step)]))
+        rows.append(Row(f"51 heterogeneous clients, {analysis} analysis: final train loss, 1 local epoch / 1 local "
+                        "step", None, cells, None, None, "Fig. 3 plots curves without printing values; " + SHARES))
         rows.append(Row(f"1 local epoch beats 1 local step at every R ({analysis} analysis's noise)", "holds",
                         f"{sum(wins)} of {len(wins)} R", None, all(wins),
                         UNPROVEN if analysis == "sound" else "the paper's analysis (its noise credit)"))
     accuracy = {(a, v): [mean("test_accuracy", a, v, r) for r in settings["rounds"]] for a in ANALYSES
-                for v in VARIANTS}
-    _plot(settings, {k: [mean("train_loss", *k, r) for r in settings["rounds"]] for k in accuracy},
-          folder / "figure.png")
+                for v in ROUNDS_VARIANTS}
+    plot_rounds({settings["noise"]: {a: {v: dict(zip(settings["rounds"], loss[(a, v)])) for v in ROUNDS_VARIANTS}
+                                     for a in ANALYSES}},
+                {"noises": [settings["noise"]], "data": "51 heterogeneous clients", "epsilon": settings["epsilon"]},
+                folder / "figure.png")
     return {"rows": rows, "runs": runs, "accuracy": {f"{a}, {v}": x for (a, v), x in accuracy.items()}}
-
-
-def _plot(settings: dict, losses: dict, path: Path) -> None:
-    """Fig. 3's axes: loss against FL rounds, 1 local step and 1 local epoch; one panel per analysis."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from dpfl.experiments.papers.heikkila2024 import ANALYSES
-
-    fig, axes = plt.subplots(1, len(ANALYSES), figsize=(9, 3.6), squeeze=False, sharey=True)
-    for ax, analysis in zip(axes[0], ANALYSES):
-        for k, variant in enumerate(VARIANTS):
-            ax.plot(settings["rounds"], losses[(analysis, variant)], color=f"C{k}", marker="o", ms=3, label=variant)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("FL rounds")
-        ax.set_title(f"51 heterogeneous clients, {settings['noise']}, eps = {settings['epsilon']:g}, {analysis} "
-                     "analysis", fontsize=8)
-        ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("final training loss")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
 
 
 ITEMS = [
