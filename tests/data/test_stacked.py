@@ -69,13 +69,17 @@ def test_the_records_are_mapped_not_read_until_touched(tmp_path):
     assert loaded_growth < 16 * 2**20 < 48 * 2**20 < touched_growth
 
 
-def test_flat_chunks_are_flat_in_pieces(folder):
+@pytest.mark.parametrize("ragged", [True, False])
+def test_flat_chunks_are_flat_in_pieces(folder, ragged):
+    """Gathered pieces of padded clients; views (no copy) where no client is padded."""
     train = stacked.load(folder).train
-    train = type(train)(train.x, train.y, train.counts - torch.arange(30) % 3)  # ragged clients
+    if ragged:
+        train = type(train)(train.x, train.y, train.counts - torch.arange(30) % 3)
     x, y = train.flat()
     pieces = list(train.flat_chunks(chunk=7))
     assert [len(p[1]) for p in pieces[:-1]] == [7] * (len(pieces) - 1)
     assert torch.equal(torch.cat([p[0] for p in pieces]), x) and torch.equal(torch.cat([p[1] for p in pieces]), y)
+    assert (pieces[0][0].data_ptr() == train.x.data_ptr()) == (not ragged)
 
 
 def test_the_memory_estimate_counts_what_is_read_not_the_mapped_records(folder):

@@ -95,8 +95,12 @@ class ClientArrays:
     def flat_chunks(self, chunk: int = 65536) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """``flat()`` in consecutive pieces of ``chunk`` records (the last shorter), each gathered when it is reached:
         a pass over memory-mapped records holds one piece, not a copy of them all."""
-        rows = self.mask.reshape(-1).nonzero().squeeze(1)  # the real rows of the flattened [M * max_records]
         x, y = self.x.reshape(-1, *self.feature_shape), self.y.reshape(-1)
+        if bool((self.counts == self.y.shape[1]).all()):  # no padding: the pieces are views, nothing is gathered
+            for start in range(0, y.numel(), chunk):
+                yield x[start : start + chunk], y[start : start + chunk]
+            return
+        rows = self.mask.reshape(-1).nonzero().squeeze(1)  # the real rows of the flattened [M * max_records]
         for start in range(0, rows.numel(), chunk):
             piece = rows[start : start + chunk]
             yield x[piece], y[piece]
