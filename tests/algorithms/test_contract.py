@@ -37,14 +37,6 @@ from states import states_equal
 
 NAMES = registry.names()
 PRIVATE = [n for n in NAMES if registry.spec_of(n).private(n)]
-#: Names whose run in the heaviest contracts takes 20-55 s (SPIDER's two shuffled streams, their bits calibrated per
-#: run): those contracts run them under -m slow (tests/algorithms/test_sdp.py covers them in the default run).
-SLOW = ("sdp-spider",)
-
-
-def _marked(name, *rest):
-    """A parameter, marked slow for a name in SLOW."""
-    return pytest.param(name, *rest, marks=pytest.mark.slow) if name in SLOW else (name, *rest) if rest else name
 NON_PRIVATE = [n for n in NAMES if not registry.spec_of(n).private(n)]
 ENGINE = Path(__file__).resolve().parents[2] / "src" / "dpfl" / "engine"
 SRC = ENGINE.parent.parent
@@ -149,7 +141,7 @@ def test_every_registered_name_builds_an_algorithm_of_the_protocol():
         assert isinstance(simulation(name).algorithm, Algorithm), name
 
 
-@pytest.mark.parametrize("name", [_marked(n) for n in NAMES])
+@pytest.mark.parametrize("name", NAMES)
 def test_the_noise_drawn_is_the_noise_declared(name):
     sim = simulation(name)
     drawn, declared = [], []
@@ -195,8 +187,7 @@ TAMPERS = {
 }
 
 
-@pytest.mark.parametrize("name, tamper", [_marked(name, tamper) if tamper == "one draw fewer" else (name, tamper)
-                                          for name in PRIVATE for tamper in TAMPERS])  # sdp-spider's: 27 s
+@pytest.mark.parametrize("name, tamper", [(name, tamper) for name in PRIVATE for tamper in TAMPERS])
 def test_noise_drawn_other_than_declared_stops_the_round(name, tamper):
     """The draws the privacy comes from tampered: the clients', or the server's (central DP)."""
     sim = simulation(name)
@@ -257,7 +248,7 @@ def test_epsilon_is_infinite_for_non_private_names_and_finite_for_private_ones(n
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no GPU (CUDA) on this machine")
-@pytest.mark.parametrize("name", [_marked(n) for n in NAMES])
+@pytest.mark.parametrize("name", NAMES)
 def test_every_family_runs_on_the_gpu_with_the_cpus_ledger(name):
     """run.device = 'cuda': the state stays on the GPU, the noise drawn is the noise declared (the engine checks it
     every round), and the ledger is the CPU run's (the same events; the noise itself differs: another generator)."""
@@ -512,7 +503,7 @@ def threads(request):
 #: client's row differently when the batch holds one client than when it holds several: chunking then changes the
 #: models in the last bits (float rounding; the random draws are the same). With one thread chunking is exact. That
 #: is why run.memory_mb and run.threads are part of a run's release config (a resume must keep them).
-@pytest.mark.parametrize("name, threads", [*(_marked(name, 1) for name in PRIVATE), (PRIVATE[0], 2)],
+@pytest.mark.parametrize("name, threads", [*((name, 1) for name in PRIVATE), (PRIVATE[0], 2)],
                          indirect=["threads"])
 def test_results_do_not_depend_on_the_memory_chunking(name, threads):
     runs, key = {}, 2**255 + 7  # one noise key for both runs
@@ -577,9 +568,7 @@ def test_poisson_record_sampling_runs_and_is_accounted_add_remove_with_pld(name)
 
 
 # -- i. the memory guard counts the state each family builds ------------------------------------------------------
-@pytest.mark.parametrize("name, model", [
-    pytest.param(n, m, marks=pytest.mark.slow) if (n, m) == ("sdp-spider", "mlp") else (n, m)  # 30 s: P_vec's bits
-    for m in ("logreg", "mlp") for n in NAMES])                                              # calibrated at a new d
+@pytest.mark.parametrize("name, model", [(n, m) for m in ("logreg", "mlp") for n in NAMES])
 def test_the_memory_estimate_has_the_shapes_of_the_state_built(name, model):
     """``memory.initial_state_shapes`` reads a family's state from ``init_state`` at one and two parameters: the
     shapes it gives for the run's d and M are the state the run builds, tensor for tensor, and one client's work
