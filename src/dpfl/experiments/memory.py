@@ -82,8 +82,10 @@ def initial_state_shapes(algorithm, d: int, num_clients: int) -> State:
     torch's meta kernels of zeros_like and norm import sympy first: 1 to 4 s.)"""
     one, two = algorithm.init_state(torch.zeros(1), 1), algorithm.init_state(torch.zeros(2), 1)
 
-    def meta(a: torch.Tensor, b: torch.Tensor, clients: bool) -> torch.Tensor:
+    def meta(a: torch.Tensor | ClientTable, b: torch.Tensor | ClientTable, clients: bool):
         shape = [x + (y - x) * (d - 1) for x, y in zip(a.shape, b.shape)]
+        if isinstance(a, ClientTable):  # kept a table: its rows are those of the clients that write one
+            return ClientTable(num_clients, torch.empty(shape[1:], dtype=a.dtype, device="meta"))
         return torch.empty([num_clients, *shape[1:]] if clients else shape, dtype=a.dtype, device="meta")
 
     return State({k: meta(v, two.server[k], False) for k, v in one.server.items()},
@@ -99,13 +101,13 @@ def run_footprint(algorithm, model: torch.nn.Module, train, cohort: int, memory_
     d = grads.num_params
     state = initial_state_shapes(algorithm, d, train.num_clients)
     server = sum(t.numel() * t.element_size() for t in state.server.values())
-    row = sum(t[0].numel() * t.element_size() for t in state.clients.values() if t.shape[0])
+    row = sum(math.prod(t.shape[1:]) * t.dtype.itemsize for t in state.clients.values() if t.shape[0])
     one_client = client_work_bytes(algorithm, grads, train, state)
     chunk = min(max(cohort, 1), max(1, memory_budget_bytes // max(one_client, 1))) * one_client  # at least one client
-    sparse = all(isinstance(v, ClientTable) for v in algorithm.init_state(torch.zeros(1), 1).clients.values())
+    sparse = all(isinstance(t, ClientTable) for t in state.clients.values())
     holders = min(train.num_clients, max(cohort, 1) * rounds) if sparse else train.num_clients
-    return RunFootprint(d, train.num_clients, holders, cohort, algorithm.examples_per_client(train.counts), 2 * 4 * d, server,
-                        row, 2 * cohort * (4 * d + row), one_client, chunk)
+    return RunFootprint(d, train.num_clients, holders, cohort, algorithm.examples_per_client(train.counts), 2 * 4 * d,
+                        server, row, 2 * cohort * (4 * d + row), one_client, chunk)
 
 
 def check_run_memory(config: dict, estimate: RunFootprint, available: int | None = None) -> RunFootprint:

@@ -27,10 +27,10 @@ DATA = {"digits": ["data.name='digits'", "data.num_clients=10"],
         # Fig. 3's stand-in for ACS Income's 51 states: 51 heterogeneous clients (inputs and models differ)
         "synthetic-51": ["data.name='synthetic'", "data.num_clients=51", "data.samples_per_client=400",
                          "data.alpha=1.0", "data.beta=1.0"]}
-#: variant -> its [algorithm] / [privacy] keys
-VARIANTS = {"1 local epoch": ["algorithm.local_steps=10"],
+#: variant -> its [algorithm] / [privacy] keys (an epoch's local steps follow the record sampling rate: ``run``)
+VARIANTS = {"1 local epoch": [],
             "1 local step": ["algorithm.local_steps=1"],
-            "local DP, 1 epoch": ["algorithm.local_steps=10", "algorithm.trust='local'", "privacy.boundary='plain'"]}
+            "local DP, 1 epoch": ["algorithm.trust='local'", "privacy.boundary='plain'"]}
 ANALYSES = ("paper", "sound")
 
 
