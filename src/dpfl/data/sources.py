@@ -135,7 +135,8 @@ def _stored(path, num_clients, samples_per_client, test_fraction, standardize, s
     for field, (value, default) in fixed.items():
         if value != default:
             raise ConfigError(field, value, f"{default!r} for data.name = 'clients' (the folder fixes the clients, "
-                                            "their records, split and preprocessing: write another folder to change it)")
+                                            "their records, split and preprocessing: write another folder to change "
+                                            "it)")
     dataset = load_stacked(path)
     if num_clients is not None and num_clients != dataset.num_clients:
         raise ConfigError("data.num_clients", num_clients, f"unset or {dataset.num_clients}, the clients of the folder "

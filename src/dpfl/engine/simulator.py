@@ -171,7 +171,7 @@ class Simulation:
         cohort = self.clients.sample(t, self.seed)
         release, views = declare_round(self.algorithm, self.boundary, self.clients, self.ledger.analysis, t,
                                        self.state, self.train.counts)
-        self.ledger.record(t + 1, views, self._fingerprint(t, cohort))  # the journal numbers rounds from 1, as users read them
+        self.ledger.record(t + 1, views, self._fingerprint(t, cohort))  # the journal numbers rounds from 1
         if self.checkpoint_dir is not None:  # spent before any noise is drawn: persist it first
             Path(self.checkpoint_dir).mkdir(parents=True, exist_ok=True)
             if self.secret and not self._key_saved:  # the key the recorded rounds' noise is drawn from

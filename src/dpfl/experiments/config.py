@@ -296,9 +296,9 @@ def _one_pass_rounds(config: dict) -> None:
 def _resolve_data(data: dict, given: dict) -> None:
     """Checks that every given [data] key applies to data.name (``DATA_KEYS``) and that a file source has its
     path; fills ``num_clients`` (NUM_CLIENTS) and ``test_fraction`` (TEST_FRACTION) unless the data may bring its own
-    clients or split: an npz file's 'client' and 'split' arrays, which only the file tells, a stacked clients folder, a csv's
-    data.client_column and data.split_column (a split column decides every client's test records and leaves no room
-    for a test_fraction), a public data set's test files (kept unless data.test_fraction is set) and the writers of
+    clients or split: an npz file's 'client' and 'split' arrays, which only the file tells, a stacked clients
+    folder, a csv's data.client_column and data.split_column (a split column decides every client's test records
+    and leaves no room for a test_fraction), a public data set's test files (kept unless data.test_fraction is set) and the writers of
     those that have them (unless data.partition names a scheme)."""
     source = data["name"]
     for key, sources in DATA_KEYS.items():
@@ -309,11 +309,13 @@ def _resolve_data(data: dict, given: dict) -> None:
         raise ConfigError("data.path", data["path"], f"the path of the {source} file (data.name = {source!r})")
     if source == "clients" and not data["path"]:
         raise ConfigError("data.path", data["path"], "the folder of stacked client arrays (data.name = 'clients')")
-    own_clients = source in ("npz", "arrays", "clients") or (source == "csv" and data["client_column"] is not None) or \
+    own_clients = source in ("npz", "arrays", "clients") or \
+        (source == "csv" and data["client_column"] is not None) or \
         (source in NATURAL and data["partition"] in (None, "natural"))
     if data["num_clients"] is None and not own_clients:
         data["num_clients"] = NUM_CLIENTS
-    own_split = source in ("npz", "arrays", "clients", *PUBLIC) or (source == "csv" and data["split_column"] is not None)
+    own_split = source in ("npz", "arrays", "clients", *PUBLIC) or \
+        (source == "csv" and data["split_column"] is not None)
     if source == "csv" and own_split and data["test_fraction"] is not None:
         raise ConfigError("data.test_fraction", data["test_fraction"],
                           f"no value: data.split_column = {data['split_column']!r} marks each record train or test, "
