@@ -48,9 +48,9 @@ import math
 import statistics
 import sys
 import time
-from types import SimpleNamespace
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -204,8 +204,8 @@ def run_one(setup: Setup, delta: float, name: str, epsilon: float | None, lr: fl
     if whole:
         row.update(stream_budget=stream_budget, epsilon_calibrated=epsilon)
     if every_round:
-        best = min(history or [SimpleNamespace(round=0, **vars(final))],
-                   key=lambda m: m.train_loss if math.isfinite(m.train_loss) else math.inf)
+        best = (min(history, key=lambda m: m.train_loss if math.isfinite(m.train_loss) else math.inf) if history
+                else SimpleNamespace(round=0, **vars(final)))
         row.update(least_train_loss_round=best.round, test_error_at_least_train_loss=1.0 - best.test_accuracy)
     return row
 
