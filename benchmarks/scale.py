@@ -99,12 +99,13 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(args.folder or scratch)
         rows = []
+        path = os.environ.get("PYTHONPATH")  # kept after this checkout's src: packages installed beside it
         for clients, cohort, model in cases(args.quick):
             folder = write_population(root / f"clients-{clients}", clients)
             out = subprocess.run([sys.executable, __file__, "--case", str(clients), str(cohort), model, "--folder",
                                   str(folder), "--rounds", str(args.rounds), "--device", args.device, "--threads",
                                   str(args.threads)], capture_output=True, text=True,
-                                 env={**os.environ, "PYTHONPATH": SRC})
+                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [SRC, path]))})
             if out.returncode:
                 sys.exit(f"case {clients} / {cohort} / {model} failed:\n{out.stderr[-3000:]}")
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))

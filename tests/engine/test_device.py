@@ -207,3 +207,23 @@ def test_a_run_on_the_gpu_keeps_its_tensors_there_and_its_checkpoint_resumes_on_
 def test_the_gpus_chunk_budget_is_read_from_its_free_memory():
     free, _total = torch.cuda.mem_get_info()
     assert 0 < chunk_budget_bytes(torch.device("cuda"), 1) <= free
+
+
+@needs_cuda
+@pytest.mark.parametrize("model", ["model.name='logreg'", "model.name='mlp'"])
+def test_a_gpu_run_chunked_one_client_a_call_is_the_one_call_run(model, monkeypatch):
+    """The cohort in one call (the GPU's free memory) and one client a call (a 1-byte chunk budget): the same model and
+    metrics to float tolerance, and the same ledger (the noise streams are per client, not per chunk)."""
+    runs = []
+    for budget in (None, 1):
+        if budget is not None:
+            monkeypatch.setattr("dpfl.experiments.assembly.chunk_budget_bytes", lambda device, configured: budget)
+        sim = build_simulation(load_config(None, [*SMALL, model, "run.device='cuda'"]))
+        sim.run(3)
+        runs.append(sim)
+    whole, chunked = runs
+    assert whole.chunk_size(6) > 1 and chunked.chunk_size(6) == 1
+    assert torch.allclose(whole.model, chunked.model, rtol=1e-4, atol=1e-6)
+    assert whole.ledger.epsilon() == chunked.ledger.epsilon()
+    for a, b in zip(whole.history, chunked.history):
+        assert a.test_accuracy == pytest.approx(b.test_accuracy, abs=0.05)

@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from dpfl.engine.device import full_float32_matmuls
 from dpfl.engine.grads import CohortGradients, memory_per_example
 from dpfl.errors import ConfigError
 from dpfl.models import build_model
@@ -381,3 +382,40 @@ def test_on_the_cpu_chunks_are_sized_to_chunk_bytes_and_elsewhere_the_cohort_is_
     assert sized.clients_per_call(theta, x) == 3
     assert CohortGradients(grads.model, chunk_bytes=1).clients_per_call(theta, x) == 1  # at least one client
     assert sized.clients_per_call(theta.to("meta"), x.to("meta")) == 8  # not the CPU (a GPU): the whole cohort
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no GPU (CUDA) on this machine")
+def test_the_vmap_strategy_on_a_gpu_is_the_cpus():
+    """femnist-cnn's clipped sums, clipped examples and norms computed on a GPU (the whole cohort in one call) are
+    the CPU's (in chunks) to float tolerance, with TF32 off (its 2^-11 rounding is the
+    only difference torch's default CUDA settings would add: clipping acts on the gradients computed, so TF32 changes
+    the gradient, not the sensitivity)."""
+    model, grads, theta, x, y, mask = conv_cohort()
+    on_gpu = CohortGradients(build_model("femnist-cnn", (12, 12), 5).to("cuda"))
+    on_gpu.model.load_state_dict(model.state_dict())
+    gpu = [t.to("cuda") for t in (theta, x, y, mask)]
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False), full_float32_matmuls():
+        for name, args in (("clipped_sum", (0.3,)), ("clipped_examples", (0.3,)), ("example_norms", ())):
+            got, want = getattr(on_gpu, name)(*gpu, *args).cpu(), getattr(grads, name)(theta, x, y, mask, *args)
+            assert got.shape == want.shape and torch.allclose(got, want, rtol=1e-4, atol=1e-6), name
+
+
+@pytest.mark.parametrize("precision", ["high", "medium"])
+def test_the_ghost_sum_and_norms_are_full_float32_products_whatever_the_users_setting(precision, monkeypatch):
+    """Under a user's TF32 / bfloat16 matmul setting the ghost strategy's norms and sum still run at "highest" (its
+    sensitivity holds to float32 rounding: ``dpfl.engine.device.full_float32_matmuls``), and the setting is restored."""
+    grads = CohortGradients(make_model("mlp"), "ghost")
+    theta, x, y, mask = cohort(num_params=grads.num_params)
+    expected = grads.clipped_sum(theta, x, y, mask, 0.5)
+    seen = []
+    inner = grads._ghost_weighted_sum
+    monkeypatch.setattr(grads, "_ghost_weighted_sum",
+                        lambda *args: seen.append(torch.get_float32_matmul_precision()) or inner(*args))
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        got = grads.clipped_sum(theta, x, y, mask, 0.5)
+        assert torch.get_float32_matmul_precision() == precision
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert seen == ["highest"] and torch.equal(got, expected)

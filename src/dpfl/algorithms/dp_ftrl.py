@@ -150,7 +150,7 @@ class DpFtrl(Algorithm):
         axis (one server state per row: ``dpfl.engine.protocol``)."""
         x = server["x"]
         n, P = data.counts.shape[0], x.shape[-1]
-        keys = ctx.streams("records").uniform([(self.local_steps, int(c)) for c in data.counts])
+        keys = ctx.streams("records").uniform([(self.local_steps, int(c)) for c in data.counts.tolist()])
         divisor = self.sampler.divisor(data.counts).to(x.dtype).unsqueeze(1)
         start = x.expand(n, P)
         y = start.clone()

@@ -209,14 +209,14 @@ class FedSGDDPC(Algorithm):
         may carry a leading row axis (one server state per row: ``dpfl.engine.protocol``)."""
         x = server["x"]
         n, P = data.counts.shape[0], x.shape[-1]
-        keys = ctx.streams("records").uniform([(int(c),) for c in data.counts])
+        keys = ctx.streams("records").uniform([(int(c),) for c in data.counts.tolist()])
         indices, mask = self.sampler.sample(data.counts, keys)
         xb, yb = data.batch(indices)
         point = x.expand(n, P)
         mean = ctx.grads.clipped_sum(point, xb, yb, mask, self.clip, norm=self.norm) / \
             self.sampler.divisor(data.counts).to(x.dtype).unsqueeze(1)
         # client i's scale is (its own noise / the least) x its sensitivity, at the declared (least) event
-        scale = self.sensitivity(data.counts) * (self.noise[ctx.ids] / self.least_noise)
+        scale = self.sensitivity(data.counts) * (self.noise.to(ctx.ids.device)[ctx.ids] / self.least_noise)
         if self.mechanism == "laplace":
             draws = ctx.streams("noise").exponential((2, P))  # [n, 2, P]: Lap(0, 1) = E1 - E2
         else:

@@ -147,7 +147,7 @@ class ProxSGD(ServerProx):
         """The silo's message on round r's block of its permutation (drawn from the records stream of round 0, so the
         same permutation in every round), estimating -eta times its mean clipped gradient."""
         permutation = dataclasses.replace(ctx, round=0).streams("records").uniform(
-            [(int(c),) for c in data.counts])
+            [(int(c),) for c in data.counts.tolist()])
         keys = disjoint_keys(permutation, data.counts, round_index, self.sampler.batch_sizes(data.counts))
         vectors = silo_vectors(ctx, self.sampler, keys, data, server["x"], None, self.clip, self.clip)
         messages, event = self.aggregator.send(self.noise, vectors, ctx, scale=-self.lr)

@@ -156,7 +156,7 @@ class ISRLSpider(ServerProx):
     def client_round(self, round_index: int, server: dict, clients: dict, data: ClientData,
                      ctx: ClientContext) -> ClientOutput:
         """Messages {h}: the silo's noisy checkpoint gradient or noisy gradient difference."""
-        keys = ctx.streams("records").uniform([(int(c),) for c in data.counts])
+        keys = ctx.streams("records").uniform([(int(c),) for c in data.counts.tolist()])
         reference = None if self.is_checkpoint(round_index) else self.reference(server)
         vectors = silo_vectors(ctx, self.records(round_index), keys, data, server["x"], reference, self.clip,
                                self.bound(round_index, server), self.feature_clip)

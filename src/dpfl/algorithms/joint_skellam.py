@@ -145,7 +145,7 @@ class JointSkellam(JointNoise):
             raise ValueError(f"a model of {P} parameters; the Skellam events were declared for "
                              f"{self.rounding.dimension}")
         event = self.step_noise_event
-        keys = ctx.streams("records").uniform([(S, int(c)) for c in data.counts])  # [n, S, max count]
+        keys = ctx.streams("records").uniform([(S, int(c)) for c in data.counts.tolist()])  # [n, S, max count]
         # each client's rounding uniforms and shares come step after step from its own two streams (memory O(n P))
         rounding, noise = ctx.streams("rounding").generators, ctx.streams("noise").generators
         ratios = (self.sampler.mean_sensitivity(self.clip, data.counts) / self.rounding.unit).tolist()

@@ -134,7 +134,7 @@ class LocalSGD(Algorithm):
         state may carry a leading row axis (one server state per row: ``dpfl.engine.protocol``)."""
         x = server["x"]
         n, P, K = data.counts.shape[0], x.shape[-1], self.local_steps
-        keys = ctx.streams("records").uniform([(K, int(c)) for c in data.counts])  # [n, K, max count]
+        keys = ctx.streams("records").uniform([(K, int(c)) for c in data.counts.tolist()])  # [n, K, max count]
         noise = ctx.streams("noise").normal((K, P)) if self.mechanism.is_private else None  # [n, K, P]
         start = x.expand(n, P)
         y = start.clone()

@@ -70,7 +70,7 @@ class ClientArrays:
     @property
     def mask(self) -> torch.Tensor:
         """[num_clients, max_records] bool, True on real records."""
-        return torch.arange(self.y.shape[1]) < self.counts[:, None]
+        return torch.arange(self.y.shape[1], device=self.counts.device) < self.counts[:, None]
 
     @property
     def num_clients(self) -> int:

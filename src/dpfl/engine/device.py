@@ -71,6 +71,23 @@ def stream_identity(device: torch.device) -> str:
     return f"{device.type} {name}".strip()
 
 
+@contextlib.contextmanager
+def full_float32_matmuls():
+    """float32 matrix products at full float32 precision inside (torch's "highest"; the user's setting is restored
+    after). A mechanism whose clipped sum is computed apart from its norms (the ghost strategy: norms from activation
+    and output-gradient norms, the sum from a product of them) holds its sensitivity C only to the products' rounding:
+    float32's 2^-24, not the 2^-11 of TF32 (CUDA's "high") or bfloat16 (a CPU's "medium")."""
+    precision = torch.get_float32_matmul_precision()
+    if precision == "highest":
+        yield
+        return
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(precision)
+
+
 def on_device(device: torch.device):
     """A context in which tensors are created on ``device`` by default (the algorithms' own ``torch.zeros``, the
     random streams' generators: ``dpfl.engine.randomness``); on the CPU no context at all, so that the CPU path pays
@@ -78,4 +95,5 @@ def on_device(device: torch.device):
     return contextlib.nullcontext() if device.type == "cpu" else torch.device(device)
 
 
-__all__ = ["DEVICES", "GPU_MEMORY_SHARE", "resolve_device", "chunk_budget_bytes", "stream_identity", "on_device"]
+__all__ = ["DEVICES", "GPU_MEMORY_SHARE", "resolve_device", "chunk_budget_bytes", "stream_identity", "full_float32_matmuls",
+           "on_device"]

@@ -35,6 +35,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
+from dpfl.engine.device import full_float32_matmuls
 from dpfl.errors import ConfigError
 
 ELEMENTWISE = (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.ELU, nn.Identity, nn.LeakyReLU, nn.GELU)
@@ -118,9 +119,11 @@ class CohortGradients:
         """
         _check_norm(norm)
         if self.strategy == "ghost" and norm == "l2":
-            inputs, deltas = self._ghost_backward(theta, x, y, mask)
-            weights = mask if clip is None else mask * _clip_factor(clip, self._ghost_sq_norms(inputs, deltas).sqrt())
-            return self._ghost_weighted_sum(inputs, deltas, weights)
+            with full_float32_matmuls():  # the sum and the norms are separate products: both in full float32
+                inputs, deltas = self._ghost_backward(theta, x, y, mask)
+                weights = mask if clip is None else mask * _clip_factor(clip,
+                                                                        self._ghost_sq_norms(inputs, deltas).sqrt())
+                return self._ghost_weighted_sum(inputs, deltas, weights)
         def clipped(theta, x, y, mask, clip):
             g = self._per_example_grads(theta, x, y)  # [clients, batch, P]
             weights = mask if clip is None else mask * _clip_factor(clip, _norms(g, norm))

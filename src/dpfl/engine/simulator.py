@@ -167,6 +167,11 @@ class Simulation:
         return max(1, min(cohort_size, self.memory_budget_bytes // max(self.client_bytes(), 1)))
 
     def step(self) -> None:
+        """One round, on the run's device (also when called outside ``run``)."""
+        with on_device(self.device):
+            self._step()
+
+    def _step(self) -> None:
         t = self.next_round
         cohort = self.clients.sample(t, self.seed)
         release, views = declare_round(self.algorithm, self.boundary, self.clients, self.ledger.analysis, t,
