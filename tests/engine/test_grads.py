@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from dpfl.engine import ghost
 from dpfl.engine.device import full_float32_matmuls
 from dpfl.engine.grads import CohortGradients, memory_per_example
 from dpfl.errors import ConfigError
@@ -302,8 +303,8 @@ def test_initial_params_and_unflatten_round_trip():
 def test_memory_per_example_positive_and_ghost_smaller():
     model = build_model("mlp", 100, 10, hidden=(200,))
     ghost, vm = CohortGradients(model, "ghost"), CohortGradients(model, "vmap")
-    assert 0 < memory_per_example(ghost, 100) < memory_per_example(vm, 100)
-    assert memory_per_example(vm, 100) == 4 * (100 + 2 * vm.num_params)
+    assert 0 < memory_per_example(ghost, (100,)) < memory_per_example(vm, (100,))
+    assert memory_per_example(vm, (100,)) == 4 * (100 + 2 * vm.num_params)
 
 
 def smoothed(outputs, labels):
@@ -347,7 +348,7 @@ def conv_cohort(clients: int = 4, batch: int = 6):
     """femnist-cnn on 12 x 12 one-channel images of 5 classes (4,385 parameters): per-client perturbed parameters."""
     torch.manual_seed(0)
     model = build_model("femnist-cnn", (12, 12), 5)
-    grads = CohortGradients(model, chunk_bytes=None)
+    grads = CohortGradients(model, "vmap", chunk_bytes=None)
     g = torch.Generator().manual_seed(3)
     theta = grads.initial_params() + 0.05 * torch.randn(clients, grads.num_params, generator=g)
     x = torch.randn(clients, batch, 12, 12, generator=g)
@@ -362,7 +363,7 @@ def test_a_chunked_cohort_of_a_conv_model_agrees_with_the_unchunked_one(per_call
     """Chunks of 1 and 3 of 4 clients (the last chunk shorter): the same clipped sums, clipped examples and norms to
     float tolerance, with a per-client clip split along with its clients; and the unchunked call is the hand loop."""
     model, whole, theta, x, y, mask = conv_cohort()
-    chunked = CohortGradients(model, chunk_bytes=per_call * 4 * x.shape[1] * whole.num_params)
+    chunked = CohortGradients(model, "vmap", chunk_bytes=per_call * 4 * x.shape[1] * whole.num_params)
     assert whole.strategy == chunked.strategy == "vmap"
     assert chunked.clients_per_call(theta, x) == per_call and whole.clients_per_call(theta, x) == 4
     clip = torch.tensor([0.05, 1.0, 0.2, 5.0])
@@ -378,9 +379,9 @@ def test_a_chunked_cohort_of_a_conv_model_agrees_with_the_unchunked_one(per_call
 def test_on_the_cpu_chunks_are_sized_to_chunk_bytes_and_elsewhere_the_cohort_is_one_call():
     _, grads, theta, x, _, _ = conv_cohort(clients=8, batch=10)
     per_client = 4 * 10 * grads.num_params
-    sized = CohortGradients(grads.model, chunk_bytes=3 * per_client + 7)
+    sized = CohortGradients(grads.model, "vmap", chunk_bytes=3 * per_client + 7)
     assert sized.clients_per_call(theta, x) == 3
-    assert CohortGradients(grads.model, chunk_bytes=1).clients_per_call(theta, x) == 1  # at least one client
+    assert CohortGradients(grads.model, "vmap", chunk_bytes=1).clients_per_call(theta, x) == 1  # at least one client
     assert sized.clients_per_call(theta.to("meta"), x.to("meta")) == 8  # not the CPU (a GPU): the whole cohort
 
 
@@ -391,7 +392,7 @@ def test_the_vmap_strategy_on_a_gpu_is_the_cpus():
     only difference torch's default CUDA settings would add: clipping acts on the gradients computed, so TF32 changes
     the gradient, not the sensitivity)."""
     model, grads, theta, x, y, mask = conv_cohort()
-    on_gpu = CohortGradients(build_model("femnist-cnn", (12, 12), 5).to("cuda"))
+    on_gpu = CohortGradients(build_model("femnist-cnn", (12, 12), 5).to("cuda"), "vmap")
     on_gpu.model.load_state_dict(model.state_dict())
     gpu = [t.to("cuda") for t in (theta, x, y, mask)]
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False), full_float32_matmuls():
@@ -408,8 +409,8 @@ def test_the_ghost_sum_and_norms_are_full_float32_products_whatever_the_users_se
     theta, x, y, mask = cohort(num_params=grads.num_params)
     expected = grads.clipped_sum(theta, x, y, mask, 0.5)
     seen = []
-    inner = grads._ghost_weighted_sum
-    monkeypatch.setattr(grads, "_ghost_weighted_sum",
+    inner = ghost.weighted_sum
+    monkeypatch.setattr(ghost, "weighted_sum",
                         lambda *args: seen.append(torch.get_float32_matmul_precision()) or inner(*args))
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision(precision)

@@ -208,6 +208,21 @@ def test_fixed_sample_from_keys_is_the_smallest_keys():
     assert torch.equal(by_generator[0], indices) and torch.equal(by_generator[1], mask)
 
 
+def test_the_batch_shape_read_once_a_round_follows_the_rate_and_the_counts():
+    """The fixed scheme reads its batch width from the device once for a counts tensor (a round's K steps), yet two
+    samplers of other rates on the same counts, other counts, and counts changed in place each get their own."""
+    counts = torch.tensor([10, 7, 4])
+    keys = uniform_keys(counts, gen(5))
+    half, most = RecordSampler(0.5), RecordSampler(0.9)
+    for _ in range(2):
+        assert half.sample(counts, keys)[1].sum(1).tolist() == [5, 3, 2]
+        assert most.sample(counts, keys)[1].sum(1).tolist() == [9, 6, 3]
+    assert half.sample(torch.tensor([10, 7, 4]), keys)[1].sum(1).tolist() == [5, 3, 2]
+    counts[0] = 4  # in place: the cached shape is stale
+    indices, mask = half.sample(counts, keys)
+    assert mask.shape == (3, 3) and mask.sum(1).tolist() == [2, 3, 2]
+
+
 def test_poisson_sample_from_keys_is_the_keys_below_q():
     counts = torch.tensor([30, 12, 25])
     keys = uniform_keys(counts, gen(4))

@@ -22,6 +22,7 @@ how likely the record owner is to take part in round t, for the accounting (``dp
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -42,13 +43,38 @@ def uniform_keys(counts: torch.Tensor, generator: torch.Generator) -> torch.Tens
     return keys.masked_fill_(torch.arange(keys.shape[1]).unsqueeze(0) >= counts.unsqueeze(1), float("inf"))
 
 
-def _smallest_keys(keys: torch.Tensor, sizes: torch.Tensor):
-    """For each row i, the indices of its sizes[i] smallest keys (a uniform subset of its real records when the keys
-    are i.i.d. uniform), padded to the largest size. Returns (indices [rows, width] long, mask [rows, width] float)."""
+def _batch_shape(sizes: torch.Tensor) -> tuple[int, bool]:
+    """The width of a batch of rows keeping ``sizes`` indices (the largest size, at least 1) and whether it is ragged
+    (some row keeps fewer): two numbers read from the device."""
     width = max(int(sizes.max()) if sizes.numel() else 1, 1)
+    return width, bool((sizes != width).any())
+
+
+class _LastBatchShape:
+    """``_batch_shape`` of the fixed scheme's sizes at ``rate`` for the last ``counts`` tensor seen (the same object,
+    unmodified since: its version counter): a round's K local steps sample from the same counts, and on a GPU each
+    read waits for all the work queued before it, so it is read once a round rather than once a step."""
+
+    def __init__(self):
+        self.counts, self.key, self.shape = None, None, None
+
+    def __call__(self, counts: torch.Tensor, rate: float, sizes: torch.Tensor) -> tuple[int, bool]:
+        seen = self.counts() if self.counts is not None else None
+        if seen is not counts or self.key != (counts._version, rate):
+            self.counts, self.key, self.shape = weakref.ref(counts), (counts._version, rate), _batch_shape(sizes)
+        return self.shape
+
+
+_fixed_batch_shape = _LastBatchShape()
+
+
+def _smallest_keys(keys: torch.Tensor, sizes: torch.Tensor, shape: tuple[int, bool] | None = None):
+    """For each row i, the indices of its sizes[i] smallest keys (a uniform subset of its real records when the keys
+    are i.i.d. uniform), padded to the largest size. Returns (indices [rows, width] long, mask [rows, width] float).
+    ``shape``: (width, ragged) when known (``_batch_shape``)."""
     # When some row keeps fewer than `width` indices, its first sizes[i] columns must be its sizes[i] smallest keys
     # (a uniform subset of real records): sort. When every row keeps all `width`, any order will do (faster).
-    ragged = bool((sizes != width).any())
+    width, ragged = shape or _batch_shape(sizes)
     indices = torch.topk(keys, width, dim=1, largest=False, sorted=ragged).indices
     mask = (torch.arange(width).unsqueeze(0) < sizes.unsqueeze(1)).to(torch.float32)
     return indices, mask
@@ -89,9 +115,8 @@ class RecordSampler:
         keys = uniform_keys(counts, randomness) if isinstance(randomness, torch.Generator) else randomness
         if self.scheme == "fixed":
             sizes = self.batch_sizes(counts)
-        else:
-            sizes = (keys < self.rate).sum(1)
-        return _smallest_keys(keys, sizes)
+            return _smallest_keys(keys, sizes, _fixed_batch_shape(counts, self.rate, sizes))
+        return _smallest_keys(keys, (keys < self.rate).sum(1))
 
     def divisor(self, counts: torch.Tensor) -> torch.Tensor:
         """What each client divides its clipped sum by: the batch size, or for Poisson the EXPECTED batch size (a

@@ -359,7 +359,7 @@ def client_work_bytes(algorithm: Algorithm, grads: CohortGradients, train, state
     read: ``dpfl.experiments.memory``), so the runner can refuse a run before its state is built."""
     batch = algorithm.examples_per_client(train.counts)
     draws = len(algorithm.release(0, state, train.counts).step_events)
-    return (batch * memory_per_example(grads, train.x[0, 0].numel()) + 4 * train.x[0].numel()
+    return (batch * memory_per_example(grads, tuple(train.x.shape[2:])) + 4 * train.x[0].numel()
             + 4 * grads.num_params * (draws + ROUND_VECTORS))
 
 
