@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from dpfl.cli import main
 from dpfl.cli.common import safe_round
@@ -121,27 +122,31 @@ def test_speed_table_is_labelled_a_measurement_and_its_benchmark_prints_it(monke
 
 
 def test_gpu_table_is_labelled_with_its_benchmark_and_has_the_rows_it_prints(monkeypatch, capsys):
-    """The GPU section's table is benchmarks/gpu_throughput.py's output on the machine it names: the benchmark
-    (timings stubbed) prints the same header and, per row, the same workload, implementation and device."""
+    """The GPU section's table is benchmarks/gpu_throughput.py's output on the GPU it names: the benchmark (timings
+    stubbed, the device a stand-in GPU) prints the same header and, per row, the same workload, implementation and
+    device, and the section names the GPU and the command."""
     from types import SimpleNamespace
 
     path = ROOT / "benchmarks" / "gpu_throughput.py"
     section = TEXT[TEXT.index("## GPU\n"):TEXT.index("## Speed\n")]
-    assert f"`python {path.relative_to(ROOT)}" in section and "--quick" in section
+    assert f"`python {path.relative_to(ROOT)}" in section and "--quick" in section and "NVIDIA H200" in section
     spec = importlib.util.spec_from_file_location("gpu_throughput", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    monkeypatch.setattr(bench, "resolve_device", lambda name: torch.device("cuda"))
+    monkeypatch.setattr(bench, "device_name", lambda device: "a stand-in GPU")
+    monkeypatch.setattr(torch, "set_num_threads", lambda threads: None)  # this process's threads are the tests'
     monkeypatch.setattr(bench, "simulation", lambda workload, device, threads, quick: SimpleNamespace(
-        grads=SimpleNamespace(strategy="ghost" if workload == "W0" else "vmap")))
+        grads=SimpleNamespace(strategy="ghost")))
     monkeypatch.setattr(bench, "dpfl_seconds", lambda sim, rounds: 0.5)
     monkeypatch.setattr(bench, "baseline_seconds", lambda sim, rounds: 2.0)
-    bench.main(["--device", "cpu", "--quick"])
+    bench.main(["--device", "cuda", "--threads", "16"])
     printed = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("|")]
     table = [ln for ln in section.splitlines() if ln.startswith("|")]
     assert printed[:2] == table[:2]
     cells = [[c.strip() for c in ln.split("|")[1:4]] for ln in printed[2:]]
     assert cells == [[c.strip() for c in ln.split("|")[1:4]] for ln in table[2:]]
-    assert [ln.split("|")[5].strip() for ln in printed[2:]] == ["4x", "1x", "4x", "1x"]
+    assert [ln.split("|")[5].strip() for ln in printed[2:]] == ["4x", "1x", "4x", "4x", "1x"]
 
 
 def _python_blocks(section: str) -> list[str]:
