@@ -80,9 +80,10 @@ def compare(revision: str, repeats: int, rounds: int) -> dict:
                        capture_output=True)
         try:
             times = {"this checkout": [], revision: []}
-            for _ in range(repeats):
-                times["this checkout"].append(_timed_in(here, rounds))
-                times[revision].append(_timed_in(other, rounds))
+            checkouts = [("this checkout", here), (revision, other)]
+            for repeat in range(repeats):  # each goes first in every other repeat: the order is no bias
+                for name, checkout in checkouts[:: 1 if repeat % 2 == 0 else -1]:
+                    times[name].append(_timed_in(checkout, rounds))
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=here, check=True)
     medians = {name: statistics.median(values) for name, values in times.items()}

@@ -101,8 +101,16 @@ class CohortGradients:
                              "activations, a Flatten, then nn.Linear layers and element-wise activations "
                              "(dpfl.engine.ghost.supports)")
         self.strategy = strategy
+        self._ghost_bytes: dict[tuple[int, ...], int] = {}
         self.chunk_bytes = chunk_bytes
         self._per_example_grads = vmap(vmap(grad(self._example_loss), in_dims=(None, 0, 0)), in_dims=(0, 0, 0))
+
+    def ghost_bytes_per_example(self, record_shape: tuple[int, ...]) -> int:
+        """``ghost.bytes_per_example`` of this model, kept per record shape (a CNN's takes a pass on the meta
+        device, and the simulator asks every round)."""
+        if record_shape not in self._ghost_bytes:
+            self._ghost_bytes[record_shape] = ghost.bytes_per_example(self.model, record_shape)
+        return self._ghost_bytes[record_shape]
 
     # -- parameters ---------------------------------------------------------------------------------------------
     def initial_params(self) -> torch.Tensor:
@@ -336,7 +344,7 @@ def _shape(record: torch.Tensor) -> str:
 def memory_per_example(grads: CohortGradients, record_shape: tuple[int, ...]) -> int:
     """Rough bytes one example of one client needs in `clipped_sum` (used to chunk the cohort)."""
     if grads.strategy == "ghost":
-        return ghost.bytes_per_example(grads.model, tuple(record_shape))
+        return grads.ghost_bytes_per_example(tuple(record_shape))
     return 4 * (math.prod(record_shape) + 2 * grads.num_params)
 
 
