@@ -3,7 +3,6 @@ number bit for bit (its dense PMFs scanned in numpy blocks instead of a Python l
 
 import math
 
-import numpy as np
 import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 

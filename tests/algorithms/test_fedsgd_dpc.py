@@ -15,7 +15,7 @@ from dpfl.accounting.accountant import NEIGHBORING
 from dpfl.accounting.theory import gdp_epsilon
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import observer_events
-from dpfl.algorithms.fedsgd_dpc import FedSGDDPCConfig, ReplySchedule, build_fedsgd_dpc
+from dpfl.algorithms.fedsgd_dpc import FedSGDDPCConfig, ReplySchedule
 from dpfl.algorithms.registry import Setting
 from dpfl.cli import main
 from dpfl.engine.protocol import ClientContext, ClientData

@@ -13,7 +13,7 @@ import torch
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.cli import main
 from dpfl.engine.simulator import Simulation
-from dpfl.errors import DpflError, ConfigWarning
+from dpfl.errors import DpflError
 from dpfl.experiments import assembly, run_directory
 from dpfl.experiments.config import load_config
 

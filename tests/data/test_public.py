@@ -23,7 +23,7 @@ from dpfl.errors import ConfigError
 from dpfl.experiments.config import load_config
 
 from .conftest import (IDX_NAMES, cifar_batch, femnist_writer, idx_bytes, mnist_records, py2_pickle, shakespeare_role,
-                       write_cifar, write_idx, write_leaf, write_mnist)
+                       write_cifar, write_leaf, write_mnist)
 
 
 def _records_of(split, counts):

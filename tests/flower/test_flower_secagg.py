@@ -24,7 +24,7 @@ from flower_config import app_run_config, spent
 
 flwr = pytest.importorskip("flwr")
 
-from flwr.app import ArrayRecord, Message, RecordDict  # noqa: E402
+from flwr.app import ArrayRecord  # noqa: E402
 
 from dpfl.flower import secure_sum  # noqa: E402
 from flower_grid import InProcessGrid, write_federation_keys  # noqa: E402
