@@ -108,6 +108,7 @@ def test_a_callers_loss_runs_through_the_image_layout():
     (nn.Sequential(Image((9,), (1, 3, 3)), nn.Conv2d(1, 2, 3), nn.ReLU()), False),  # no dense part
     (nn.Sequential(nn.Conv2d(1, 2, 3), nn.GroupNorm(1, 2), nn.Flatten(), nn.Linear(2, 2)), False),
     (nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(0), nn.Linear(2, 2)), False),  # flattens across examples
+    (nn.Sequential(nn.Conv2d(1, 2, 3), nn.MaxPool2d(2, return_indices=True), nn.Flatten(), nn.Linear(2, 2)), False),
 ])
 def test_the_models_it_takes_and_the_default_strategy_on_each_device(model, supported):
     """Dense stacks take ghost everywhere; convolutional ones on a GPU only (CONV_GHOST_DEVICES); the rest vmap."""

@@ -67,7 +67,8 @@ def supports(model: nn.Module) -> bool:
     for module in children:
         if isinstance(module, ELEMENTWISE) or (not image and isinstance(module, nn.Linear)):
             continue
-        if image and (isinstance(module, POOLING) or (isinstance(module, nn.Conv2d) and _plain(module))):
+        pooling = isinstance(module, POOLING) and not getattr(module, "return_indices", False)  # one tensor out
+        if image and (pooling or (isinstance(module, nn.Conv2d) and _plain(module))):
             continue
         if image and isinstance(module, nn.Flatten) and module.end_dim == -1 and module.start_dim in (1, -3):
             image = False
@@ -89,10 +90,17 @@ class Layer:
     inputs: torch.Tensor  # linear: [clients, in, batch]; convolution: [batch, clients * C, H, W]
     delta: torch.Tensor | None = None  # linear: [clients, out, batch]; convolution: [batch, clients * C_out, H', W']
     grads: torch.Tensor | None = None  # convolution: [batch * clients, C_out, C k k] when materialised
+    _unfolded: torch.Tensor | None = None
 
     def unfolded(self) -> torch.Tensor:
         """A convolution's U(h) per example, [batch * clients, C k k, T]: F.unfold's numbers, gathered by one copy of
-        a strided view of the padded input (CUDA's im2col launches a kernel per example: 1,280 a call for W1)."""
+        a strided view of the padded input (CUDA's im2col launches a kernel per example: 1,280 a call for W1); kept
+        for the layer's next use."""
+        if self._unfolded is None:
+            self._unfolded = self._unfold()
+        return self._unfolded
+
+    def _unfold(self) -> torch.Tensor:
         conv = self.module
         h = self.inputs.reshape(-1, conv.in_channels, *self.inputs.shape[2:])
         (pad_h, pad_w), (dil_h, dil_w) = symmetric_padding(conv), conv.dilation
