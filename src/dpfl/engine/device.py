@@ -95,5 +95,5 @@ def on_device(device: torch.device):
     return contextlib.nullcontext() if device.type == "cpu" else torch.device(device)
 
 
-__all__ = ["DEVICES", "GPU_MEMORY_SHARE", "resolve_device", "chunk_budget_bytes", "stream_identity", "full_float32_matmuls",
-           "on_device"]
+__all__ = ["DEVICES", "GPU_MEMORY_SHARE", "resolve_device", "chunk_budget_bytes", "stream_identity",
+           "full_float32_matmuls", "on_device"]

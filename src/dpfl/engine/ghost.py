@@ -184,6 +184,7 @@ def sq_norms(layers: list[Layer], clients: int) -> torch.Tensor:
 def weighted_sum(layers: list[Layer], weights: torch.Tensor) -> torch.Tensor:
     """[clients, P]: sum_j w_j grad_j for weights [clients, batch], in the flat parameter order."""
     clients, batch = weights.shape
+    per_example = weights.T.reshape(batch, clients)  # a convolution's examples are ordered b * clients + c
     pieces = []
     for layer in layers:
         if isinstance(layer.module, nn.Linear):
@@ -192,8 +193,7 @@ def weighted_sum(layers: list[Layer], weights: torch.Tensor) -> torch.Tensor:
             if layer.module.bias is not None:
                 pieces.append(weighted.sum(2))
             continue
-        per_example = weights.T.reshape(batch, clients)
-        delta = layer.output_grads().reshape(batch, clients, layer.module.out_channels, -1)  # [batch, clients, C_out, T]
+        delta = layer.output_grads().reshape(batch, clients, layer.module.out_channels, -1)  # [b, clients, C_out, T]
         if layer.grads is not None:
             pieces.append(torch.einsum("bc,bcp->cp", per_example, layer.grads.reshape(batch, clients, -1)))
         else:

@@ -91,12 +91,11 @@ class CohortGradients:
         self.shapes = [p.shape for p in params.values()]
         self.sizes = [p.numel() for p in params.values()]
         self.num_params = sum(self.sizes)
-        ghost_ok = ghost.supports(model)
         if strategy is None:
             strategy = default_strategy(model, next(model.parameters()).device.type)
-        if strategy not in ("ghost", "vmap"):
+        elif strategy not in ("ghost", "vmap"):
             raise ValueError(f"strategy = {strategy!r} is not allowed: expected 'ghost' or 'vmap'")
-        if strategy == "ghost" and not ghost_ok:
+        elif strategy == "ghost" and not ghost.supports(model):
             raise ValueError("strategy 'ghost' needs a Sequential of plain convolutions, pooling and element-wise "
                              "activations, a Flatten, then nn.Linear layers and element-wise activations "
                              "(dpfl.engine.ghost.supports)")
@@ -348,4 +347,5 @@ def memory_per_example(grads: CohortGradients, record_shape: tuple[int, ...]) ->
     return 4 * (math.prod(record_shape) + 2 * grads.num_params)
 
 
-__all__ = ["CohortGradients", "CONV_GHOST_DEVICES", "default_strategy", "VMAP_CPU_CHUNK_BYTES", "NORMS", "BATCH_MIXING", "RANDOM_WHEN_TRAINING", "check_layers", "memory_per_example"]
+__all__ = ["CohortGradients", "CONV_GHOST_DEVICES", "default_strategy", "VMAP_CPU_CHUNK_BYTES", "NORMS", "BATCH_MIXING",
+           "RANDOM_WHEN_TRAINING", "check_layers", "memory_per_example"]
