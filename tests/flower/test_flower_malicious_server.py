@@ -13,7 +13,7 @@ import torch
 
 from dpfl.errors import DpflError
 from dpfl.experiments.config import load_config
-from flower_config import app_run_config
+from flower_config import app_run_config, silo_pin
 
 pytest.importorskip("flwr")
 
@@ -55,7 +55,7 @@ def federation(folder, write_silos, keys=False):
     config = load_config(path)
     write_silos(config, folder)
     node_keys = write_federation_keys(folder / "keys", 3) if keys else {}
-    grid = InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz")}), 3,
+    grid = InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz"), **silo_pin(config)}), 3,
                          lambda partition: node_keys.get(partition, {}))
     return config, grid
 

@@ -20,7 +20,7 @@ from dpfl.errors import DpflError
 from dpfl.experiments.config import load_config
 from dpfl.experiments.assembly import build_data, build_simulation
 from dpfl.flower.silo import write_silos
-from flower_config import app_run_config, spent
+from flower_config import app_run_config, silo_pin, spent
 
 flwr = pytest.importorskip("flwr")
 
@@ -87,7 +87,7 @@ def write_config(folder, text: str = JOINT):
 
 def flower_run(folder, config, lost=lambda message: False, node_config=lambda partition: {}):
     """Runs ``config`` through ``serve`` over an ``InProcessGrid``; (the grid, the raised error or None)."""
-    grid = InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz")}), 3, node_config)
+    grid = InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz"), **silo_pin(config)}), 3, node_config)
     grid.lost = lost
     try:
         serve(grid, app_run_config(config, folder / "flower", **{"round-timeout": 5.0}))
@@ -145,7 +145,7 @@ def test_the_server_receives_only_masked_vectors_independent_of_the_updates(tmp_
     Z_(2^32)^d per round, uncorrelated with the client's encoded update x_u (|r| < 4 / sqrt(d), fixed seeds) and
     uniform (a chi-square test of its top 4 bits) although x_u is concentrated near 0 mod 2^32."""
     _, config = write_config(tmp_path)
-    grid = InProcessGrid(client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}), 3)
+    grid = InProcessGrid(client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz"), **silo_pin(config)}), 3)
     kept = {}
 
     def read_kept(message):  # the input a node keeps, read on the node once it has masked it (the server cannot)
@@ -234,7 +234,8 @@ def test_a_node_answers_each_stage_once_and_forgets_the_round_after_unmasking(tm
     """Replaying the protocol from the node's state must not let a server ask twice: a repeated stage (which could
     collect both shares of a client's secrets) is refused, and after Unmasking the round's secrets are gone."""
     _, config = write_config(tmp_path)
-    grid = InProcessGrid(client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}), 3)
+    config = {**config, "algorithm": {**config["algorithm"], "rounds": 1}}  # the rounds are this family's release key
+    grid = InProcessGrid(client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz"), **silo_pin(config)}), 3)
     refused = []
 
     def ask_again(message):  # the same stage's message a second time, once the node has answered it
@@ -245,7 +246,7 @@ def test_a_node_answers_each_stage_once_and_forgets_the_round_after_unmasking(tm
         return False
 
     grid.lost = ask_again
-    serve(grid, app_run_config({**config, "algorithm": {**config["algorithm"], "rounds": 1}}, tmp_path / "flower"))
+    serve(grid, app_run_config(config, tmp_path / "flower"))
     assert len(refused) == 2 and "stage 1 of round 1's secure aggregation out of order" in refused[0]
     assert "did not train" in refused[1]
     assert secure_sum.KEPT not in grid.contexts[101].state and secure_sum.KEPT_INPUT not in grid.contexts[101].state
@@ -280,7 +281,7 @@ def test_flower_simulation_runtime_with_secure_aggregation_gives_dpfl_runs_model
 
     _, config = write_config(tmp_path)
     run_config = app_run_config(config, tmp_path / "flower", **{"round-timeout": 120.0})
-    run_simulation(server_app(run_config), client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}),
+    run_simulation(server_app(run_config), client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz"), **silo_pin(config)}),
                    num_supernodes=3, backend_config={"client_resources": {"num_cpus": 1}})
     ledger, checkpoint = outputs(tmp_path / "flower")
     assert spent(ledger) == spent(reference[0]) and checkpoint["next_round"] == 2
