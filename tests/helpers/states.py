@@ -8,8 +8,8 @@ from dpfl.engine.protocol import State
 
 def dense(value):
     """A state tensor as it is, or a ``ClientTable``'s [num_clients, *row] rows, also from a checkpoint's entry (its
-    ``state_dict``: which clients hold rows, in the order they first wrote, which differs between runs that hear their
-    cohort's replies in different orders)."""
+    ``state_dict``: the clients that hold rows, in the order they first wrote, and their rows; two runs compare by
+    every client's row, whatever the order of their storage)."""
     if is_table(value):
         value = ClientTable.from_state_dict(value)
     return value.dense() if isinstance(value, ClientTable) else value
