@@ -27,7 +27,7 @@ BUDGET_STOPPED = 3  # a privacy budget (privacy.budget) stopped the run before i
 DIVERGED = 4  # the model or the train loss stopped being finite; the run stopped there
 EXIT_STATUSES = f"""exit status:
   0    the run finished all its rounds
-  2    error (bad config or option, unusable run directory); nothing was run
+  2    error (bad config or option, unusable run directory or one another run holds); nothing was run
   {BUDGET_STOPPED}    the privacy budget (privacy.budget) stopped the run early; results.json holds the rounds done
   {DIVERGED}    the run diverged (non-finite model or train loss, or a train loss above 1e4) and stopped; lower
        algorithm.lr
