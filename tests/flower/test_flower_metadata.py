@@ -4,6 +4,8 @@ than its own; the model is evaluated on a set the server holds, on the silos (la
 not at all. Through the real ``serve`` and ClientApp (``InProcessGrid``)."""
 
 import json
+import os
+import re
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from dpfl.engine.simulator import Simulation
 from dpfl.errors import DpflError, RunDirectoryError
 from dpfl.experiments.config import load_config
 from dpfl.experiments.assembly import build_data
+from dpfl.experiments.run_lock import LOCK_FILE, run_lock
 from flower_config import app_run_config, silo_pin, spent
 
 pytest.importorskip("flwr")
@@ -119,6 +122,21 @@ def test_the_server_runs_without_the_pooled_data_and_gives_dpfl_runs_ledger_and_
     grid.app = more_records
     with pytest.raises(RunDirectoryError, match=r"made with data.train_counts = \[\d+, \d+, \d+\], this config has"):
         serve(grid, {**run_config, "resume": True})
+
+
+def test_serve_is_refused_while_another_run_holds_its_run_directory(pooled, tmp_path):
+    """The ServerApp runs through the same run machinery as `dpfl run`, lock included: while another process (here
+    this one) holds the run directory, ``serve`` is refused naming the holder, before any round; once released it
+    runs."""
+    folder, config, _ = pooled
+    out = tmp_path / "flower"
+    refusal = re.escape(f"another dpfl run holds {out} (pid {os.getpid()})")
+    with run_lock(out):
+        with pytest.raises(RunDirectoryError, match=refusal):
+            flower_run(folder, config, out)
+        assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]  # nothing read or written
+    results, _ = flower_run(folder, config, out)
+    assert results["status"] == "finished" and (out / "ledger.json").exists() and not (out / LOCK_FILE).exists()
 
 
 def test_a_node_reporting_counts_other_than_its_silo_files_is_refused_by_every_silo(pooled, tmp_path):
