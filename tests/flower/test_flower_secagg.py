@@ -254,8 +254,9 @@ def test_a_node_answers_each_stage_once_and_forgets_the_round_after_unmasking(tm
 def test_at_10000_parameters_a_client_sends_8_bytes_a_parameter_and_a_kilobyte_more(tmp_path, flower_task, seeded_keys):
     """The per-round cost at 3 nodes x 10^4 parameters (an MLP with 200 hidden units): the bytes each client sends in
     the protocol, which are 8 d for its masked vector plus O(n) for keys and shares: 4 headers (4 x 22), 4 Ed25519
-    signatures (4 x 66), its 3 public keys (96), the commitment and 2 ciphertexts (32 + 4 + 2 x 152), the vector's
-    count (4) and 3 unmasking shares (4 + 3 x 71): 1,009 bytes."""
+    signatures (4 x 66), its 3 public keys (96), the commitment and 2 ciphertexts (32 + 4 + 2 x (4 + 2 + 152): each of
+    two shares with an empty signature, 2 x (66 + 2), and the tag, 16), the vector's count (4) and 3 unmasking shares
+    (4 + 3 x 73: id, kind, share and an empty signature): 1,027 bytes."""
     _, config = write_config(tmp_path, JOINT.replace("[run]", '[model]\nname = "mlp"\nhidden = [200]\n\n[run]')
                              .replace("rounds = 2", "rounds = 1"))
     grid, error = flower_run(tmp_path, config)
@@ -266,7 +267,7 @@ def test_at_10000_parameters_a_client_sends_8_bytes_a_parameter_and_a_kilobyte_m
             node = message.metadata.dst_node_id
             sent[node] = sent.get(node, 0) + len(reply.content[secure_sum.SECAGG]["message"])
     d = 40 * 200 + 200 + 200 * 10 + 10
-    assert sent == dict.fromkeys((101, 102, 103), 8 * d + 4 * 22 + 4 * 66 + 96 + 340 + 4 + 217), (d, sent)
+    assert sent == dict.fromkeys((101, 102, 103), 8 * d + 4 * 22 + 4 * 66 + 96 + 352 + 4 + 223), (d, sent)
 
 
 @pytest.mark.slow
