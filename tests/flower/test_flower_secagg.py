@@ -27,7 +27,7 @@ flwr = pytest.importorskip("flwr")
 from flwr.app import ArrayRecord  # noqa: E402
 
 from dpfl.flower import secure_sum  # noqa: E402
-from flower_grid import InProcessGrid, write_federation_keys  # noqa: E402
+from flower_grid import HONEST_BUT_CURIOUS, InProcessGrid, write_federation_keys  # noqa: E402
 from dpfl.flower.client_app import client_app  # noqa: E402
 from dpfl.flower.server_app import serve  # noqa: E402
 from dpfl.protocols.messages import (  # noqa: E402
@@ -41,7 +41,7 @@ from dpfl.protocols.messages import (  # noqa: E402
 )
 from dpfl.protocols.session import Stage  # noqa: E402
 
-#: The stages of the honest-but-curious protocol (the nodes have no signing keys).
+#: The stages of the honest-but-curious protocol (the nodes have no signing keys, and opt in to it).
 STAGES = (Stage.ADVERTISE_KEYS, Stage.SHARE_KEYS, Stage.MASKED_INPUT, Stage.UNMASKING)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -85,8 +85,9 @@ def write_config(folder, text: str = JOINT):
     return path, config
 
 
-def flower_run(folder, config, lost=lambda message: False, node_config=lambda partition: {}):
-    """Runs ``config`` through ``serve`` over an ``InProcessGrid``; (the grid, the raised error or None)."""
+def flower_run(folder, config, lost=lambda message: False, node_config=lambda partition: HONEST_BUT_CURIOUS):
+    """Runs ``config`` through ``serve`` over an ``InProcessGrid`` (by default of silos without signing keys that opt
+    in to the honest-but-curious protocol); (the grid, the raised error or None)."""
     grid = InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz")}), 3, node_config)
     grid.lost = lost
     try:
@@ -126,7 +127,7 @@ def test_flower_secure_aggregation_gives_dpfl_runs_model_and_ledger(tmp_path, fl
     authentication) the round is the actively secure variant, with its ConsistencyCheck stage."""
     _, config = write_config(tmp_path)
     keys = write_federation_keys(tmp_path / "keys", 3) if signing_keys else {}
-    grid, error = flower_run(tmp_path, config, node_config=lambda partition: keys.get(partition, {}))
+    grid, error = flower_run(tmp_path, config, node_config=lambda partition: keys.get(partition, HONEST_BUT_CURIOUS))
     assert error is None
     ledger, checkpoint = outputs(tmp_path / "flower")
     ledger_ref, checkpoint_ref = reference
@@ -145,7 +146,8 @@ def test_the_server_receives_only_masked_vectors_independent_of_the_updates(tmp_
     Z_(2^32)^d per round, uncorrelated with the client's encoded update x_u (|r| < 4 / sqrt(d), fixed seeds) and
     uniform (a chi-square test of its top 4 bits) although x_u is concentrated near 0 mod 2^32."""
     _, config = write_config(tmp_path)
-    grid = InProcessGrid(client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}), 3)
+    grid = InProcessGrid(client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}), 3,
+                         lambda partition: HONEST_BUT_CURIOUS)
     kept = {}
 
     def read_kept(message):  # the input a node keeps, read on the node once it has masked it (the server cannot)
@@ -234,7 +236,8 @@ def test_a_node_answers_each_stage_once_and_forgets_the_round_after_unmasking(tm
     """Replaying the protocol from the node's state must not let a server ask twice: a repeated stage (which could
     collect both shares of a client's secrets) is refused, and after Unmasking the round's secrets are gone."""
     _, config = write_config(tmp_path)
-    grid = InProcessGrid(client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}), 3)
+    grid = InProcessGrid(client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}), 3,
+                         lambda partition: HONEST_BUT_CURIOUS)
     refused = []
 
     def ask_again(message):  # the same stage's message a second time, once the node has answered it
@@ -281,8 +284,8 @@ def test_flower_simulation_runtime_with_secure_aggregation_gives_dpfl_runs_model
 
     _, config = write_config(tmp_path)
     run_config = app_run_config(config, tmp_path / "flower", **{"round-timeout": 120.0})
-    run_simulation(server_app(run_config), client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}),
-                   num_supernodes=3, backend_config={"client_resources": {"num_cpus": 1}})
+    silos = client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}, HONEST_BUT_CURIOUS)
+    run_simulation(server_app(run_config), silos, num_supernodes=3, backend_config={"client_resources": {"num_cpus": 1}})
     ledger, checkpoint = outputs(tmp_path / "flower")
     assert spent(ledger) == spent(reference[0]) and checkpoint["next_round"] == 2
     assert torch.equal(checkpoint["state"]["server"]["x"], reference[1]["state"]["server"]["x"])

@@ -1,7 +1,9 @@
 """`dpfl write-silos CONFIG.toml [--set key=value ...] --out DIR`: one silo file per client of the config's data
 (``DIR/silo-{i}.npz``: client i's training and test records, with its client id and a split column), the files the
 SuperNodes of a Flower
-deployment read (``dpfl.flower.silo``), for a test bed or a rehearsal on the config's own data. Needs no flwr."""
+deployment read (``dpfl.flower.silo``), for a test bed or a rehearsal on the config's own data; and each silo's
+secure aggregation signing key with the registry of their public keys (``DIR/secagg``: ``dpfl.flower.enrolment``),
+so that the test bed runs the actively secure variant. Prints each silo's node config. Needs no flwr."""
 
 from __future__ import annotations
 
@@ -24,13 +26,14 @@ def configure(commands) -> None:
 def _write_silos(args) -> None:
     from dpfl.experiments.config import load_config
     from dpfl.experiments.assembly import build_data
+    from dpfl.flower.enrolment import FOLDER, enrol, node_config_text
     from dpfl.flower.silo import write_silos
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ConfigError("--out", str(out), "a directory (or a path to create one)")
-    foreign = sorted(p.name for p in out.iterdir() if not (p.name.startswith("silo-") and p.suffix == ".npz")) \
-        if out.exists() else []
+    foreign = sorted(p.name for p in out.iterdir() if not (p.name.startswith("silo-") and p.suffix == ".npz")
+                     and p.name != FOLDER) if out.exists() else []
     if foreign:
         raise ConfigError("--out", str(out), f"an empty directory or one holding only silo-*.npz files (found {foreign[:5]})")
     dataset = build_data(load_config(args.config, args.overrides)["data"])
@@ -38,7 +41,11 @@ def _write_silos(args) -> None:
     for stale in out.glob("silo-*.npz"):  # a previous, larger federation's files would be read as clients
         stale.unlink()
     paths = write_silos(dataset, out)
+    keys = enrol(out / FOLDER, range(len(paths)))
     counts = [int(c) for c in dataset.train.counts]
     print(f"wrote {len(paths)} silo files to {out} (silo-0.npz .. silo-{len(paths) - 1}.npz: {min(counts)} to "
-          f"{max(counts)} training records each); start client i's SuperNode with --node-config "
-          f"'data-path=\"{out.resolve()}/silo-i.npz\"'", file=sys.stderr)
+          f"{max(counts)} training records each) and their secure aggregation keys to {out / FOLDER}; start client "
+          "i's SuperNode with --node-config:", file=sys.stderr)
+    for i, path in enumerate(paths):
+        print(f"  client {i}: '{node_config_text({'data-path': str(Path(path).resolve()), **keys[i]})}'",
+              file=sys.stderr)
