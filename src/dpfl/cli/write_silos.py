@@ -35,7 +35,8 @@ def _write_silos(args) -> None:
     foreign = sorted(p.name for p in out.iterdir() if not (p.name.startswith("silo-") and p.suffix == ".npz")
                      and p.name != FOLDER) if out.exists() else []
     if foreign:
-        raise ConfigError("--out", str(out), f"an empty directory or one holding only silo-*.npz files (found {foreign[:5]})")
+        raise ConfigError("--out", str(out), f"an empty directory or one holding only silo-*.npz files and {FOLDER}/ "
+                                             f"(found {foreign[:5]})")
     dataset = build_data(load_config(args.config, args.overrides)["data"])
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("silo-*.npz"):  # a previous, larger federation's files would be read as clients
