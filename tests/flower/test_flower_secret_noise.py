@@ -57,7 +57,7 @@ def setup(folder, text=CONFIG):
 
 
 def flower_run(folder, config):
-    grid = InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz"), **silo_pin(config)}), 3)
+    grid = InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz")}, silo_pin(config)), 3)
     serve(grid, app_run_config(config, folder / "flower", **{"round-timeout": 5.0}))
     return grid
 

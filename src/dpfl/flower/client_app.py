@@ -21,8 +21,9 @@ runtime sets) and optionally the folder of its own state (``state-dir``; default
   With ``privacy.secure_aggregation`` it keeps its messages, encoded, on the node and replies with their layout
   instead (``dpfl.flower.secure_sum.keep_input``).
 * query "secagg": one stage of the secure aggregation round (``dpfl.flower.secure_sum.respond``), under the silo's
-  own policy (node config ``secagg-min-cohort``, ``secagg-min-threshold``, ``secagg-signing-key``, ``secagg-peers``:
-  ``dpfl.flower.secagg_policy``) and its journal of secure aggregations (``SiloState``).
+  own policy (node config ``secagg-min-cohort``, ``secagg-min-threshold``, ``secagg-signing-key``, ``secagg-peers``,
+  or without the last two ``secagg-honest-but-curious = true``: ``dpfl.flower.secagg_policy``) and its journal of
+  secure aggregations (``SiloState``).
 * query "evaluate" (federated evaluation, ``dpfl.flower.evaluation``): the model's loss on its training records and
   accuracy on its test records, in the clear (NOT covered by epsilon); refused with the node config
   ``federated-evaluation = false``.
@@ -30,6 +31,7 @@ runtime sets) and optionally the folder of its own state (``state-dir``; default
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import sys
@@ -124,7 +126,7 @@ def train(msg: Message, context: Context, run_config: dict | None = None) -> Mes
     if int(job["client"]) != client:
         raise ConfigError("client-id", client, f"the client the ServerApp addressed ({job['client']})")
     secure = bool(job["secure"])
-    job_admitted = admitted(silo_config(context, run_config), str(job["config"]), str(job["setting"]), secure)
+    job_admitted = admitted(context.node_config, str(job["config"]), str(job["setting"]), secure)
     config, setting, t, ids = job_admitted.config, job_admitted.setting, int(job["round"]), torch.tensor([client])
     check_silo(config, setting, client, silo)  # before anything is built or drawn
     algorithm, grads = algorithm_of(job_admitted.config_json, job_admitted.setting_json, silo.x[0].numel())
@@ -143,12 +145,6 @@ def train(msg: Message, context: Context, run_config: dict | None = None) -> Mes
         sent = {records.MESSAGES: records.tensors_record(out.messages)}
     return Message(RecordDict({**sent, records.CLIENT: records.tensors_record(out.state),
                                records.DRAWN: records.events_record(out.events)}), reply_to=msg)
-
-
-def silo_config(context: Context, run_config: dict | None = None) -> dict:
-    """The silo's own keys: ``run_config`` (given where the ClientApp is built, on the silo) under its node config;
-    never the run config the ServerApp sends."""
-    return {**(run_config or {}), **context.node_config}
 
 
 @dataclass
@@ -209,15 +205,24 @@ def secagg(msg: Message, context: Context, run_config: dict | None = None) -> Me
     return secure_sum.respond(msg, context, node_silo(context, run_config)[0], state)
 
 
-def client_app(run_config: dict | None = None) -> ClientApp:
+def client_app(run_config: dict | None = None, node_config: dict | None = None) -> ClientApp:
     """A ClientApp answering ``identify``, ``train``, ``secagg`` and ``evaluate``, with ``run_config`` under the one
-    Flower passes (the
-    simulation runtime passes none: give it the silo-path template here)."""
+    Flower passes (the simulation runtime passes none: give it the silo-path template here) and ``node_config`` under
+    the node's (the simulation runtime's nodes have only partition-id and num-partitions: give the silos' own settings,
+    e.g. secagg-honest-but-curious, here; the ServerApp has no say in either)."""
     application = ClientApp()
-    application.query()(lambda msg, context: identify(msg, context, run_config))
-    application.train()(lambda msg, context: train(msg, context, run_config))
-    application.query(secure_sum.ACTION)(lambda msg, context: secagg(msg, context, run_config))
-    application.query(records.EVALUATE)(lambda msg, context: evaluate(msg, context, run_config))
+
+    def handle(handler):
+        def answer(msg: Message, context: Context) -> Message:
+            if node_config:
+                context = dataclasses.replace(context, node_config={**node_config, **context.node_config})
+            return handler(msg, context, run_config)  # context.state is the node's own object either way
+        return answer
+
+    application.query()(handle(identify))
+    application.train()(handle(train))
+    application.query(secure_sum.ACTION)(handle(secagg))
+    application.query(records.EVALUATE)(handle(evaluate))
     return application
 
 

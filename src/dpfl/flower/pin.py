@@ -75,12 +75,12 @@ class Admitted:
         return json.loads(self.setting_json)
 
 
-def admitted(silo_config: Mapping, config_json: str, setting_json: str, secure: bool) -> Admitted:
-    """The job (its config and setting as sent) if the silo accepts it (module docstring); ``silo_config``: the silo's
-    own keys (its node config), never the run config the server sends. SiloStateError naming what differs."""
+def admitted(node_config: Mapping, config_json: str, setting_json: str, secure: bool) -> Admitted:
+    """The job (its config and setting as sent) if the silo accepts it (module docstring); ``node_config``: the silo's
+    own keys, never the run config the server sends. SiloStateError naming what differs."""
     from dpfl.experiments.run_directory import release_hash
 
-    pin = silo_config.get(PIN)
+    pin = node_config.get(PIN)
     if not pin:
         raise SiloStateError(
             f"this silo is enrolled in no release: its node config has no {PIN}, so it would compute whatever the "
@@ -93,7 +93,7 @@ def admitted(silo_config: Mapping, config_json: str, setting_json: str, secure: 
             f"the job's release config (sha256 {release[:12]}...) is not the one this silo is enrolled in ({PIN} = "
             f"{str(pin)[:12]}...): refused. A new release needs each silo's operator to pin it")
     seed = config["run"].get("noise_seed")
-    if seed is not None and not _true(silo_config.get(RESEARCH_SEED, False), RESEARCH_SEED):
+    if seed is not None and not _true(node_config.get(RESEARCH_SEED, False), RESEARCH_SEED):
         raise SiloStateError(
             f"the job sets run.noise_seed = {seed}: every party that knows it, the server included, can regenerate "
             f"this silo's noise. Refused: this silo draws from its own secret key unless its node config sets "
