@@ -96,7 +96,8 @@ def test_normal_records_give_what_they_gave_before(name, strategy):
     unclipped one bit for bit; where it bites, each vector is the former min(1, C / ||g||) g times 1 - 2^-20."""
     grads, theta, x, y, mask = cohort(name, strategy, huge=False)
     norms = grads.example_norms(theta, x, y, mask)
-    assert torch.equal(grads.clipped_sum(theta, x, y, mask, float(norms.max()) * 2), unclipped(grads, theta, x, y, mask))
+    not_biting = float(norms.max()) * 2
+    assert torch.equal(grads.clipped_sum(theta, x, y, mask, not_biting), unclipped(grads, theta, x, y, mask))
     clip = float(norms[mask > 0].median())
     raw = one_by_one(grads, theta, x, y, None)
     former = raw * torch.clamp(clip / (raw.norm(dim=-1, keepdim=True) + 1e-12), max=1.0)
