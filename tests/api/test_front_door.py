@@ -77,7 +77,8 @@ def test_every_exported_name_is_there():
 def test_user_module_on_user_arrays(user_run):
     out, results = user_run
     assert isinstance(results, dpfl.Results) and results.status == "finished"
-    assert set(results.final) == {"round", "test_accuracy", "train_loss", "epsilon", "delta"}
+    assert set(results.final) == {"round", "test_accuracy", "train_loss", "epsilon", "delta", "nonfinite_examples"}
+    assert results.final["nonfinite_examples"] == 0
     assert results.final["round"] == 2 and [r["round"] for r in results.rounds] == [1, 2]
     assert set(results.final["epsilon"]) == {"third_party", "server", "other_silo"} == set(results.privacy["observers"])
     assert 0 < results.epsilon["third_party"] < float("inf")

@@ -3,9 +3,12 @@
 Every client of the cohort has its own model (a row of ``theta``, shape [clients, P]) and its own minibatch
 (``x`` [clients, batch, ...], ``y`` [clients, batch], ``mask`` [clients, batch]). One call returns, for each client,
 
-    sum_j  mask_j * clip(grad l(theta_i; x_ij, y_ij))        clip(g) = g / max(1, ||g|| / C)
+    sum_j  mask_j * clip(grad l(theta_i; x_ij, y_ij))        clip(g) = g / max(1, ||g|| / C')
 
-(Noble et al. 2022 Alg. 1 line "g~_j = g_j / max(1, ||g_j||_2 / C)"), with no Python loop over clients or examples.
+(Noble et al. 2022 Alg. 1 line "g~_j = g_j / max(1, ||g_j||_2 / C)", with C' = C (1 - 2^-20) for float32 rounding,
+and 0 for an example whose norm is not finite: ``dpfl.engine.clipping``), with no Python loop over clients or
+examples. The number of examples so zeroed is counted on the device and read once a round
+(``take_nonfinite_examples``).
 
 Two strategies give the same numbers:
 
@@ -38,6 +41,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 from dpfl.engine import ghost
+from dpfl.engine.clipping import clip_weights, finite_or_zero
 from dpfl.engine.device import full_float32_matmuls
 from dpfl.errors import ConfigError
 
@@ -103,6 +107,19 @@ class CohortGradients:
         self._ghost_bytes: dict[tuple[int, ...], int] = {}
         self.chunk_bytes = chunk_bytes
         self._per_example_grads = vmap(vmap(grad(self._example_loss), in_dims=(None, 0, 0)), in_dims=(0, 0, 0))
+        self._nonfinite: torch.Tensor | None = None  # examples zeroed since the last take_nonfinite_examples
+
+    def take_nonfinite_examples(self) -> int:
+        """The number of real examples whose gradient norm was not finite, so that they contributed 0 to the clipped
+        sums (``dpfl.engine.clipping``), since the last call; reading it is the one host synchronisation."""
+        zeroed, self._nonfinite = self._nonfinite, None
+        return 0 if zeroed is None else int(zeroed)
+
+    def _weights(self, clip, norms: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``clip_weights``, with its count of zeroed examples added to the device-side total."""
+        weights, zeroed = clip_weights(clip, norms, mask)
+        self._nonfinite = zeroed if self._nonfinite is None else self._nonfinite + zeroed.to(self._nonfinite.device)
+        return weights
 
     def ghost_bytes_per_example(self, record_shape: tuple[int, ...]) -> int:
         """``ghost.bytes_per_example`` of this model, kept per record shape (a CNN's takes a pass on the meta
@@ -141,29 +158,33 @@ class CohortGradients:
             or None (no clipping: the plain gradient sum).
           norm: "l2" (Gaussian mechanisms) or "l1" (Laplace mechanisms, Zhou et al.).
         Returns:
-          [clients, P]; every example contributes a vector of norm at most C.
+          [clients, P]; every example contributes a vector of norm at most C, for any input: one whose gradient norm
+          is not finite contributes 0 and is counted (``take_nonfinite_examples``; ``dpfl.engine.clipping``).
         """
         _check_norm(norm)
         if self.strategy == "ghost" and norm == "l2":
             with full_float32_matmuls():  # the sum and the norms are separate products: both in full float32
                 layers = ghost.backward(self.model, self.unflatten(theta), x, y, mask, self.loss)
-                weights = mask if clip is None else mask * _clip_factor(clip,
-                                                                        ghost.sq_norms(layers, y.shape[0]).sqrt())
+                weights = mask if clip is None else self._weights(clip, ghost.sq_norms(layers, y.shape[0]).sqrt(),
+                                                                  mask)
                 return ghost.weighted_sum(layers, weights)
         def clipped(theta, x, y, mask, clip):
             g = self._per_example_grads(theta, x, y)  # [clients, batch, P]
-            weights = mask if clip is None else mask * _clip_factor(clip, _norms(g, norm))
-            return torch.einsum("cb,cbp->cp", weights, g)
+            if clip is None:
+                return torch.einsum("cb,cbp->cp", mask, g)
+            weights = self._weights(clip, _norms(g, norm), mask)
+            return torch.einsum("cb,cbp->cp", weights, finite_or_zero(g, in_place=True))
 
         return self._in_chunks(clipped, theta, x, y, mask, clip)
 
     def clipped_examples(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
                          clip: float) -> torch.Tensor:
-        """[clients, batch, P]: each example's gradient clipped to l2 norm <= C, 0 on masked examples (for local
-        randomisers that encode every example's vector, e.g. the shuffle model's)."""
+        """[clients, batch, P]: each example's gradient clipped to l2 norm <= C, 0 on masked examples and on those whose
+        norm is not finite (counted as in ``clipped_sum``), for local randomisers that encode every example's vector,
+        e.g. the shuffle model's."""
         def clipped(theta, x, y, mask, clip):
             g = self._per_example_grads(theta, x, y)
-            return (mask * _clip_factor(clip, _norms(g, "l2"))).unsqueeze(-1) * g
+            return self._weights(clip, _norms(g, "l2"), mask).unsqueeze(-1) * finite_or_zero(g, in_place=True)
 
         return self._in_chunks(clipped, theta, x, y, mask, clip)
 
@@ -228,9 +249,11 @@ class CohortGradients:
                                                        f"{found} for N = {len(x)}")
             if self.loss is not None:
                 self._check_loss(outputs, y)
+        counted = self._nonfinite  # a trial, not a step of the run: its zeroed examples are not the run's
         _tried("model", model_name, "a module torch.func can take per-example gradients of (vmap of grad over the "
                                     "examples)",
                lambda: self.clipped_sum(theta.unsqueeze(0), x.unsqueeze(0), y.unsqueeze(0), torch.ones(1, len(x)), 1.0))
+        self._nonfinite = counted
 
     def _check_loss(self, outputs: torch.Tensor, y: torch.Tensor) -> None:
         name = getattr(self.loss, "__qualname__", type(self.loss).__name__)
@@ -299,13 +322,6 @@ def _check_norm(norm: str) -> None:
 
 def _norms(g: torch.Tensor, norm: str) -> torch.Tensor:
     return g.norm(dim=-1) if norm == "l2" else g.abs().sum(dim=-1)
-
-
-def _clip_factor(clip, norms: torch.Tensor) -> torch.Tensor:
-    """min(1, C / ||g||), with C a number or one bound per client ([clients] tensor)."""
-    if isinstance(clip, torch.Tensor):
-        clip = clip.to(norms.dtype).unsqueeze(-1)
-    return torch.clamp(clip / (norms + 1e-12), max=1.0)
 
 
 def check_layers(model: nn.Module) -> None:

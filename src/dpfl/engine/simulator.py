@@ -64,19 +64,26 @@ class RoundMetrics:
     observer, and for a composite objective F0 + f1 with a prox step (an algorithm with ``composite`` = (f1, eta)) the
     squared norm of the gradient mapping G_eta(w) = (w - prox_{eta f1}(w - eta grad F0(w))) / eta, Lowy et al.'s
     (2023, Sec. 1) stationarity measure (``Regularizer.gradient_mapping``), on the pooled train data. Like the train
-    loss it reads the data: an evaluation metric of the simulation, never sent to a client nor released."""
+    loss it reads the data: an evaluation metric of the simulation, never sent to a client nor released.
+    ``nonfinite_examples``: how many real examples the clipped sums of the rounds since the previous evaluation gave
+    weight 0 because their gradient norm was not finite (``dpfl.engine.clipping``: each contributed the zero vector,
+    inside the clip's ball, so the privacy argument is unchanged); None where the client work ran elsewhere
+    (``Simulation.workers``)."""
 
     round: int
     train_loss: float | None  # None: not measured (an ``Evaluator`` without training records)
     test_accuracy: float | None
     epsilon: dict
     gradient_mapping: float | None = None
+    nonfinite_examples: int | None = None
 
     def to_dict(self) -> dict:
         metrics = {"round": self.round, "test_accuracy": self.test_accuracy, "train_loss": self.train_loss,
                    "epsilon": self.epsilon}
         if self.gradient_mapping is not None:
             metrics["gradient_mapping"] = self.gradient_mapping
+        if self.nonfinite_examples is not None:
+            metrics["nonfinite_examples"] = self.nonfinite_examples
         return metrics
 
 
@@ -225,7 +232,8 @@ class Simulation:
 
     def evaluate(self) -> RoundMetrics:
         """The metrics of the model after the rounds done, with epsilon as it stood after the last of them (a round
-        replayed after a resume reports its own epsilon, not that of rounds the ledger recorded after it)."""
+        replayed after a resume reports its own epsilon, not that of rounds the ledger recorded after it), and the
+        examples the clip zeroed since the previous evaluation (``RoundMetrics``)."""
         x = self.model
         if self.evaluator is None:
             loss, _ = self.grads.mean_loss_and_accuracy(x, self.train.flat_chunks())  # a piece at a time: 10^5
@@ -236,7 +244,8 @@ class Simulation:
         if loss is not None:
             loss += self.algorithm.regulariser(x)
         eps = {o: (None if e == float("inf") else e) for o, e in self.ledger.epsilon_through(self.next_round).items()}
-        return RoundMetrics(self.next_round, loss, accuracy, eps, mapping)
+        zeroed = self.grads.take_nonfinite_examples() if self.workers is None else None  # one read a round
+        return RoundMetrics(self.next_round, loss, accuracy, eps, mapping, zeroed)
 
     def gradient_mapping(self, x: torch.Tensor) -> float | None:
         """||G_eta(x)||^2 on the pooled train data (``RoundMetrics``), or None for an algorithm without a prox step."""

@@ -4,7 +4,9 @@ results.json is written (atomically) after every evaluated round and when the ru
 the latest results. It holds "config", "data" (where the data came from and how it was made,
 ``FederatedDataset.info``: its source (for a file: path, format, sha256, columns or arrays), classes, partition,
 split, preprocessing), "rounds" (one entry per evaluated round: round, test_accuracy, train_loss, epsilon per
-observer as of that round, and gradient_mapping for an algorithm with a prox step: ``RoundMetrics``; a round
+observer as of that round, nonfinite_examples (the examples whose gradient norm was not finite, so that the clip
+gave them weight 0, in the rounds since the previous entry; absent where the client work ran elsewhere), and
+gradient_mapping for an algorithm with a prox step: ``RoundMetrics``; a round
 replayed after a resume reports its own epsilon), "final" (the same keys plus delta, for the model after the last
 round done, with the epsilon of every round the ledger records: after a resume stopped mid-replay, also the rounds
 recorded before the crash), "privacy" (accountant, conversion, observers, what each sees, the budget per observer,
