@@ -393,7 +393,8 @@ def test_the_ghost_sum_and_norms_are_full_float32_products_whatever_the_users_se
     seen = []
     inner = ghost.weighted_sum
     monkeypatch.setattr(ghost, "weighted_sum",
-                        lambda *args: seen.append(torch.get_float32_matmul_precision()) or inner(*args))
+                        lambda *args, **kwargs: seen.append(torch.get_float32_matmul_precision())
+                        or inner(*args, **kwargs))
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision(precision)
     try:

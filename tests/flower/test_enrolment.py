@@ -110,8 +110,8 @@ def test_a_silo_without_a_signing_key_refuses_secure_aggregation_unless_it_opts_
     path = tmp_path / "c.toml"
     path.write_text(CONFIG)
     write_silos(load_config(path), tmp_path)
-    grid = InProcessGrid(client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}, silo_pin(load_config(path))),
-                         3, lambda partition: HONEST_BUT_CURIOUS if opted_in else {})
+    silos = client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}, silo_pin(load_config(path)))
+    grid = InProcessGrid(silos, 3, lambda partition: HONEST_BUT_CURIOUS if opted_in else {})
     run = app_run_config(load_config(path), tmp_path / "flower", **{"round-timeout": 5.0})
     if opted_in:
         serve(grid, run)

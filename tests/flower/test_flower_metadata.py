@@ -77,7 +77,8 @@ def outputs(run_dir):
 
 
 def grid_of(folder, config, node_config=lambda partition: {}):
-    return InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz")}, silo_pin(config)), 3, node_config)
+    return InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz")}, silo_pin(config)), 3,
+                         node_config)
 
 
 def flower_run(folder, config, out, grid=None, **run_config):

@@ -286,8 +286,10 @@ def test_flower_simulation_runtime_with_secure_aggregation_gives_dpfl_runs_model
 
     _, config = write_config(tmp_path)
     run_config = app_run_config(config, tmp_path / "flower", **{"round-timeout": 120.0})
-    silos = client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}, {**silo_pin(config), **HONEST_BUT_CURIOUS})
-    run_simulation(server_app(run_config), silos, num_supernodes=3, backend_config={"client_resources": {"num_cpus": 1}})
+    silos = client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")},
+                       {**silo_pin(config), **HONEST_BUT_CURIOUS})
+    run_simulation(server_app(run_config), silos, num_supernodes=3,
+                   backend_config={"client_resources": {"num_cpus": 1}})
     ledger, checkpoint = outputs(tmp_path / "flower")
     assert spent(ledger) == spent(reference[0]) and checkpoint["next_round"] == 2
     assert torch.equal(checkpoint["state"]["server"]["x"], reference[1]["state"]["server"]["x"])

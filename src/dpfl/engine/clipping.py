@@ -51,13 +51,28 @@ def clip_weights(clip: float | torch.Tensor, norms: torch.Tensor,
                  mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(weights, zeroed): each example's weight mask_j * min(1, C' / ||g_j||) [clients, batch], 0 where its norm is
     not finite, and the number of real examples (mask_j != 0) so zeroed (a tensor on the norms' device: read it once a
-    round, not once a step). ``clip``: C, a number or one bound per client ([clients] tensor)."""
+    round, not once a step). ``clip``: C, a number or one bound per client ([clients] tensor).
+
+    For a finite number C (the common case, few operations): 1 up to C' (a norm of 0 included, exactly 1), C' / ||g||
+    above it, so 0 for an infinite norm and NaN for a NaN one, which ``nan_to_num_`` makes 0. For one bound per
+    client, or an infinite C: the same weights with an explicit test of finiteness."""
+    finite = torch.isfinite(norms)
+    zeroed = (~finite & (mask != 0)).sum()
+    if not isinstance(clip, torch.Tensor) and clip != float("inf"):
+        limit = MARGIN * clip
+        return mask * torch.where(norms <= limit, 1.0, limit / norms).nan_to_num_(nan=0.0), zeroed
     if isinstance(clip, torch.Tensor):
         clip = clip.to(norms.dtype).unsqueeze(-1)
     limit = MARGIN * clip
-    finite = torch.isfinite(norms)
     weights = torch.where(finite & (norms > limit), limit / norms, 1.0)  # norm 0 (and C = inf) keep weight 1
-    return torch.where(finite, mask * weights, 0.0), (~finite & (mask != 0)).sum()
+    return torch.where(finite, mask * weights, 0.0), zeroed
+
+
+def any_nonfinite(norms: torch.Tensor) -> bool:
+    """Whether the gradient factors must be cleaned (``finite_or_zero``) before the weighted sum: on a CPU, whether
+    some norm is not finite (a host read costs nothing there, and finite inputs then skip a pass over the per-example
+    gradients); on another device always (no host read inside a step)."""
+    return norms.device.type != "cpu" or not bool(torch.isfinite(norms).all())
 
 
 def finite_or_zero(values: torch.Tensor, in_place: bool = False) -> torch.Tensor:
@@ -67,4 +82,4 @@ def finite_or_zero(values: torch.Tensor, in_place: bool = False) -> torch.Tensor
     return torch.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0, out=values if in_place else None)
 
 
-__all__ = ["MARGIN", "clip_weights", "finite_or_zero"]
+__all__ = ["MARGIN", "clip_weights", "any_nonfinite", "finite_or_zero"]

@@ -182,27 +182,29 @@ def sq_norms(layers: list[Layer], clients: int) -> torch.Tensor:
     return total
 
 
-def weighted_sum(layers: list[Layer], weights: torch.Tensor) -> torch.Tensor:
-    """[clients, P]: sum_j w_j grad_j for weights [clients, batch], in the flat parameter order. The layers' inputs,
-    output gradients and per-example gradients enter with their non-finite entries as 0 (``finite_or_zero``): an
-    example given weight 0 for a norm that is not finite then adds exactly 0, not 0 * inf = NaN, and every other
-    example's entries are finite already (``dpfl.engine.clipping``)."""
+def weighted_sum(layers: list[Layer], weights: torch.Tensor, clean: bool = True) -> torch.Tensor:
+    """[clients, P]: sum_j w_j grad_j for weights [clients, batch], in the flat parameter order. With ``clean`` (some
+    example's norm is not finite: ``clipping.any_nonfinite``) the layers' inputs, output gradients and per-example
+    gradients enter with their non-finite entries as 0 (``finite_or_zero``): an example given weight 0 for a norm that
+    is not finite then adds exactly 0, not 0 * inf = NaN, and every other example's entries are finite already
+    (``dpfl.engine.clipping``)."""
     clients, batch = weights.shape
     per_example = weights.T.reshape(batch, clients)  # a convolution's examples are ordered b * clients + c
+    finite = finite_or_zero if clean else (lambda values, in_place=False: values)
     pieces = []
     for layer in layers:
         if isinstance(layer.module, nn.Linear):
-            weighted = finite_or_zero(layer.delta * weights.unsqueeze(1))  # [clients, out, batch]
-            pieces.append(torch.bmm(weighted, finite_or_zero(layer.inputs).transpose(1, 2)).reshape(clients, -1))
+            weighted = finite(layer.delta * weights.unsqueeze(1))  # [clients, out, batch]
+            pieces.append(torch.bmm(weighted, finite(layer.inputs).transpose(1, 2)).reshape(clients, -1))
             if layer.module.bias is not None:
                 pieces.append(weighted.sum(2))
             continue
-        delta = finite_or_zero(layer.output_grads()).reshape(batch, clients, layer.module.out_channels, -1)
+        delta = finite(layer.output_grads()).reshape(batch, clients, layer.module.out_channels, -1)
         if layer.grads is not None:
-            grads = finite_or_zero(layer.grads, in_place=True).reshape(batch, clients, -1)
+            grads = finite(layer.grads, in_place=True).reshape(batch, clients, -1)
             pieces.append(torch.einsum("bc,bcp->cp", per_example, grads))
         else:
-            unfolded = finite_or_zero(layer.unfolded()).reshape(batch, clients, -1, delta.shape[-1])
+            unfolded = finite(layer.unfolded()).reshape(batch, clients, -1, delta.shape[-1])
             pieces.append(torch.einsum("bc,bcot,bckt->cok", per_example, delta, unfolded).reshape(clients, -1))
         if layer.module.bias is not None:
             pieces.append(torch.einsum("bc,bco->co", per_example, delta.sum(3)))

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 from dpfl.engine import ghost
-from dpfl.engine.clipping import clip_weights, finite_or_zero
+from dpfl.engine.clipping import any_nonfinite, clip_weights, finite_or_zero
 from dpfl.engine.device import full_float32_matmuls
 from dpfl.errors import ConfigError
 
@@ -165,15 +165,16 @@ class CohortGradients:
         if self.strategy == "ghost" and norm == "l2":
             with full_float32_matmuls():  # the sum and the norms are separate products: both in full float32
                 layers = ghost.backward(self.model, self.unflatten(theta), x, y, mask, self.loss)
-                weights = mask if clip is None else self._weights(clip, ghost.sq_norms(layers, y.shape[0]).sqrt(),
-                                                                  mask)
-                return ghost.weighted_sum(layers, weights)
+                if clip is None:
+                    return ghost.weighted_sum(layers, mask, clean=False)
+                norms = ghost.sq_norms(layers, y.shape[0]).sqrt()
+                return ghost.weighted_sum(layers, self._weights(clip, norms, mask), clean=any_nonfinite(norms))
         def clipped(theta, x, y, mask, clip):
             g = self._per_example_grads(theta, x, y)  # [clients, batch, P]
             if clip is None:
                 return torch.einsum("cb,cbp->cp", mask, g)
-            weights = self._weights(clip, _norms(g, norm), mask)
-            return torch.einsum("cb,cbp->cp", weights, finite_or_zero(g, in_place=True))
+            norms = _norms(g, norm)
+            return torch.einsum("cb,cbp->cp", self._weights(clip, norms, mask), _cleaned(g, norms))
 
         return self._in_chunks(clipped, theta, x, y, mask, clip)
 
@@ -184,7 +185,8 @@ class CohortGradients:
         e.g. the shuffle model's."""
         def clipped(theta, x, y, mask, clip):
             g = self._per_example_grads(theta, x, y)
-            return self._weights(clip, _norms(g, "l2"), mask).unsqueeze(-1) * finite_or_zero(g, in_place=True)
+            norms = _norms(g, "l2")
+            return self._weights(clip, norms, mask).unsqueeze(-1) * _cleaned(g, norms)
 
         return self._in_chunks(clipped, theta, x, y, mask, clip)
 
@@ -322,6 +324,12 @@ def _check_norm(norm: str) -> None:
 
 def _norms(g: torch.Tensor, norm: str) -> torch.Tensor:
     return g.norm(dim=-1) if norm == "l2" else g.abs().sum(dim=-1)
+
+
+def _cleaned(g: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
+    """The per-example gradients ``g`` with their non-finite entries as 0 where some example's norm is not finite
+    (``clipping.any_nonfinite``; overwritten: ``g`` is the caller's temporary), else ``g`` as it is."""
+    return finite_or_zero(g, in_place=True) if any_nonfinite(norms) else g
 
 
 def check_layers(model: nn.Module) -> None:

@@ -214,4 +214,5 @@ def bound_key(run_key: int, fingerprint: str, digest: str) -> int:
     return derived_key(run_key, "round input", fingerprint, digest)
 
 
-__all__ = ["SiloState", "SiloStateError", "STATE_SUFFIX", "data_fingerprint", "input_digest", "bound_key", "NOISE_PURPOSES"]
+__all__ = ["SiloState", "SiloStateError", "STATE_SUFFIX", "NOISE_PURPOSES", "data_fingerprint", "input_digest",
+           "bound_key"]
