@@ -147,3 +147,33 @@ def test_the_silo_records_and_prints_the_honest_servers_epsilon(tmp_path, capsys
                                                                          .read_text())["config"])
     err = capsys.readouterr().err
     assert err.count("dpfl silo (client 0): round 2 of run") == 1
+
+
+def test_dpfl_silo_pin_gives_the_release_the_server_runs_and_status_reads_the_journal(tmp_path, capsys):
+    """`dpfl silo pin APP --counts ...` on the app `dpfl flower-app` wrote gives the sha256 of the release the ServerApp
+    runs (run.json's), written into a node config file; `dpfl silo status` shows the silo's rounds and the epsilon it
+    recorded, the server's; a damaged journal is refused there too."""
+    from dpfl.cli import main
+
+    config, grid, _ = honest_run(tmp_path)
+    assert main(["flower-app", str(tmp_path / "c.toml"), "--out", str(tmp_path / "app")]) == 0
+    counts = ",".join(str(int(n)) for n in build_data(config["data"]).train.counts)
+    node = tmp_path / "node.toml"
+    node.write_text('data-path = "silo-0.npz"\n')
+    capsys.readouterr()
+    assert main(["silo", "pin", str(tmp_path / "app"), "--counts", counts, "--node-config", str(node)]) == 0
+    run = json.loads((tmp_path / "flower" / "run.json").read_text())
+    assert capsys.readouterr().out.strip() == release_hash(run["config"]) == silo_pin(config)[PIN]
+    assert node.read_text() == f'data-path = "silo-0.npz"\n{PIN} = "{release_hash(run["config"])}"\n'
+    state = tmp_path / "silo-1.npz.dpfl-state"
+    assert main(["silo", "status", str(state), "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    final = json.loads((tmp_path / "flower" / "results.json").read_text())["final"]
+    [mine] = status["runs"]
+    assert (mine["run_id"], mine["rounds"], mine["last_round"]) == (run["run_id"], 2, 2)
+    assert mine["epsilon"] == pytest.approx(final["epsilon"], rel=1e-12)
+    (state / "journal.jsonl").write_bytes(b"".join((state / "journal.jsonl").read_bytes().splitlines(True)[:-1]))
+    assert main(["silo", "status", str(state)]) == 2
+    assert "journal cannot be trusted" in capsys.readouterr().err
+    assert main(["silo", "pin", str(tmp_path / "app"), "--counts", "30,x"]) == 2
+    assert "--counts = '30,x' is not allowed" in capsys.readouterr().err

@@ -1,5 +1,5 @@
-"""The `dpfl` command line: run | demo | config | plot | audit | flower-app | write-silos | reproduce | account | calibrate |
-plan
+"""The `dpfl` command line: run | demo | config | plot | audit | flower-app | write-silos | silo | reproduce | account |
+calibrate | plan
 (and `dpfl --version`).
 
 `account` and `calibrate` have one subcommand per accountant, `plan` one per planner. Each lives in its own module
@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     from dpfl.cli import write_silos as write_silos_cmd
 
     write_silos_cmd.configure(commands)
+    from dpfl.cli import silo as silo_cmd
+
+    silo_cmd.configure(commands)
     from dpfl.cli import reproduce as reproduce_cmd
 
     reproduce_cmd.configure(commands)

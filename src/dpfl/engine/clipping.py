@@ -11,7 +11,7 @@ contribution inside the ball of radius C serves, zero included. Two ways float32
   min(1, C / ||g||) g is 0 * inf = NaN or NaN * g: one record turns the client's sum, and the released model, into
   NaN. Here an example whose norm, as its strategy computes it in the model's dtype, is not finite gets weight 0 and
   its gradient's non-finite entries are replaced by 0 before the weighted sum (``finite_or_zero``), so it contributes
-  exactly the zero vector; ``clip_weights`` counts such examples among the real (unmasked) ones, and the simulator
+  exactly the zero vector; ``zeroed_examples`` counts such examples among the real (unmasked) ones, and the simulator
   reports the count (``RoundMetrics.nonfinite_examples``).
   Zeroing rather than rescaling (max-abs scaling, or float64 for the norm) is the choice: it is inside the ball, so
   the privacy argument is unchanged; it costs nothing on finite inputs, whose results stay bit for bit what they were
@@ -47,31 +47,39 @@ import torch
 MARGIN = 1.0 - 2.0**-20
 
 
-def clip_weights(clip: float | torch.Tensor, norms: torch.Tensor,
-                 mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weights, zeroed): each example's weight mask_j * min(1, C' / ||g_j||) [clients, batch], 0 where its norm is
-    not finite, and the number of real examples (mask_j != 0) so zeroed (a tensor on the norms' device: read it once a
-    round, not once a step). ``clip``: C, a number or one bound per client ([clients] tensor).
+def clip_weights(clip: float | torch.Tensor, norms: torch.Tensor, mask: torch.Tensor,
+                 nonfinite: bool = True) -> torch.Tensor:
+    """Each example's weight mask_j * min(1, C' / ||g_j||) [clients, batch], 0 where its norm is not finite. ``clip``:
+    C, a number or one bound per client ([clients] tensor). ``nonfinite``: whether some norm may not be finite
+    (``any_nonfinite``); False skips the steps that only such norms need.
 
-    For a finite number C (the common case, few operations): 1 up to C' (a norm of 0 included, exactly 1), C' / ||g||
-    above it, so 0 for an infinite norm and NaN for a NaN one, which ``nan_to_num_`` makes 0. For one bound per
+    For a finite number C (the common case, few operations): min(1, C' / ||g||) is exactly 1 up to C' (a norm of 0
+    included: C' / 0 = inf), C' / ||g|| above it, so 0 for an infinite norm and NaN for a NaN one, which
+    ``nan_to_num_`` makes 0. For one bound per
     client, or an infinite C: the same weights with an explicit test of finiteness."""
-    finite = torch.isfinite(norms)
-    zeroed = (~finite & (mask != 0)).sum()
     if not isinstance(clip, torch.Tensor) and clip != float("inf"):
         limit = MARGIN * clip
-        return mask * torch.where(norms <= limit, 1.0, limit / norms).nan_to_num_(nan=0.0), zeroed
+        weights = torch.clamp(limit / norms, max=1.0)
+        return mask * (weights.nan_to_num_(nan=0.0) if nonfinite else weights)
     if isinstance(clip, torch.Tensor):
         clip = clip.to(norms.dtype).unsqueeze(-1)
     limit = MARGIN * clip
+    finite = torch.isfinite(norms)
     weights = torch.where(finite & (norms > limit), limit / norms, 1.0)  # norm 0 (and C = inf) keep weight 1
-    return torch.where(finite, mask * weights, 0.0), zeroed
+    return torch.where(finite, mask * weights, 0.0)
+
+
+def zeroed_examples(norms: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The number of real examples (mask_j != 0) whose norm is not finite, which ``clip_weights`` gives weight 0 (a
+    tensor on the norms' device: read it once a round, not once a step)."""
+    return (~torch.isfinite(norms) & (mask != 0)).sum()
 
 
 def any_nonfinite(norms: torch.Tensor) -> bool:
-    """Whether the gradient factors must be cleaned (``finite_or_zero``) before the weighted sum: on a CPU, whether
-    some norm is not finite (a host read costs nothing there, and finite inputs then skip a pass over the per-example
-    gradients); on another device always (no host read inside a step)."""
+    """Whether some norm may not be finite, so that the weights need their NaN step, the zeroed examples their count
+    and the gradient factors their cleaning (``finite_or_zero``) before the weighted sum: on a CPU, whether some norm
+    is not finite (a host read costs nothing there, and finite inputs then skip that work); on another device always
+    (no host read inside a step)."""
     return norms.device.type != "cpu" or not bool(torch.isfinite(norms).all())
 
 
@@ -82,4 +90,4 @@ def finite_or_zero(values: torch.Tensor, in_place: bool = False) -> torch.Tensor
     return torch.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0, out=values if in_place else None)
 
 
-__all__ = ["MARGIN", "clip_weights", "any_nonfinite", "finite_or_zero"]
+__all__ = ["MARGIN", "clip_weights", "zeroed_examples", "any_nonfinite", "finite_or_zero"]

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 from dpfl.engine import ghost
-from dpfl.engine.clipping import any_nonfinite, clip_weights, finite_or_zero
+from dpfl.engine.clipping import any_nonfinite, clip_weights, finite_or_zero, zeroed_examples
 from dpfl.engine.device import full_float32_matmuls
 from dpfl.errors import ConfigError
 
@@ -115,11 +115,14 @@ class CohortGradients:
         zeroed, self._nonfinite = self._nonfinite, None
         return 0 if zeroed is None else int(zeroed)
 
-    def _weights(self, clip, norms: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """``clip_weights``, with its count of zeroed examples added to the device-side total."""
-        weights, zeroed = clip_weights(clip, norms, mask)
-        self._nonfinite = zeroed if self._nonfinite is None else self._nonfinite + zeroed.to(self._nonfinite.device)
-        return weights
+    def _weights(self, clip, norms: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        """(``clip_weights``, whether some norm may not be finite: ``any_nonfinite``), the zeroed examples added to
+        the device-side count."""
+        nonfinite = any_nonfinite(norms)
+        if nonfinite:
+            zeroed = zeroed_examples(norms, mask)
+            self._nonfinite = zeroed if self._nonfinite is None else self._nonfinite + zeroed.to(self._nonfinite.device)
+        return clip_weights(clip, norms, mask, nonfinite), nonfinite
 
     def ghost_bytes_per_example(self, record_shape: tuple[int, ...]) -> int:
         """``ghost.bytes_per_example`` of this model, kept per record shape (a CNN's takes a pass on the meta
@@ -167,14 +170,14 @@ class CohortGradients:
                 layers = ghost.backward(self.model, self.unflatten(theta), x, y, mask, self.loss)
                 if clip is None:
                     return ghost.weighted_sum(layers, mask, clean=False)
-                norms = ghost.sq_norms(layers, y.shape[0]).sqrt()
-                return ghost.weighted_sum(layers, self._weights(clip, norms, mask), clean=any_nonfinite(norms))
+                weights, nonfinite = self._weights(clip, ghost.sq_norms(layers, y.shape[0]).sqrt(), mask)
+                return ghost.weighted_sum(layers, weights, clean=nonfinite)
         def clipped(theta, x, y, mask, clip):
             g = self._per_example_grads(theta, x, y)  # [clients, batch, P]
             if clip is None:
                 return torch.einsum("cb,cbp->cp", mask, g)
-            norms = _norms(g, norm)
-            return torch.einsum("cb,cbp->cp", self._weights(clip, norms, mask), _cleaned(g, norms))
+            weights, nonfinite = self._weights(clip, _norms(g, norm), mask)
+            return torch.einsum("cb,cbp->cp", weights, finite_or_zero(g, in_place=True) if nonfinite else g)
 
         return self._in_chunks(clipped, theta, x, y, mask, clip)
 
@@ -185,8 +188,8 @@ class CohortGradients:
         e.g. the shuffle model's."""
         def clipped(theta, x, y, mask, clip):
             g = self._per_example_grads(theta, x, y)
-            norms = _norms(g, "l2")
-            return self._weights(clip, norms, mask).unsqueeze(-1) * _cleaned(g, norms)
+            weights, nonfinite = self._weights(clip, _norms(g, "l2"), mask)
+            return weights.unsqueeze(-1) * (finite_or_zero(g, in_place=True) if nonfinite else g)
 
         return self._in_chunks(clipped, theta, x, y, mask, clip)
 
@@ -324,12 +327,6 @@ def _check_norm(norm: str) -> None:
 
 def _norms(g: torch.Tensor, norm: str) -> torch.Tensor:
     return g.norm(dim=-1) if norm == "l2" else g.abs().sum(dim=-1)
-
-
-def _cleaned(g: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
-    """The per-example gradients ``g`` with their non-finite entries as 0 where some example's norm is not finite
-    (``clipping.any_nonfinite``; overwritten: ``g`` is the caller's temporary), else ``g`` as it is."""
-    return finite_or_zero(g, in_place=True) if any_nonfinite(norms) else g
 
 
 def check_layers(model: nn.Module) -> None:
