@@ -50,6 +50,7 @@ threads = 1
 
 def honest_run(folder, text=CONFIG, **node):
     """An honest run of ``text`` on 3 pinned silos; (its config, the grid, the train messages and replies)."""
+    folder.mkdir(parents=True, exist_ok=True)
     path = folder / "c.toml"
     path.write_text(text)
     config = load_config(path)
@@ -177,3 +178,25 @@ def test_dpfl_silo_pin_gives_the_release_the_server_runs_and_status_reads_the_jo
     assert "journal cannot be trusted" in capsys.readouterr().err
     assert main(["silo", "pin", str(tmp_path / "app"), "--counts", "30,x"]) == 2
     assert "--counts = '30,x' is not allowed" in capsys.readouterr().err
+
+
+def test_a_silo_refuses_the_round_that_would_pass_its_own_budget_over_all_runs(tmp_path):
+    """Node config privacy-budget: the most epsilon towards the server over every run the silo answers. A budget
+    between the server epsilon of round 1 and round 2 stops the run at round 2 (every silo refuses it, before any
+    noise); a second run of the same release is refused at once (its round 1 would add to the first run's spend)."""
+    from dpfl.errors import DpflError
+
+    honest_run(tmp_path / "reference")
+    epsilons = [r["epsilon"]["server"] for r in
+                json.loads((tmp_path / "reference" / "flower" / "results.json").read_text())["rounds"]]
+    budget = (epsilons[0] + epsilons[1]) / 2
+    with pytest.raises(DpflError, match=r"round 2: .*past its budget privacy-budget = "):
+        honest_run(tmp_path / "budgeted", **{"privacy-budget": budget})
+    rounds = SiloState.beside(tmp_path / "budgeted" / "silo-0.npz").rounds()
+    assert [r["round"] for r in rounds] == [0]
+    folder = tmp_path / "budgeted"
+    config = load_config(folder / "c.toml")
+    grid = InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz")}), 3,
+                         lambda partition: {**silo_pin(config), "privacy-budget": budget})
+    with pytest.raises(DpflError, match=r"round 1: .*over its 2 runs"):
+        serve(grid, app_run_config(config, folder / "second", **{"round-timeout": 5.0}))

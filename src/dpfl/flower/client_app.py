@@ -53,7 +53,7 @@ from dpfl.flower.federation import check_silo
 from dpfl.flower.secagg_policy import SecAggPolicy, node_identity
 from dpfl.flower.silo import Silo, load_silo
 from dpfl.flower.pin import Admitted, admitted
-from dpfl.flower.silo_ledger import silo_epsilon
+from dpfl.flower.silo_ledger import check_budget, silo_epsilon
 from dpfl.flower.silo_state import (NOISE_PURPOSES, SiloState, SiloStateError, bound_key, data_fingerprint,
                                     input_digest)
 from dpfl.models import build_model
@@ -163,8 +163,9 @@ class SiloContext(ClientContext):
 def silo_context(context: Context, run_config: dict | None, job: Admitted, run_id: str, round_index: int,
                  server: dict, rows: dict, algorithm, grads, ids: torch.Tensor) -> SiloContext:
     """The round's ``SiloContext``, after the silo's checks and its journal's record (``SiloState``): its data
-    unchanged since its first round, the round not answered before on another input; the record holds the run's
-    epsilon per observer through this round (``silo_ledger``), which the silo prints. Keys: its own secret's for
+    unchanged since its first round, the round not answered before on another input, its own budget not passed
+    (node config ``privacy-budget``: ``silo_ledger.check_budget``); the record holds the run's epsilon per observer
+    through this round (``silo_ledger``), which the silo prints. Keys: its own secret's for
     the run, bound to the round's input for the noise; or, where its node config opts in, run.noise_seed for all."""
     path = silo_path(context, run_config)
     state = SiloState.beside(path, context.node_config.get("state-dir"))
@@ -173,6 +174,9 @@ def silo_context(context: Context, run_config: dict | None, job: Admitted, run_i
     seed, digest = job.config["run"].get("noise_seed"), input_digest(round_index, server, rows)
     key = state.run_key(job.release, run_id) if seed is None else int(seed)
     epsilon = silo_epsilon(job.config_json, job.setting_json, algorithm, round_index + 1)
+    rounds = state.rounds()
+    if not any(r["run"] == f"{job.release}/{run_id}" and r["round"] == round_index for r in rounds):
+        check_budget(context.node_config, rounds, f"{job.release}/{run_id}", epsilon)  # a replay releases nothing new
     state.admit(job.release, run_id, round_index, digest, epsilon)
     print(f"dpfl silo (client {int(ids[0])}): round {round_index + 1} of run {run_id[:12]}: epsilon through it "
           + ", ".join(f"{o} {'inf' if e is None else f'{e:.4g}'}" for o, e in epsilon.items())

@@ -9,6 +9,11 @@ setting, exactly as the ServerApp does, and declares rounds 1..r from the algori
 does: no round is trained), so the epsilon it records after answering round r is the one the honest server's ledger
 reports through round r, per observer, whatever the server claims. A run with more rounds than the config says (the
 rounds are a run-only key) is charged for every round the silo answers.
+
+A silo's own budget (node config ``privacy-budget``, ``check_budget``) limits the epsilon towards the server, the
+observer that receives its messages, over every run it answered: each run's epsilon after its last round, added up
+(basic composition across runs, whose noise is independent: each run draws from its own key); a round that would take
+the total past the budget is refused before anything is drawn.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import json
 
 import torch
 
+from dpfl.errors import check_range
 from dpfl.experiments.assembly import build_boundary, build_clients, build_ledger
 from dpfl.experiments.resolved import resolve
 from dpfl.flower.federation import Federation
@@ -46,4 +52,32 @@ def silo_epsilon(config_json: str, setting_json: str, algorithm, rounds: int) ->
     return {o: (None if e == float("inf") else e) for o, e in ledger.epsilon_after(declared[:rounds]).items()}
 
 
-__all__ = ["silo_epsilon"]
+#: The node config key of a silo's budget: the most epsilon towards the server over all its runs.
+BUDGET = "privacy-budget"
+#: The observer a silo's budget limits.
+BUDGET_OBSERVER = "server"
+
+
+def check_budget(node_config, rounds: list[dict], run: str, epsilon: dict[str, float | None]) -> None:
+    """SiloStateError if answering a round of ``run`` (release/run id) whose run's epsilon through it is ``epsilon``
+    would take the silo's epsilon towards the server, added up over its runs (``rounds``: the journal's), past its
+    node config's ``privacy-budget`` (none: no limit)."""
+    from dpfl.flower.silo_state import SiloStateError
+
+    if BUDGET not in node_config:
+        return
+    budget = check_range(BUDGET, float(node_config[BUDGET]), 0.0)
+    last: dict[str, dict] = {}
+    for entry in rounds:  # each run's epsilon after its last recorded round
+        if entry["run"] != run and entry.get("epsilon") is not None:
+            last[entry["run"]] = entry["epsilon"]
+    values = [e.get(BUDGET_OBSERVER) for e in [*last.values(), epsilon]]
+    total = float("inf") if any(v is None for v in values) else sum(values)
+    if total > budget:
+        raise SiloStateError(
+            f"answering this round would take this silo's epsilon towards the server to {total:.4g} over its "
+            f"{len(last) + 1} runs (this run {values[-1] if values[-1] is not None else 'inf'}), past its budget "
+            f"{BUDGET} = {budget:g}: refused before any noise is drawn")
+
+
+__all__ = ["BUDGET", "silo_epsilon", "check_budget"]
