@@ -18,7 +18,9 @@ draw, subtract the noise from a released model and identify a record exactly (de
 
 A known limit (Mironov 2012): the noise is sampled in floating point (torch's generators), whose rounding leaks
 through the low bits of a released value; the accounting assumes exact real-valued noise, as every DP-SGD library
-does. The Skellam and binomial mechanisms (integers) are free of it.
+does. The Skellam and binomial mechanisms (integers) are free of it. ``dpfl.engine.secure_streams`` (ChaCha20
+streams, secret as well as independent) and ``dpfl.exact_noise`` (exact integer samplers) are the building blocks of a
+mode without either weakness; no mechanism uses them yet (docs/accounting.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Cryptographically secure streams: ChaCha20 keystreams named by (noise key, round, client, purpose).
 
-The default streams (``dpfl.engine.randomness``) hash the name to a 63-bit seed of torch's Mersenne twister, whose
-624-word state can be recovered from 624 consecutive outputs (Matsumoto, Nishimura 1998 give the linear tempering
-that inverts): they are statistically independent, not secret. Whoever sees enough of a stream's outputs (e.g. a
-coordinate of noise released unrounded) could predict the rest of it. A secure stream is unpredictable to anyone who
+The default streams (``dpfl.engine.randomness``) hash the name to a 63-bit seed of torch's Mersenne twister
+(Matsumoto, Nishimura 1998), whose output tempering is an invertible linear map, so its 624-word state follows from
+624 consecutive outputs: they are statistically independent, not secret. Whoever could read enough of a stream's
+outputs could predict the rest of it. A secure stream is unpredictable to anyone who
 does not hold the noise key, under the standard assumption that ChaCha20 is a pseudorandom function (Bernstein 2008;
 RFC 8439, Nir, Langley 2018):
 
