@@ -6,7 +6,7 @@ import pytest
 from scipy import stats
 
 from dpfl.engine.keys import derived_key
-from dpfl.engine.secure_streams import BUFFER_WORDS, SecureStream, chacha20_keystream, stream_key
+from dpfl.engine.secure_streams import BUFFER_WORDS, STREAM_BYTES, SecureStream, chacha20_keystream, stream_key
 
 RFC_KEY = bytes(range(32))
 
@@ -67,3 +67,11 @@ def test_the_bytes_are_uniform():
     words = SecureStream(1, 0, 0, "noise").words(2**16)
     ones = [(int(np.count_nonzero(words & np.uint64(1 << b)))) for b in range(64)]
     assert all(abs(n - 2**15) < 5 * 128 for n in ones)  # 5 standard deviations of Bin(2^16, 1/2)
+
+
+def test_a_stream_refuses_to_run_past_its_block_counter():
+    """2^32 blocks of 64 bytes: past them ChaCha20's 32-bit counter would wrap and repeat the keystream."""
+    stream = SecureStream(7, 3, 5, "noise")
+    stream._drawn = STREAM_BYTES - 64 * 2  # as if all but two blocks had been read
+    with pytest.raises(ValueError, match="at most 274877906944 bytes"):
+        stream.words(1)
