@@ -1,5 +1,7 @@
 """Errors dpfl raises on bad input, with messages that name the field, the value and what is allowed."""
 
+import signal
+
 
 class DpflError(Exception):
     """Base class of dpfl's own errors."""
@@ -78,12 +80,22 @@ class RunDirectoryError(DpflError):
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """A run stopped at a round boundary on Ctrl-C, after checkpointing and writing its results. A KeyboardInterrupt,
-    so a caller that does not handle it sees an ordinary interruption."""
+    """A run stopped at a round boundary on Ctrl-C or SIGTERM, after checkpointing and writing its results. A
+    KeyboardInterrupt, so a caller that does not handle it sees an ordinary interruption. ``signal_number``: the
+    signal that stopped it (``dpfl run`` exits with 128 + it: 130 for Ctrl-C, 143 for SIGTERM)."""
 
-    def __init__(self, rounds_done: int):
-        self.rounds_done = rounds_done
+    def __init__(self, rounds_done: int, signal_number: int = signal.SIGINT):
+        self.rounds_done, self.signal_number = rounds_done, signal_number
         super().__init__(f"interrupted after round {rounds_done}")
+
+
+class RunAborted(KeyboardInterrupt):
+    """A second Ctrl-C or SIGTERM during a run: it aborts at once, mid-round (its ledger already records the round's
+    charge). ``signal_number``: that signal."""
+
+    def __init__(self, signal_number: int):
+        self.signal_number = signal_number
+        super().__init__(f"aborted by signal {signal_number}")
 
 
 def json_problem(text: str, err) -> str:

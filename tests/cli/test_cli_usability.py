@@ -81,7 +81,8 @@ def test_divergence_exits_4_with_strict_json(config, tmp_path, capsys):
 def test_exit_statuses_are_documented(capsys):
     assert main(["run", "--help"]) == 0
     text = capsys.readouterr().out
-    for line in ("3    the privacy budget", "4    the run diverged", "130  interrupted", "2    error"):
+    for line in ("3    the privacy budget", "4    the run diverged", "130  interrupted", "143  stopped by SIGTERM",
+                 "2    error"):
         assert line in text
 
 

@@ -10,7 +10,8 @@ import torch
 
 from dpfl.cli import main
 from dpfl.data import footprint
-from dpfl.data.footprint import HEADROOM, available_memory_bytes, check_data_memory, data_footprint
+from dpfl.data.footprint import HEADROOM, check_data_memory, data_footprint
+from dpfl.data.memory_limit import MemoryLimit, available_memory
 from dpfl.errors import ConfigError
 from dpfl.experiments.config import load_config
 from dpfl.experiments import assembly
@@ -23,7 +24,7 @@ MILLION = ("data.num_clients=1000000", "data.samples_per_client=60")
 @pytest.fixture
 def sixteen_gb(monkeypatch):
     """The machine has 16 GB available, whatever this one has."""
-    monkeypatch.setattr(footprint, "available_memory_bytes", lambda: 16 * GB)
+    monkeypatch.setattr(footprint, "available_memory", lambda: MemoryLimit(16 * GB, "MemAvailable in /proc/meminfo"))
 
 
 def test_a_million_clients_of_60_records_is_refused_at_once_naming_the_knobs(sixteen_gb, tmp_path, capsys,
@@ -54,7 +55,7 @@ def _empty_config(tmp_path):
 def test_ordinary_configs_pass_the_check_on_this_machine():
     for overrides in ((), ("data.name='digits'",), ("data.num_clients=1000", "data.samples_per_client=600")):
         estimate = check_data_memory(load_config(None, overrides)["data"])
-        assert 0 < estimate.peak_bytes < HEADROOM * available_memory_bytes()
+        assert 0 < estimate.peak_bytes < HEADROOM * available_memory().available
     assert data_footprint(load_config(None, [])["data"]).peak_bytes == 100 * 5000 * 424  # M R (4F + 8 (0.8) F + 8)
 
 
@@ -77,18 +78,20 @@ def test_the_estimate_covers_what_a_build_keeps(tmp_path):
 
 def test_a_file_too_large_is_refused_naming_the_path_and_the_knobs(tmp_path, monkeypatch):
     np.savez(tmp_path / "d.npz", x=np.zeros((1000, 50), np.float32), y=np.arange(1000) % 2)
-    monkeypatch.setattr(footprint, "available_memory_bytes", lambda: 2**20)
+    cgroup = MemoryLimit(2**20, "cgroup v2 memory.max = 3.0 MB, 2.0 MB of it in use (/sys/fs/cgroup)")
+    monkeypatch.setattr(footprint, "available_memory", lambda: cgroup)
     with pytest.raises(ConfigError, match=r"data.path = .*d.npz.*1 client x 1,000 records x 50 features.*lower "
                                           r"data.samples_per_client .*or use a smaller file") as caught:
         build_simulation(load_config(None, ["data.name='npz'", f"data.path='{tmp_path / 'd.npz'}'",
                                             "data.num_clients=1", "algorithm.client_rate=1.0"]))
-    assert "1.0 MB available" in str(caught.value)
+    assert "this process has 1.0 MB available (cgroup v2 memory.max = 3.0 MB, 2.0 MB of it in use (/sys/fs/cgroup))" \
+        in str(caught.value)
 
 
 def test_available_memory_is_positive_and_at_most_the_machines():
     with open("/proc/meminfo") as meminfo:
         total = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemTotal:"))
-    assert 0 < available_memory_bytes() <= total
+    assert 0 < available_memory().available <= total
 
 
 def test_run_memory_mb_below_one_clients_work_is_refused_naming_the_smallest_that_works():

@@ -15,6 +15,7 @@ import torch
 
 from dpfl.data import footprint, idx, leaf
 from dpfl.data.footprint import check_data_memory, data_footprint
+from dpfl.data.memory_limit import MemoryLimit
 from dpfl.data.pooled import federate
 from dpfl.data.preprocess import rescale
 from dpfl.data.public import CATALOGUE, build_public, shape_of
@@ -470,7 +471,7 @@ def test_the_estimate_covers_what_a_build_keeps(tmp_path, monkeypatch, name):
 def test_a_public_data_set_too_large_is_refused_naming_it_and_the_knobs(tmp_path, monkeypatch):
     monkeypatch.setenv("DPFL_DATA", str(tmp_path))
     write_mnist(tmp_path / "mnist", mnist_records(600, 100))
-    monkeypatch.setattr(footprint, "available_memory_bytes", lambda: 2**20)
+    monkeypatch.setattr(footprint, "available_memory", lambda: MemoryLimit(2**20, "MemAvailable in /proc/meminfo"))
     with pytest.raises(ConfigError, match=r"data.name = 'mnist' is not allowed: expected a data set that fits in "
                                           r"memory \(building the data needs 10 clients x 70 records x 784 features: "
                                           r".*1.0 MB available.*lower data.samples_per_client .*or use a subset of "

@@ -11,6 +11,7 @@ import torch
 
 from dpfl.cli import main
 from dpfl.data import footprint
+from dpfl.data.memory_limit import MemoryLimit
 from dpfl.errors import ConfigError
 from dpfl.experiments.config import load_config
 from dpfl.experiments.memory import HEADROOM, check_run_memory, initial_state_shapes
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def available(monkeypatch, num_bytes: int) -> None:
     """The machine has ``num_bytes`` available, whatever this one has."""
-    monkeypatch.setattr(footprint, "available_memory_bytes", lambda: num_bytes)
+    monkeypatch.setattr(footprint, "available_memory", lambda: MemoryLimit(num_bytes, "MemAvailable in /proc/meminfo"))
 
 
 def peak_growth(build) -> float:
@@ -118,7 +119,7 @@ def test_ordinary_runs_pass_and_the_estimate_covers_the_state_built():
         sampled = torch.cat([sim.clients.sample(t, sim.seed) for t in range(sim.next_round)]).unique().numel()
         assert held == (sampled if sim.state.clients else 0) and sampled <= estimate.holders == 8
         assert held * estimate.client_state_bytes <= estimate.clients_bytes
-        assert estimate.total_bytes < HEADROOM * footprint.available_memory_bytes()
+        assert estimate.total_bytes < HEADROOM * footprint.available_memory().available
 
 
 def test_one_clients_work_counts_its_noise_draws():
@@ -137,6 +138,6 @@ def test_check_run_memory_takes_the_memory_given(monkeypatch):
                         lambda config, estimate: seen.append(estimate) or check_run_memory(config, estimate))
     build_simulation(sim_config)
     (estimate,) = seen
-    assert check_run_memory(sim_config, estimate, available=estimate.total_bytes * 2) is estimate
-    with pytest.raises(ConfigError, match="is not allowed: expected .* needs about "):
-        check_run_memory(sim_config, estimate, available=estimate.total_bytes)
+    assert check_run_memory(sim_config, estimate, MemoryLimit(estimate.total_bytes * 2, "given")) is estimate
+    with pytest.raises(ConfigError, match=r"is not allowed: expected .* needs about .* available \(given\) once"):
+        check_run_memory(sim_config, estimate, MemoryLimit(estimate.total_bytes, "given"))

@@ -169,11 +169,11 @@ def test_dpfl_write_silos_writes_the_configs_clients_as_silo_files_without_flwr(
     path.write_text(CONFIG)
     out = tmp_path / "silos"
     assert main(["write-silos", str(path), "--out", str(out), "--set", "data.num_clients=5"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == [f"silo-{i}.npz" for i in range(5)]
+    assert sorted(p.name for p in out.iterdir()) == ["secagg", *[f"silo-{i}.npz" for i in range(5)]]
     assert main(["write-silos", str(path), "--out", str(out)]) == 0
     assert "wrote 3 silo files to" in capsys.readouterr().err
     train = build_data(load_config(path)["data"]).train
-    assert sorted(p.name for p in out.iterdir()) == ["silo-0.npz", "silo-1.npz", "silo-2.npz"]
+    assert sorted(p.name for p in out.iterdir()) == ["secagg", "silo-0.npz", "silo-1.npz", "silo-2.npz"]
     for i in range(3):
         silo, n = load_silo(out / f"silo-{i}.npz"), int(train.counts[i])
         assert silo.client == i and silo.x.equal(train.x[i, :n]) and silo.y.equal(train.y[i, :n])

@@ -13,11 +13,11 @@ import torch
 
 from dpfl.errors import DpflError
 from dpfl.experiments.config import load_config
-from flower_config import app_run_config
+from flower_config import app_run_config, silo_pin
 
 pytest.importorskip("flwr")
 
-from flower_grid import InProcessGrid, MaliciousServer, write_federation_keys  # noqa: E402
+from flower_grid import HONEST_BUT_CURIOUS, InProcessGrid, MaliciousServer, write_federation_keys  # noqa: E402
 
 from dpfl.flower import secure_sum  # noqa: E402
 from dpfl.flower.client_app import client_app  # noqa: E402
@@ -49,14 +49,15 @@ threads = 1
 
 
 def federation(folder, write_silos, keys=False):
-    """The config, and a grid of the 3 silos' ClientApps (with signing keys in their node configs if ``keys``)."""
+    """The config, and a grid of the 3 silos' ClientApps (with signing keys in their node configs if ``keys``, else
+    opting in to the honest-but-curious protocol)."""
     path = folder / "c.toml"
     path.write_text(CONFIG)
     config = load_config(path)
     write_silos(config, folder)
     node_keys = write_federation_keys(folder / "keys", 3) if keys else {}
-    grid = InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz")}), 3,
-                         lambda partition: node_keys.get(partition, {}))
+    grid = InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz")}, silo_pin(config)), 3,
+                         lambda partition: node_keys.get(partition, HONEST_BUT_CURIOUS))
     return config, grid
 
 

@@ -4,6 +4,8 @@ than its own; the model is evaluated on a set the server holds, on the silos (la
 not at all. Through the real ``serve`` and ClientApp (``InProcessGrid``)."""
 
 import json
+import os
+import re
 
 import numpy as np
 import pytest
@@ -14,7 +16,8 @@ from dpfl.engine.simulator import Simulation
 from dpfl.errors import DpflError, RunDirectoryError
 from dpfl.experiments.config import load_config
 from dpfl.experiments.assembly import build_data
-from flower_config import app_run_config, spent
+from dpfl.experiments.run_lock import LOCK_FILE, run_lock
+from flower_config import app_run_config, silo_pin, spent
 
 pytest.importorskip("flwr")
 
@@ -73,12 +76,12 @@ def outputs(run_dir):
             torch.load(run_dir / "checkpoint.pt", weights_only=False)["state"])
 
 
-def grid_of(folder, node_config=lambda partition: {}):
-    return InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz")}), 3, node_config)
+def grid_of(folder, config, node_config=lambda partition: {}):
+    return InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz")}, silo_pin(config)), 3, node_config)
 
 
 def flower_run(folder, config, out, grid=None, **run_config):
-    grid = grid or grid_of(folder)
+    grid = grid or grid_of(folder, config)
     return serve(grid, app_run_config(config, folder / out, **{"round-timeout": 5.0, **run_config})), grid
 
 
@@ -89,10 +92,11 @@ def test_the_server_runs_without_the_pooled_data_and_gives_dpfl_runs_ledger_and_
     the nodes reported, and a resume with other counts is refused."""
     folder, config, _ = pooled
     run_config = app_run_config(config, tmp_path / "flower", **{"round-timeout": 5.0})
+    grid = grid_of(folder, config)  # the silos' pins: their operators know the release (dpfl write-silos)
     hidden = folder / "private"
     hidden.rename(folder / "elsewhere")  # the coordinator has no copy of the pooled data
     try:
-        serve(grid_of(folder), run_config)
+        serve(grid, run_config)
     finally:
         (folder / "elsewhere").rename(hidden)
     ledger, results, state = outputs(tmp_path / "flower")
@@ -106,7 +110,7 @@ def test_the_server_runs_without_the_pooled_data_and_gives_dpfl_runs_ledger_and_
     assert results["data"]["train_counts"] == counts
     assert "dpfl: finished after round 2: no metrics (evaluation: none)" in capsys.readouterr().err
 
-    grid = grid_of(folder)
+    grid = grid_of(folder, config)
     answer = grid.app
 
     def more_records(message, context):  # node 101 reports one more record than before
@@ -120,11 +124,27 @@ def test_the_server_runs_without_the_pooled_data_and_gives_dpfl_runs_ledger_and_
         serve(grid, {**run_config, "resume": True})
 
 
-def test_a_node_reporting_counts_other_than_its_silo_files_is_refused_by_its_silo(pooled, tmp_path):
-    """Node 102's reply to the query says one record more than its silo file holds (a server or a node that lies):
-    the run's release config carries that count, and silo 1 refuses its train message before drawing any noise."""
+def test_serve_is_refused_while_another_run_holds_its_run_directory(pooled, tmp_path):
+    """The ServerApp runs through the same run machinery as `dpfl run`, lock included: while another process (here
+    this one) holds the run directory, ``serve`` is refused naming the holder, before any round; once released it
+    runs."""
     folder, config, _ = pooled
-    grid = grid_of(tmp_path)
+    out = tmp_path / "flower"
+    refusal = re.escape(f"another dpfl run holds {out} (pid {os.getpid()})")
+    with run_lock(out):
+        with pytest.raises(RunDirectoryError, match=refusal):
+            flower_run(folder, config, out)
+        assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]  # nothing read or written
+    results, _ = flower_run(folder, config, out)
+    assert results["status"] == "finished" and (out / "ledger.json").exists() and not (out / LOCK_FILE).exists()
+
+
+def test_a_node_reporting_counts_other_than_its_silo_files_is_refused_by_every_silo(pooled, tmp_path):
+    """Node 102's reply to the query says one record more than its silo file holds (a server or a node that lies):
+    the run's release config carries that count, so it is not the release every silo pinned (whose [data] holds the
+    true counts), and every silo refuses its train message before drawing any noise."""
+    folder, config, _ = pooled
+    grid = grid_of(tmp_path, config)
     write_silos(build_data(config["data"]), tmp_path)
     answer = grid.app
 
@@ -135,11 +155,11 @@ def test_a_node_reporting_counts_other_than_its_silo_files_is_refused_by_its_sil
         return reply
 
     grid.app = more_records
-    with pytest.raises(DpflError, match=r"round 1: node 102 \(client 1\) replied with an error \(the run's release "
-                                        r"config gives client 1 \d+ training records; this silo holds \d+: refused"):
+    with pytest.raises(DpflError, match=r"round 1: node 101 \(client 0\), node 102 \(client 1\), node 103 \(client 2\) "
+                                        r"replied with an error \(the job's release config \(sha256 \w+\.\.\.\) is not "
+                                        r"the one this silo is enrolled in"):
         flower_run(tmp_path, config, "flower", grid)
-    assert not (tmp_path / "silo-1.npz.dpfl-state" / "rounds.json").exists()  # nothing drawn, nothing journalled
-    assert (tmp_path / "silo-0.npz.dpfl-state" / "rounds.json").exists()
+    assert not any((tmp_path / f"silo-{i}.npz.dpfl-state").exists() for i in range(3))  # nothing drawn or journalled
 
 
 def test_each_evaluation_mode_is_labelled_and_federated_metrics_are_marked_not_covered(pooled, tmp_path, capsys):
@@ -171,6 +191,6 @@ def test_each_evaluation_mode_is_labelled_and_federated_metrics_are_marked_not_c
     assert "(evaluation: federated) [NOT COVERED BY EPSILON" in capsys.readouterr().err
     assert sum(m.metadata.message_type == "query.evaluate" for m, _ in grid.received) == 2 * 3  # each node, each round
 
-    refusing = grid_of(folder, lambda partition: {"federated-evaluation": partition != 2})
+    refusing = grid_of(folder, config, lambda partition: {"federated-evaluation": partition != 2})
     with pytest.raises(DpflError, match=r"node 103 \(client 2\) replied with an error \(this silo sends no metrics"):
         flower_run(folder, config, tmp_path / "refused", refusing, evaluation="federated")

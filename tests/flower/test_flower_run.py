@@ -6,7 +6,7 @@ import torch
 from dpfl.cli import main
 from dpfl.experiments.config import load_config
 from dpfl.engine.client_table import ClientTable
-from flower_config import app_run_config, spent
+from flower_config import app_run_config, silo_pin, spent
 
 flwr = pytest.importorskip("flwr")
 pytest.importorskip("ray")  # Flower's simulation runtime runs ClientApps on Ray
@@ -55,8 +55,8 @@ def test_flower_simulation_matches_dpfl_run(tmp_path, monkeypatch, write_silos, 
     config = load_config(path)
     write_silos(config, tmp_path)
     run_config = app_run_config(config, tmp_path / "flower", **{"round-timeout": 120.0})
-    run_simulation(server_app(run_config), client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}),
-                   num_supernodes=3, backend_config={"client_resources": {"num_cpus": 1}})
+    silos = client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}, silo_pin(config))
+    run_simulation(server_app(run_config), silos, num_supernodes=3, backend_config={"client_resources": {"num_cpus": 1}})
 
     ledger, results, state = run_outputs(tmp_path / "flower")
     ledger_1, results_1, state_1 = run_outputs(tmp_path / "one-by-one")

@@ -20,14 +20,14 @@ from dpfl.errors import DpflError
 from dpfl.experiments.config import load_config
 from dpfl.experiments.assembly import build_data, build_simulation
 from dpfl.flower.silo import write_silos
-from flower_config import app_run_config, spent
+from flower_config import app_run_config, silo_pin, spent
 
 flwr = pytest.importorskip("flwr")
 
 from flwr.app import ArrayRecord  # noqa: E402
 
 from dpfl.flower import secure_sum  # noqa: E402
-from flower_grid import InProcessGrid, write_federation_keys  # noqa: E402
+from flower_grid import HONEST_BUT_CURIOUS, InProcessGrid, write_federation_keys  # noqa: E402
 from dpfl.flower.client_app import client_app  # noqa: E402
 from dpfl.flower.server_app import serve  # noqa: E402
 from dpfl.protocols.messages import (  # noqa: E402
@@ -41,7 +41,7 @@ from dpfl.protocols.messages import (  # noqa: E402
 )
 from dpfl.protocols.session import Stage  # noqa: E402
 
-#: The stages of the honest-but-curious protocol (the nodes have no signing keys).
+#: The stages of the honest-but-curious protocol (the nodes have no signing keys, and opt in to it).
 STAGES = (Stage.ADVERTISE_KEYS, Stage.SHARE_KEYS, Stage.MASKED_INPUT, Stage.UNMASKING)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -85,9 +85,11 @@ def write_config(folder, text: str = JOINT):
     return path, config
 
 
-def flower_run(folder, config, lost=lambda message: False, node_config=lambda partition: {}):
-    """Runs ``config`` through ``serve`` over an ``InProcessGrid``; (the grid, the raised error or None)."""
-    grid = InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz")}), 3, node_config)
+def flower_run(folder, config, lost=lambda message: False, node_config=lambda partition: HONEST_BUT_CURIOUS):
+    """Runs ``config`` through ``serve`` over an ``InProcessGrid`` of silos pinned to its release (by default without
+    signing keys, opting in to the honest-but-curious protocol); (the grid, the raised error or None)."""
+    grid = InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz")}, silo_pin(config)), 3,
+                         node_config)
     grid.lost = lost
     try:
         serve(grid, app_run_config(config, folder / "flower", **{"round-timeout": 5.0}))
@@ -126,7 +128,7 @@ def test_flower_secure_aggregation_gives_dpfl_runs_model_and_ledger(tmp_path, fl
     authentication) the round is the actively secure variant, with its ConsistencyCheck stage."""
     _, config = write_config(tmp_path)
     keys = write_federation_keys(tmp_path / "keys", 3) if signing_keys else {}
-    grid, error = flower_run(tmp_path, config, node_config=lambda partition: keys.get(partition, {}))
+    grid, error = flower_run(tmp_path, config, node_config=lambda partition: keys.get(partition, HONEST_BUT_CURIOUS))
     assert error is None
     ledger, checkpoint = outputs(tmp_path / "flower")
     ledger_ref, checkpoint_ref = reference
@@ -145,7 +147,8 @@ def test_the_server_receives_only_masked_vectors_independent_of_the_updates(tmp_
     Z_(2^32)^d per round, uncorrelated with the client's encoded update x_u (|r| < 4 / sqrt(d), fixed seeds) and
     uniform (a chi-square test of its top 4 bits) although x_u is concentrated near 0 mod 2^32."""
     _, config = write_config(tmp_path)
-    grid = InProcessGrid(client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}), 3)
+    grid = InProcessGrid(client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}, silo_pin(config)), 3,
+                         lambda partition: HONEST_BUT_CURIOUS)
     kept = {}
 
     def read_kept(message):  # the input a node keeps, read on the node once it has masked it (the server cannot)
@@ -234,7 +237,9 @@ def test_a_node_answers_each_stage_once_and_forgets_the_round_after_unmasking(tm
     """Replaying the protocol from the node's state must not let a server ask twice: a repeated stage (which could
     collect both shares of a client's secrets) is refused, and after Unmasking the round's secrets are gone."""
     _, config = write_config(tmp_path)
-    grid = InProcessGrid(client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}), 3)
+    config = {**config, "algorithm": {**config["algorithm"], "rounds": 1}}  # the rounds are this family's release key
+    grid = InProcessGrid(client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}, silo_pin(config)), 3,
+                         lambda partition: HONEST_BUT_CURIOUS)
     refused = []
 
     def ask_again(message):  # the same stage's message a second time, once the node has answered it
@@ -245,7 +250,7 @@ def test_a_node_answers_each_stage_once_and_forgets_the_round_after_unmasking(tm
         return False
 
     grid.lost = ask_again
-    serve(grid, app_run_config({**config, "algorithm": {**config["algorithm"], "rounds": 1}}, tmp_path / "flower"))
+    serve(grid, app_run_config(config, tmp_path / "flower"))
     assert len(refused) == 2 and "stage 1 of round 1's secure aggregation out of order" in refused[0]
     assert "did not train" in refused[1]
     assert secure_sum.KEPT not in grid.contexts[101].state and secure_sum.KEPT_INPUT not in grid.contexts[101].state
@@ -254,8 +259,9 @@ def test_a_node_answers_each_stage_once_and_forgets_the_round_after_unmasking(tm
 def test_at_10000_parameters_a_client_sends_8_bytes_a_parameter_and_a_kilobyte_more(tmp_path, flower_task, seeded_keys):
     """The per-round cost at 3 nodes x 10^4 parameters (an MLP with 200 hidden units): the bytes each client sends in
     the protocol, which are 8 d for its masked vector plus O(n) for keys and shares: 4 headers (4 x 22), 4 Ed25519
-    signatures (4 x 66), its 3 public keys (96), the commitment and 2 ciphertexts (32 + 4 + 2 x 152), the vector's
-    count (4) and 3 unmasking shares (4 + 3 x 71): 1,009 bytes."""
+    signatures (4 x 66), its 3 public keys (96), the commitment and 2 ciphertexts (32 + 4 + 2 x (4 + 2 + 152): each of
+    two shares with an empty signature, 2 x (66 + 2), and the tag, 16), the vector's count (4) and 3 unmasking shares
+    (4 + 3 x 73: id, kind, share and an empty signature): 1,027 bytes."""
     _, config = write_config(tmp_path, JOINT.replace("[run]", '[model]\nname = "mlp"\nhidden = [200]\n\n[run]')
                              .replace("rounds = 2", "rounds = 1"))
     grid, error = flower_run(tmp_path, config)
@@ -266,7 +272,7 @@ def test_at_10000_parameters_a_client_sends_8_bytes_a_parameter_and_a_kilobyte_m
             node = message.metadata.dst_node_id
             sent[node] = sent.get(node, 0) + len(reply.content[secure_sum.SECAGG]["message"])
     d = 40 * 200 + 200 + 200 * 10 + 10
-    assert sent == dict.fromkeys((101, 102, 103), 8 * d + 4 * 22 + 4 * 66 + 96 + 340 + 4 + 217), (d, sent)
+    assert sent == dict.fromkeys((101, 102, 103), 8 * d + 4 * 22 + 4 * 66 + 96 + 352 + 4 + 223), (d, sent)
 
 
 @pytest.mark.slow
@@ -280,8 +286,8 @@ def test_flower_simulation_runtime_with_secure_aggregation_gives_dpfl_runs_model
 
     _, config = write_config(tmp_path)
     run_config = app_run_config(config, tmp_path / "flower", **{"round-timeout": 120.0})
-    run_simulation(server_app(run_config), client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}),
-                   num_supernodes=3, backend_config={"client_resources": {"num_cpus": 1}})
+    silos = client_app({"silo-path": str(tmp_path / "silo-{partition-id}.npz")}, {**silo_pin(config), **HONEST_BUT_CURIOUS})
+    run_simulation(server_app(run_config), silos, num_supernodes=3, backend_config={"client_resources": {"num_cpus": 1}})
     ledger, checkpoint = outputs(tmp_path / "flower")
     assert spent(ledger) == spent(reference[0]) and checkpoint["next_round"] == 2
     assert torch.equal(checkpoint["state"]["server"]["x"], reference[1]["state"]["server"]["x"])

@@ -13,7 +13,7 @@ from dpfl.engine.keys import KEY_FILE, load_key
 from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.experiments.config import load_config
 from dpfl.experiments.assembly import build_data
-from flower_config import app_run_config
+from flower_config import app_run_config, silo_pin
 
 pytest.importorskip("flwr")
 
@@ -57,7 +57,7 @@ def setup(folder, text=CONFIG):
 
 
 def flower_run(folder, config):
-    grid = InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz")}), 3)
+    grid = InProcessGrid(client_app({"silo-path": str(folder / "silo-{partition-id}.npz")}, silo_pin(config)), 3)
     serve(grid, app_run_config(config, folder / "flower", **{"round-timeout": 5.0}))
     return grid
 
@@ -147,12 +147,35 @@ def test_a_silo_whose_data_changed_or_whose_key_is_lost_refuses_the_next_round(t
     silo = tmp_path / f"silo-{int(message.content[records.JOB]['client'])}.npz"
     from dpfl.flower import client_app as module
     arrays = dict(np.load(silo))
-    arrays["x"] = arrays["x"] + 1.0
-    np.savez(silo, **arrays)
+    np.savez(silo, **{**arrays, "x": arrays["x"] + 1.0})
     module.silo_of.cache_clear(), module.fingerprint_of.cache_clear()
     refused = resend(grid, message, records.tensors_of(message.content[records.SERVER]))
     assert refused.has_error() and "data changed since its first round" in refused.error.reason
-    (tmp_path / (silo.name + ".dpfl-state") / "data.sha256").unlink()  # the operator accepts the new data...
-    (tmp_path / (silo.name + ".dpfl-state") / KEY_FILE).unlink()  # ...but the key is gone too
+    np.savez(silo, **arrays)  # the data restored...
+    module.silo_of.cache_clear(), module.fingerprint_of.cache_clear()
+    (tmp_path / (silo.name + ".dpfl-state") / KEY_FILE).unlink()  # ...but the key is gone
     refused = resend(grid, message, records.tensors_of(message.content[records.SERVER]))
     assert refused.has_error() and "its noise key" in refused.error.reason and "is gone" in refused.error.reason
+
+
+@pytest.mark.parametrize("loss", ["journal", "head", "both", "truncated", "rolled back"])
+def test_a_silo_whose_journal_is_lost_or_rolled_back_refuses_every_round(tmp_path, loss):
+    """The journal holds what the silo answered; a server that could make it forget would get a round answered twice.
+    Its journal deleted (with or without its head), cut short or replaced by an older copy: the silo refuses the
+    re-sent round (which, with the journal, it would answer identically) and every other, naming the journal."""
+    config, _ = setup(tmp_path)
+    state = tmp_path / "silo-0.npz.dpfl-state"
+    grid = flower_run(tmp_path, config)
+    message = next(m for m, _ in train_exchanges(grid) if int(m.content[records.JOB]["client"]) == 0)
+    journal, head = state / "journal.jsonl", state / "journal.head"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    if loss in ("journal", "both"):
+        journal.unlink()
+    if loss in ("head", "both"):
+        head.unlink()
+    if loss == "truncated":
+        journal.write_bytes(b"".join(lines[:-1]))
+    if loss == "rolled back":  # an older copy of the journal restored beside the current head
+        journal.write_bytes(b"".join(lines[:2]))
+    refused = resend(grid, message, records.tensors_of(message.content[records.SERVER]))
+    assert refused.has_error() and "journal cannot be trusted" in refused.error.reason, refused.error.reason

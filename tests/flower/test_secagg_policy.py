@@ -66,3 +66,29 @@ def test_a_silos_identity_needs_its_key_and_the_registry_with_its_own_public_key
     with pytest.raises(ConfigError, match=r"the public key of this silo's secagg-signing-key as 1.pub \(this silo is "
                                           r"client 1\)"):
         node_identity({"secagg-signing-key": str(tmp_path / "key"), "secagg-peers": str(tmp_path / "peers")}, 1)
+
+
+def test_without_a_signing_key_a_silo_takes_part_only_in_the_honest_but_curious_protocol_it_opted_in_to(tmp_path):
+    """Actively secure by default: without keys a silo refuses every round unless secagg-honest-but-curious = true
+    (a boolean, and never beside a signing key, which makes the silo insist on the active variant)."""
+    from dpfl.flower.enrolment import enrol
+    from dpfl.flower.secagg_policy import check_variant
+
+    config = SecAggConfig(4, (0, 1, 2), 2, 10, 32)
+    with pytest.raises(SecAggError, match="round 4, client 0: this silo has no signing key: .* node config keys "
+                                          "secagg-signing-key and secagg-peers .* secagg-honest-but-curious = true"):
+        check_variant(config, {}, 0)
+    assert check_variant(config, {"secagg-honest-but-curious": True}, 0) is None
+    with pytest.raises(SecAggError, match="round 4, client 0: this silo has no signing key"):
+        check_variant(config, {"secagg-honest-but-curious": False}, 0)
+    with pytest.raises(SecAggError, match="a round of the actively secure variant, but this silo has no signing key"):
+        check_variant(dataclasses.replace(config, active=True), {"secagg-honest-but-curious": True}, 0)
+    with pytest.raises(ConfigError, match="secagg-honest-but-curious = 'yes' is not allowed: expected true or false"):
+        check_variant(config, {"secagg-honest-but-curious": "yes"}, 0)
+    keys = enrol(tmp_path, [0, 1, 2])
+    assert set(check_variant(dataclasses.replace(config, active=True), keys[1], 1).peers) == {0, 1, 2}
+    with pytest.raises(SecAggError, match="a round set up without signatures: this silo has a signing key"):
+        check_variant(config, keys[1], 1)
+    with pytest.raises(ConfigError, match=r"secagg-honest-but-curious = True is not allowed: expected false \(or "
+                                          r"unset\) with secagg-signing-key"):
+        check_variant(dataclasses.replace(config, active=True), {**keys[1], "secagg-honest-but-curious": True}, 1)

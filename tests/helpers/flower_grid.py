@@ -12,6 +12,10 @@ from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
 
 from dpfl.protocols.secagg import SecAggClient, SecAggConfig, SecAggServer, SecureSum, Stage
 
+#: The node config of a silo without signing keys that opts in to the honest-but-curious protocol (what the tests of
+#: that protocol run; without it, or keys, a silo refuses secure aggregation: ``dpfl.flower.secagg_policy``).
+HONEST_BUT_CURIOUS = {"secagg-honest-but-curious": True}
+
 
 class InProcessGrid:
     """Flower's Grid (``get_node_ids``, ``send_and_receive``) over ClientApps in this process: node 101 + i holds
@@ -111,4 +115,4 @@ class MaliciousServer:
         return self.grid.send_and_receive([copy])[0]
 
 
-__all__ = ["InProcessGrid", "write_federation_keys", "answer", "MaliciousServer"]
+__all__ = ["HONEST_BUT_CURIOUS", "InProcessGrid", "write_federation_keys", "answer", "MaliciousServer"]

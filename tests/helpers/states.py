@@ -2,12 +2,16 @@
 
 import torch
 
-from dpfl.engine.client_table import ClientTable
+from dpfl.engine.client_table import ClientTable, is_table
 from dpfl.engine.protocol import State
 
 
 def dense(value):
-    """A state tensor as it is, or a ``ClientTable``'s [num_clients, *row] rows."""
+    """A state tensor as it is, or a ``ClientTable``'s [num_clients, *row] rows, also from a checkpoint's entry (its
+    ``state_dict``: the clients that hold rows, in the order they first wrote, and their rows; two runs compare by
+    every client's row, whatever the order of their storage)."""
+    if is_table(value):
+        value = ClientTable.from_state_dict(value)
     return value.dense() if isinstance(value, ClientTable) else value
 
 

@@ -10,9 +10,9 @@ import torch
 from scipy import stats
 
 from dpfl.errors import ConfigError
-from dpfl.protocols import messages
+from dpfl.protocols import messages, shamir
 from dpfl.protocols.identity import ed25519_key, sign
-from dpfl.protocols.messages import MessageType, SecAggError
+from dpfl.protocols.messages import MessageType, SecAggError, ShareKind
 from dpfl.protocols.primitives import SeededRandomBytes
 from dpfl.protocols.secagg import SecAggClient, SecAggConfig, SecAggServer, Stage, play_round, simulate_round
 from dpfl.protocols.shamir import PRIME
@@ -292,7 +292,7 @@ def test_a_client_cannot_pose_as_the_server(advertised):
 @pytest.mark.parametrize("corrupt, match", [
     (lambda m: m[:10], "10 bytes, shorter than the 22-byte header"),
     (lambda m: b"XXXX" + m[4:], "magic"),
-    (lambda m: m[:4] + b"\x01" + m[5:], "malformed message from client 1: protocol version 1, this party speaks 2"),
+    (lambda m: m[:4] + b"\x01" + m[5:], "malformed message from client 1: protocol version 1, this party speaks 3"),
     (lambda m: m[:5] + b"\x63" + m[6:], "unknown message type 99"),
     (lambda m: m + b"\x00", "header says 162 payload bytes, 163 arrived"),
     (lambda m: m[:-1], "header says 162 payload bytes, 161 arrived"),
@@ -328,7 +328,8 @@ def test_forged_counts_are_refused():
     forged = signed(client, MessageType.ENCRYPTED_SHARES, commitment + struct.pack(">I", 2**31) + entries)
     with pytest.raises(SecAggError, match="ENCRYPTED_SHARES from client 0: count 2147483648"):
         parties.server.receive(forged)
-    missing = signed(client, MessageType.ENCRYPTED_SHARES, commitment + struct.pack(">I", 1) + entries[:152])
+    first = entries[:len(entries) // 2]  # two entries of equal size: (recipient, ciphertext)
+    missing = signed(client, MessageType.ENCRYPTED_SHARES, commitment + struct.pack(">I", 1) + first)
     with pytest.raises(SecAggError, match=r"ciphertexts for clients \[1\], expected one for each of \[1, 2\]"):
         parties.server.receive(missing)
 
@@ -355,8 +356,9 @@ def test_altered_or_misdirected_shares_fail_authentication():
         parties.clients[2].masked_input(bytes(routed), parties.inputs[2])
     assert parties.clients[2].stage == Stage.ABORTED
     # client 1's ciphertext for client 2, delivered to client 0 as if it were addressed to it
-    for_two_from_one = parties.routed[2][22 + 4 + 152:]
-    for_zero_from_two = parties.routed[0][22 + 4 + 152:]
+    entry = (len(parties.routed[2]) - 22 - 4) // 2  # each message: header, count, two (sender, ciphertext) entries
+    for_two_from_one = parties.routed[2][22 + 4 + entry:]
+    for_zero_from_two = parties.routed[0][22 + 4 + entry:]
     misdirected = messages.encode(MessageType.ROUTED_SHARES, 0, messages.SERVER,
                                   struct.pack(">I", 2) + for_two_from_one + for_zero_from_two)
     with pytest.raises(SecAggError, match="round 0, client 0: the shares from client 1 fail authentication"):
@@ -391,9 +393,9 @@ def test_a_corrupted_share_of_a_dropped_clients_key_is_detected():
     parties.mask(among=[0, 1, 2])  # client 3 drops: the server reconstructs its mask key
     for c in (0, 1, 2):
         message = parties.clients[c].unmask(parties.request)
-        if c == 0:  # the last entry is client 3's key share: client 0 alters it
+        if c == 0:  # the last entry is client 3's key share (then its empty signature): client 0 alters it
             body = bytearray(body_of(message, MessageType.UNMASK_SHARES))
-            body[-1] ^= 1
+            body[-3] ^= 1
             message = signed(parties.clients[0], MessageType.UNMASK_SHARES, bytes(body))
         parties.server.receive(message)
     with pytest.raises(SecAggError, match=r"shares of client 3's mask key .* not its advertised public key .*"
@@ -562,10 +564,13 @@ def test_a_party_advertising_in_another_clients_name(active):
 
 
 @pytest.mark.parametrize("active", [False, True])
-def test_a_corrupted_share_of_a_survivors_seed_is_detected_and_its_sender_named(active):
+def test_a_corrupted_share_of_a_survivors_seed_is_detected_and_its_holder_named_where_shares_are_signed(active):
     """Client 0 (malicious) alters its share of client 3's self-mask seed b_3 before it unmasks. The server's
     reconstruction from t = 3 responders no longer matches client 3's commitment: the round stops instead of giving a
-    wrong sum, and the leave-one-out reconstructions from the 5 responders name client 0."""
+    wrong sum, and the leave-one-out reconstructions from the 5 responders point at client 0's share. In the active
+    variant that share no longer carries client 3's signature, and client 0 is named; without signatures client 3
+    could have dealt it so (``test_a_share_dealt_off_the_polynomial_never_names_the_honest_recipient``), and no one
+    is."""
     parties = Round(random_inputs(5, 8, 16), 3, active=active)
     parties.advertise()
     parties.share()
@@ -573,11 +578,11 @@ def test_a_corrupted_share_of_a_survivors_seed_is_detected_and_its_sender_named(
     if active:
         parties.check()
     seed_share, key_share = parties.clients[0]._held[3]
-    parties.clients[0]._held[3] = ((seed_share + 1) % PRIME, key_share)
+    parties.clients[0]._held[3] = (seed_share._replace(value=(seed_share.value + 1) % PRIME), key_share)
     with pytest.raises(SecAggError, match=r"shares of client 3's self-mask seed from clients \[0, 1, 2\] reconstruct "
                                           r"a value that is not its commitment; the shares of clients \[0\]") as err:
         parties.unmask()
-    assert err.value.culprits == (0,)
+    assert err.value.culprits == ((0,) if active else ())
     assert parties.server.stage == Stage.ABORTED
 
 
@@ -587,11 +592,104 @@ def test_with_only_t_responders_a_corrupted_share_is_detected_without_a_culprit(
     parties.share()
     parties.mask()
     seed_share, key_share = parties.clients[1]._held[4]
-    parties.clients[1]._held[4] = ((seed_share + 5) % PRIME, key_share)
+    parties.clients[1]._held[4] = (seed_share._replace(value=(seed_share.value + 5) % PRIME), key_share)
     with pytest.raises(SecAggError, match=r"client 4's self-mask seed .* \(a share was altered: with 3 responders "
                                           r"for a threshold of 3 its sender cannot be located\)") as err:
         parties.unmask(among=[0, 1, 2])
     assert err.value.culprits == ()
+
+
+class DishonestDealer(SecAggClient):
+    """A malicious client that deals client ``victim`` a share of its self-mask seed b_u off its polynomial,
+    f(victim + 1) + 1: its Shamir sharing of b_u is altered at that one point as it is made, before anything is
+    signed or encrypted, so that (in the active variant) the share carries the dealer's signature as every other."""
+
+    victim = 0
+
+    def share_keys(self, key_list):
+        split = shamir.split
+
+        def off_polynomial(secret, threshold, xs, random_bytes):
+            shares = split(secret, threshold, xs, random_bytes)
+            if secret == int.from_bytes(self._self_mask_seed, "big"):
+                shares[self.victim + 1] = (shares[self.victim + 1] + 1) % PRIME
+            return shares
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(shamir, "split", off_polynomial)
+            return super().share_keys(key_list)
+
+
+class UnsignedDealer(SecAggClient):
+    """A malicious client that signs its true share of b_u for client ``victim`` but deals it another value."""
+
+    victim = 0
+
+    def _deal(self, recipient, kind, value):
+        dealt = super()._deal(recipient, kind, value)
+        if recipient != self.victim or kind != ShareKind.SELF_MASK_SEED:
+            return dealt
+        return dealt._replace(value=(value + 1) % PRIME)
+
+
+def with_dealer(parties, dealer, kind=DishonestDealer):
+    """``parties`` with client ``dealer`` replaced by a party of class ``kind`` with the same keys."""
+    parties.clients[dealer] = kind(dealer, parties.config, SeededRandomBytes(0, parties.config.round_id, dealer),
+                                   parties.identities.get(dealer), parties.peers)
+    return parties
+
+
+@pytest.mark.parametrize("active", [False, True], ids=["honest-but-curious", "active"])
+def test_a_share_dealt_off_the_polynomial_never_names_the_honest_recipient(active):
+    """Client 3 deals honest client 0 a share of b_3 off its polynomial; client 0 forwards it at Unmasking, and the
+    reconstruction from clients 0, 1, 2 fails client 3's commitment. The shares of clients 1, 2, 3, 4 lie on one
+    polynomial, so client 0's share is the odd one out; but in the active variant it carries client 3's signature for
+    client 0, so client 3 dealt it: the culprit is client 3. Without signatures client 0's alteration and client 3's
+    dealing cannot be told apart, and the error says so and names neither."""
+    parties = with_dealer(Round(random_inputs(5, 8, 16), 3, active=active), 3)
+    with pytest.raises(SecAggError, match=r"client 3's self-mask seed from clients \[0, 1, 2\] reconstruct") as err:
+        parties.run()
+    if active:
+        assert err.value.culprits == (3,)
+        assert "every share carries client 3's signature: client 3 dealt shares that do not lie on one polynomial " \
+               "of its secret (those it dealt to clients [0] are off the polynomial of t others)" in err.value.problem
+    else:
+        assert err.value.culprits == ()
+        assert "the shares of clients [0] do not lie on the polynomial of t other shares that reconstruct it: they " \
+               "altered them, or client 3 dealt them so, which without signed shares (the honest-but-curious " \
+               "protocol) cannot be told apart: neither is named" in err.value.problem
+    assert parties.server.stage == Stage.ABORTED
+
+
+def test_a_recipient_refuses_a_share_without_its_dealers_signature_and_names_the_dealer():
+    """Active variant: client 3 signs the true share of b_3 for client 0 but sends another value. Client 0 checks
+    client 3's signature when it decrypts its shares and refuses before it sends its masked input, naming client 3
+    (only client 3 and client 0 hold the ciphertext's key); the others go on."""
+    parties = with_dealer(Round(random_inputs(5, 8, 16), 3, active=True), 3, UnsignedDealer)
+    parties.advertise()
+    parties.share()
+    with pytest.raises(SecAggError, match=r"round 0, client 0: the share of client 3's self-mask seed does not carry "
+                                          r"client 3's signature of it for this client") as err:
+        parties.clients[0].masked_input(parties.routed[0], parties.inputs[0])
+    assert err.value.culprits == (3,) and parties.clients[0].stage == Stage.ABORTED
+    assert parties.clients[1].masked_input(parties.routed[1], parties.inputs[1])  # dealt a true share: goes on
+
+
+def test_with_only_t_responders_the_active_variant_names_a_holder_that_altered_its_share():
+    """Client 1 alters its share of client 4's self-mask seed and only t = 3 clients respond: without signatures no
+    subset of other shares can point at it (the test above); with them its share no longer carries client 4's
+    signature, and client 1 is named."""
+    parties = Round(random_inputs(5, 8, 16), 3, active=True)
+    parties.advertise()
+    parties.share()
+    parties.mask()
+    parties.check()
+    share, key_share = parties.clients[1]._held[4]
+    parties.clients[1]._held[4] = (share._replace(value=(share.value + 5) % PRIME), key_share)
+    with pytest.raises(SecAggError, match=r"the shares of clients \[1\] do not carry client 4's signature of them: "
+                                          r"they altered the shares client 4 dealt them") as err:
+        parties.unmask(among=[0, 1, 2])
+    assert err.value.culprits == (1,)
 
 
 def test_a_client_that_committed_to_another_seed_is_named():

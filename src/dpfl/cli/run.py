@@ -3,8 +3,9 @@
 
 Exit statuses (``EXIT_STATUSES``): 0 the run finished its rounds; 2 an error (bad config, run directory, ...);
 3 a privacy budget stopped it (BUDGET_STOPPED); 4 it diverged (DIVERGED: a non-finite model or train loss, or a train
-loss above ``simulator.DIVERGED_LOSS``); 130 Ctrl-C: it stops after the current round (a second Ctrl-C at once) and
-says how to resume, without a traceback. With --json the summary is one JSON object on
+loss above ``simulator.DIVERGED_LOSS``); 130 Ctrl-C and 143 SIGTERM (128 + the signal, as a shell reports a command
+a signal ended): it stops after the current round (a second signal at once) and says how to resume, without a
+traceback (``dpfl.engine.stop_signal``). With --json the summary is one JSON object on
 stdout and nothing else goes there (progress and notes go to stderr).
 """
 
@@ -13,22 +14,25 @@ from __future__ import annotations
 import json
 import math
 import shlex
+import signal
 import sys
 from pathlib import Path
 
 from dpfl.cli.common import add_config_keys
 from dpfl.errors import DpflError, RunInterrupted
 
-INTERRUPTED = 130  # the shell's status for a command ended by SIGINT
+INTERRUPTED = 128 + signal.SIGINT  # 130: the shell's status for a command ended by SIGINT (Ctrl-C)
+TERMINATED = 128 + signal.SIGTERM  # 143: by SIGTERM (kill PID)
 BUDGET_STOPPED = 3  # a privacy budget (privacy.budget) stopped the run before its last round
 DIVERGED = 4  # the model or the train loss stopped being finite; the run stopped there
 EXIT_STATUSES = f"""exit status:
   0    the run finished all its rounds
-  2    error (bad config or option, unusable run directory); nothing was run
+  2    error (bad config or option, unusable run directory or one another run holds); nothing was run
   {BUDGET_STOPPED}    the privacy budget (privacy.budget) stopped the run early; results.json holds the rounds done
   {DIVERGED}    the run diverged (non-finite model or train loss, or a train loss above 1e4) and stopped; lower
        algorithm.lr
-  {INTERRUPTED}  interrupted (Ctrl-C); the command to resume is printed"""
+  {INTERRUPTED}  interrupted (Ctrl-C): it stops after the current round; the command to resume is printed
+  {TERMINATED}  stopped by SIGTERM (kill PID), as by Ctrl-C"""
 _STATUS_OF = {"budget": BUDGET_STOPPED, "diverged": DIVERGED, "interrupted": INTERRUPTED}
 
 
@@ -109,13 +113,13 @@ def _run(args) -> int | None:
     except RunInterrupted as stop:
         print(f"interrupted after round {stop.rounds_done}; results so far: {out / 'results.json'}; resume with: "
               f"{resume}", file=sys.stderr)
-        return INTERRUPTED
-    except KeyboardInterrupt:
+        return signal_status(stop)
+    except KeyboardInterrupt as stop:
         if (out / "ledger.json").exists():
             print(f"aborted; the privacy ledger in {out} is up to date; resume with: {resume}", file=sys.stderr)
         else:
             print("aborted before the first round", file=sys.stderr)
-        return INTERRUPTED
+        return signal_status(stop)
     summary = summary_of(results, out / "results.json")
     if args.json:
         print(json.dumps(summary, indent=1))
@@ -131,6 +135,12 @@ def _run(args) -> int | None:
     if config["run"]["noise_seed"] is not None:
         print(f"dpfl run: note: noise: {results['privacy']['noise']}", file=sys.stderr)
     return _report_stop(results)
+
+
+def signal_status(stop: KeyboardInterrupt) -> int:
+    """The exit status of a run a signal stopped: 128 + the signal (``RunInterrupted``, ``RunAborted``; any other
+    KeyboardInterrupt is Ctrl-C's)."""
+    return 128 + getattr(stop, "signal_number", signal.SIGINT)
 
 
 def _epsilons(epsilon: dict) -> str:
@@ -199,9 +209,9 @@ def _demo(args) -> int | None:
 
     try:
         results = run_demo(args.out, progress=not args.no_progress, overrides=args.overrides)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         print("demo interrupted", file=sys.stderr)
-        return INTERRUPTED
+        return signal_status(stop)
     out = Path(args.out)
     if args.json:
         print(json.dumps({name: summary_of(r, out / name / "results.json") for name, r in results.items()}, indent=1))

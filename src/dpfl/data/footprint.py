@@ -1,7 +1,8 @@
 """How much memory building a config's data takes, estimated from the config alone, and a refusal before building
-when it exceeds what the machine has (``HEADROOM``: a tenth of it is left for the interpreter and the estimate's
-own error). The model, the algorithm's state and a round's work are guarded once the data is built, against what is
-left then (``dpfl.experiments.memory``).
+when it exceeds what this process can still take (``memory_limit.available_memory``: the machine's free memory,
+the process's cgroup limit or its RLIMIT_AS, whichever is least; ``HEADROOM``: a tenth of it is left for the
+interpreter and the estimate's own error). The model, the algorithm's state and a round's work are guarded once the
+data is built, against what is left then (``dpfl.experiments.memory``).
 
 A ``FederatedDataset`` stores each split as float32 features and int64 labels stacked on a leading client axis and
 padded to the largest client (``federated.py``); the simulator then keeps a flat copy of every real record
@@ -41,12 +42,12 @@ largest of its phases (bytes; M clients, R records each, F features, C classes, 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 from dpfl.data import stacked, synthetic
 from dpfl.data.federated import TEST_FRACTION
 from dpfl.data.files import shape_of
+from dpfl.data.memory_limit import MemoryLimit, available_memory, size
 from dpfl.data.public import NATURAL, PUBLIC
 from dpfl.data.public import shape_of as public_shape_of
 from dpfl.data.sources import SYNTHETIC_SAMPLES_PER_CLIENT
@@ -71,13 +72,6 @@ class Footprint:
     def describe(self) -> str:
         return (f"{self.clients:,} client{'s' if self.clients != 1 else ''} x {self.records_per_client:,} records x "
                 f"{self.features} features: about {size(self.peak_bytes)} at its peak")
-
-
-def size(num_bytes: float) -> str:
-    """Bytes as MB or GB (2^20, 2^30), e.g. "24.9 GB"."""
-    if num_bytes >= 2**30:
-        return f"{num_bytes / 2**30:.1f} GB"
-    return f"{num_bytes / 2**20:.1f} MB"
 
 
 def data_footprint(data: dict) -> Footprint:
@@ -151,40 +145,18 @@ def _public_footprint(data: dict) -> Footprint:
     return Footprint(int(peak), m, largest, f, peak / max(m, 1))
 
 
-def available_memory_bytes() -> int:
-    """Memory this process can still take: /proc/meminfo's MemAvailable (os.sysconf's available pages where that
-    is missing), capped by the cgroup's limit (memory.max - memory.current) inside a container."""
-    available = None
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    available = int(line.split()[1]) * 1024
-                    break
-    except OSError:
-        pass
-    if available is None:
-        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    try:
-        with open("/sys/fs/cgroup/memory.max") as limit, open("/sys/fs/cgroup/memory.current") as current:
-            text = limit.read().strip()
-            if text != "max":
-                available = min(available, int(text) - int(current.read()))
-    except (OSError, ValueError):
-        pass
-    return available
-
-
-def check_data_memory(data: dict, available: int | None = None) -> Footprint:
-    """Refuses (ConfigError naming the knob to change, with the estimate) a [data] config whose build would take
-    more than HEADROOM of ``available`` bytes (default: ``available_memory_bytes()``; the packaged sets are far below
-    any machine; the knob of a synthetic set is the number of clients or their records, that of a file or a public
-    data set the records kept per client); returns the estimate otherwise."""
+def check_data_memory(data: dict, limit: MemoryLimit | None = None) -> Footprint:
+    """Refuses (ConfigError naming the knob to change, with the estimate and the memory limit that applied) a [data]
+    config whose build would take more than HEADROOM of the memory ``limit`` leaves (default:
+    ``memory_limit.available_memory()``, the least of the machine's free memory, the process's cgroup and RLIMIT_AS;
+    the packaged sets are far below any machine; the knob of a synthetic set is the number of clients or their
+    records, that of a file or a public data set the records kept per client); returns the estimate otherwise."""
     footprint = data_footprint(data)
-    available = available_memory_bytes() if available is None else available
+    limit = available_memory() if limit is None else limit
+    available = limit.available
     if footprint.peak_bytes <= HEADROOM * available:
         return footprint
-    need = (f"building the data needs {footprint.describe()}, and this machine has {size(available)} available, "
+    need = (f"building the data needs {footprint.describe()}, and this process has {limit_text(limit)}, "
             f"{HEADROOM:.0%} of it for the data")
     if data["name"] == "synthetic":
         fit = int(HEADROOM * available // footprint.per_client_bytes)
@@ -197,4 +169,9 @@ def check_data_memory(data: dict, available: int | None = None) -> Footprint:
                                     f"kept per client), or use {smaller}")
 
 
-__all__ = ["HEADROOM", "Footprint", "data_footprint", "available_memory_bytes", "check_data_memory", "size"]
+def limit_text(limit: MemoryLimit) -> str:
+    """The memory left and the limit that leaves it: "1.0 GB available (cgroup v2 memory.max = ...)"."""
+    return f"{size(limit.available)} available ({limit.source})"
+
+
+__all__ = ["HEADROOM", "Footprint", "data_footprint", "available_memory", "check_data_memory", "limit_text", "size"]

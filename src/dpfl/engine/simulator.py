@@ -14,8 +14,8 @@ secret noise key (``dpfl.engine.keys``: noise.key beside the ledger); a resume (
 built with that key: ``dpfl.experiments.run_directory.run_key``) keeps that ledger and replays rounds from the last
 checkpoint, or from the first round without one. A replayed round is free only if its fingerprint (the release config,
 the noise key, the round index and the round-start state: together they fix every draw) equals the one recorded, i.e.
-only if it releases exactly what was released before. Ctrl-C during ``run`` stops after
-the current round and checkpoints; a second Ctrl-C aborts at once.
+only if it releases exactly what was released before. Ctrl-C or SIGTERM during ``run`` stops after
+the current round and checkpoints; a second one aborts at once (``dpfl.engine.stop_signal``).
 
 Round numbers: internally round t is an index from 0 (``next_round`` is the index of the round to run next, which is
 also the number of rounds done); wherever a user reads a round (metrics, progress lines, ledger.json's journal, stop,
@@ -31,9 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import signal
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +49,7 @@ from dpfl.engine.grads import CohortGradients, memory_per_example
 from dpfl.engine.progress import Progress
 from dpfl.engine.protocol import Algorithm, ClientOutput
 from dpfl.engine.sampling import ClientSampler
+from dpfl.engine.stop_signal import STOP_SIGNALS, StopOnSignal
 from dpfl.errors import BudgetExceededError, RunDirectoryError, TrainingDivergedError
 
 #: A mean train cross-entropy above this stops a run as diverged, as a non-finite one does: a uniform guess among K
@@ -139,6 +137,7 @@ class Simulation:
         self.stopped_reason = None
         self.stopped_by = None  # what stopped the run early: "budget", "diverged", "interrupted" (None: it did not)
         self.interrupted = False
+        self.stop_signal: int | None = None  # the signal that interrupted the run (``stop_signal.STOP_SIGNALS``)
         self.wall_seconds = 0.0  # in run, over the whole run (restored from a checkpoint by load_checkpoint)
         self.session_seconds = 0.0  # in run, by this process
         self._key_saved = False
@@ -252,8 +251,9 @@ class Simulation:
             on_evaluated: Callable[["Simulation"], None] | None = None) -> list[RoundMetrics]:
         """Runs until ``rounds`` rounds are done (counting rounds done before a resume), a budget stops it (before the
         round that would exceed it), the model or the train loss diverges (non-finite, or a train loss above
-        ``DIVERGED_LOSS``), or Ctrl-C does: then the round in progress completes, the run checkpoints (with a checkpoint_dir) and returns with
-        ``interrupted`` set and ``stopped_reason`` saying so (a second Ctrl-C raises KeyboardInterrupt at once).
+        ``DIVERGED_LOSS``), or Ctrl-C or SIGTERM does: then the round in progress completes, the run checkpoints (with a
+        checkpoint_dir) and returns with ``interrupted`` and ``stop_signal`` set and ``stopped_reason`` saying so (a
+        second one raises ``RunAborted`` at once: ``stop_signal.StopOnSignal``).
         ``on_evaluated(self)`` is called after each evaluated round, once its metrics are in ``history`` and its
         checkpoint (if due) is written (the runner writes results.json there)."""
         bar = Progress(rounds, self.next_round, progress)
@@ -263,9 +263,9 @@ class Simulation:
             elapsed = time.perf_counter() - started
             self.wall_seconds, self.session_seconds = wall + elapsed, session + elapsed
 
-        self.interrupted = False
+        self.interrupted, self.stop_signal = False, None
         try:
-            with _StopOnCtrlC() as ctrl_c, on_device(self.device):
+            with StopOnSignal() as signalled, on_device(self.device):
                 while self.next_round < rounds:
                     try:
                         self.step()
@@ -287,15 +287,16 @@ class Simulation:
                         self.history.append(metrics)
                     bar.update(self.next_round, metrics and metrics.test_accuracy, metrics and metrics.epsilon)
                     due = self.next_round % self.checkpoint_every == 0 or self.next_round == rounds
-                    stop = ctrl_c.requested and self.next_round < rounds
+                    stop = signalled.requested is not None and self.next_round < rounds
                     clock()
                     if self.checkpoint_dir is not None and (due or stop):
                         self.save_checkpoint()
                     if metrics is not None and on_evaluated is not None:
                         on_evaluated(self)
                     if stop:
-                        self.interrupted = True
-                        self.stopped_reason = f"interrupted (Ctrl-C) after round {self.next_round} of {rounds}"
+                        self.interrupted, self.stop_signal = True, signalled.requested
+                        self.stopped_reason = (f"interrupted ({STOP_SIGNALS[self.stop_signal]}) after round "
+                                               f"{self.next_round} of {rounds}")
                         self.stopped_by = "interrupted"
                         break
         finally:
@@ -382,37 +383,6 @@ def _numbered_from_one(ledger: PrivacyLedger) -> PrivacyLedger:
     for entry in data["journal"]:
         entry["round"] += 1
     return PrivacyLedger.from_dict(data)
-
-
-class _StopOnCtrlC:
-    """Within ``with``: the first SIGINT (Ctrl-C) only sets ``requested`` (the run finishes its round, checkpoints
-    and stops); a second one raises KeyboardInterrupt at once (the ledger is already on disk). The handler is
-    installed only in the main thread (the only one Python delivers signals to) and only where SIGINT is not ignored;
-    the previous handler is restored on exit."""
-
-    def __init__(self):
-        self.requested = False
-        self._previous = None
-        self._installed = False
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread() and \
-                signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-            self._installed = True
-        return self
-
-    def _handle(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        print("\nCtrl-C: stopping after this round (press Ctrl-C again to abort now)", file=sys.stderr, flush=True)
-
-    def __exit__(self, *exc_info):
-        if self._installed:
-            signal.signal(signal.SIGINT, signal.default_int_handler if self._previous is None else self._previous)
-        return False
-
 
 
 __all__ = ["Simulation", "RoundMetrics", "ROUND_VECTORS", "client_work_bytes", "declare_round"]

@@ -1,7 +1,8 @@
 """How much memory a run takes beyond its data, estimated before its model or any state is built, and a refusal
-(``ConfigError`` naming the keys to turn) when that exceeds what the machine has left once the data is built.
+(``ConfigError`` naming the keys to turn) when that exceeds what this process can still take once the data is built.
 ``dpfl.data.footprint`` guards the data itself, before building it; this guard runs once the data exists, against
-the memory then available (``footprint.available_memory_bytes``, of which it takes at most ``footprint.HEADROOM``).
+the memory then available (``footprint.available_memory``: the least of the machine's, the cgroup's and RLIMIT_AS's,
+of which it takes at most ``footprint.HEADROOM``).
 
 Nothing of the model's size is allocated for the estimate: the model is built on torch's meta device (tensors with
 shapes and no storage), and the algorithm's initial state is read from its own ``init_state`` for a model of one and
@@ -35,6 +36,7 @@ import torch
 
 from dpfl.data import footprint
 from dpfl.data.footprint import HEADROOM, size
+from dpfl.data.memory_limit import MemoryLimit
 from dpfl.engine.client_table import ClientTable
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.protocol import State
@@ -110,13 +112,14 @@ def run_footprint(algorithm, model: torch.nn.Module, train, cohort: int, memory_
                         server, row, 2 * cohort * (4 * d + row), one_client, chunk)
 
 
-def check_run_memory(config: dict, estimate: RunFootprint, available: int | None = None) -> RunFootprint:
-    """Refuses a run whose estimate exceeds HEADROOM of ``available`` bytes (default
-    ``footprint.available_memory_bytes()``: what is left once the data is built), naming the keys to turn, or whose
-    one client's work exceeds run.memory_mb (naming the smallest value that works); returns the estimate otherwise."""
-    available = footprint.available_memory_bytes() if available is None else available
-    if estimate.total_bytes > HEADROOM * available:
-        raise _too_large(config, estimate, available)
+def check_run_memory(config: dict, estimate: RunFootprint, limit: MemoryLimit | None = None) -> RunFootprint:
+    """Refuses a run whose estimate exceeds HEADROOM of the memory ``limit`` leaves (default
+    ``footprint.available_memory()``: what is left once the data is built), naming the keys to turn and the limit that
+    applied, or whose one client's work exceeds run.memory_mb (naming the smallest value that works); returns the
+    estimate otherwise."""
+    limit = footprint.available_memory() if limit is None else limit
+    if estimate.total_bytes > HEADROOM * limit.available:
+        raise _too_large(config, estimate, limit)
     memory_mb = config["run"]["memory_mb"]
     if estimate.one_client_bytes > memory_mb * 2**20:
         raise ConfigError("run.memory_mb", memory_mb,
@@ -126,15 +129,16 @@ def check_run_memory(config: dict, estimate: RunFootprint, available: int | None
     return estimate
 
 
-def _too_large(config: dict, estimate: RunFootprint, available: int) -> ConfigError:
+def _too_large(config: dict, estimate: RunFootprint, limit: MemoryLimit) -> ConfigError:
     """The refusal of a run that does not fit: naming the number of clients, and how many would fit, when fewer
     clients (their state and the round's messages) would make it fit; naming the model otherwise."""
     need = (f"beyond the data, {config['algorithm']['name']} with this model needs {estimate.describe()}, and this "
-            f"machine has {size(available)} available once the data is built, {HEADROOM:.0%} of it for the run")
+            f"process has {footprint.limit_text(limit)} once the data is built, {HEADROOM:.0%} of it for the run")
     model_key = "model.hidden" if config["model"]["name"] == "mlp" else "model.name"
     per_client = estimate.client_state_bytes + estimate.messages_bytes / max(estimate.clients, 1)
     rest = estimate.total_bytes - estimate.clients_bytes - estimate.messages_bytes
-    fit = int((HEADROOM * available - rest) // per_client)  # conservative: a smaller cohort may take a smaller chunk
+    # conservative: a smaller cohort may take a smaller chunk
+    fit = int((HEADROOM * limit.available - rest) // per_client)
     if fit >= 1:
         data = config["data"]
         field, value = (("data.num_clients", data["num_clients"]) if data["name"] == "synthetic" else

@@ -9,6 +9,7 @@ results.json's "round", ledger.json's journal, the stop and resume messages, `dp
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from dpfl.experiments.resolved import resolve, with_threads
 from dpfl.experiments.results_file import ResultsFile, results_of
 from dpfl.experiments.run_directory import (check_free, check_resumable, check_writable, recorded_threads, run_key,
                                             write_run_record)
+from dpfl.experiments.run_lock import run_lock
 from dpfl.experiments.supplied import NOTHING, Supplied
 
 
@@ -30,52 +32,56 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
     """Runs ``config`` and returns its results (also written to out_dir/results.json after every evaluated round and
     at the end, when out_dir is given).
 
-    out_dir (``check_writable``, then ``check_resumable`` or ``check_free``) and then the config's ranges (``resolve``)
-    are checked before any data is built. ``workers``, ``dataset``, ``evaluator``: as in
+    out_dir (``check_writable``, then, holding its lock for the whole run, ``run_lock.run_lock``: refused if another
+    run holds it, ``check_resumable`` or ``check_free``) and then the config's ranges (``resolve``) are checked before
+    any data is built. ``workers``, ``dataset``, ``evaluator``: as in
     ``build_simulation``.
     ``resume`` continues the run in out_dir (refused unless its run.json has the same release config); otherwise a
     directory that already holds a run is refused, unless ``restart`` archives that run first (``archive_run``). On
-    Ctrl-C the run stops after its current round, checkpoints, writes results.json and raises RunInterrupted.
+    Ctrl-C or SIGTERM the run stops after its current round, checkpoints, writes results.json and raises
+    RunInterrupted (``dpfl.engine.stop_signal``).
     ``supplied``: a caller's module, loss or records (``build_simulation``)."""
     out = Path(out_dir) if out_dir is not None else None
     config = with_threads(config, recorded_threads(out) if resume and out is not None else None)
     if resume and restart:
         raise ConfigError("--restart", True, "either --resume (continue the run) or --restart (archive it and start "
                                              "over), not both")
+    if resume and out is None:
+        raise ConfigError("--resume", None, "a run directory (--out DIR) to continue")
     if out is not None:
         check_writable(out)
-    run_id, key = secrets.token_hex(16), None  # None: the run directory's key, or a fresh one (run_key)
-    if resume:
-        if out is None:
-            raise ConfigError("--resume", None, "a run directory (--out DIR) to continue")
-        run_id = check_resumable(out, config).get("run_id", "")
-    elif out is not None and not restart:
-        check_free(out)
-    resolved = resolve(config, supplied)  # the config's ranges, after the directory's checks
-    if restart:  # never the archived run's key: its noise on another computation would cancel
-        key = run_key(resolved.run.noise_seed)
-    sim = assemble(resolved, out, workers, key, run_id, supplied, dataset, evaluator)  # data and model: only now
-    rounds = resolved.algorithm.rounds
-    if resume:
-        sim.load_checkpoint(out)
-        print(f"resuming the run in {out} " + (f"after round {sim.next_round} of {rounds}" if sim.next_round else
-                                              f"from round 1 of {rounds} (no checkpoint yet)"), file=sys.stderr)
-    elif out is not None and restart:
-        archived = archive_run(out)
-        if archived is not None:
-            print(f"archived the previous run in {out} to {archived}", file=sys.stderr)
-    if out is not None:
-        write_run_record(out, config, sim.release, run_id)
-    results_file = None if out is None else ResultsFile(out / "results.json")
-    archived = archived_spend(out)  # a restart archives the run, not the privacy it spent
-    sim.run(rounds, progress=progress, on_evaluated=None if results_file is None else
-            lambda s: results_file.write(results_of(s, resolved, archived)))
-    results = results_of(sim, resolved, archived)
-    if results_file is not None:
-        results_file.write(results)
-    if sim.interrupted:
-        raise RunInterrupted(sim.next_round)
-    return results
+    with contextlib.nullcontext() if out is None else run_lock(out):  # held until the last file is written
+        run_id, key = secrets.token_hex(16), None  # None: the run directory's key, or a fresh one (run_key)
+        if resume:
+            run_id = check_resumable(out, config).get("run_id", "")
+        elif out is not None and not restart:
+            check_free(out)
+        resolved = resolve(config, supplied)  # the config's ranges, after the directory's checks
+        if restart:  # never the archived run's key: its noise on another computation would cancel
+            key = run_key(resolved.run.noise_seed)
+        sim = assemble(resolved, out, workers, key, run_id, supplied, dataset, evaluator)  # data and model: only now
+        rounds = resolved.algorithm.rounds
+        if resume:
+            sim.load_checkpoint(out)
+            where = f"after round {sim.next_round}" if sim.next_round else "from round 1"
+            print(f"resuming the run in {out} {where} of {rounds}" + ("" if sim.next_round else " (no checkpoint yet)"),
+                  file=sys.stderr)
+        elif out is not None and restart:
+            archived = archive_run(out)
+            if archived is not None:
+                print(f"archived the previous run in {out} to {archived}", file=sys.stderr)
+        if out is not None:
+            write_run_record(out, config, sim.release, run_id)
+        results_file = None if out is None else ResultsFile(out / "results.json")
+        archived = archived_spend(out)  # a restart archives the run, not the privacy it spent
+        sim.run(rounds, progress=progress, on_evaluated=None if results_file is None else
+                lambda s: results_file.write(results_of(s, resolved, archived)))
+        results = results_of(sim, resolved, archived)
+        if results_file is not None:
+            results_file.write(results)
+        if sim.interrupted:
+            raise RunInterrupted(sim.next_round, sim.stop_signal)
+        return results
 
 
 __all__ = ["run_experiment", "build_simulation"]

@@ -9,16 +9,21 @@ runtime sets) and optionally the folder of its own state (``state-dir``; default
 * query: replies with its client id, number of training records (the ServerApp maps clients to nodes and builds the
   run from the counts: public metadata, ``dpfl.flower.federation``) and its secure aggregation public key, if it has
   one (``dpfl.flower.secagg_policy``).
-* train: checks that the run's release config describes its records (its count, feature shape and classes:
-  ``dpfl.flower.federation.check_silo``), builds the algorithm from the job's config and ``Setting`` (cached per job),
-  checks its own state (its data unchanged since its first round, the round not answered before on another input:
-  ``SiloState``), runs ``client_round`` for its client with its own random streams (``ClientContext``: (the silo's
-  noise key for the run, round, client id, purpose); the key never leaves the node), and replies with the messages,
-  its new state rows and the events of the noise it drew. With ``privacy.secure_aggregation`` it keeps its messages,
-  encoded, on the node and replies with their layout instead (``dpfl.flower.secure_sum.keep_input``).
+* train: admits the job only if its release config is the one the silo is enrolled in (node config
+  ``release-sha256``), with the setting the silo recomputes from it and no public noise seed unless the silo opts in
+  (``dpfl.flower.pin``); checks that the release describes its records (its count, feature shape and classes:
+  ``dpfl.flower.federation.check_silo``); builds the algorithm from that config and setting (cached per job);
+  checks and records in its journal (``SiloState``) that its data is unchanged since its first round and the round
+  not answered before on another input, with the run's epsilon per observer through the round, computed by the silo
+  (``dpfl.flower.silo_ledger``) and printed to its log; runs ``client_round`` for its client with its own random
+  streams (``SiloContext``: the silo's key for the run, the noise's bound to the round's input, ``silo_state``; the
+  key never leaves the node), and replies with the messages, its new state rows and the events of the noise it drew.
+  With ``privacy.secure_aggregation`` it keeps its messages, encoded, on the node and replies with their layout
+  instead (``dpfl.flower.secure_sum.keep_input``).
 * query "secagg": one stage of the secure aggregation round (``dpfl.flower.secure_sum.respond``), under the silo's
-  own policy (node config ``secagg-min-cohort``, ``secagg-min-threshold``, ``secagg-signing-key``, ``secagg-peers``:
-  ``dpfl.flower.secagg_policy``) and its journal of secure aggregations (``SiloState``).
+  own policy (node config ``secagg-min-cohort``, ``secagg-min-threshold``, ``secagg-signing-key``, ``secagg-peers``,
+  or without the last two ``secagg-honest-but-curious = true``: ``dpfl.flower.secagg_policy``) and its journal of
+  secure aggregations (``SiloState``).
 * query "evaluate" (federated evaluation, ``dpfl.flower.evaluation``): the model's loss on its training records and
   accuracy on its test records, in the clear (NOT covered by epsilon); refused with the node config
   ``federated-evaluation = false``.
@@ -26,8 +31,11 @@ runtime sets) and optionally the folder of its own state (``state-dir``; default
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
+import sys
+from dataclasses import dataclass
 
 import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
@@ -36,15 +44,18 @@ from flwr.clientapp import ClientApp
 from dpfl.algorithms import registry
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.protocol import ClientContext, ClientData
+from dpfl.engine.randomness import ClientStreams
 from dpfl.errors import ConfigError
 from dpfl.experiments.assembly import build_boundary
 from dpfl.experiments.resolved import RunConfig
-from dpfl.experiments.run_directory import release_hash
 from dpfl.flower import records, secure_sum
 from dpfl.flower.federation import check_silo
 from dpfl.flower.secagg_policy import SecAggPolicy, node_identity
 from dpfl.flower.silo import Silo, load_silo
-from dpfl.flower.silo_state import SiloState, SiloStateError, data_fingerprint, input_digest
+from dpfl.flower.pin import Admitted, admitted
+from dpfl.flower.silo_ledger import silo_epsilon
+from dpfl.flower.silo_state import (NOISE_PURPOSES, SiloState, SiloStateError, bound_key, data_fingerprint,
+                                    input_digest)
 from dpfl.models import build_model
 
 @functools.lru_cache(maxsize=4)
@@ -114,19 +125,21 @@ def train(msg: Message, context: Context, run_config: dict | None = None) -> Mes
     job = msg.content[records.JOB]
     if int(job["client"]) != client:
         raise ConfigError("client-id", client, f"the client the ServerApp addressed ({job['client']})")
-    config, t, ids = json.loads(str(job["config"])), int(job["round"]), torch.tensor([client])
-    check_silo(config, json.loads(str(job["setting"])), client, silo)  # before anything is built or drawn
-    algorithm, grads = algorithm_of(str(job["config"]), str(job["setting"]), silo.x[0].numel())
+    secure = bool(job["secure"])
+    job_admitted = admitted(context.node_config, str(job["config"]), str(job["setting"]), secure)
+    config, setting, t, ids = job_admitted.config, job_admitted.setting, int(job["round"]), torch.tensor([client])
+    check_silo(config, setting, client, silo)  # before anything is built or drawn
+    algorithm, grads = algorithm_of(job_admitted.config_json, job_admitted.setting_json, silo.x[0].numel())
     server, rows = records.tensors_of(msg.content[records.SERVER]), records.tensors_of(msg.content[records.CLIENT])
-    key = noise_key(context, run_config, config, str(job["run"]), t, server, rows)
+    ctx = silo_context(context, run_config, job_admitted, str(job["run"]), t, server, rows, algorithm, grads, ids)
     data = ClientData(silo.x.unsqueeze(0), silo.y.unsqueeze(0), torch.tensor([silo.y.numel()]))
-    out = algorithm.client_round(t, server, rows, data, ClientContext(grads, key, t, ids))
-    if bool(job["secure"]):  # privacy.secure_aggregation: the messages stay here, encoded, for the protocol
-        counts = torch.tensor(json.loads(str(job["setting"]))["train_counts"])
-        secure = build_boundary(RunConfig.of(config).privacy, algorithm, counts).secure
-        defaults = SecAggPolicy.of_release(secure, json.loads(str(job["setting"])))
-        sent = {secure_sum.LAYOUT: secure_sum.keep_input(context, secure, out.messages, client, key, t,
-                                                         int(job["cohort"]), release_hash(config), str(job["run"]),
+    out = algorithm.client_round(t, server, rows, data, ctx)
+    if secure:  # privacy.secure_aggregation: the messages stay here, encoded, for the protocol
+        counts = torch.tensor(setting["train_counts"])
+        boundary = build_boundary(RunConfig.of(config).privacy, algorithm, counts).secure
+        defaults = SecAggPolicy.of_release(boundary, setting)
+        sent = {secure_sum.LAYOUT: secure_sum.keep_input(context, boundary, out.messages, client, ctx.bound_seed, t,
+                                                         int(job["cohort"]), job_admitted.release, str(job["run"]),
                                                          defaults)}
     else:
         sent = {records.MESSAGES: records.tensors_record(out.messages)}
@@ -134,18 +147,38 @@ def train(msg: Message, context: Context, run_config: dict | None = None) -> Mes
                                records.DRAWN: records.events_record(out.events)}), reply_to=msg)
 
 
-def noise_key(context: Context, run_config: dict | None, config: dict, run_id: str, round_index: int,
-              server: dict, rows: dict) -> int:
-    """The key of this silo's noise in round ``round_index`` of the run (``SiloState``: its own secret's key for the
-    run, or run.noise_seed in the research mode), after the silo's checks: its data unchanged since its first round,
-    the round not answered before on another input."""
+@dataclass
+class SiloContext(ClientContext):
+    """A silo's ``ClientContext``: the streams of ``NOISE_PURPOSES`` keyed by ``bound_seed`` (the round's key, bound
+    to its input: ``silo_state.bound_key``), the others by ``seed`` (the run's key)."""
+
+    bound_seed: int = 0
+
+    def streams(self, purpose: str) -> ClientStreams:
+        if purpose in NOISE_PURPOSES:
+            return ClientContext(self.grads, self.bound_seed, self.round, self.ids, self.stream_ids).streams(purpose)
+        return super().streams(purpose)
+
+
+def silo_context(context: Context, run_config: dict | None, job: Admitted, run_id: str, round_index: int,
+                 server: dict, rows: dict, algorithm, grads, ids: torch.Tensor) -> SiloContext:
+    """The round's ``SiloContext``, after the silo's checks and its journal's record (``SiloState``): its data
+    unchanged since its first round, the round not answered before on another input; the record holds the run's
+    epsilon per observer through this round (``silo_ledger``), which the silo prints. Keys: its own secret's for
+    the run, bound to the round's input for the noise; or, where its node config opts in, run.noise_seed for all."""
     path = silo_path(context, run_config)
     state = SiloState.beside(path, context.node_config.get("state-dir"))
-    state.check_data(fingerprint_of(path, context.node_config.get("client-column")))
-    release, seed = release_hash(config), config["run"].get("noise_seed")
-    key = state.run_key(release, run_id) if seed is None else int(seed)
-    state.admit(release, run_id, round_index, input_digest(round_index, server, rows))
-    return key
+    fingerprint = fingerprint_of(path, context.node_config.get("client-column"))
+    state.check_data(fingerprint)
+    seed, digest = job.config["run"].get("noise_seed"), input_digest(round_index, server, rows)
+    key = state.run_key(job.release, run_id) if seed is None else int(seed)
+    epsilon = silo_epsilon(job.config_json, job.setting_json, algorithm, round_index + 1)
+    state.admit(job.release, run_id, round_index, digest, epsilon)
+    print(f"dpfl silo (client {int(ids[0])}): round {round_index + 1} of run {run_id[:12]}: epsilon through it "
+          + ", ".join(f"{o} {'inf' if e is None else f'{e:.4g}'}" for o, e in epsilon.items())
+          + f" at delta {job.setting['delta']:.3g}", file=sys.stderr)
+    bound = key if seed is not None else bound_key(key, fingerprint, digest)
+    return SiloContext(grads, key, round_index, ids, bound_seed=bound)
 
 
 def evaluate(msg: Message, context: Context, run_config: dict | None = None) -> Message:
@@ -172,15 +205,24 @@ def secagg(msg: Message, context: Context, run_config: dict | None = None) -> Me
     return secure_sum.respond(msg, context, node_silo(context, run_config)[0], state)
 
 
-def client_app(run_config: dict | None = None) -> ClientApp:
+def client_app(run_config: dict | None = None, node_config: dict | None = None) -> ClientApp:
     """A ClientApp answering ``identify``, ``train``, ``secagg`` and ``evaluate``, with ``run_config`` under the one
-    Flower passes (the
-    simulation runtime passes none: give it the silo-path template here)."""
+    Flower passes (the simulation runtime passes none: give it the silo-path template here) and ``node_config`` under
+    the node's (the simulation runtime's nodes have only partition-id and num-partitions: give the silos' own settings,
+    e.g. secagg-honest-but-curious, here; the ServerApp has no say in either)."""
     application = ClientApp()
-    application.query()(lambda msg, context: identify(msg, context, run_config))
-    application.train()(lambda msg, context: train(msg, context, run_config))
-    application.query(secure_sum.ACTION)(lambda msg, context: secagg(msg, context, run_config))
-    application.query(records.EVALUATE)(lambda msg, context: evaluate(msg, context, run_config))
+
+    def handle(handler):
+        def answer(msg: Message, context: Context) -> Message:
+            if node_config:
+                context = dataclasses.replace(context, node_config={**node_config, **context.node_config})
+            return handler(msg, context, run_config)  # context.state is the node's own object either way
+        return answer
+
+    application.query()(handle(identify))
+    application.train()(handle(train))
+    application.query(secure_sum.ACTION)(handle(secagg))
+    application.query(records.EVALUATE)(handle(evaluate))
     return application
 
 

@@ -9,12 +9,16 @@ a cohort of one client and threshold 1, whose "sum" is that client's input. So a
   recorded at the silo's first secure aggregation of the run (``SiloState.secagg_defaults``). The defaults trust the
   release config the server sends: a silo that does not trust the coordinator sets both keys itself;
 * it matches the round the silo trained (its index, run, cohort size, dimension and ring: ``check_setup``);
-* with a signing key, it is the actively secure variant (``dpfl.protocols.secagg``): the node config's
-  ``secagg-signing-key`` (the silo's private key file: the EC key its SuperNode authenticates with,
-  ``--auth-supernode-private-key``, can serve) and ``secagg-peers`` (a folder with the public key of every client of
-  the federation, ``<client id>.pub``, obtained from a source other than the server) make it sign its keys and the
-  survivor set and check everyone else's; such a silo refuses any round set up without signatures, so a server
-  cannot turn them off (``NodeIdentity``).
+* it is the actively secure variant (``dpfl.protocols.secagg``), by default: the node config's
+  ``secagg-signing-key`` (the silo's private key file: ``dpfl write-silos`` makes one for a test bed,
+  ``dpfl.flower.enrolment``; the EC key its SuperNode authenticates with, ``--auth-supernode-private-key``, can
+  serve) and ``secagg-peers`` (a folder with the public key of every client of the federation, ``<client id>.pub``,
+  obtained from a source other than the server) make it sign its keys, its shares and the survivor set and check
+  everyone else's; such a silo refuses any round set up without signatures, so a server cannot turn them off
+  (``NodeIdentity``). A silo without them refuses every round (``check_variant``) unless its node config opts in to
+  the honest-but-curious protocol, ``secagg-honest-but-curious = true``: that protocol is secure only against a
+  server that follows it (one that substitutes the other clients' keys reads the silo's input, Bonawitz et al.
+  2017, Sec. 4), which the silo's operator then accepts explicitly, not by leaving two keys out.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from dpfl.protocols.session import SecAggConfig
 #: The node config's keys (``flower-supernode --node-config``).
 MIN_COHORT, MIN_THRESHOLD = "secagg-min-cohort", "secagg-min-threshold"
 SIGNING_KEY, PEERS = "secagg-signing-key", "secagg-peers"
+HONEST_BUT_CURIOUS = "secagg-honest-but-curious"
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,33 @@ def _load(path: str, peers: str) -> NodeIdentity:
     return NodeIdentity(load_signing_key(path, SIGNING_KEY), load_registry(peers, PEERS))
 
 
+def check_variant(config: SecAggConfig, node_config: Mapping, client: int) -> NodeIdentity | None:
+    """The silo's identity (``node_identity``) once the round's variant is one the silo takes part in (module
+    docstring): the actively secure one with a signing key; without one, the honest-but-curious one, and only with
+    ``secagg-honest-but-curious = true``. SecAggError for a round of another variant or without the opt-in;
+    ConfigError for an opt-in that is not a boolean or comes with a signing key."""
+    identity = node_identity(node_config, client)
+    opted_in = node_config.get(HONEST_BUT_CURIOUS, False)
+    if not isinstance(opted_in, bool):
+        raise ConfigError(HONEST_BUT_CURIOUS, opted_in, "true or false")
+    if opted_in and identity is not None:
+        raise ConfigError(HONEST_BUT_CURIOUS, opted_in, f"false (or unset) with {SIGNING_KEY}: a silo with a signing "
+                                                        "key takes part in the actively secure variant only")
+    if identity is None and not opted_in:
+        raise SecAggError(config.round_id, f"client {client}",
+                          f"this silo has no signing key: it takes part in secure aggregation in the actively secure "
+                          f"variant, with the node config keys {SIGNING_KEY} and {PEERS} (dpfl write-silos makes them "
+                          f"for a test bed), or, if its operator accepts a server that could read its input by "
+                          f"substituting keys, in the honest-but-curious protocol with {HONEST_BUT_CURIOUS} = true")
+    if (identity is not None) != config.active:
+        raise SecAggError(config.round_id, f"client {client}",
+                          "a round set up without signatures: this silo has a signing key and takes part in the "
+                          "actively secure variant only, which a server cannot turn off" if identity else
+                          f"a round of the actively secure variant, but this silo has no signing key (node config "
+                          f"{SIGNING_KEY} and {PEERS})")
+    return identity
+
+
 def check_setup(config: SecAggConfig, client: int, trained: Mapping) -> None:
     """SecAggError unless the round set up is the one the silo trained: ``trained`` holds its round index,
     ``session``, ``cohort`` (the cohort size its messages were encoded for), ``dimension`` and ``bits``."""
@@ -126,5 +158,5 @@ def check_setup(config: SecAggConfig, client: int, trained: Mapping) -> None:
                           f"d = {expected['dimension']}, {expected['bits']} bits")
 
 
-__all__ = ["MIN_COHORT", "MIN_THRESHOLD", "SIGNING_KEY", "PEERS", "SecAggPolicy", "NodeIdentity", "node_identity",
-           "check_setup"]
+__all__ = ["MIN_COHORT", "MIN_THRESHOLD", "SIGNING_KEY", "PEERS", "HONEST_BUT_CURIOUS", "SecAggPolicy", "NodeIdentity",
+           "node_identity", "check_variant", "check_setup"]

@@ -18,7 +18,8 @@ party in one process. Here the parties are apart (``privacy.secure_aggregation =
   masked vectors y_u = x_u + PRG(b_u) + sum +-PRG(s_uv) (uniform on Z_(2^bits)^d for an observer who lacks the
   masks) and the shares it needs to unmask the SUM, which ``SecureAggregation.decode`` turns back into the
   messages' shapes. The variant is the nodes' choice: the actively secure one when they have signing keys (each
-  tells the ServerApp its public key when asked who it is), which they then insist on.
+  tells the ServerApp its public key when asked who it is), which they then insist on; a node without one takes
+  part only if its node config opts in to the honest-but-curious protocol (``secagg_policy.check_variant``).
 * **the node's checks** (``respond``): before it answers, the silo checks the setup against the round it trained and
   against its own policy (``dpfl.flower.secagg_policy``: the smallest cohort and threshold it accepts, its signing
   key), and records the stage in its journal of secure aggregations, on disk beside its data
@@ -52,7 +53,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from dpfl.engine.secure_sum import SecureAggregation
 from dpfl.flower import records
-from dpfl.flower.secagg_policy import NodeIdentity, SecAggPolicy, check_setup, node_identity
+from dpfl.flower.secagg_policy import NodeIdentity, SecAggPolicy, check_setup, check_variant
 from dpfl.flower.silo_state import SiloState
 from dpfl.protocols.identity import Registry
 from dpfl.protocols.messages import SecAggError, read_header
@@ -194,20 +195,15 @@ def _accepted(config: SecAggConfig, stage: Stage, setup: str, client: int, kept:
               state: SiloState) -> NodeIdentity | None:
     """The silo's identity, once the setup has passed its checks (module docstring): the round it trained, its policy
     (the node config's, by default the run's recorded release defaults), the stage in the round's variant, the
-    variant its keys require, and the state of a round under way; SecAggError naming the first that fails."""
+    variant its keys require (without keys, only with the explicit opt-in to the honest-but-curious protocol:
+    ``check_variant``), and the state of a round under way; SecAggError naming the first that fails."""
     check_setup(config, client, kept)
-    identity = node_identity(node_config, client)
     defaults = {"min_cohort": int(kept["min-cohort"]), "min_threshold": int(kept["min-threshold"])}
     recorded = state.secagg_defaults(str(kept["run"]), str(kept["release"]), defaults)
     SecAggPolicy(**recorded).under(node_config).check(config, client)
     if stage not in config.stages:
         raise SecAggError(config.round_id, f"client {client}", f"{stage.name} in a round without that stage")
-    if (identity is not None) != config.active:
-        raise SecAggError(config.round_id, f"client {client}",
-                          "a round set up without signatures: this silo has a signing key and takes part in the "
-                          "actively secure variant only, which a server cannot turn off" if identity else
-                          "a round of the actively secure variant, but this silo has no signing key (node config "
-                          "secagg-signing-key and secagg-peers)")
+    identity = check_variant(config, node_config, client)
     if stage != Stage.ADVERTISE_KEYS and (str(kept.get("config", "")) != setup or "seed" not in kept):
         raise SecAggError(config.round_id, f"client {client}", f"{stage.name} of a round whose keys this node did not "
                                                                "advertise under this setup (its state was reset)")

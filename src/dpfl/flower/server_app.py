@@ -36,7 +36,8 @@ from dpfl.experiments.run_directory import release_hash
 from dpfl.experiments.runner import run_experiment
 from dpfl.flower import evaluation, records, secure_sum
 from dpfl.flower.app_dir import check_enforced
-from dpfl.flower.federation import Federation, with_counts
+from dpfl.flower.federation import Federation
+from dpfl.flower.pin import release_of
 from dpfl.protocols.identity import VerifyingKey, parse_verifying_key
 
 
@@ -178,7 +179,7 @@ def serve(grid: Grid, run_config: dict) -> dict:
     cohort = FlowerCohort(grid, federation.num_clients, timeout)
     evaluator = evaluation.evaluator_of(run_config, federation, cohort)  # a bad evaluation set: before any node
     counts = cohort.connect()
-    config = with_counts(config, counts)  # the release config, the run's identity, commits to the counts
+    config = release_of(config, counts)  # the release the silos pinned: it commits to the counts
     dataset = federation.dataset(counts, {"source": "the silos' own files on their Flower nodes (the server holds no "
                                                     "records)", "train_counts": counts,
                                           "evaluation": evaluator.description["what"]})

@@ -10,7 +10,6 @@ from dpfl.errors import ConfigError
 from dpfl.protocols import shamir
 from dpfl.protocols.identity import Registry, SigningKey, ed25519_key, raw_public, same_key, sign, verifies
 from dpfl.protocols.messages import (
-    CIPHERTEXT_BYTES,
     MessageType,
     PayloadReader,
     SecAggError,
@@ -20,10 +19,12 @@ from dpfl.protocols.messages import (
     pack_count,
     pack_ids,
     pack_signature,
+    pack_sized,
     pack_vector,
     party_name,
     share_context,
     share_nonce,
+    share_statement,
     statement,
 )
 from dpfl.protocols.primitives import (
@@ -38,7 +39,7 @@ from dpfl.protocols.primitives import (
     private_key,
     public_bytes,
 )
-from dpfl.protocols.session import PublicKeys, SecAggConfig, Stage, element_bytes, seed_commitment
+from dpfl.protocols.session import DealtShare, PublicKeys, SecAggConfig, Stage, element_bytes, seed_commitment
 
 
 class SecAggClient:
@@ -59,7 +60,7 @@ class SecAggClient:
         self._stage = Stage.ADVERTISE_KEYS
         self._digest = config.digest
         self._keys: dict[int, PublicKeys] = {}  # U1
-        self._held: dict[int, tuple[int, int]] = {}  # owner v in U2 -> (share of b_v, share of s_v^SK) at x = id + 1
+        self._held: dict[int, tuple[DealtShare, DealtShare]] = {}  # v in U2 -> its shares at x = id + 1, by ShareKind
         self._encryption_keys: dict[int, bytes] = {}  # v -> c_uv, agreed in ShareKeys, used again to decrypt
         self._signed_survivors: bytes | None = None  # U3 as this client signed it (ConsistencyCheck)
         self._signing_key, self._peers = identity, peers
@@ -96,7 +97,8 @@ class SecAggClient:
 
     def share_keys(self, key_list: bytes) -> bytes:
         """ShareKeys: checks the server's key list (U1: in the active variant, every entry's signature by its owner's
-        registered key) and returns the commitment to b_u and the encrypted shares of b_u and s_u^SK."""
+        registered key) and returns the commitment to b_u and the encrypted shares of b_u and s_u^SK (each signed for
+        its recipient in the active variant: ``_deal``)."""
         self._enter(Stage.SHARE_KEYS, "share_keys")
         reader = self._read(key_list, MessageType.KEY_LIST)
         entries = reader.ids(reader.count(4 + 2 * KEY_BYTES + 2, exact=False), 2 * KEY_BYTES, signed=True)
@@ -124,25 +126,29 @@ class SecAggClient:
         self._self_mask_seed = self._random_bytes(KEY_BYTES)
         xs = [v + 1 for v in keys]
         t = self.config.threshold
-        seed_shares = shamir.split(int.from_bytes(self._self_mask_seed, "big"), t, xs, self._random_bytes)
-        key_shares = shamir.split(int.from_bytes(private_bytes(self._mask_key), "big"), t, xs, self._random_bytes)
-        self._held[self.id] = (seed_shares[self.id + 1], key_shares[self.id + 1])
+        shares = {ShareKind.SELF_MASK_SEED: shamir.split(int.from_bytes(self._self_mask_seed, "big"), t, xs,
+                                                         self._random_bytes),
+                  ShareKind.MASK_KEY: shamir.split(int.from_bytes(private_bytes(self._mask_key), "big"), t, xs,
+                                                   self._random_bytes)}
         payload = [seed_commitment(self.config, self.id, self._self_mask_seed), pack_count(len(keys) - 1)]
         for v in keys:
+            dealt = tuple(self._deal(v, kind, shares[kind][v + 1]) for kind in ShareKind)
             if v == self.id:
+                self._held[v] = dealt
                 continue
-            plaintext = element_bytes(seed_shares[v + 1]) + element_bytes(key_shares[v + 1])
+            plaintext = b"".join(element_bytes(share.value) + pack_signature(share.signature) for share in dealt)
             ciphertext = encrypt(self._encryption_pair_key(v), share_nonce(self.id), plaintext,
                                  share_context(self.config.round_id, self.id, v))
-            payload.append(v.to_bytes(4, "big") + ciphertext)
+            payload.append(v.to_bytes(4, "big") + pack_sized(ciphertext))
         return self._send(MessageType.ENCRYPTED_SHARES, b"".join(payload), Stage.MASKED_INPUT)
 
     def masked_input(self, routed_shares: bytes, x: torch.Tensor | np.ndarray) -> bytes:
-        """MaskedInputCollection: decrypts the shares the server routed (U2) and returns y_u for the input ``x``
-        (integers in [0, 2^bits), length ``dimension``)."""
+        """MaskedInputCollection: decrypts the shares the server routed (U2), checks them (in the active variant, each
+        dealer's signature: ``_opened``) and returns y_u for the input ``x`` (integers in [0, 2^bits), length
+        ``dimension``)."""
         self._enter(Stage.MASKED_INPUT, "masked_input")
         reader = self._read(routed_shares, MessageType.ROUTED_SHARES)
-        entries = reader.ids(reader.count(4 + CIPHERTEXT_BYTES), CIPHERTEXT_BYTES)
+        entries = reader.ciphertexts(reader.count(4 + 2, exact=False))
         reader.done()
         for u, ciphertext in entries:
             if u == self.id or u not in self._keys:
@@ -154,11 +160,7 @@ class SecAggClient:
             except InvalidTag:
                 self._fail(f"the shares from client {u} fail authentication (altered, or encrypted for another "
                            "round or recipient)")
-            seed_share, key_share = (int.from_bytes(plaintext[i:i + shamir.ELEMENT_BYTES], "big")
-                                     for i in (0, shamir.ELEMENT_BYTES))
-            if max(seed_share, key_share) >= shamir.PRIME:
-                self._fail(f"the shares from client {u} are not field elements")
-            self._held[u] = (seed_share, key_share)
+            self._held[u] = self._opened(u, plaintext)
         self._require_threshold(len(self._held), "clients that shared keys (U2)")
         values = self._input_vector(x)
         masked = values + prg(self._self_mask_seed, self.config.dimension, self.config.bits)
@@ -195,7 +197,9 @@ class SecAggClient:
         payload = [pack_count(len(self._held))]
         for v in sorted(self._held):
             kind = ShareKind.SELF_MASK_SEED if v in survivors else ShareKind.MASK_KEY
-            payload.append(v.to_bytes(4, "big") + bytes([kind]) + element_bytes(self._held[v][kind]))
+            share = self._held[v][kind]  # forwarded with its dealer's signature (active), which the server checks
+            payload.append(v.to_bytes(4, "big") + bytes([kind]) + element_bytes(share.value)
+                           + pack_signature(share.signature))
         return self._send(MessageType.UNMASK_SHARES, b"".join(payload), Stage.DONE)
 
     def _survivors(self, reader: PayloadReader, exact: bool) -> set[int]:
@@ -224,6 +228,41 @@ class SecAggClient:
         if forged:
             self._fail(f"the consistency signatures of clients {forged} are not their signatures of this survivor "
                        "list: the server showed clients different survivor sets (or altered the signatures)")
+
+    def _deal(self, recipient: int, kind: ShareKind, value: int) -> DealtShare:
+        """The share ``value`` of this client's secret ``kind`` for ``recipient``, with, in the active variant, this
+        client's signature of it for that recipient in this round (``messages.share_statement``)."""
+        if not self.config.active:
+            return DealtShare(value, b"")
+        return DealtShare(value, sign(self._signing_key, share_statement(self._digest, self.id, recipient, kind,
+                                                                         value)))
+
+    def _opened(self, dealer: int, plaintext: bytes) -> tuple[DealtShare, DealtShare]:
+        """The two shares ``dealer`` dealt this client (the decrypted ``plaintext``), checked: field elements, and in
+        the active variant each with the dealer's signature of it for this client. A bad one names the dealer
+        (``SecAggError.culprits``) in the active variant, where only the dealer and this client hold the key the
+        plaintext was encrypted under (its public half signed by the dealer's registered key); without signatures
+        the server could have substituted that key, and no one is named."""
+        culprits = (dealer,) if self.config.active else ()
+        reader = PayloadReader(plaintext, self.config.round_id, self._name, f"shares from client {dealer}")
+        try:
+            dealt = tuple(DealtShare(int.from_bytes(reader.take(shamir.ELEMENT_BYTES), "big"), reader.signature())
+                          for _ in ShareKind)
+            reader.done()
+        except SecAggError as err:
+            self._fail(err.problem, culprits)
+        for kind, share in zip(ShareKind, dealt):
+            what = f"the share of client {dealer}'s {kind.secret}"
+            if share.value >= shamir.PRIME:
+                self._fail(f"{what} is not a field element", culprits)
+            if not self.config.active and share.signature:
+                self._fail(f"{what} carries a signature in a round set up without them")
+            if self.config.active and not verifies(self._peers[dealer], share.signature, share_statement(
+                    self._digest, dealer, self.id, kind, share.value)):
+                self._fail(f"{what} does not carry client {dealer}'s signature of it for this client: client {dealer} "
+                           "dealt it so (only it and this client hold the ciphertext's key), and this client refuses "
+                           "it", culprits)
+        return dealt
 
     def _encryption_pair_key(self, v: int) -> bytes:
         """c_uv (computed once: ShareKeys encrypts and MaskedInputCollection decrypts with it)."""
@@ -264,9 +303,9 @@ class SecAggClient:
         if count < self.config.threshold:
             self._fail(f"only {count} {what}, fewer than the threshold {self.config.threshold}: the round stops")
 
-    def _fail(self, problem: str):
+    def _fail(self, problem: str, culprits: tuple[int, ...] = ()):
         self._stage = Stage.ABORTED
-        raise SecAggError(self.config.round_id, self._name, problem)
+        raise SecAggError(self.config.round_id, self._name, problem, culprits)
 
 
 __all__ = ["SecAggClient"]

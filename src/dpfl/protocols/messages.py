@@ -1,9 +1,9 @@
-"""The wire format of secure aggregation (version 2): every message is plain bytes, a fixed header then a payload.
+"""The wire format of secure aggregation (version 3): every message is plain bytes, a fixed header then a payload.
 
 Header (22 bytes, big-endian)::
 
     magic  b"DPSA"  4 bytes
-    version         1 byte    (VERSION = 2)
+    version         1 byte    (VERSION = 3)
     type            1 byte    (MessageType)
     round id        8 bytes   (unsigned)
     sender          4 bytes   (client id in [0, 2^32 - 2]; SERVER = 2^32 - 1)
@@ -15,7 +15,8 @@ body, and the signature is the sender's signature of ``statement(round digest, t
 in the honest-but-curious one the key of the round the sender advertised in its first message (which authenticates
 its later messages to the server: no other party can send in its name once it has advertised).
 
-Bodies (ids are 4-byte unsigned, counts 4-byte unsigned, a signature is its 2-byte length then its bytes):
+Bodies (ids are 4-byte unsigned, counts 4-byte unsigned, a signature or a ciphertext is its 2-byte length then its
+bytes):
 
 ======================  ======  ===================================================================================
 type                    from    body
@@ -23,20 +24,27 @@ type                    from    body
 ADVERTISE_KEYS          client  c_u^PK (32) | s_u^PK (32) [| a_u^PK (32): its round's Ed25519 key, not active]
 KEY_LIST                server  count | count x (id | c^PK (32) | s^PK (32) | signature), ids increasing; the
                                 signature is the owner's ADVERTISE_KEYS signature (active), empty otherwise
-ENCRYPTED_SHARES        client  commitment to b_u (32) | count | count x (recipient id | AES-GCM ciphertext (148))
-ROUTED_SHARES           server  count | count x (sender id | ciphertext (148)), ids increasing
+ENCRYPTED_SHARES        client  commitment to b_u (32) | count | count x (recipient id | ciphertext)
+ROUTED_SHARES           server  count | count x (sender id | ciphertext), ids increasing
 MASKED_INPUT            client  count | count x little-endian uint64 (y_u mod 2^bits)
 CONSISTENCY_CHECK       server  count | count x id (U3), increasing (active only)
 CONSISTENCY_SIGNATURE   client  the same list U3: its signature is u's signature of U3 (active only)
 UNMASK_REQUEST          server  count | count x id (U3) | count | count x (id | signature): the consistency
                                 signatures of U4 (active), none otherwise
-UNMASK_SHARES           client  count | count x (owner id | kind (0: b, 1: s^SK) | share (66, big-endian))
+UNMASK_SHARES           client  count | count x (owner id | kind (0: b, 1: s^SK) | share (66, big-endian) |
+                                signature): the share's signature by its owner, who dealt it (active), empty
+                                otherwise
 ======================  ======  ===================================================================================
 
 A ciphertext from u to v is AES-GCM under c_uv with nonce (u as 12 bytes) and associated data
-``share_context(round, u, v)``; its plaintext is the two Shamir shares (of b_u and of s_u^SK) at x = v + 1,
-66 bytes each. ``decode`` checks the header against what the receiver expects (round, type, sender) and the
-payload's layout, and raises ``SecAggError`` naming the round, the party and what was wrong.
+``share_context(round, u, v)``; its plaintext is u's two Shamir shares at x = v + 1, of b_u and of s_u^SK, each
+66 bytes followed by a signature: in the actively secure variant u's signature of ``share_statement(round digest,
+u, v, kind, share)``, empty otherwise. A dealt share is thus signed by its dealer for one recipient, one secret and
+one round: v checks the signature when it decrypts the share and forwards it with the share at Unmasking, so that a
+server whose reconstruction fails can tell a share its dealer dealt wrong (validly signed) from one its holder
+altered (not). The signature is inside the encryption: only the share's recipient, and at Unmasking the server
+(which then holds the share), ever sees it. ``decode`` checks the header against what the receiver expects (round,
+type, sender) and the payload's layout, and raises ``SecAggError`` naming the round, the party and what was wrong.
 """
 
 from __future__ import annotations
@@ -52,11 +60,9 @@ from dpfl.protocols.primitives import TAG_BYTES
 from dpfl.protocols.shamir import ELEMENT_BYTES
 
 MAGIC = b"DPSA"
-VERSION = 2
+VERSION = 3
 #: The sender id of the server.
 SERVER = 2**32 - 1
-#: Bytes of an encrypted pair of shares.
-CIPHERTEXT_BYTES = 2 * ELEMENT_BYTES + TAG_BYTES
 
 _HEADER = struct.Struct(">4sBBQII")
 _COUNT = struct.Struct(">I")
@@ -66,6 +72,10 @@ _COUNT = struct.Struct(">I")
 STATEMENT_TAG = b"DPSA/signed"
 #: The largest signature a message may carry (an ECDSA P-521 signature in DER is at most 139 bytes).
 MAX_SIGNATURE_BYTES = 256
+#: The largest ciphertext of a pair of dealt shares: two shares, each with its signature, and the AES-GCM tag.
+MAX_CIPHERTEXT_BYTES = 2 * (ELEMENT_BYTES + 2 + MAX_SIGNATURE_BYTES) + TAG_BYTES
+#: The type byte of a dealt share's statement (``share_statement``): no message's (``MessageType`` starts at 1).
+SHARE_STATEMENT = 0
 
 
 class SecAggError(DpflError):
@@ -94,6 +104,10 @@ class ShareKind(enum.IntEnum):
 
     SELF_MASK_SEED = 0  # b_u: the owner's masked input arrived
     MASK_KEY = 1  # s_u^SK: the owner dropped out after sharing its keys
+
+    @property
+    def secret(self) -> str:
+        return "self-mask seed" if self == ShareKind.SELF_MASK_SEED else "mask key"
 
 
 @dataclass(frozen=True)
@@ -183,17 +197,27 @@ class PayloadReader:
             self.fail(f"count {n} of {item_bytes}-byte items, but {left} bytes follow")
         return n
 
-    def signature(self) -> bytes:
-        """A signature: its 2-byte length, then its bytes."""
+    def sized(self, limit: int, what: str) -> bytes:
+        """A field of varying size: its 2-byte length (at most ``limit``), then its bytes."""
         n = int.from_bytes(self.take(2), "big")
-        if n > MAX_SIGNATURE_BYTES:
-            self.fail(f"a signature of {n} bytes (at most {MAX_SIGNATURE_BYTES})")
+        if n > limit:
+            self.fail(f"a {what} of {n} bytes (at most {limit})")
         return self.take(n)
+
+    def signature(self) -> bytes:
+        return self.sized(MAX_SIGNATURE_BYTES, "signature")
 
     def ids(self, n: int, item_rest: int = 0, signed: bool = False) -> list[tuple[int, bytes]]:
         """n items (id, rest) with ids strictly increasing (no repeats); ``signed``: each item ends with a signature,
         returned as a third element."""
-        items = [(self.uint32(), self.take(item_rest), *([self.signature()] if signed else [])) for _ in range(n)]
+        return self._increasing([(self.uint32(), self.take(item_rest), *([self.signature()] if signed else []))
+                                 for _ in range(n)])
+
+    def ciphertexts(self, n: int) -> list[tuple[int, bytes]]:
+        """n items (id, ciphertext of dealt shares) with ids strictly increasing."""
+        return self._increasing([(self.uint32(), self.sized(MAX_CIPHERTEXT_BYTES, "ciphertext")) for _ in range(n)])
+
+    def _increasing(self, items: list[tuple]) -> list[tuple]:
         ids = [item[0] for item in items]
         if any(a >= b for a, b in zip(ids, ids[1:])):
             self.fail(f"ids {ids} are not strictly increasing (a repeated or unsorted entry)")
@@ -214,8 +238,13 @@ def pack_count(n: int) -> bytes:
     return _COUNT.pack(n)
 
 
+def pack_sized(field: bytes) -> bytes:
+    """A field of varying size (a signature, a ciphertext): its 2-byte length, then its bytes."""
+    return len(field).to_bytes(2, "big") + field
+
+
 def pack_signature(signature: bytes) -> bytes:
-    return len(signature).to_bytes(2, "big") + signature
+    return pack_sized(signature)
 
 
 def pack_ids(ids) -> bytes:
@@ -224,11 +253,19 @@ def pack_ids(ids) -> bytes:
     return pack_count(len(ids)) + b"".join(v.to_bytes(4, "big") for v in ids)
 
 
-def statement(digest: bytes, kind: MessageType, sender: int, body: bytes) -> bytes:
+def statement(digest: bytes, kind: int, sender: int, body: bytes) -> bytes:
     """What a client signs when it sends ``body`` as a message of type ``kind``: the tag, the version, the type, the
     sender and the round's ``SecAggConfig.digest`` (which names the round, its cohort, threshold and session), then
     the body. A signature is therefore valid for one message of one party in one round set up one way."""
     return STATEMENT_TAG + struct.pack(">BBI", VERSION, int(kind), sender) + digest + body
+
+
+def share_statement(digest: bytes, dealer: int, recipient: int, kind: ShareKind, share: int) -> bytes:
+    """What a dealer signs when it deals ``share`` (of its secret ``kind``) to ``recipient`` in the round of
+    ``digest`` (the actively secure variant): a ``statement`` of the type SHARE_STATEMENT, which no message has, so a
+    share's signature is never one of a message, nor one of another share, secret, recipient or round."""
+    body = struct.pack(">IB", recipient, int(kind)) + share.to_bytes(ELEMENT_BYTES, "big")
+    return statement(digest, SHARE_STATEMENT, dealer, body)
 
 
 def pack_vector(values: np.ndarray) -> bytes:
@@ -252,7 +289,7 @@ def share_nonce(sender: int) -> bytes:
     return struct.pack(">4xQ", sender)
 
 
-__all__ = ["MAGIC", "VERSION", "SERVER", "CIPHERTEXT_BYTES", "STATEMENT_TAG", "MAX_SIGNATURE_BYTES", "SecAggError",
-           "MessageType", "ShareKind", "Header", "party_name", "encode", "read_header", "decode", "PayloadReader",
-           "signed_parts", "pack_count", "pack_signature", "pack_ids", "statement", "pack_vector", "unpack_vector",
-           "share_context", "share_nonce"]
+__all__ = ["MAGIC", "VERSION", "SERVER", "STATEMENT_TAG", "MAX_SIGNATURE_BYTES", "MAX_CIPHERTEXT_BYTES",
+           "SHARE_STATEMENT", "SecAggError", "MessageType", "ShareKind", "Header", "party_name", "encode",
+           "read_header", "decode", "PayloadReader", "signed_parts", "pack_count", "pack_sized", "pack_signature",
+           "pack_ids", "statement", "share_statement", "pack_vector", "unpack_vector", "share_context", "share_nonce"]

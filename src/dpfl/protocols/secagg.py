@@ -9,19 +9,20 @@ masked input arrived, and nothing else about any x_u, as long as at least ``thre
    masks, and sends both public keys, signed (below). The server broadcasts the list of the clients U1 that did
    (|U1| >= t); in the active variant each entry carries its owner's signature, which every client checks.
 1. **ShareKeys.** u draws the self-mask seed b_u, Shamir-shares b_u and s_u^SK t-of-|U1| (share of v at x = v + 1)
-   and sends each v in U1 its two shares, AES-GCM-encrypted under c_uv = HKDF(X25519(c_u^SK, c_v^PK)), with a
-   commitment to b_u (``session.seed_commitment``). The server routes the ciphertexts; U2 is the set of clients
-   whose shares arrived (|U2| >= t).
+   and sends each v in U1 its two shares (in the active variant each signed by u for v: ``messages.share_statement``),
+   AES-GCM-encrypted under c_uv = HKDF(X25519(c_u^SK, c_v^PK)), with a commitment to b_u
+   (``session.seed_commitment``). The server routes the ciphertexts; U2 is the set of clients whose shares arrived
+   (|U2| >= t); v checks u's signatures when it decrypts its shares and refuses (naming u) a share without one.
 2. **MaskedInputCollection.** u sends
        y_u = x_u + PRG(b_u) + sum_{v in U2, v > u} PRG(s_uv) - sum_{v in U2, v < u} PRG(s_uv)   (mod 2^bits),
    s_uv = HKDF(X25519(s_u^SK, s_v^PK)) = s_vu. U3 is the set of clients whose y_u arrived (|U3| >= t).
 3. **ConsistencyCheck** (active variant only). The server sends U3; each u in U3 signs it; U4 is the set of clients
    whose signature arrived (|U4| >= t), and the server forwards their signatures with the unmasking request.
 4. **Unmasking.** The server sends U3; each surviving u (in U4, active) returns, for every v in U2, its share of b_v
-   if v is in U3 and of s_v^SK otherwise (never both: a client answers one request per round); in the active variant
-   only once it has checked that at least t clients signed the U3 it signed. From t responders the server
-   reconstructs b_v for v in U3 and s_v^SK for v in U2 \\ U3, checks each (b_v against its commitment, s_v^SK
-   against s_v^PK) and computes
+   if v is in U3 and of s_v^SK otherwise (never both: a client answers one request per round), with v's signature
+   of it (active); in the active variant only once it has checked that at least t clients signed the U3 it signed.
+   From t responders the server reconstructs b_v for v in U3 and s_v^SK for v in U2 \\ U3, checks each (b_v
+   against its commitment, s_v^SK against s_v^PK) and computes
        sum_{u in U3} x_u = sum_{u in U3} y_u - sum_{u in U3} PRG(b_u)
                            - sum_{v in U2\\U3} sum_{u in U3} (+PRG(s_uv) if v > u else -PRG(s_uv)).
 
@@ -38,8 +39,12 @@ deviates: one that answers client u's key list with keys of its own (sybils of t
 active variant: a server that deviates arbitrarily, colluding with c clients, learns nothing beyond a sum of at
 least t - c honest inputs as long as 2t > n + c (each honest client signs one survivor list; two lists signed by t
 clients each need 2t - c > n - c honest signers otherwise). A malicious client can always choose its own input; it
-cannot send in another's name, and a corrupted share of a secret is detected (the round stops, naming the share's
-sender where the other shares tell: ``SecAggError.culprits``), never summed.
+cannot send in another's name, and a corrupted share of a secret is detected (the round stops), never summed. Who
+corrupted it (``SecAggError.culprits``): in the active variant, where every share carries its dealer's signature
+for its holder, a holder that forwards a share without it (it altered the share) or else the dealer (every share
+signed, so it dealt them wrong); without signatures, a share off the polynomial of the others may have been altered
+by its holder or dealt so by its dealer, which cannot be told apart, and neither is named (only a dealer whose shares
+all agree on another secret than it committed to is).
 
 Up to n - t clients may drop out, at any stage; with fewer than t left a stage refuses to go on (``SecAggError``, no
 partial sum). A party refuses malformed, unsigned, replayed, out-of-order and out-of-round messages. Keys are fresh

@@ -12,7 +12,6 @@ from dpfl.errors import ConfigError
 from dpfl.protocols import shamir
 from dpfl.protocols.identity import Registry, VerifyingKey, ed25519_public, verifies
 from dpfl.protocols.messages import (
-    CIPHERTEXT_BYTES,
     SERVER,
     MessageType,
     PayloadReader,
@@ -23,12 +22,14 @@ from dpfl.protocols.messages import (
     pack_count,
     pack_ids,
     pack_signature,
+    pack_sized,
+    share_statement,
     signed_parts,
     statement,
     unpack_vector,
 )
 from dpfl.protocols.primitives import KEY_BYTES, agree, prg, private_key, public_bytes
-from dpfl.protocols.session import PublicKeys, SecAggConfig, SecureSum, Stage, seed_commitment
+from dpfl.protocols.session import DealtShare, PublicKeys, SecAggConfig, SecureSum, Stage, seed_commitment
 
 #: At most this many reconstructions from other subsets of the responders when one fails its check, looking for the
 #: share that was altered (``SecAggServer.aggregate``).
@@ -45,8 +46,10 @@ class SecAggServer:
     Every client message must carry its sender's signature: by its registered key in ``peers`` (the active variant,
     ``config.active``), else by the round key the sender advertised in its first message, so that no client can send
     in another's name. Every secret the server reconstructs is checked (b_v against v's commitment, s_v^SK against
-    v's advertised public key) before it enters the sum: a corrupted share stops the round, naming the client that
-    sent it where the shares tell (``SecAggError.culprits``)."""
+    v's advertised public key) before it enters the sum: a corrupted share stops the round, naming the client at
+    fault where it can tell (``SecAggError.culprits``): in the active variant every share carries its dealer's
+    signature, so a share that is off its dealer's polynomial but signed is its dealer's doing, an unsigned one its
+    holder's; without signatures a share off the polynomial may be either's, and neither is named."""
 
     _EXPECTED = {Stage.ADVERTISE_KEYS: MessageType.ADVERTISE_KEYS, Stage.SHARE_KEYS: MessageType.ENCRYPTED_SHARES,
                  Stage.MASKED_INPUT: MessageType.MASKED_INPUT,
@@ -70,7 +73,7 @@ class SecAggServer:
         self._ciphertexts: dict[int, dict[int, bytes]] = {}  # U2: sender -> recipient -> ciphertext
         self._masked: dict[int, np.ndarray] = {}  # U3
         self._consistency: dict[int, bytes] = {}  # U4: the signatures of U3 (active)
-        self._shares: dict[int, dict[int, tuple[ShareKind, int]]] = {}  # responders: owner -> (kind, share)
+        self._shares: dict[int, dict[int, tuple[ShareKind, DealtShare]]] = {}  # responders: owner -> (kind, share)
 
     @property
     def stage(self) -> Stage:
@@ -155,7 +158,7 @@ class SecAggServer:
         self._close(Stage.SHARE_KEYS, self._ciphertexts, "clients sent their shares")
         messages = {}
         for v in sorted(self._ciphertexts):
-            entries = [u.to_bytes(4, "big") + c[v] for u, c in sorted(self._ciphertexts.items()) if u != v]
+            entries = [u.to_bytes(4, "big") + pack_sized(c[v]) for u, c in sorted(self._ciphertexts.items()) if u != v]
             payload = pack_count(len(entries)) + b"".join(entries)
             messages[v] = encode(MessageType.ROUTED_SHARES, self.config.round_id, SERVER, payload)
         self._advance(self._ciphertexts, Stage.MASKED_INPUT)
@@ -195,10 +198,10 @@ class SecAggServer:
             total += y
         for v in sorted(self._ciphertexts):
             if v in self._masked:
-                seed = self._secret(v, holders, coefficients, self._seed_check(v), "self-mask seed", "commitment")
+                seed = self._secret(v, holders, coefficients, self._seed_check(v), "commitment")
                 total -= prg(seed, d, bits)
                 continue
-            secret = self._secret(v, holders, coefficients, self._key_check(v), "mask key", "advertised public key")
+            secret = self._secret(v, holders, coefficients, self._key_check(v), "advertised public key")
             mask_key = private_key(secret)
             for u in self._masked:
                 pair_mask = prg(agree(mask_key, self._keys[u].mask, b"mask", self.config.round_id), d, bits)
@@ -233,7 +236,7 @@ class SecAggServer:
 
     def _receive_shares(self, sender: int, reader: PayloadReader, signature: bytes) -> None:
         commitment = reader.take(32)
-        entries = dict(reader.ids(reader.count(4 + CIPHERTEXT_BYTES), CIPHERTEXT_BYTES))
+        entries = dict(reader.ciphertexts(reader.count(4 + 2, exact=False)))
         reader.done()
         expected = set(self._keys) - {sender}
         if set(entries) != expected:
@@ -258,18 +261,21 @@ class SecAggServer:
         self._consistency[sender] = signature
 
     def _receive_unmask_shares(self, sender: int, reader: PayloadReader, signature: bytes) -> None:
-        entries = reader.ids(reader.count(4 + 1 + shamir.ELEMENT_BYTES), 1 + shamir.ELEMENT_BYTES)
+        entries = reader.ids(reader.count(4 + 1 + shamir.ELEMENT_BYTES + 2, exact=False), 1 + shamir.ELEMENT_BYTES,
+                             signed=True)
         reader.done()
         expected = {v: ShareKind.SELF_MASK_SEED if v in self._masked else ShareKind.MASK_KEY
                     for v in self._ciphertexts}
         shares = {}
-        for v, rest in entries:
+        for v, rest, share_signature in entries:
             if rest[0] != expected.get(v):
                 reader.fail(f"a share of kind {rest[0]} for client {v}, expected "
                             f"{'none' if v not in expected else int(expected[v])}")
-            shares[v] = (ShareKind(rest[0]), int.from_bytes(rest[1:], "big"))
-            if shares[v][1] >= shamir.PRIME:
+            shares[v] = (ShareKind(rest[0]), DealtShare(int.from_bytes(rest[1:], "big"), share_signature))
+            if shares[v][1].value >= shamir.PRIME:
                 reader.fail(f"the share for client {v} is not a field element")
+            if share_signature and not self.config.active:
+                reader.fail(f"the share for client {v} carries a signature in a round set up without them")
         if set(shares) != set(expected):
             reader.fail(f"shares for clients {sorted(shares)}, expected {sorted(expected)}")
         self._shares[sender] = shares
@@ -281,27 +287,52 @@ class SecAggServer:
         return lambda secret: public_bytes(private_key(secret)) == self._keys[owner].mask
 
     def _secret(self, owner: int, holders: list[int], coefficients: dict[int, int], check: Callable[[bytes], bool],
-                what: str, reference: str) -> bytes:
-        """The owner's secret from the shares of ``holders``, if it passes ``check``; else the round stops, naming the
-        clients whose shares are off the polynomial that other subsets of the responders reconstruct a secret passing
-        the check with (``_locate``)."""
-        shares = {w + 1: self._shares[w][owner][1] for w in sorted(self._shares)}
+                reference: str) -> bytes:
+        """The owner's secret from the shares of ``holders``, if it passes ``check``; else the round stops, naming
+        the clients at fault where the shares tell (``_blame``)."""
+        shares = {w + 1: self._shares[w][owner][1].value for w in sorted(self._shares)}
         secret = _as_key(shamir.combine({w + 1: shares[w + 1] for w in holders}, coefficients))
         if secret is not None and check(secret):
             return secret
+        kind = next(iter(self._shares.values()))[owner][0]
+        self._blame(owner, f"the shares of client {owner}'s {kind.secret} from clients {holders} reconstruct a value "
+                           f"that is not its {reference}", shares, check, reference)
+
+    def _blame(self, owner: int, problem: str, shares: dict[int, int], check: Callable[[bytes], bool], reference: str):
+        """Stops the round after a failed reconstruction of ``owner``'s secret from ``shares`` {x: share}, naming
+        who is at fault where that can be told. In the active variant every responder forwarded the share with the
+        signature its dealer, the owner, made for it (and that it checked on receipt): a responder whose share does
+        not carry it altered the share; if every share does, the owner dealt them (its shares off one polynomial, or
+        of another secret than its ``reference``), whoever else ``_locate`` points at. Without signatures, shares off
+        the polynomial of t others (``_locate``) were altered by their holders or dealt so by the owner, which
+        cannot be told apart: neither is named; only shares that all agree on a secret failing the check name the
+        owner."""
+        if self.config.active:
+            altered = tuple(w for w in sorted(self._shares) if not self._dealt_by_owner(owner, w))
+            if altered:
+                self._fail(f"{problem}; the shares of clients {list(altered)} do not carry client {owner}'s signature "
+                           f"of them: they altered the shares client {owner} dealt them", altered)
         off = self._locate(shares, check)
-        problem = (f"the shares of client {owner}'s {what} from clients {holders} reconstruct a value that is not its "
-                   f"{reference}")
-        if off:
-            culprits = tuple(x - 1 for x in off)
-            self._fail(f"{problem}; the shares of clients {list(culprits)} do not lie on the polynomial of t other "
-                       f"shares that reconstruct it: they sent corrupted shares (or client {owner} dealt them wrong "
-                       "ones)", culprits)
-        if off is not None:
+        if off == []:
             self._fail(f"{problem}; all {len(shares)} shares agree on that value: client {owner} shared another "
                        f"secret than its {reference} says", (owner,))
+        suspects = [x - 1 for x in off or []]
+        if self.config.active:
+            located = f" (those it dealt to clients {suspects} are off the polynomial of t others)" if suspects else ""
+            self._fail(f"{problem}; every share carries client {owner}'s signature: client {owner} dealt shares "
+                       f"that do not lie on one polynomial of its secret{located}", (owner,))
+        if suspects:
+            self._fail(f"{problem}; the shares of clients {suspects} do not lie on the polynomial of t other shares "
+                       f"that reconstruct it: they altered them, or client {owner} dealt them so, which without signed "
+                       "shares (the honest-but-curious protocol) cannot be told apart: neither is named")
         self._fail(f"{problem} (a share was altered: with {len(shares)} responders for a threshold of "
                    f"{self.config.threshold} its sender cannot be located)")
+
+    def _dealt_by_owner(self, owner: int, holder: int) -> bool:
+        """Whether ``holder``'s share of ``owner``'s secret carries the owner's signature of it for ``holder``."""
+        kind, share = self._shares[holder][owner]
+        return verifies(self._verifying[owner], share.signature,
+                        share_statement(self._digest, owner, holder, kind, share.value))
 
     def _locate(self, shares: dict[int, int], check: Callable[[bytes], bool]) -> list[int] | None:
         """The x-coordinates of the shares off a polynomial through t of ``shares`` whose secret passes ``check``

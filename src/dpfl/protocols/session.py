@@ -8,6 +8,7 @@ import hashlib
 import operator
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -112,6 +113,14 @@ class PublicKeys:
     mask: bytes  # s_u^PK
 
 
+class DealtShare(NamedTuple):
+    """A Shamir share as its dealer dealt it: its value, and the dealer's signature of it (``messages.share_statement``)
+    in the actively secure variant (empty otherwise)."""
+
+    value: int
+    signature: bytes
+
+
 def element_bytes(value: int) -> bytes:
     """A field element (a Shamir share) as 66 big-endian bytes."""
     return value.to_bytes(shamir.ELEMENT_BYTES, "big")
@@ -124,5 +133,5 @@ def seed_commitment(config: SecAggConfig, owner: int, seed: bytes) -> bytes:
     return hashlib.sha256(b"DPSA/commitment" + config.digest + owner.to_bytes(4, "big") + seed).digest()
 
 
-__all__ = ["MAX_BITS", "MAX_SESSION_BYTES", "Stage", "SecAggConfig", "SecureSum", "PublicKeys", "element_bytes",
-           "seed_commitment"]
+__all__ = ["MAX_BITS", "MAX_SESSION_BYTES", "Stage", "SecAggConfig", "SecureSum", "PublicKeys", "DealtShare",
+           "element_bytes", "seed_commitment"]
