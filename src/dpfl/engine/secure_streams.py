@@ -27,7 +27,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from dpfl.engine.keys import derived_key
-from dpfl.engine.randomness import PURPOSES
+from dpfl.engine.stream_names import check_purpose
 
 #: Words drawn per keystream call at least (64 KiB of keystream).
 BUFFER_WORDS = 8192
@@ -49,8 +49,7 @@ def chacha20_keystream(key: bytes, nonce: bytes, counter: int, size: int) -> byt
 def stream_key(key: int, round_index: int, client: int, purpose: str) -> bytes:
     """The 256-bit ChaCha20 key of stream (noise key ``key``, round, client, purpose): ``derived_key`` over the
     name (the server is client -1, as in ``dpfl.engine.randomness``)."""
-    if purpose not in PURPOSES:
-        raise ValueError(f"purpose = {purpose!r} is not allowed: expected one of {sorted(PURPOSES)}")
+    check_purpose(purpose)
     return derived_key(int(key), "chacha20", str(int(round_index)), str(int(client)), purpose).to_bytes(32, "big")
 
 
