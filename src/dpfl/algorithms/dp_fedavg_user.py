@@ -264,7 +264,7 @@ class DpFedAvgUser(Algorithm):
         events = [m.event for m in self.mechanisms()]
         if self.noise_at == "server":
             return Release((dp_event.NonPrivateDpEvent(),), (True,), server_events=events, paper="mcmahan")
-        drawn = [dp_event.GaussianDpEvent(e.noise_multiplier * self.share_factor) for e in events]
+        drawn = [m.with_multiplier(m.noise_multiplier * self.share_factor).event for m in self.mechanisms()]
         return Release(drawn, (True,) * len(drawn))
 
     def examples_per_client(self, counts: torch.Tensor) -> int:
