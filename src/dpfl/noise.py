@@ -219,9 +219,10 @@ def grid_steps(sensitivity: torch.Tensor, grid_bits: int) -> torch.Tensor:
 def discrete_gaussian_draws(sources: list[UniformWords], variance: int, shape: tuple[int, ...]) -> torch.Tensor:
     """int64 draws [sources, *shape], row i ~ N_Z(0, ``variance``) i.i.d. from the words of ``sources[i]``
     (Canonne, Kamath, Steinke 2020, Alg. 3: ``exact_noise.discrete_gaussian``)."""
-    size = math.prod(shape)
-    rows = [discrete_gaussian(source, variance, size).reshape(shape) for source in sources]
-    return torch.from_numpy(np.stack(rows) if rows else np.empty((0, *shape), dtype=np.int64))
+    out = np.empty((len(sources), math.prod(shape)), dtype=np.int64)  # filled row by row: 8 bytes a draw at most
+    for row, source in zip(out, sources):
+        row[:] = discrete_gaussian(source, variance, row.size)
+    return torch.from_numpy(out.reshape(len(sources), *shape))
 
 
 @dataclass(frozen=True)

@@ -166,3 +166,10 @@ def test_the_secure_keys_are_part_of_the_release_config():
     hashes = {release_hash(load_config(None, o)) for o in (TINY, SECURE, [*SECURE, "run.secure_noise_bits=11"])}
     assert len(hashes) == 3
     assert json.dumps(load_config(None, SECURE)["run"]["secure_noise"]) == "true"
+
+
+def test_the_memory_plan_counts_the_int64_draws():
+    """A client's K = 2 draws of d coordinates take 8 bytes a coordinate under secure noise (int64), 4 by default."""
+    default = build_simulation(load_config(None, TINY), noise_key=3)
+    secure = build_simulation(load_config(None, SECURE), noise_key=3)
+    assert secure.client_bytes() - default.client_bytes() == 2 * 4 * secure.model.numel()

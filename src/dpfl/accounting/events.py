@@ -232,6 +232,14 @@ def unsupported_part(event: dp_event.DpEvent, supports) -> dp_event.DpEvent:
     return event
 
 
+def innermost(event: dp_event.DpEvent) -> dp_event.DpEvent:
+    """The noise event inside the wrappers of one event (sampling, self-composition, participation): the event
+    itself once it holds no event or several (a composition)."""
+    children = [getattr(event, f.name) for f in attr.fields(type(event))
+                if isinstance(getattr(event, f.name), dp_event.DpEvent)]
+    return innermost(children[0]) if len(children) == 1 else event
+
+
 def non_private(event: dp_event.DpEvent) -> bool:
     """Whether ``event`` releases something without privacy (a ``NonPrivateDpEvent``, also inside compositions)."""
     if isinstance(event, dp_event.ComposedDpEvent):
@@ -293,5 +301,5 @@ def event_from_dict(d: dict) -> dp_event.DpEvent:
 
 
 __all__ = ["SkellamDpEvent", "DiscreteGaussianDpEvent", "BinomialSumDpEvent", "DisjointUnionDpEvent",
-           "ParticipationDpEvent", "ProjectedStepDpEvent", "skellam_l1_bound", "EVENT_TYPES", "event_to_dict",
+           "ParticipationDpEvent", "ProjectedStepDpEvent", "skellam_l1_bound", "innermost", "EVENT_TYPES", "event_to_dict",
            "event_from_dict"]
