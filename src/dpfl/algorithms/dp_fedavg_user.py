@@ -58,6 +58,10 @@ weights' sum (which would depend on every n_i): it stays qM or n. ``"uniform"`` 
 * ``"client"`` (local DP): every client adds N(0, (z S_t)^2) to u_i: every observer, the server included, sees at
   least noise multiplier z.
 
+**Secure noise** (``run.secure_noise``): the update's mechanism is ``dpfl.noise.DiscreteGaussianMechanism`` at the
+server or at each client; ``build`` refuses shares (discrete Gaussian shares do not sum to a discrete Gaussian, so
+the other members' shares could not be credited) and adaptive clipping (its count has no secure mechanism).
+
 **Adaptive clipping** (``target_quantile`` gamma set; Andrew et al. Alg. 2). The clipped-bit sum sum_i b_i has
 sensitivity s_b = 1/2 under zero-out (b_i in {-1/2, 1/2} against a null client's 0: Andrew et al. centre the bit
 for this reason) and 1 under replace-one; its noise N(0, sigma_b^2) (``count_noise``, Andrew et al.'s sigma_b; default their m / 20, m the

@@ -20,6 +20,8 @@ The switches:
 * warm_rounds > 0 (SCAFFOLD-warm): the first round(4/l) rounds only fit c_i0 = mean_k H~_k(x0) for the sampled
   clients and leave x unchanged; they sample users at rate l and are counted in T (Noble et al. Sec. 4, "warm start").
 * noise_multiplier = 0 and clip = None: the non-private algorithms.
+* run.secure_noise: the mechanism is ``dpfl.noise.DiscreteGaussianMechanism`` (``registry.Setting.gaussian``); it draws
+  its own noise from each client's secure stream (``mechanism.draws``), so the steps below do not change.
 * clip_heuristic = "median-nonprivate": the experiments' heuristic (Noble et al. Sec. 5: C = the median per-example
   gradient norm of the current batch, per client and step). The bound then depends on the data, which the privacy
   analysis does not cover: the noise is still added (scaled to that C) but the run's events are NonPrivate, so every
