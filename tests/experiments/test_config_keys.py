@@ -577,9 +577,9 @@ def _device(p):  # 'cpu' named: the run's tensors on the CPU, the numbers of 'au
     assert torch.equal(p.sim.run(2) and p.sim.model, p.base.run(2) and p.base.model)
 
 
-def _secure_noise(p):  # the rounded discrete Gaussian on the model's coordinates, at grid exponent 10
+def _secure_noise(p):  # the rounded discrete Gaussian on the model's coordinates, at grid exponent 9
     dimension = p.sim.model.numel()
-    assert {_inner(e) for e in p.release().step_events} == {DiscreteGaussianDpEvent(1.0, 10, dimension)}
+    assert {_inner(e) for e in p.release().step_events} == {DiscreteGaussianDpEvent(1.0, 9, dimension)}
     assert {_inner(e) for e in p.release(p.base).step_events} == {dp_event.GaussianDpEvent(1.0)}
 
 

@@ -60,16 +60,16 @@ def test_a_secure_run_trains_on_the_grid_and_is_charged_the_discrete_events(tmp_
     start = sim.evaluate().train_loss
     metrics = sim.run(2)
     assert metrics[-1].train_loss < start - 0.05  # it trains (log 2 = 0.69 at the start)
-    # the ledger charges the discrete events, on the model's d coordinates at k = 10
+    # the ledger charges the discrete events, on the model's d coordinates at k = 9
     ledger = (tmp_path / "run" / "ledger.json").read_text()
-    assert ledger.count("DiscreteGaussianDpEvent") >= 1 and '"grid_bits": 10' in ledger
+    assert ledger.count("DiscreteGaussianDpEvent") >= 1 and '"grid_bits": 9' in ledger
     assert f'"dimension": {dimension}' in ledger and "\"GaussianDpEvent\"" not in ledger
     # 2 rounds x 2 local steps, each a chunk of 3 clients: every released gradient is on its client's grid
     assert len(seen) == 4
     for released, sensitivity in seen:
-        gamma = grid_steps(sensitivity, 10).unsqueeze(1)
+        gamma = grid_steps(sensitivity, 9).unsqueeze(1)
         assert torch.equal(gamma, 2.0 ** torch.round(torch.log2(gamma)))  # powers of two
-        assert bool(((sensitivity.double() / gamma.squeeze(1)) <= 2**10).all())  # gamma >= Delta 2^-10
+        assert bool(((sensitivity.double() / gamma.squeeze(1)) <= 2**9).all())  # gamma >= Delta 2^-9
         units = released.double() / gamma
         assert released.dtype == torch.float32 and torch.equal(units, units.round())
     # epsilon: at least the default mode's at the same z (the rounding is charged, and no Gaussian-specific bound)
@@ -131,7 +131,7 @@ def test_dp_fedavg_user_with_client_and_server_noise_draws_the_discrete_gaussian
     (["algorithm.name='dp-fedavg-user'", "algorithm.noise_at='shares'", "data.num_clients=6"], "algorithm.noise_at"),
     (["algorithm.name='dp-fedavg-user'", "algorithm.noise_at='client'", "algorithm.target_quantile=0.5",
       "data.num_clients=6"], "algorithm.target_quantile"),
-    (["algorithm.name='dp-scaffold'", "algorithm.noise_multiplier=60.0"], "run.secure_noise_bits"),
+    (["algorithm.name='dp-scaffold'", "algorithm.noise_multiplier=100.0"], "run.secure_noise_bits"),
     (["algorithm.name='dp-fedavg'", "run.secure_noise_bits=0"], "run.secure_noise_bits"),
 ])
 def test_what_the_secure_mode_does_not_cover_is_refused_naming_the_key(overrides, key):
@@ -141,11 +141,13 @@ def test_what_the_secure_mode_does_not_cover_is_refused_naming_the_key(overrides
 
 
 def test_z_out_of_the_samplers_range_names_the_largest_grid_exponent():
-    with pytest.raises(ConfigError, match="at most 9 for the noise multiplier z = 60"):
-        resolve(load_config(None, ["algorithm.name='dp-scaffold'", "algorithm.noise_multiplier=60.0",
+    """dpfl's default z = 60 fits the default k = 9 (z 2^9 = 30720); z = 100 needs k <= 8 (z 2^9 = 51200 > 3.9e4)."""
+    resolve(load_config(None, ["algorithm.name='dp-scaffold'", "run.secure_noise=true"]))
+    with pytest.raises(ConfigError, match="at most 8 for the noise multiplier z = 100"):
+        resolve(load_config(None, ["algorithm.name='dp-scaffold'", "algorithm.noise_multiplier=100.0",
                                    "run.secure_noise=true"]))
-    resolve(load_config(None, ["algorithm.name='dp-scaffold'", "algorithm.noise_multiplier=60.0",
-                               "run.secure_noise=true", "run.secure_noise_bits=9"]))
+    resolve(load_config(None, ["algorithm.name='dp-scaffold'", "algorithm.noise_multiplier=100.0",
+                               "run.secure_noise=true", "run.secure_noise_bits=8"]))
 
 
 def test_the_pld_accountant_refuses_the_discrete_event_and_the_audit_refuses_the_run():

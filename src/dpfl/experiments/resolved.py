@@ -105,7 +105,7 @@ class RunOptions:
     threads: int | None
     device: str = "auto"
     secure_noise: bool = False
-    secure_noise_bits: int = 10
+    secure_noise_bits: int = 9
 
     @property
     def grid_bits(self) -> int | None:
