@@ -46,6 +46,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from dpfl.accounting.events import DiscreteGaussianDpEvent, innermost
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.units import USER_LEVEL
 from dpfl.accounting.observers import THIRD_PARTY
@@ -54,7 +55,6 @@ from dpfl.audit.response import no_canary_path
 from dpfl.audit.trials import World, run_world
 from dpfl.engine.cohort_round import CohortRows, Records, run_cohort
 from dpfl.errors import ConfigError
-from dpfl.noise import DiscreteGaussianMechanism
 
 CANARIES = ("dirac", "flip", "input")
 RELEASES = ("every_round", "final")
@@ -197,12 +197,13 @@ def make_canary(sim, kind: str, scale: float = 1.0, canary_client: int = 0, cana
 
 
 def check_audited_noise(sim) -> None:
-    """ConfigError naming run.secure_noise for a run whose mechanism is the secure mode's rounded discrete Gaussian
-    (``dpfl.noise.DiscreteGaussianMechanism``): the audit's trials are rows of one batched run that share Gaussian
-    draws' cost, its planned bounds model Gaussian noise, and thousands of trials would each draw exact noise at about
-    2 microseconds a coordinate. Audit the default mode at the same noise multiplier instead (the secure mode's
+    """ConfigError naming run.secure_noise for a run that declares the secure mode's rounded discrete Gaussian
+    (``DiscreteGaussianDpEvent``, drawn by ``dpfl.noise.DiscreteGaussianMechanism``): the audit's planned bounds
+    model Gaussian noise, and its thousands of trials would each draw exact noise at about 2 microseconds a
+    coordinate. Audit the default mode at the same noise multiplier instead (the secure mode's
     epsilon is at least the default mode's)."""
-    if isinstance(getattr(sim.algorithm, "mechanism", None), DiscreteGaussianMechanism):
+    release = sim.algorithm.release(sim.next_round, sim.state, sim.train.counts)
+    if any(isinstance(innermost(e), DiscreteGaussianDpEvent) for e in (*release.step_events, *release.server_events)):
         raise ConfigError("run.secure_noise", True, "false for an audit (its trials and planned bounds model the "
                                                     "default Gaussian mechanism; audit the run without secure noise)")
 
