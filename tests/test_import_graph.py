@@ -17,7 +17,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src"
 LAYERS = {
     "dpfl.errors": 0, "dpfl.counts": 0, "dpfl.results": 0,
     "dpfl.durable": 1, "dpfl.data": 1, "dpfl.models": 1,
-    "dpfl.accounting": 2,
+    "dpfl.accounting": 2, "dpfl.exact_noise": 2,
     "dpfl.noise": 3,
     "dpfl.protocols": 4,
     "dpfl.engine": 5,

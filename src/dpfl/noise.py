@@ -3,24 +3,37 @@
 A mechanism object binds the noise it adds to the event that describes it: the simulator reads ``.event`` to account
 for a round *before* it runs (so a budget can stop it), and every call returns the event its noise was drawn from,
 which the simulator checks against what was declared. The noise's scale is read from that event in one place,
-``gaussian_noise`` / ``laplace_noise`` / ``skellam_noise`` / ``BinomialBits`` and ``randomised_rounding`` (the only
-functions of dpfl that draw noise; a test scans the package for others), so the noise cannot change without its event
-changing.
+``gaussian_noise`` / ``laplace_noise`` / ``skellam_noise`` / ``BinomialBits``, ``randomised_rounding`` and
+``discrete_gaussian_draws`` (the only functions of dpfl that draw noise; a test scans the package for others), so the
+noise cannot change without its event changing.
 
 Noise is calibrated to a per-client sensitivity Delta_i (a [clients] tensor: clients may have different batch sizes)
 and a noise multiplier z: std_i = z * Delta_i, so every client's release is the same mechanism Gaussian(z) in
 sensitivity units.
+
+**Secure noise** (``run.secure_noise``, ``DiscreteGaussianMechanism``): the Gaussian mechanism without floating-point
+noise. Mironov (2012) recovered values from the low bits of floating-point Laplace samples; float Gaussian samples
+have the same weakness, and the default streams (a Mersenne twister) are predictable from enough of their outputs. The
+secure mechanism rounds the value to a grid of power-of-two step gamma_i (exact in binary floating point), adds
+exact discrete Gaussian noise in grid units (Canonne, Kamath, Steinke 2020, sampled with integer arithmetic only:
+``dpfl.exact_noise``) drawn from each client's ChaCha20 stream (``dpfl.engine.secure_streams``), and releases
+gamma_i times the noisy integers: a function of the integers alone. ``DiscreteGaussianDpEvent`` charges the rounding.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
+from typing import Protocol
 
+import numpy as np
 import torch
 from dp_accounting import dp_event
 
-from dpfl.accounting.events import SkellamDpEvent
-from dpfl.errors import check_range
+from dpfl.accounting.events import DiscreteGaussianDpEvent, SkellamDpEvent
+from dpfl.errors import ConfigError, check_range
+from dpfl.exact_noise import MAX_DENOMINATOR, UniformWords, discrete_gaussian, gaussian_scale
 
 
 def gaussian_noise(event: dp_event.GaussianDpEvent, sensitivity: torch.Tensor, like: torch.Tensor,
@@ -104,6 +117,15 @@ class BinomialBits:
         return torch.binomial(count, torch.full_like(count, self.probability), generator=generator).to(torch.int64)
 
 
+class NoiseStreams(Protocol):
+    """The streams of one purpose a mechanism draws from (``dpfl.engine.randomness.ClientStreams`` /
+    ``ServerStreams``): standard normals, or each client's (row's) secure stream of 64-bit words."""
+
+    def normal(self, shape: tuple[int, ...]) -> torch.Tensor: ...
+
+    def secure(self) -> list[UniformWords]: ...
+
+
 @dataclass(frozen=True)
 class GaussianMechanism:
     """x + N(0, (z Delta)^2 I): the Gaussian mechanism with noise multiplier z in units of the l2 sensitivity Delta."""
@@ -122,6 +144,14 @@ class GaussianMechanism:
         if not self.is_private:
             return dp_event.NonPrivateDpEvent()
         return dp_event.GaussianDpEvent(self.noise_multiplier)
+
+    def with_multiplier(self, noise_multiplier: float) -> "GaussianMechanism":
+        """The same mechanism at another noise multiplier."""
+        return GaussianMechanism(noise_multiplier)
+
+    def draws(self, streams: NoiseStreams, shape: tuple[int, ...]) -> torch.Tensor:
+        """N(0, 1) draws of ``shape`` from each client's stream (``streams.normal``): what ``__call__`` scales."""
+        return streams.normal(shape)
 
     def __call__(self, value: torch.Tensor, sensitivity: torch.Tensor, randomness: torch.Generator | torch.Tensor):
         """Adds noise row-wise: value [clients, P], sensitivity [clients] (l2); ``randomness`` as for
@@ -152,3 +182,107 @@ class LaplaceMechanism:
         ``laplace_noise``. Returns (noisy value, event)."""
         event = self.event
         return value + laplace_noise(event, sensitivity, value, randomness), event
+
+
+def grid_variance(noise_multiplier: float, grid_bits: int) -> int:
+    """s = ceil(z^2 4^k), the discrete Gaussian's variance parameter in grid units (an integer: the exact sampler's
+    int64 arithmetic takes s with 2 s (floor(sqrt(s)) + 1)^2 <= 2^62, sigma up to about 3.9 * 10^4:
+    ``exact_noise.discrete_gaussian``); s >= (z 2^k)^2, so the noise is at least what ``DiscreteGaussianDpEvent``
+    charges. ConfigError naming ``run.secure_noise_bits`` (and the largest k that fits z) when z 2^k is out of the
+    sampler's range."""
+    check_range("run.secure_noise_bits", grid_bits, 1, integer=True)
+    if _in_range(_variance(noise_multiplier, grid_bits)):
+        return _variance(noise_multiplier, grid_bits)
+    fits = [k for k in range(1, grid_bits) if _in_range(_variance(noise_multiplier, k))]
+    allowed = f"at most {fits[-1]}" if fits else "none: lower the noise multiplier"
+    raise ConfigError("run.secure_noise_bits", grid_bits,
+                      f"{allowed} for the noise multiplier z = {noise_multiplier:g} (the exact sampler's int64 "
+                      "arithmetic takes z 2^k up to about 3.9e4)")
+
+
+def _variance(noise_multiplier: float, grid_bits: int) -> int:
+    return math.ceil(Fraction(noise_multiplier) ** 2 * 4**grid_bits)
+
+
+def _in_range(variance: int) -> bool:
+    return 2 * variance * gaussian_scale(Fraction(variance)) ** 2 <= MAX_DENOMINATOR
+
+
+def grid_steps(sensitivity: torch.Tensor, grid_bits: int) -> torch.Tensor:
+    """gamma_i = 2^(ceil(log2 Delta_i) - k) (float64): the power of two at least Delta_i 2^-k, so Delta_i / gamma_i
+    <= 2^k and a value divided by gamma_i, or an integer multiplied by it, is exact in binary floating point."""
+    mantissa, exponent = torch.frexp(sensitivity.double())  # Delta = m 2^e, m in [0.5, 1)
+    ceiling = torch.where(mantissa == 0.5, exponent - 1, exponent)  # ceil(log2 Delta)
+    return torch.ldexp(torch.ones_like(mantissa), ceiling - grid_bits)
+
+
+def discrete_gaussian_draws(sources: list[UniformWords], variance: int, shape: tuple[int, ...]) -> torch.Tensor:
+    """int64 draws [sources, *shape], row i ~ N_Z(0, ``variance``) i.i.d. from the words of ``sources[i]``
+    (Canonne, Kamath, Steinke 2020, Alg. 3: ``exact_noise.discrete_gaussian``)."""
+    out = np.empty((len(sources), math.prod(shape)), dtype=np.int64)  # filled row by row: 8 bytes a draw at most
+    for row, source in zip(out, sources):
+        row[:] = discrete_gaussian(source, variance, row.size)
+    return torch.from_numpy(out.reshape(len(sources), *shape))
+
+
+@dataclass(frozen=True)
+class DiscreteGaussianMechanism:
+    """The Gaussian mechanism of ``run.secure_noise`` (module docstring): x rounded to the grid gamma_i Z^d
+    (``grid_steps``), plus N_Z(0, s)^d in grid units, s = ``grid_variance(z, k)`` >= (z 2^k)^2, released as gamma_i
+    times the noisy integers; its event ``DiscreteGaussianDpEvent(z, k, d)`` charges the rounding (sensitivity
+    2^k + sqrt(d) grid units, noise multiplier z_eff = z 2^k / (2^k + sqrt(d))). The noise's std in the value's
+    units is at least z Delta_i and below 2 z Delta_i (gamma_i 2^k is in [Delta_i, 2 Delta_i)); exactly z Delta_i
+    when Delta_i is a power of two.
+
+    The released dtype is the value's (float32 by default): gamma_i y is exact while |y| < 2^24 (float32) or 2^53
+    (float64) and otherwise the nearest float, still a multiple of gamma_i (a power of two at least the dtype's
+    smallest normal number, which ``__call__`` checks) and a function of y alone: post-processing. The value's
+    coordinates over gamma_i are clamped to [-2^52, 2^52] before rounding (a 1-Lipschitz map: the sensitivity
+    holds), so y fits int64 and float64 exactly. A non-finite coordinate (a diverged model) stays as it is, as it
+    does under the default mechanism."""
+
+    noise_multiplier: float
+    grid_bits: int
+    dimension: int
+
+    def __post_init__(self):
+        check_range("noise_multiplier", self.noise_multiplier, 0.0, low_open=True)
+        check_range("dimension", self.dimension, 1, integer=True)
+        grid_variance(self.noise_multiplier, self.grid_bits)  # refuses a z 2^k out of the sampler's range
+
+    is_private = True
+
+    @property
+    def variance(self) -> int:
+        """s, the noise's variance parameter in grid units (``grid_variance``)."""
+        return grid_variance(self.noise_multiplier, self.grid_bits)
+
+    @property
+    def event(self) -> DiscreteGaussianDpEvent:
+        return DiscreteGaussianDpEvent(self.noise_multiplier, self.grid_bits, self.dimension)
+
+    def with_multiplier(self, noise_multiplier: float) -> "DiscreteGaussianMechanism":
+        """The same mechanism at another noise multiplier."""
+        return DiscreteGaussianMechanism(noise_multiplier, self.grid_bits, self.dimension)
+
+    def draws(self, streams: NoiseStreams, shape: tuple[int, ...]) -> torch.Tensor:
+        """N_Z(0, s) draws [clients, *shape] (int64) from each client's secure stream (``streams.secure()``): what
+        ``__call__`` adds in grid units."""
+        return discrete_gaussian_draws(streams.secure(), self.variance, tuple(shape))
+
+    def __call__(self, value: torch.Tensor, sensitivity: torch.Tensor, randomness: torch.Tensor):
+        """Row i: gamma_i (round(value_i / gamma_i) + draws_i): value [clients, d], sensitivity [clients] (l2),
+        ``randomness`` the int64 ``draws`` [clients, d]. Returns (released value, event)."""
+        if value.shape[-1] != self.dimension or tuple(randomness.shape) != tuple(value.shape):
+            raise ValueError(f"a value of shape {tuple(value.shape)} and draws of {tuple(randomness.shape)} for a "
+                             f"mechanism declared on {self.dimension} coordinates")
+        if randomness.dtype != torch.int64:
+            raise ValueError(f"the discrete Gaussian mechanism adds int64 draws, not {randomness.dtype}")
+        gamma = grid_steps(sensitivity, self.grid_bits).to(value.device).reshape(-1, *([1] * (value.dim() - 1)))
+        if float(gamma.min()) < torch.finfo(value.dtype).tiny:
+            raise ValueError(f"a grid step {float(gamma.min()):.3g} below {value.dtype}'s smallest normal number")
+        scaled = value.double() / gamma  # exact: gamma is a power of two
+        finite = torch.isfinite(scaled)
+        grid = torch.round(torch.where(finite, scaled, 0.0).clamp(-2.0**52, 2.0**52)).to(torch.int64)
+        released = ((grid + randomness.to(value.device)).double() * gamma).to(value.dtype)
+        return torch.where(finite, released, value), self.event

@@ -104,16 +104,19 @@ def test_laplace_noise_is_always_finite():
 def test_noise_is_drawn_only_from_an_event():
     """Defect 9 of the soundness review: the noise's scale comes from the declared event in one place. No module of
     dpfl other than noise.py may draw Gaussian, Laplace, Skellam (Poisson) or binomial noise (a second place could drift
-    from its event); engine/randomness.py draws the clients' standard streams, which it never scales."""
+    from its event); engine/randomness.py draws the clients' standard streams, which it never scales, and exact_noise.py
+    holds the exact integer samplers, which only noise.py may call."""
     import pathlib
     import re
 
     import dpfl
 
     package = pathlib.Path(dpfl.__file__).parent
-    drawing = re.compile(r"\b(randn|randn_like|normal_|\.normal\(|exponential_|Laplace\(|laplace\(|torch\.poisson\(|binomial\()")
+    drawing = re.compile(r"\b(randn|randn_like|normal_|\.normal\(|exponential_|Laplace\(|laplace\(|torch\.poisson\("
+                         r"|binomial\(|discrete_gaussian\(|discrete_laplace\()")
+    allowed = ("noise.py", "randomness.py", "exact_noise.py")
     offenders = [str(path.relative_to(package)) for path in package.rglob("*.py")
-                 if path.name not in ("noise.py", "randomness.py") and drawing.search(path.read_text())]
+                 if path.name not in allowed and drawing.search(path.read_text())]
     assert offenders == []
     assert "noise_multiplier" not in (package / "engine" / "randomness.py").read_text()
     # and the noise's std is the event's multiplier times the sensitivity, whatever the mechanism object holds
@@ -121,3 +124,59 @@ def test_noise_is_drawn_only_from_an_event():
 
     noise = gaussian_noise(dp_event.GaussianDpEvent(3.0), torch.tensor([2.0]), torch.zeros(1, 200_000), gen(5))
     assert float(noise.std()) == pytest.approx(6.0, rel=0.01)
+
+
+class _Streams:
+    """Stand-in ``NoiseStreams``: each row's secure stream (``dpfl.engine.secure_streams``) of a fixed key."""
+
+    def __init__(self, rows: int):
+        from dpfl.engine.secure_streams import SecureStream
+
+        self._secure = [SecureStream(11, 0, row, "noise") for row in range(rows)]
+
+    def secure(self):
+        return self._secure
+
+
+def test_discrete_gaussian_mechanism_noise_per_row_on_its_grid():
+    """Row i: gamma_i (round(x / gamma_i) + N_Z(0, s)), gamma_i = 2^(ceil(log2 Delta_i) - k), s = ceil(z^2 4^k): the
+    noise's std in value units is z 2^k gamma_i (Delta_i = 0.75: gamma 2^k = 1; Delta_i = 2: gamma 2^k = 2, exactly z
+    Delta_i), and every released coordinate is a multiple of gamma_i."""
+    from dpfl.accounting.events import DiscreteGaussianDpEvent
+    from dpfl.noise import DiscreteGaussianMechanism, grid_steps
+
+    z, k, d = 1.3, 4, 50_000
+    mechanism = DiscreteGaussianMechanism(z, k, d)
+    assert mechanism.variance == math.ceil(z**2 * 4**k) == 433
+    sensitivity = torch.tensor([0.75, 2.0])
+    gamma = grid_steps(sensitivity, k)
+    assert gamma.tolist() == [1 / 16, 2 / 16]
+    value = torch.full((2, d), 0.3)
+    draws = mechanism.draws(_Streams(2), (d,))
+    assert draws.dtype == torch.int64 and draws.shape == (2, d)
+    noisy, event = mechanism(value, sensitivity, draws)
+    assert event == DiscreteGaussianDpEvent(z, k, d) and noisy.dtype == torch.float32
+    units = noisy.double() / gamma.unsqueeze(1)
+    assert torch.equal(units, units.round())
+    rounded = torch.round(torch.tensor(0.3, dtype=torch.float64) / gamma).unsqueeze(1)
+    assert torch.equal(units - rounded, draws.double())
+    std = (noisy.double() - rounded * gamma.unsqueeze(1)).std(dim=1)
+    torch.testing.assert_close(std, math.sqrt(433) * gamma.double(), rtol=0.02, atol=0)
+
+
+def test_discrete_gaussian_mechanism_keeps_a_diverged_coordinate_and_refuses_what_it_was_not_declared_on():
+    from dpfl.noise import DiscreteGaussianMechanism
+
+    mechanism = DiscreteGaussianMechanism(1.0, 3, 3)
+    value = torch.tensor([[float("nan"), float("inf"), 0.5]])
+    noisy, _ = mechanism(value, torch.tensor([1.0]), torch.zeros(1, 3, dtype=torch.int64))
+    assert math.isnan(noisy[0, 0]) and noisy[0, 1] == float("inf") and noisy[0, 2] == 0.5
+    with pytest.raises(ValueError, match="declared on 3 coordinates"):
+        mechanism(torch.zeros(1, 4), torch.tensor([1.0]), torch.zeros(1, 4, dtype=torch.int64))
+    with pytest.raises(ValueError, match="int64 draws"):
+        mechanism(torch.zeros(1, 3), torch.tensor([1.0]), torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="smallest normal"):
+        mechanism(torch.zeros(1, 3), torch.tensor([1e-40]), torch.zeros(1, 3, dtype=torch.int64))
+    float64, _ = mechanism(torch.full((1, 3), 0.3, dtype=torch.float64), torch.tensor([1.0]),
+                           torch.tensor([[2**40, 0, -1]]))
+    assert float64.dtype == torch.float64 and float64[0, 0] == (2**40 + 2) / 8  # exact past float32's 2^24

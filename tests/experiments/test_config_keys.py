@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 from dp_accounting import dp_event
 
+from dpfl.accounting.events import DiscreteGaussianDpEvent
 from dpfl.algorithms import registry
 from dpfl.data.public import PUBLIC
 from dpfl.errors import ConfigError
@@ -576,6 +577,16 @@ def _device(p):  # 'cpu' named: the run's tensors on the CPU, the numbers of 'au
     assert torch.equal(p.sim.run(2) and p.sim.model, p.base.run(2) and p.base.model)
 
 
+def _secure_noise(p):  # the rounded discrete Gaussian on the model's coordinates, at grid exponent 9
+    dimension = p.sim.model.numel()
+    assert {_inner(e) for e in p.release().step_events} == {DiscreteGaussianDpEvent(1.0, 9, dimension)}
+    assert {_inner(e) for e in p.release(p.base).step_events} == {dp_event.GaussianDpEvent(1.0)}
+
+
+def _secure_noise_bits(p):
+    assert {_inner(e).grid_bits for e in p.release().step_events} == {12}
+
+
 def _other_threads() -> str:
     return "1" if torch.get_num_threads() != 1 else "2"
 
@@ -869,6 +880,8 @@ TABLE: dict[str, list[Row]] = {
     "run.memory_mb": [Row("2", _memory_mb)],
     "run.threads": [Row(_other_threads, _threads)],
     "run.device": [Row("'cpu'", _device)],
+    "run.secure_noise": [Row("true", _secure_noise)],
+    "run.secure_noise_bits": [Row("12", _secure_noise_bits, ("run.secure_noise=true",))],
 }
 CASES = [pytest.param(key, i, id=f"{key}#{i}" if len(rows) > 1 else key)
          for key, rows in TABLE.items() for i in range(len(rows))]

@@ -4,6 +4,10 @@
 integer noise used with secure aggregation in the joint-noise paper (Heikkilä 2024). Its RDP is
 ``dpfl.accounting.skellam.skellam_rdp``.
 
+``DiscreteGaussianDpEvent`` is dpfl's secure Gaussian mechanism (``run.secure_noise``, ``dpfl.noise``): the value
+rounded to a grid, exact discrete Gaussian noise in grid units (Canonne, Kamath, Steinke 2020). Its RDP is
+``dpfl.accounting.rdp.discrete_gaussian_rdp``.
+
 ``ParticipationDpEvent`` is one round of a client-sampled federated algorithm seen from one record: the record's owner
 takes part with some probability, independently of the data, and then releases the inner event; otherwise the round
 does not depend on the record (see its docstring for its RDP and PLD).
@@ -66,6 +70,47 @@ class SkellamDpEvent(dp_event.DpEvent):
     l1_sensitivity: float
     variance: float
     scale: float = 1.0
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class DiscreteGaussianDpEvent(dp_event.DpEvent):
+    """The rounded discrete Gaussian mechanism of ``run.secure_noise`` (``dpfl.noise.DiscreteGaussianMechanism``), in
+    units of the value's l2 sensitivity Delta (under the relation it is accounted under, as a ``GaussianDpEvent``).
+
+    The value x in R^d is rounded to the nearest point of the grid gamma Z^d, gamma = 2^-k times a power of two at
+    least Delta (so Delta / gamma <= 2^k), and integer noise Y ~ N_Z(0, s)^d is added in grid units, s >= (z 2^k)^2
+    (Canonne, Kamath, Steinke 2020: P(Y_j = y) proportional to exp(-y^2 / (2 s))).
+
+    **Its sensitivity in grid units.** Rounding moves each coordinate by at most 1/2, so two neighbouring values'
+    rounded vectors u, u' satisfy ||u - u'||_2 <= ||x - x'||_2 / gamma + ||r - r'||_2 <= 2^k + sqrt(d) =: Delta'
+    (r, r' in [-1/2, 1/2]^d the rounding errors: ||r - r'||_2 <= sqrt(d)), an integer vector.
+
+    **Its RDP.** For integer means mu, nu, D_a(N_Z(mu, s) || N_Z(nu, s)) <= a (mu - nu)^2 / (2 s) at every order
+    a > 1 (Canonne, Kamath, Steinke 2020, Sec. 2: the discrete Gaussian with integer sensitivity Delta' is
+    (Delta'^2 / (2 s))-zCDP; their Thm 14 for the multivariate mechanism); a product of independent coordinates adds
+    the coordinates' Renyi divergences, so the d-dimensional mechanism has
+
+        eps(a) = a ||u - u'||^2 / (2 s) <= a Delta'^2 / (2 s) <= a / (2 z_eff^2),     z_eff = z 2^k / (2^k + sqrt(d)),
+
+    the curve of the continuous Gaussian at multiplier z_eff (``dpfl.accounting.rdp.discrete_gaussian_rdp``). It is
+    the zCDP curve and nothing more: under subsampling only bounds valid for ANY mechanism with this curve apply
+    (Wang, Balle, Kasiviswanathan 2019, Thm 9; Zhu, Wang 2019, Thm 6), never the continuous Gaussian's tight
+    subsampled curve nor its PLD (the PLD accountant refuses the event: its privacy loss is not the Gaussian's).
+
+    Attributes:
+      noise_multiplier: z, the noise's std in units of Delta before the rounding is charged (s >= (z 2^k)^2).
+      grid_bits: k, the grid's resolution below the sensitivity.
+      dimension: d, the coordinates rounded and noised.
+    """
+
+    noise_multiplier: float
+    grid_bits: int
+    dimension: int
+
+    @property
+    def effective_multiplier(self) -> float:
+        """z_eff = z 2^k / (2^k + sqrt(d)): the noise over the grid-unit sensitivity Delta' = 2^k + sqrt(d)."""
+        return self.noise_multiplier * 2.0**self.grid_bits / (2.0**self.grid_bits + math.sqrt(self.dimension))
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
@@ -187,6 +232,14 @@ def unsupported_part(event: dp_event.DpEvent, supports) -> dp_event.DpEvent:
     return event
 
 
+def innermost(event: dp_event.DpEvent) -> dp_event.DpEvent:
+    """The noise event inside the wrappers of one event (sampling, self-composition, participation): the event
+    itself once it holds no event or several (a composition)."""
+    children = [getattr(event, f.name) for f in attr.fields(type(event))
+                if isinstance(getattr(event, f.name), dp_event.DpEvent)]
+    return innermost(children[0]) if len(children) == 1 else event
+
+
 def non_private(event: dp_event.DpEvent) -> bool:
     """Whether ``event`` releases something without privacy (a ``NonPrivateDpEvent``, also inside compositions)."""
     if isinstance(event, dp_event.ComposedDpEvent):
@@ -203,6 +256,7 @@ def _registry() -> dict[str, type]:
         if issubclass(cls, dp_event.DpEvent) and cls is not dp_event.DpEvent
     }
     classes[SkellamDpEvent.__name__] = SkellamDpEvent
+    classes[DiscreteGaussianDpEvent.__name__] = DiscreteGaussianDpEvent
     classes[DisjointUnionDpEvent.__name__] = DisjointUnionDpEvent
     classes[ParticipationDpEvent.__name__] = ParticipationDpEvent
     classes[ProjectedStepDpEvent.__name__] = ProjectedStepDpEvent
@@ -246,4 +300,6 @@ def event_from_dict(d: dict) -> dp_event.DpEvent:
     return EVENT_TYPES[d["type"]](**fields)
 
 
-__all__ = ["SkellamDpEvent", "BinomialSumDpEvent", "DisjointUnionDpEvent", "ParticipationDpEvent", "ProjectedStepDpEvent", "skellam_l1_bound", "EVENT_TYPES", "event_to_dict", "event_from_dict"]
+__all__ = ["SkellamDpEvent", "DiscreteGaussianDpEvent", "BinomialSumDpEvent", "DisjointUnionDpEvent",
+           "ParticipationDpEvent", "ProjectedStepDpEvent", "skellam_l1_bound", "innermost", "EVENT_TYPES", "event_to_dict",
+           "event_from_dict"]

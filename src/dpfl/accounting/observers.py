@@ -412,8 +412,9 @@ def scale_noise(event: dp_event.DpEvent, factor: float) -> dp_event.DpEvent:
     Describes the sum of independent Gaussian noise shares (their variances add), and likewise of integer Skellam
     shares on one lattice (the ``SkellamDpEvent``'s variance times ``factor``^2; its scale and sensitivities are
     the owner's) and of binomial noise bits (Bin(m, p) + Bin(m', p) = Bin(m + m', p): a ``BinomialSumDpEvent``'s
-    trials, the multiplier of its variance, times factor^2, rounded down). Other noise (Laplace) does not sum to a
-    mechanism of its family: a ValueError, so that the caller charges the owner's own message instead.
+    trials, the multiplier of its variance, times factor^2, rounded down). Other noise (Laplace, and the discrete
+    Gaussian of run.secure_noise: a sum of discrete Gaussians is not one) does not sum to a mechanism of its family:
+    a ValueError, so that the caller charges the owner's own message instead.
     """
     if isinstance(event, dp_event.GaussianDpEvent):
         return dp_event.GaussianDpEvent(event.noise_multiplier * factor)

@@ -26,6 +26,9 @@ of dpfl's events (``dpfl.accounting.events``):
   log(1 + p (exp((a - 1) eps_in(a)) - 1)) / (a - 1) of its inner curve, under the inner event's own relation;
 * ``DisjointUnionDpEvent`` (parallel composition over disjoint data) takes the pointwise maximum of its parts;
 * ``SkellamDpEvent``: Agarwal et al. 2021 at integer orders, interpolated as above at non-integer ones;
+* ``DiscreteGaussianDpEvent`` (``run.secure_noise``): a / (2 z_eff^2) at every order, its zCDP curve (Canonne,
+  Kamath, Steinke 2020; ``discrete_gaussian_rdp``). Sampled, it goes through the general bounds above and below
+  (valid for any mechanism with that curve), never Thm 27 nor dp_accounting's Gaussian-specific sampled curves;
 * ``BinomialSumDpEvent`` (Cheu et al.'s shuffled binomial summation) is only *approximately* RDP: its curve (integer
   orders, interpolated as above) holds for a distribution within ``tail_delta(event)`` of the mechanism's
   (``dpfl.accounting.binomial``). ``tail_delta`` of a composition is the sum of its parts' (a participation mixture:
@@ -56,8 +59,8 @@ from scipy.special import gammaln, logsumexp
 
 from dpfl.accounting.conversion import CONVERSIONS, rdp_to_epsilon
 from dpfl.accounting.binomial import binomial_sum_rdp, binomial_sum_tail
-from dpfl.accounting.events import (BinomialSumDpEvent, DisjointUnionDpEvent, ParticipationDpEvent, SkellamDpEvent,
-                                    unsupported_part)
+from dpfl.accounting.events import (BinomialSumDpEvent, DiscreteGaussianDpEvent, DisjointUnionDpEvent,
+                                    ParticipationDpEvent, SkellamDpEvent, unsupported_part)
 from dpfl.accounting.skellam import poisson_subsampled_rdp, skellam_rdp
 from dpfl.errors import ConfigError, check_range
 
@@ -105,7 +108,7 @@ def rdp_curve(event: dp_event.DpEvent, orders=DEFAULT_ORDERS, neighboring_relati
 
 def composition_error(event: dp_event.DpEvent, neighboring_relation=None) -> str | None:
     """Why ``rdp_curve`` cannot account for ``event`` under ``neighboring_relation``, or None if it can."""
-    if isinstance(event, (dp_event.NoOpDpEvent, SkellamDpEvent)):
+    if isinstance(event, (dp_event.NoOpDpEvent, SkellamDpEvent, DiscreteGaussianDpEvent)):
         return None
     if isinstance(event, BinomialSumDpEvent):
         if neighboring_relation not in (None, NeighborRel.REPLACE_ONE):
@@ -249,6 +252,8 @@ def _compute_curve(event, orders: np.ndarray, relation, bound: str) -> np.ndarra
         return _sampled_without_replacement_curve(event, orders, bound)
     if isinstance(event, SkellamDpEvent):
         return _interpolate_integer_orders(lambda ints: skellam_rdp(event, ints), orders)
+    if isinstance(event, DiscreteGaussianDpEvent):
+        return discrete_gaussian_rdp(event, orders)
     if isinstance(event, BinomialSumDpEvent):
         return _interpolate_integer_orders(lambda ints: binomial_sum_rdp(*_binomial_fields(event), ints), orders)
     if _general_poisson(event, relation):
@@ -332,6 +337,15 @@ def _sampled_without_replacement_curve(event: dp_event.SampledWithoutReplacement
     if bound == "paper":
         return curve
     return np.minimum(curve, _curve(event.event, orders, NeighborRel.REPLACE_ONE, bound))  # at non-integer orders too
+
+
+def discrete_gaussian_rdp(event: DiscreteGaussianDpEvent, orders) -> np.ndarray:
+    """a / (2 z_eff^2) at ``orders`` (any a > 1), z_eff = z 2^k / (2^k + sqrt(d)): the zCDP curve of the rounded
+    discrete Gaussian mechanism (derived in ``DiscreteGaussianDpEvent``'s docstring)."""
+    check_range("noise_multiplier", event.noise_multiplier, 0.0, low_open=True)
+    check_range("grid_bits", event.grid_bits, 0, integer=True)
+    check_range("dimension", event.dimension, 1, integer=True)
+    return np.asarray(orders, dtype=float) / (2 * event.effective_multiplier**2)
 
 
 def participation_rdp(probability: float, inner: np.ndarray, orders: np.ndarray) -> np.ndarray:
@@ -485,4 +499,4 @@ def _interpolate_integer_orders(integer_curve, orders: np.ndarray) -> np.ndarray
 
 
 __all__ = ["SUBSAMPLING_BOUNDS", "DEFAULT_ORDERS", "rdp_curve", "composition_error", "tail_delta", "RdpAccountant",
-           "participation_rdp", "wang_subsampled_rdp"]
+           "participation_rdp", "wang_subsampled_rdp", "discrete_gaussian_rdp"]

@@ -58,6 +58,10 @@ weights' sum (which would depend on every n_i): it stays qM or n. ``"uniform"`` 
 * ``"client"`` (local DP): every client adds N(0, (z S_t)^2) to u_i: every observer, the server included, sees at
   least noise multiplier z.
 
+**Secure noise** (``run.secure_noise``): the update's mechanism is ``dpfl.noise.DiscreteGaussianMechanism`` at the
+server or at each client; ``build`` refuses shares (discrete Gaussian shares do not sum to a discrete Gaussian, so
+the other members' shares could not be credited) and adaptive clipping (its count has no secure mechanism).
+
 **Adaptive clipping** (``target_quantile`` gamma set; Andrew et al. Alg. 2). The clipped-bit sum sum_i b_i has
 sensitivity s_b = 1/2 under zero-out (b_i in {-1/2, 1/2} against a null client's 0: Andrew et al. centre the bit
 for this reason) and 1 under replace-one; its noise N(0, sigma_b^2) (``count_noise``, Andrew et al.'s sigma_b; default their m / 20, m the
@@ -107,7 +111,7 @@ from dpfl.engine.boundary import Delivery
 from dpfl.engine.protocol import Algorithm, ClientContext, ClientData, ClientOutput, ServerContext, State
 from dpfl.engine.sampling import ClientSampler, RecordSampler
 from dpfl.errors import ConfigError, check_noise_multiplier, check_range
-from dpfl.noise import GaussianMechanism
+from dpfl.noise import DiscreteGaussianMechanism, GaussianMechanism
 
 NAME = "dp-fedavg-user"
 #: algorithm.noise_at: who adds the noise (module docstring)
@@ -158,7 +162,7 @@ class DpFedAvgUser(Algorithm):
 
     local: LocalSGD  # the K non-private local steps
     clip: float  # C_0
-    mechanism: GaussianMechanism  # z, what one round costs (with adaptive clipping: the pair's)
+    mechanism: GaussianMechanism | DiscreteGaussianMechanism  # z, what one round costs (adaptive: the pair's)
     noise_at: str
     client_sampling: str
     denominator: float  # D: qM (Poisson) or n (fixed)
@@ -224,22 +228,23 @@ class DpFedAvgUser(Algorithm):
         return {"cohort": COHORT_SECRET} if self.amplified else None
 
     @property
-    def update_mechanism(self) -> GaussianMechanism:
+    def update_mechanism(self) -> GaussianMechanism | DiscreteGaussianMechanism:
         """z_Delta, the update's multiplier in units of S_t."""
-        return GaussianMechanism(update_multiplier(self.mechanism.noise_multiplier,
-                                                   None if self.adaptive is None else self.adaptive.count_multiplier))
+        return self.mechanism.with_multiplier(update_multiplier(
+            self.mechanism.noise_multiplier, None if self.adaptive is None else self.adaptive.count_multiplier))
 
     @property
     def share_factor(self) -> float:
         """What one client's draw is of the whole noise: 1 / sqrt(n_s) for shares, else 1."""
         return 1.0 / math.sqrt(self.shares) if self.noise_at == "shares" else 1.0
 
-    def mechanisms(self) -> list[GaussianMechanism]:
-        """The round's noise draws, in units of their sensitivities: the update's, then the count's (adaptive)."""
-        drawn = [self.update_mechanism.noise_multiplier]
+    def mechanisms(self) -> list[GaussianMechanism | DiscreteGaussianMechanism]:
+        """The round's noise draws, in units of their sensitivities: the update's, then the count's (adaptive; never
+        under run.secure_noise, which ``build`` refuses with adaptive clipping)."""
+        drawn = [self.update_mechanism]
         if self.adaptive is not None:
-            drawn.append(self.adaptive.count_multiplier)
-        return [GaussianMechanism(z) for z in drawn]
+            drawn.append(GaussianMechanism(self.adaptive.count_multiplier))
+        return drawn
 
     def sensitivity(self, clip: torch.Tensor) -> torch.Tensor:
         """S_t = (1 or 2) w_max C_t (module docstring)."""
@@ -263,7 +268,7 @@ class DpFedAvgUser(Algorithm):
         events = [m.event for m in self.mechanisms()]
         if self.noise_at == "server":
             return Release((dp_event.NonPrivateDpEvent(),), (True,), server_events=events, paper="mcmahan")
-        drawn = [dp_event.GaussianDpEvent(e.noise_multiplier * self.share_factor) for e in events]
+        drawn = [m.with_multiplier(m.noise_multiplier * self.share_factor).event for m in self.mechanisms()]
         return Release(drawn, (True,) * len(drawn))
 
     def examples_per_client(self, counts: torch.Tensor) -> int:
@@ -283,20 +288,22 @@ class DpFedAvgUser(Algorithm):
             messages["b"] = (norms <= clip).to(delta.dtype).unsqueeze(1) - 0.5
         if self.noise_at == "server":
             return ClientOutput(messages, {}, [dp_event.NonPrivateDpEvent()])
-        messages, events = self.add_noise(messages, clip, ctx.streams("noise").normal((P + 1,)), self.share_factor)
+        draws = self.update_mechanism.draws(ctx.streams("noise"), (P + 1,))
+        messages, events = self.add_noise(messages, clip, draws, self.share_factor)
         return ClientOutput(messages, {}, events)
 
     def add_noise(self, messages: dict, clip: torch.Tensor, standard_normal: torch.Tensor, factor: float):
         """Each mechanism's draw added to its message, row-wise: u + N(0, (factor z_Delta S_t)^2 I), and b +
         N(0, (factor z_b s_b)^2) with adaptive clipping (``factor``: 1, or a share's 1 / sqrt(n_s));
-        ``standard_normal`` [rows, P + 1], ``clip`` [rows]. Returns (the noisy messages, the draws' events)."""
+        ``standard_normal`` [rows, P + 1] (the update mechanism's ``draws``: int64 discrete Gaussian draws under
+        run.secure_noise), ``clip`` [rows]. Returns (the noisy messages, the draws' events)."""
         width, rows = messages["u"].shape[-1], standard_normal.shape[0]
         parts = [("u", self.sensitivity(clip), slice(0, width))]
         if self.adaptive is not None:
             parts.append(("b", torch.full((rows,), self.adaptive.count_sensitivity), slice(width, width + 1)))
         noisy, events = dict(messages), []
         for (name, sensitivity, columns), mechanism in zip(parts, self.mechanisms()):
-            share = GaussianMechanism(mechanism.noise_multiplier * factor)
+            share = mechanism if factor == 1 else mechanism.with_multiplier(mechanism.noise_multiplier * factor)
             noisy[name], event = share(messages[name], sensitivity, standard_normal[:, columns])
             events.append(event)
         return noisy, events
@@ -311,7 +318,7 @@ class DpFedAvgUser(Algorithm):
             P = total.shape[-1]
             sums = {"u": total.reshape(-1, P), "b": count.reshape(-1, 1)}
             rows = sums["u"].shape[0]
-            standard_normal = ctx.streams("server_noise").normal((P + 1,)).reshape(rows, P + 1)
+            standard_normal = self.update_mechanism.draws(ctx.streams("server_noise"), (P + 1,)).reshape(rows, P + 1)
             noisy, events = self.add_noise(sums, clip.reshape(-1).expand(rows), standard_normal, 1.0)
             for event in events:
                 ctx.drew(event)
@@ -390,7 +397,9 @@ def build(name: str, config: DpFedAvgUserConfig, setting: Setting) -> DpFedAvgUs
     local = LocalSGD(local_steps=config.local_steps, lr=config.lr * sampler.rate * config.local_steps,
                      sampler=sampler, mechanism=GaussianMechanism(0.0), weight_decay=config.weight_decay)
     z = setting.noise_multiplier(config.noise_multiplier, DEFAULT_NOISE)
-    return DpFedAvgUser(local, config.clip, GaussianMechanism(z), config.noise_at, sampling, denominator, cohort,
+    if setting.secure_noise_bits is not None:
+        _check_secure_noise(config)
+    return DpFedAvgUser(local, config.clip, setting.gaussian(z), config.noise_at, sampling, denominator, cohort,
                         server_lr=config.server_lr, max_weight=config.max_weight if records else 1.0,
                         weight_records=config.weight_records if records else None,
                         adaptive=adaptive, amplified=setting.analysis == "paper")
@@ -405,6 +414,20 @@ def adaptive_clip(config: DpFedAvgUserConfig, setting: Setting) -> AdaptiveClip 
     count_noise = expected / 20 if config.count_noise is None else config.count_noise
     return AdaptiveClip(config.target_quantile, config.clip_lr, count_noise,
                         relation_factor(setting.client_sampling) / 2)
+
+
+def _check_secure_noise(config: DpFedAvgUserConfig) -> None:
+    """run.secure_noise covers the update's own noise at the server or at each client: shares of discrete Gaussian
+    noise do not sum to a discrete Gaussian (the credit for the other members' shares would not hold), and the
+    clipped-bit count's noise of adaptive clipping has no secure mechanism here."""
+    if config.noise_at == "shares":
+        raise ConfigError("algorithm.noise_at", config.noise_at,
+                          "'client' or 'server' with run.secure_noise = true (discrete Gaussian shares do not sum to "
+                          "a discrete Gaussian, so the other members' shares could not be credited)")
+    if config.target_quantile is not None:
+        raise ConfigError("algorithm.target_quantile", config.target_quantile,
+                          "None with run.secure_noise = true (adaptive clipping's noisy count has no secure "
+                          "mechanism)")
 
 
 def _check_keys(config: DpFedAvgUserConfig) -> None:
@@ -450,6 +473,7 @@ register(AlgorithmSpec(
          "optional adaptive clipping (McMahan et al. 2018; Andrew et al. 2021)",
     release_keys=("algorithm.rounds",),
     calibration=Calibration(protected_observers, initial_noise, protected_boundary),
+    secure_noise=True,
 ))
 
 __all__ = ["NAME", "PLACEMENTS", "WEIGHTINGS", "CLIENT_SAMPLING", "DEFAULT_NOISE", "relation_factor",

@@ -20,6 +20,8 @@ The switches:
 * warm_rounds > 0 (SCAFFOLD-warm): the first round(4/l) rounds only fit c_i0 = mean_k H~_k(x0) for the sampled
   clients and leave x unchanged; they sample users at rate l and are counted in T (Noble et al. Sec. 4, "warm start").
 * noise_multiplier = 0 and clip = None: the non-private algorithms.
+* run.secure_noise: the mechanism is ``dpfl.noise.DiscreteGaussianMechanism`` (``registry.Setting.gaussian``); it draws
+  its own noise from each client's secure stream (``mechanism.draws``), so the steps below do not change.
 * clip_heuristic = "median-nonprivate": the experiments' heuristic (Noble et al. Sec. 5: C = the median per-example
   gradient norm of the current batch, per client and step). The bound then depends on the data, which the privacy
   analysis does not cover: the noise is still added (scaled to that C) but the run's events are NonPrivate, so every
@@ -48,7 +50,7 @@ from dpfl.accounting.observers import Release, local_steps_additive
 from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
 from dpfl.engine.boundary import Delivery
 from dpfl.engine.client_table import ClientTable
-from dpfl.noise import GaussianMechanism
+from dpfl.noise import DiscreteGaussianMechanism, GaussianMechanism
 from dpfl.engine.protocol import Algorithm, ClientContext, ClientData, ClientOutput, ServerContext, State
 from dpfl.engine.sampling import RecordSampler
 from dpfl.errors import ConfigError, check_noise_multiplier, check_range
@@ -63,7 +65,7 @@ class LocalSGD(Algorithm):
     local_steps: int
     lr: float
     sampler: RecordSampler
-    mechanism: GaussianMechanism
+    mechanism: GaussianMechanism | DiscreteGaussianMechanism
     clip: float | None = None
     global_lr: float = 1.0
     weight_decay: float = 0.0
@@ -135,7 +137,8 @@ class LocalSGD(Algorithm):
         x = server["x"]
         n, P, K = data.counts.shape[0], x.shape[-1], self.local_steps
         keys = ctx.streams("records").uniform([(K, int(c)) for c in data.counts.tolist()])  # [n, K, max count]
-        noise = ctx.streams("noise").normal((K, P)) if self.mechanism.is_private else None  # [n, K, P]
+        private = self.mechanism.is_private
+        noise = self.mechanism.draws(ctx.streams("noise"), (K, P)) if private else None  # [n, K, P]
         start = x.expand(n, P)
         y = start.clone()
         h_sum = torch.zeros(n, P)
@@ -240,8 +243,10 @@ class LocalSGDConfig:
                                                                     "data-dependent clip (NOT private: epsilon = inf)"})
 
 
-def build_local_sgd(name: str, config: LocalSGDConfig, client_rate: float) -> LocalSGD:
-    """Maps an algorithm name to its switches (the non-private names take no clip or noise)."""
+def build_local_sgd(name: str, config: LocalSGDConfig, client_rate: float,
+                    gaussian=GaussianMechanism) -> LocalSGD:
+    """Maps an algorithm name to its switches (the non-private names take no clip or noise); ``gaussian``: the
+    mechanism at a noise multiplier (``registry.Setting.gaussian`` under run.secure_noise)."""
     if name not in NAMES:
         raise ConfigError("algorithm.name", name, f"one of {list(NAMES)}")
     private = name.startswith("dp-")
@@ -252,7 +257,7 @@ def build_local_sgd(name: str, config: LocalSGDConfig, client_rate: float) -> Lo
         local_steps=config.local_steps,
         lr=config.lr,
         sampler=RecordSampler(config.sample_rate, config.record_sampling),
-        mechanism=GaussianMechanism(config.noise_multiplier if private else 0.0),
+        mechanism=gaussian(config.noise_multiplier) if private else GaussianMechanism(0.0),
         clip=config.clip if private else None,
         global_lr=config.global_lr,
         weight_decay=config.weight_decay,
@@ -268,10 +273,11 @@ def _build(name: str, config: LocalSGDConfig, setting: Setting) -> LocalSGD:
         raise ConfigError("privacy.epsilon", setting.epsilon,
                           f"None for {name!r}: its noise is algorithm.noise_multiplier (find the one for a budget with "
                           "`dpfl calibrate run CONFIG --target-epsilon E`)")
-    return build_local_sgd(name, config, setting.client_rate)
+    return build_local_sgd(name, config, setting.client_rate, setting.gaussian)
 
 
 register(AlgorithmSpec(
     names=NAMES, config=LocalSGDConfig, build=_build, private=lambda name: name.startswith("dp-"),
     help="FedAvg / FedSGD / SCAFFOLD(-warm) and their record-level DP versions (Noble et al. 2022)",
+    secure_noise=True,
 ))

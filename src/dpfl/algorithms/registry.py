@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from dpfl.errors import ConfigError
+from dpfl.noise import DiscreteGaussianMechanism, GaussianMechanism
 
 #: [algorithm] keys every algorithm has (the round loop's own): name, rounds, client sampling.
 COMMON_KEYS = {
@@ -72,6 +73,9 @@ class Setting:
     #: the noise level solved for privacy.epsilon against the run's ledger (``experiments.noise_level.
     #: noise_for_epsilon``), which a family with a ``Calibration`` maps onto its mechanisms; None: not solved
     noise: float | None = None
+    #: k, the grid exponent of run.secure_noise (``gaussian``); None: the default mechanism. Only a family whose spec
+    #: says ``secure_noise`` is given one (validation refuses the others)
+    secure_noise_bits: int | None = None
     #: ((eps, level), ...): the level solved for each budget of a family whose clients have budgets of their own
     #: (``Calibration.budgets``), each as if every client had that budget
     levels: tuple[tuple[float, float], ...] = ()
@@ -94,6 +98,16 @@ class Setting:
             raise ConfigError("algorithm.noise_multiplier", given,
                               "None when privacy.epsilon is given (z is then calibrated to it)")
         return z
+
+    def gaussian(self, noise_multiplier: float) -> GaussianMechanism | DiscreteGaussianMechanism:
+        """The Gaussian mechanism at ``noise_multiplier``: the default one, or under run.secure_noise the rounded
+        discrete Gaussian on the model's ``dimension`` coordinates (``dpfl.noise.DiscreteGaussianMechanism``)."""
+        if self.secure_noise_bits is None or noise_multiplier == 0:
+            return GaussianMechanism(noise_multiplier)
+        if self.dimension is None:
+            raise ValueError("run.secure_noise needs the model's number of parameters (Setting.dimension): build the "
+                             "algorithm through dpfl.experiments.assembly")
+        return DiscreteGaussianMechanism(noise_multiplier, self.secure_noise_bits, self.dimension)
 
     def calibrated_noise(self) -> float | None:
         """The noise level solved for privacy.epsilon, or None when privacy.epsilon is not set; a family with a
@@ -164,6 +178,9 @@ class AlgorithmSpec:
     common_defaults: dict = dataclasses.field(default_factory=dict, hash=False)
     #: how privacy.epsilon sets this family's noise (None: the family does not calibrate to privacy.epsilon)
     calibration: Calibration | None = None
+    #: whether the family's private names take run.secure_noise (their Gaussian mechanisms come from
+    #: ``Setting.gaussian``, and the builder refuses the options it does not cover); False: validation refuses it
+    secure_noise: bool = False
 
     def common_keys(self) -> dict[str, tuple]:
         """The round loop's keys that apply to this family, with this family's defaults."""

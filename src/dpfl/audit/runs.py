@@ -46,6 +46,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from dpfl.accounting.events import DiscreteGaussianDpEvent, innermost
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.units import USER_LEVEL
 from dpfl.accounting.observers import THIRD_PARTY
@@ -195,6 +196,18 @@ def make_canary(sim, kind: str, scale: float = 1.0, canary_client: int = 0, cana
     return Canary((World(train.x, y_out, grads), World(x_in, y_in, grads)), gradient, loss, offset)
 
 
+def check_audited_noise(sim) -> None:
+    """ConfigError naming run.secure_noise for a run that declares the secure mode's rounded discrete Gaussian
+    (``DiscreteGaussianDpEvent``, drawn by ``dpfl.noise.DiscreteGaussianMechanism``): the audit's planned bounds
+    model Gaussian noise, and its thousands of trials would each draw exact noise at about 2 microseconds a
+    coordinate. Audit the default mode at the same noise multiplier instead (the secure mode's
+    epsilon is at least the default mode's)."""
+    release = sim.algorithm.release(sim.next_round, sim.state, sim.train.counts)
+    if any(isinstance(innermost(e), DiscreteGaussianDpEvent) for e in (*release.step_events, *release.server_events)):
+        raise ConfigError("run.secure_noise", True, "false for an audit (its trials and planned bounds model the "
+                                                    "default Gaussian mechanism; audit the run without secure noise)")
+
+
 def run_trials(sim, observer: str, trials: int, **options) -> tuple[np.ndarray, np.ndarray]:
     """Scores of ``observer`` in ``trials`` runs without (world 0) and with (world 1) the canary."""
     return run_trials_all(sim, (observer,), trials, **options)[observer]
@@ -207,6 +220,7 @@ def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind:
     """{observer: (scores without, scores with the canary)} from the same ``trials`` runs of ``rounds`` rounds per
     world (``distinguisher``: the views and scores; ``release``: which models the third party sees); ``target``:
     the canary (default ``make_canary`` of ``canary_kind``, ``scale``, ``canary_client``, ``canary_record``)."""
+    check_audited_noise(sim)
     train = sim.train
     seen_by_server = distinguisher.server_view(sim.boundary)
     for observer in observers:
@@ -325,6 +339,7 @@ def one_run_scores(sim, observer: str, canaries: int, *, scale: float = 1.0, see
     other silo's own clients excluded when it is the observer). The score of canary i is the observer's view along
     e_i, weighted as in the many-run audit (``dpfl.audit.response``, probed with one Dirac canary in round 0): the
     views of ``dpfl.audit.distinguisher``, read per canary (the plain server reads canary i's owner's messages)."""
+    check_audited_noise(sim)
     algorithm, train = sim.algorithm, sim.train
     population = train.num_clients
     seen_by_server = distinguisher.server_view(sim.boundary)
@@ -401,4 +416,4 @@ def one_run_audit(sim, observer: str, canaries: int = 1000, guesses: int | None 
 
 
 __all__ = ["CANARIES", "RELEASES", "AuditResult", "Canary", "OneRunResult", "claims", "claimed_epsilon", "make_canary",
-           "run_trials", "run_trials_all", "audit", "audit_all", "one_run_scores", "one_run_audit"]
+           "check_audited_noise", "run_trials", "run_trials_all", "audit", "audit_all", "one_run_scores", "one_run_audit"]

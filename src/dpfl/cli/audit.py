@@ -83,6 +83,7 @@ def _audit(args) -> None:
     config = load_config(args.config, args.overrides, args.unset)
     run_cfg = config["run"]  # an audit is an experiment: its trials are reproducible from run.seed (or noise_seed)
     sim = build_simulation(config, noise_key=run_cfg["seed"] if run_cfg["noise_seed"] is None else run_cfg["noise_seed"])
+    runs.check_audited_noise(sim)
     out = Path(args.out) if args.out else Path("runs") / f"{Path(args.config).stem}-audit-{args.observer}"
     if args.method == "one-run":
         summary = runs.one_run_audit(sim, args.observer, args.canaries, args.guesses,

@@ -16,9 +16,15 @@ draw, subtract the noise from a released model and identify a record exactly (de
   streams of dpfl before secret keys). Every epsilon then holds only against observers who do not know N; results.json
   (``privacy.noise``) and the CLI summary say so.
 
-A known limit (Mironov 2012): the noise is sampled in floating point (torch's generators), whose rounding leaks
-through the low bits of a released value; the accounting assumes exact real-valued noise, as every DP-SGD library
-does. The Skellam and binomial mechanisms (integers) are free of it.
+A known limit of the default mode (Mironov 2012): the noise is sampled in floating point (torch's generators), whose
+rounding leaks through the low bits of a released value; the accounting assumes exact real-valued noise, as every
+DP-SGD library does, and the streams are independent but not secret in the cryptographic sense (a Mersenne
+twister's state follows from 624 outputs). The Skellam and binomial mechanisms (integers) are free of the first.
+``run.secure_noise = true`` closes both for the Gaussian mechanism of dp-fedavg, dp-fedsgd, dp-scaffold(-warm) and
+dp-fedavg-user (client or server noise): ``dpfl.noise.DiscreteGaussianMechanism`` rounds the value to a power-of-two
+grid and adds exact discrete Gaussian noise (``dpfl.exact_noise``) drawn from ChaCha20 streams keyed by this key
+(``dpfl.engine.secure_streams``), and its event charges the rounding (docs/accounting.md, "Secure noise"); every other
+path refuses the key.
 """
 
 from __future__ import annotations

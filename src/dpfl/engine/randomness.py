@@ -21,18 +21,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-#: Purposes of the streams; each is a separate stream of every client (and of the server, client id SERVER).
-#: "output": the server's public choice of which iterate a run outputs (indexed by run, not round).
-#: "server_noise": the noise an algorithm's server step draws (``dpfl.engine.protocol.ServerContext``); a stream no
-#: engine stage and no client draws from.
-PURPOSES = {"cohort": 0, "records": 1, "noise": 2, "shuffle": 3, "rounding": 4, "stop": 5, "output": 6,
-            "server_noise": 7}
-#: The purposes an algorithm's server step may draw from (``ServerContext``): never an engine stage's (the cohort,
-#: the shuffler), so that its draws are independent of theirs.
-SERVER_PURPOSES = ("server_noise",)
-#: The client id of the server's own streams (the cohort draw, the shuffler, the server step's noise).
-SERVER = -1
-
+from dpfl.engine.secure_streams import SecureStream
+from dpfl.engine.stream_names import PURPOSES, SERVER, SERVER_PURPOSES, check_purpose
 
 def stream_seed(seed: int, round_index: int, client: int, purpose: str) -> int:
     """The 63-bit seed of stream (key ``seed``, round, client, purpose): SeedSequence(seed, spawn_key=(round,
@@ -44,8 +34,7 @@ def stream_seeds(seed: int, round_index: int, clients: Sequence[int], purpose: s
     """``stream_seed`` of each of ``clients``: numpy's SeedSequence hash (O'Neill's seed_seq: ``_seed_sequences``)
     evaluated for all clients at once, word for word the numbers ``np.random.SeedSequence(...).generate_state``
     gives (a test compares them); ids or rounds past 32 bits go through numpy's own SeedSequence."""
-    if purpose not in PURPOSES:
-        raise ValueError(f"purpose = {purpose!r} is not allowed: expected one of {sorted(PURPOSES)}")
+    check_purpose(purpose)
     ids = [int(c) + 1 for c in clients]
     if int(seed) < 0 or not 0 <= int(round_index) <= _MASK or not all(0 <= i <= _MASK for i in ids):
         return [int(np.random.SeedSequence(int(seed), spawn_key=(int(round_index), i, PURPOSES[purpose]))
@@ -127,9 +116,16 @@ class ClientStreams:
             raise ValueError(f"purpose = {purpose!r} is the server step's stream, not a client's")
         ids = clients.tolist() if isinstance(clients, torch.Tensor) else list(clients)
         self.generators = generators(seed, round_index, ids, purpose)
+        self._name = (seed, round_index, ids, purpose)
 
     def __len__(self) -> int:
         return len(self.generators)
+
+    def secure(self) -> list[SecureStream]:
+        """Each client's cryptographically secure stream of the same name (``dpfl.engine.secure_streams``: ChaCha20
+        keyed by the noise key and the name), for the exact samplers of ``run.secure_noise`` (``dpfl.noise``)."""
+        seed, round_index, ids, purpose = self._name
+        return [SecureStream(seed, round_index, client, purpose) for client in ids]
 
     def uniform(self, shapes: Sequence[tuple[int, ...]], fill: float = float("inf")) -> torch.Tensor:
         """U[0, 1) draws of shape ``shapes[i]`` from client i's stream, padded with ``fill`` to a common shape and
@@ -170,6 +166,12 @@ class ServerStreams:
         ids = [SERVER] if rows is None else rows.tolist() if isinstance(rows, torch.Tensor) else list(rows)
         self.rows = rows is not None
         self.generators = generators(seed, round_index, ids, purpose)
+        self._secure = [SecureStream(seed, round_index, row, purpose) for row in ids]
+
+    def secure(self) -> list[SecureStream]:
+        """The secure stream of the same name of the server, or of each row (``ClientStreams.secure``); kept, like
+        the generators: successive draws continue it."""
+        return self._secure
 
     def normal(self, shape: tuple[int, ...]) -> torch.Tensor:
         """N(0, 1) draws of ``shape`` from the server's stream, or [rows, *shape] from each row's."""

@@ -39,6 +39,7 @@ from typing import Callable, Iterator, Protocol
 import torch
 from dp_accounting import dp_event
 
+from dpfl.accounting.events import DiscreteGaussianDpEvent, innermost
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.observers import Release
 from dpfl.engine import checkpoint, keys
@@ -365,12 +366,14 @@ ROUND_VECTORS = 6
 def client_work_bytes(algorithm: Algorithm, grads: CohortGradients, train, state) -> int:
     """Bytes one client takes in a call of ``client_round``: its largest minibatch's per-example work, its (padded)
     records, and its model-sized vectors (4 d bytes each): one per noise draw of the round it declares (K local
-    steps: K draws of d coordinates) and ``ROUND_VECTORS`` more. ``state`` may hold meta tensors (only its shapes are
-    read: ``dpfl.experiments.memory``), so the runner can refuse a run before its state is built."""
+    steps: K draws of d coordinates; 8 d bytes for the int64 draws of run.secure_noise's discrete Gaussian) and
+    ``ROUND_VECTORS`` more. ``state`` may hold meta tensors (only its shapes are read: ``dpfl.experiments.memory``),
+    so the runner can refuse a run before its state is built."""
     batch = algorithm.examples_per_client(train.counts)
-    draws = len(algorithm.release(0, state, train.counts).step_events)
+    draws = sum(8 if isinstance(innermost(e), DiscreteGaussianDpEvent) else 4
+                for e in algorithm.release(0, state, train.counts).step_events)
     return (batch * memory_per_example(grads, tuple(train.x.shape[2:])) + 4 * train.x[0].numel()
-            + 4 * grads.num_params * (draws + ROUND_VECTORS))
+            + grads.num_params * (draws + 4 * ROUND_VECTORS))
 
 
 def declare_round(algorithm: Algorithm, boundary: Boundary, clients: ClientSampler, analysis: str, round_index: int,

@@ -169,7 +169,7 @@ def build_setting(config: RunConfig, dataset: FederatedDataset, delta: float, se
         rounds=algorithm.rounds, delta=delta, epsilon=privacy.epsilon, seed=config.run.seed,
         secret=secret, analysis=privacy.analysis, conversion=privacy.conversion, release=privacy.release,
         model=dict(config.raw["model"]), num_classes=dataset.num_classes, loss=supplied.fingerprint.get("loss"),
-        dimension=sum(p.numel() for p in shapes.parameters()))
+        dimension=sum(p.numel() for p in shapes.parameters()), secure_noise_bits=config.run.grid_bits)
     return calibrated_setting(algorithm.spec, algorithm.name, algorithm.section, setting, accounted_boundary(privacy))
 
 

@@ -120,6 +120,16 @@ SCHEMA: dict[str, dict[str, tuple]] = {
                                       "the ledger and checkpoints are device-independent (a run resumes on another "
                                       "device; its noise streams differ by device, so a replayed round is charged "
                                       "again)"),
+        "secure_noise": (bool, False, None, "draw the Gaussian noise exactly: the value rounded to a power-of-two "
+                                            "grid, discrete Gaussian noise (Canonne et al. 2020) from ChaCha20 "
+                                            "streams, no floating point (Mironov 2012); charged for the rounding. "
+                                            "dp-fedavg, dp-fedsgd, dp-scaffold(-warm), dp-fedavg-user (noise_at "
+                                            "'client' or 'server')"),
+        "secure_noise_bits": (int, 9, None, "k of run.secure_noise: the grid step is 2^-k of the sensitivity "
+                                             "(rounded up to a power of two); the noise multiplier charged is "
+                                             "z 2^k / (2^k + sqrt(d)) for d parameters; z 2^k must stay below about "
+                                             "3.9e4 (z <= 76 at k = 9, dpfl's z = 60 included; "
+                                             "z <= 2.4 at k = 14)"),
     },
 }
 

@@ -104,6 +104,13 @@ class RunOptions:
     memory_mb: int
     threads: int | None
     device: str = "auto"
+    secure_noise: bool = False
+    secure_noise_bits: int = 9
+
+    @property
+    def grid_bits(self) -> int | None:
+        """k of the secure mode (``registry.Setting.secure_noise_bits``), None without run.secure_noise."""
+        return self.secure_noise_bits if self.secure_noise else None
 
     @property
     def memory_budget_bytes(self) -> int:

@@ -45,6 +45,7 @@ def validate(config: RunConfig) -> None:
     check_range("run.seed", run.seed, 0, integer=True)
     if run.noise_seed is not None:
         check_range("run.noise_seed", run.noise_seed, 0, integer=True)
+    check_secure_noise(config)
     rounds = check_range("algorithm.rounds", algorithm.rounds, 1, integer=True)
     if privacy.epsilon is not None:
         check_target_epsilon("privacy.epsilon", privacy.epsilon)
@@ -63,14 +64,37 @@ def validate(config: RunConfig) -> None:
     # built (and checked) on the data
     calibrated = privacy.epsilon is not None and algorithm.spec.calibration is not None
     if algorithm.spec.cohort is None and algorithm.spec.noise_key is not None and not calibrated:
-        built = algorithm.build(registry.Setting(
+        built = algorithm.build(registry.Setting(  # dimension: a stand-in (the model is built on the data); the
             client_rate=algorithm.client_rate, client_sampling=algorithm.client_sampling, num_clients=num_clients,
-            rounds=rounds, delta=privacy.delta, epsilon=privacy.epsilon, seed=run.seed, analysis=privacy.analysis))
+            rounds=rounds, delta=privacy.delta, epsilon=privacy.epsilon, seed=run.seed, analysis=privacy.analysis,
+            secure_noise_bits=run.grid_bits, dimension=1))  # algorithm is only checked here, never run
         check_warm_rounds(config.raw, built)
         delta = _DELTA_STAND_IN if privacy.delta is None else privacy.delta
         PrivacyLedger(boundary.observers, delta, privacy.budgets, privacy.conversion, privacy.analysis,
                       built.neighboring)
     check_model_keys(config.model.name, **{k: v for k, v in config.model.options.items() if k != "bias"})
+
+
+def check_secure_noise(config: RunConfig) -> None:
+    """run.secure_noise only where its accounting is sound (``dpfl.noise.DiscreteGaussianMechanism``,
+    ``DiscreteGaussianDpEvent``): a family whose spec takes it (its builder refuses the options it does not cover),
+    a private name, the sound analysis (the papers' accountants are the continuous Gaussian's), no secure aggregation
+    (it sums the clients' rounded messages, whose noise would have to be summed shares)."""
+    run, algorithm, privacy = config.run, config.algorithm, config.privacy
+    if not run.secure_noise:
+        return
+    check_range("run.secure_noise_bits", run.secure_noise_bits, 1, 40, integer=True)
+    if not (algorithm.spec.secure_noise and algorithm.spec.private(algorithm.name)):
+        covered = [n for n in registry.names() if registry.spec_of(n).secure_noise and registry.spec_of(n).private(n)]
+        raise ConfigError("run.secure_noise", True, f"false for algorithm.name = {algorithm.name!r}: the secure "
+                                                    f"mechanism is implemented for {covered}")
+    if privacy.analysis != "sound":
+        raise ConfigError("privacy.analysis", privacy.analysis, "'sound' with run.secure_noise = true (the papers' "
+                                                                "analyses are the continuous Gaussian's)")
+    if privacy.secure_aggregation:
+        raise ConfigError("privacy.secure_aggregation", True, "false with run.secure_noise = true (secure aggregation "
+                                                              "sums rounded messages; its noise would be summed "
+                                                              "shares, which the secure mode does not credit)")
 
 
 def check_warm_rounds(config: dict, algorithm) -> None:
@@ -83,4 +107,4 @@ def check_warm_rounds(config: dict, algorithm) -> None:
                           f"{config['algorithm']['name']}")
 
 
-__all__ = ["validate", "check_warm_rounds"]
+__all__ = ["validate", "check_secure_noise", "check_warm_rounds"]
