@@ -15,13 +15,13 @@ contribution inside the ball of radius C serves, zero included. Two ways float32
   reports the count (``RoundMetrics.nonfinite_examples``).
   Zeroing rather than rescaling (max-abs scaling, or float64 for the norm) is the choice: it is inside the ball, so
   the privacy argument is unchanged; it costs nothing on finite inputs, whose results stay bit for bit what they were
-  (a float64 norm costs 6 to 10 % of a ghost step of the seed-000 workload, and changes the factor's rounding); and
-  it only concerns gradients of norm above about 1.8e19, which no training record produces (a step along one would
-  wreck the model without clipping): such a record is corrupt data, counted, not silently learned from. Zeroing may
-  differ between strategies on the edge (the ghost strategy's norm is a product of layer factors, e.g.
-  ||delta||^2 (||h||^2 + 1), which can overflow where the full sum would not): both are inside the ball.
-  A finite norm means finite entries (each |g_i| <= ||g||), so a finite huge norm times a tiny factor is no
-  0 * inf: |w g_i| <= C, and w >= C' / 1.8e19 is a normal float32 for C >= 1e-18.
+  (a float64 norm costs 6 to 10 % of a ghost step of Noble et al. 2022's synthetic workload, and changes the factor's
+  rounding); and it only concerns gradients of norm above about 1.8e19, which no training record produces (a step
+  along one would wreck the model without clipping): such a record is corrupt data, counted, not silently learned
+  from. Zeroing may differ between strategies on the edge (the ghost strategy's norm is a product of layer factors,
+  e.g. ||delta||^2 (||h||^2 + 1), which can overflow where the full sum would not): both are inside the ball. A finite
+  norm means finite entries (each |g_i| <= ||g||), so a finite huge norm times a tiny factor is no 0 * inf: |w g_i| <=
+  C, and w >= C' / 1.8e19 is a normal float32 for C >= 1e-18.
 * **Rounding.** The weight and the product w g_i are rounded: with the exact factor C / ||g|| the clipped vector's
   norm can exceed C by a few units in the last place. The weight uses C' = C (1 - 2^-20) (``MARGIN``). The rounding
   between the float32 gradient entries and the clipped vector is: the norm's (a sum of squares of n nonnegative
