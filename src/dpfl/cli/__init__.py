@@ -30,7 +30,7 @@ import sys
 import warnings
 
 from dpfl.cli.common import print_result, summarised_result
-from dpfl.errors import ConfigWarning, DpflError
+from dpfl.errors import ConfigWarning, DpflError, check_delta
 
 
 class LazySubParsers(argparse._SubParsersAction):
@@ -121,7 +121,17 @@ def _fill_group(group_parser: argparse.ArgumentParser, prefix: str, metavar: str
 def _fill_subcommand(sub: argparse.ArgumentParser, module) -> None:
     module.configure(sub)
     sub.add_argument("--json", action="store_true", help="print the result as JSON")
-    sub.set_defaults(handler=lambda args: print_result(summarised_result(module.execute, args), args.json))
+    sub.set_defaults(handler=functools.partial(_answer, module))
+
+
+def _answer(module, args) -> None:
+    """Prints ``module.execute(args)``, once every ``--delta`` given (a number, or one per client) is checked as a
+    run's privacy.delta is (``check_delta``: below ``MAX_DELTA``), so that no command answers for a delta a run
+    refuses."""
+    given = getattr(args, "delta", None)
+    for delta in given if isinstance(given, tuple) else () if given is None else (given,):
+        check_delta("delta", delta)
+    print_result(summarised_result(module.execute, args), args.json)
 
 
 def _shown_as(command: str, show):
