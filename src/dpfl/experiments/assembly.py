@@ -88,7 +88,7 @@ def assemble(config: RunConfig, out_dir: Path | None = None, workers=None, noise
         workers=None if workers is None else workers(config, dataset, delta), evaluator=evaluator,
     )
     if config.privacy.epsilon is None or config.algorithm.spec.calibration is None:  # calibrated: epsilon is the target
-        doubtful.check_smallest_client(sim, dataset.info["partition"].get("client_ids"))
+        doubtful.check_smallest_client(sim, dataset.info.get("partition", {}).get("client_ids"))
     return sim
 
 
