@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -50,6 +51,8 @@ def run(config=None, *, model=None, loss=None, data=None, out: str | Path | None
 
     The privacy accounting is the config's: it depends on the data's counts and the config, not on the module.
     """
+    if out is not None and not isinstance(out, (str, os.PathLike)):
+        raise ConfigError("out", out, "the run directory as a str or pathlib.Path, or None (no run directory)")
     supplied = Supplied.of(model, loss, data)
     return Results(run_experiment(resolve_config(config, supplied), out, progress=progress, resume=resume,
                                   restart=restart, supplied=supplied))

@@ -65,6 +65,21 @@ def check_target_epsilon(field: str, value) -> float:
     return _check_within(field, value, TARGET_EPSILONS, "an epsilon")
 
 
+#: A delta dpfl accepts (a run's privacy.delta, a command's --delta) is below this: delta is the probability that the
+#: epsilon guarantee fails outright, and a delta of 0.1 allows a mechanism that publishes a tenth of the records in full
+#: (a run warns about values above 1 / N, N its training records: ``dpfl.experiments.doubtful``).
+MAX_DELTA = 0.1
+
+
+def check_delta(field: str, value) -> float:
+    """A delta given by a user: a number in (0, 1) (``check_range``'s message), and below ``MAX_DELTA``."""
+    if check_range(field, value, 0, 1, low_open=True, high_open=True) >= MAX_DELTA:
+        raise ConfigError(field, value, f"a number in (0, {MAX_DELTA:g}): delta is the probability that the epsilon "
+                                        "guarantee fails outright, meant to be well below 1 / N (N the records it "
+                                        "protects)")
+    return float(value)
+
+
 def _check_within(field: str, value, bounds: tuple[float, float], what: str) -> float:
     check_range(field, value, 0, low_open=True)  # the type, NaN and sign, with check_range's message
     low, high = bounds

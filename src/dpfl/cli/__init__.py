@@ -10,7 +10,11 @@ of this package named `account_<name>.py`, `calibrate_<name>.py` or `plan_<name>
     configure(parser) -> None          # adds its arguments
     execute(args) -> dict              # computes the answer; the CLI prints it (as JSON with --json)
 
-so adding an accountant or a planner to the CLI touches no other file. Warnings raised while a subcommand computes
+so adding an accountant or a planner to the CLI touches no other file. A command's parser is filled in only when
+the command line picks it (``LazySubParsers``): the group's modules are imported when `dpfl account`, `calibrate` or
+`plan` is chosen, and a subcommand's ``configure`` runs when it is, so `dpfl --version` and `dpfl --help` import
+nothing heavy and `dpfl account gaussian` no torch (a subcommand module imports torch only inside its functions).
+Warnings raised while a subcommand computes
 (dp_accounting's absl log lines, e.g. a series that did not converge at some RDP order, and Python warnings) are
 collected and summarised once, under ``warnings`` in its result, instead of leaking line by line.
 """
@@ -18,6 +22,7 @@ collected and summarised once, under ``warnings`` in its result, instead of leak
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import pkgutil
@@ -25,13 +30,45 @@ import sys
 import warnings
 
 from dpfl.cli.common import print_result, summarised_result
-from dpfl.errors import ConfigWarning, DpflError
+from dpfl.errors import ConfigWarning, DpflError, check_delta
 
 
-def _subcommand_modules(prefix: str):
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name.startswith(prefix):
-            yield importlib.import_module(f"{__name__}.{info.name}")
+class LazySubParsers(argparse._SubParsersAction):
+    """Subcommands whose parsers are filled in only when the command line picks them.
+
+    ``add_parser(name, fill=f, help=...)`` makes the parser at once with what the command above lists in its
+    ``--help`` (name, help, description) and runs ``f(parser)`` (arguments, epilog, handler) only when ``name`` is
+    chosen, before the parser reads its own arguments: so ``NAME --help`` prints every argument, and what filling in a
+    parser imports (torch for `dpfl run`'s list of algorithms, dp_accounting for `dpfl account`) is paid by that
+    command alone, not by `dpfl --version` or another command."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._unfilled: dict = {}
+
+    def add_parser(self, name, *, fill=None, **kwargs):
+        parser = super().add_parser(name, **kwargs)
+        if fill is not None:
+            self._unfilled[name] = (fill, parser)
+        return parser
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values and values[0] in self._unfilled:
+            fill, chosen = self._unfilled.pop(values[0])
+            fill(chosen)
+        super().__call__(parser, namespace, values, option_string)
+
+
+class _Version(argparse.Action):
+    """``--version``: prints "dpfl VERSION" and exits; the version is looked up only then."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show program's version number and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"dpfl {version()}")  # on stdout, as argparse's own version action
+        parser.exit()
 
 
 def version() -> str:
@@ -46,48 +83,55 @@ def version() -> str:
         return getattr(dpfl, "__version__", "unknown")
 
 
+#: The subcommand groups: (group, module prefix, metavar, help). Their modules are imported when the group is chosen.
+GROUPS = (
+    ("account", "account_", "ACCOUNTANT", "epsilon of a mechanism or algorithm, without training"),
+    ("calibrate", "calibrate_", "ACCOUNTANT", "the noise multiplier, number of rounds (run --solve rounds) or local "
+                                              "epsilon0 (shuffle) that meets a target epsilon"),
+    ("plan", "plan_", "PLANNER", "hyperparameters that minimise a paper's convergence bound, before training"),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The `dpfl` parser. Building it imports no command's dependencies: each command's parser is filled in when the
+    command line picks it (``LazySubParsers``), so `dpfl --version` and `dpfl --help` start in a few tens of ms."""
+    from dpfl.cli import audit, config, flower_app, plot, reproduce, run, silo, write_silos
+
     parser = argparse.ArgumentParser(prog="dpfl", description="Differentially private federated learning.")
-    parser.add_argument("--version", action="version", version=f"dpfl {version()}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from dpfl.cli import run as run_cmd  # local import: keeps `dpfl account` free of torch start-up cost
-
-    run_cmd.configure(commands)
-    from dpfl.cli import config as config_cmd
-
-    config_cmd.configure(commands)
-    from dpfl.cli import plot as plot_cmd
-
-    plot_cmd.configure(commands)
-    from dpfl.cli import audit as audit_cmd
-
-    audit_cmd.configure(commands)
-    from dpfl.cli import flower_app as flower_app_cmd
-
-    flower_app_cmd.configure(commands)
-    from dpfl.cli import write_silos as write_silos_cmd
-
-    write_silos_cmd.configure(commands)
-    from dpfl.cli import silo as silo_cmd
-
-    silo_cmd.configure(commands)
-    from dpfl.cli import reproduce as reproduce_cmd
-
-    reproduce_cmd.configure(commands)
-    for group, prefix, metavar, help_text in (
-        ("account", "account_", "ACCOUNTANT", "epsilon of a mechanism or algorithm, without training"),
-        ("calibrate", "calibrate_", "ACCOUNTANT", "the noise multiplier, number of rounds (run --solve rounds) or "
-                                                  "local epsilon0 (shuffle) that meets a target epsilon"),
-        ("plan", "plan_", "PLANNER", "hyperparameters that minimise a paper's convergence bound, before training"),
-    ):
-        group_parser = commands.add_parser(group, help=help_text, description=help_text)
-        subs = group_parser.add_subparsers(dest="accountant", required=True, metavar=metavar)
-        for module in _subcommand_modules(prefix):
-            sub = subs.add_parser(module.NAME, help=module.HELP, description=module.HELP)
-            module.configure(sub)
-            sub.add_argument("--json", action="store_true", help="print the result as JSON")
-            sub.set_defaults(handler=lambda args, m=module: print_result(summarised_result(m.execute, args), args.json))
+    parser.add_argument("--version", action=_Version)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", action=LazySubParsers)
+    for module in (run, config, plot, audit, flower_app, write_silos, silo, reproduce):
+        module.configure(commands)
+    for group, prefix, metavar, help_text in GROUPS:
+        commands.add_parser(group, help=help_text, description=help_text,
+                            fill=functools.partial(_fill_group, prefix=prefix, metavar=metavar))
     return parser
+
+
+def _fill_group(group_parser: argparse.ArgumentParser, prefix: str, metavar: str) -> None:
+    """The group's subcommands: one per module of this package named ``<prefix><name>.py``."""
+    subs = group_parser.add_subparsers(dest="accountant", required=True, metavar=metavar, action=LazySubParsers)
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith(prefix):
+            module = importlib.import_module(f"{__name__}.{info.name}")
+            subs.add_parser(module.NAME, help=module.HELP, description=module.HELP,
+                            fill=functools.partial(_fill_subcommand, module=module))
+
+
+def _fill_subcommand(sub: argparse.ArgumentParser, module) -> None:
+    module.configure(sub)
+    sub.add_argument("--json", action="store_true", help="print the result as JSON")
+    sub.set_defaults(handler=functools.partial(_answer, module))
+
+
+def _answer(module, args) -> None:
+    """Prints ``module.execute(args)``, once every ``--delta`` given (a number, or one per client) is checked as a
+    run's privacy.delta is (``check_delta``: below ``MAX_DELTA``), so that no command answers for a delta a run
+    refuses."""
+    given = getattr(args, "delta", None)
+    for delta in given if isinstance(given, tuple) else () if given is None else (given,):
+        check_delta("delta", delta)
+    print_result(summarised_result(module.execute, args), args.json)
 
 
 def _shown_as(command: str, show):

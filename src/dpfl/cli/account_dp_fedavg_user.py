@@ -11,8 +11,6 @@ assumption printed beside it).
 
 from __future__ import annotations
 
-from dpfl.algorithms.dp_fedavg_user import CLIENT_SAMPLING, PLACEMENTS
-
 NAME = "dp-fedavg-user"
 HELP = "user-level epsilon of DP-FedAvg per observer (McMahan et al. 2018), noise at the server, in shares or at " \
        "each client, optionally with adaptive clipping (Andrew et al. 2021)"
@@ -21,6 +19,8 @@ DEFAULT_BOUNDARY = {"server": "trusted", "shares": "secagg", "client": "plain"}
 
 
 def configure(parser) -> None:
+    from dpfl.algorithms.dp_fedavg_user import CLIENT_SAMPLING, PLACEMENTS  # with torch: only for this subcommand
+
     parser.add_argument("--num-clients", type=int, required=True, help="M, the number of clients")
     parser.add_argument("--client-rate", type=float, required=True, help="q, the expected fraction of clients per round")
     parser.add_argument("--client-sampling", choices=CLIENT_SAMPLING, default="poisson",

@@ -2,6 +2,8 @@
 
 ``--sampling fixed`` (a batch of exactly rate x dataset records, without replacement) is analysed under replace-one
 neighbouring, and only by the RDP accountant; ``poisson`` and ``none`` under add/remove. The output says which.
+Without ``--sampling`` it is ``poisson`` when a ``--sampling-rate`` is given and ``none`` (the plain Gaussian
+mechanism, every record in every step) when not.
 Without ``--accountant`` the answer is PLD's, or RDP's where PLD cannot answer (fixed-size sampling, or a PLD too large
 to build in seconds), with a ``note`` saying so.
 """
@@ -22,7 +24,9 @@ FIXED_NEEDS_RDP = "--sampling fixed (without replacement, replace-one) is analys
 
 def add_mechanism_arguments(parser) -> None:
     """Arguments shared with `dpfl calibrate gaussian`: sampling, steps, delta, accountant, conversion."""
-    parser.add_argument("--sampling", choices=SAMPLINGS, default="poisson", help="record sampling (default poisson)")
+    parser.add_argument("--sampling", choices=SAMPLINGS, default=None,
+                        help="record sampling (default: poisson with --sampling-rate; none without it, the plain "
+                             "Gaussian mechanism on every record)")
     parser.add_argument("--sampling-rate", type=float, help="sampling rate q in (0, 1] (poisson, fixed)")
     parser.add_argument("--dataset-size", type=int, help="records to sample from (fixed only; default 10^9)")
     parser.add_argument("--steps", type=int, required=True, help="number of compositions (steps or rounds)")
@@ -33,6 +37,13 @@ def add_mechanism_arguments(parser) -> None:
     parser.add_argument("--conversion", choices=CONVERSIONS, default="classic", help="RDP -> DP conversion (rdp)")
 
 
+def sampling_of(args) -> str:
+    """``--sampling``, by default poisson when ``--sampling-rate`` is given and none (every record) when not."""
+    if args.sampling is not None:
+        return args.sampling
+    return "none" if args.sampling_rate is None else "poisson"
+
+
 def neighboring(sampling: str) -> str:
     """The neighbouring relation the analysis of ``sampling`` holds under."""
     return "replace_one" if sampling == "fixed" else "add_remove"
@@ -40,16 +51,16 @@ def neighboring(sampling: str) -> str:
 
 def event_maker(args):
     """noise multiplier -> the event described by ``args``."""
-    return lambda noise: gaussian_event(noise, args.steps, args.sampling, args.sampling_rate, args.dataset_size)
+    return lambda noise: gaussian_event(noise, args.steps, sampling_of(args), args.sampling_rate, args.dataset_size)
 
 
 def accounted(args, compute):
     """``with_default_accountant`` for these arguments: ``compute(accountant, options)`` with options the
     (delta, accountant, conversion, neighbouring) of ``account``."""
     def run(accountant):
-        return compute((args.delta, accountant, args.conversion, neighboring(args.sampling)))
+        return compute((args.delta, accountant, args.conversion, neighboring(sampling_of(args))))
 
-    return with_default_accountant(run, args.accountant, FIXED_NEEDS_RDP if args.sampling == "fixed" else None)
+    return with_default_accountant(run, args.accountant, FIXED_NEEDS_RDP if sampling_of(args) == "fixed" else None)
 
 
 def configure(parser) -> None:
@@ -60,4 +71,4 @@ def configure(parser) -> None:
 def execute(args) -> dict:
     event = event_maker(args)(check_noise_multiplier("noise_multiplier", args.noise_multiplier))
     result, note = accounted(args, lambda options: account(event, *options))
-    return {**result.to_dict(), "neighboring": neighboring(args.sampling), **({"note": note} if note else {})}
+    return {**result.to_dict(), "neighboring": neighboring(sampling_of(args)), **({"note": note} if note else {})}

@@ -23,16 +23,20 @@ LONG_AUDIT = 5000
 
 
 def configure(commands) -> None:
-    from dpfl.audit.distinguisher import OBSERVERS, SCORES
-    from dpfl.audit.plan import ROUND_LIMIT
-    from dpfl.audit.runs import CANARIES
-
-    audit = commands.add_parser(
+    commands.add_parser(
         "audit", help="empirical lower bound on epsilon towards one observer (many runs, or one run with many "
                       "canaries)",
         description="Run R rounds of CONFIG's algorithm TRIALS times with a canary and TRIALS times with its "
                     "neighbour; print the claimed epsilon of those rounds and a lower bound that holds with the given "
-                    "confidence (a lower bound above the claim is a bug).")
+                    "confidence (a lower bound above the claim is a bug).", fill=_arguments)
+
+
+def _arguments(audit) -> None:
+    """`dpfl audit`'s arguments, added when the command is chosen (their choices come from dpfl.audit, with torch)."""
+    from dpfl.audit.distinguisher import OBSERVERS, SCORES
+    from dpfl.audit.plan import ROUND_LIMIT
+    from dpfl.audit.runs import CANARIES
+
     audit.add_argument("config", help="path of the TOML config (any algorithm that takes its per-example gradients "
                                       "from the gradient oracle, with a fixed clip)")
     add_config_keys(audit, "override a config key (repeatable)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dpfl.accounting.accountant import account
 from dpfl.accounting.calibrate import calibrate_noise
-from dpfl.cli.account_gaussian import accounted, add_mechanism_arguments, event_maker, neighboring
+from dpfl.cli.account_gaussian import accounted, add_mechanism_arguments, event_maker, neighboring, sampling_of
 from dpfl.engine.progress import Heartbeat
 
 NAME = "gaussian"
@@ -28,5 +28,5 @@ def execute(args) -> dict:
         return noise, account(make_event(noise), *options)
 
     (noise, result), note = accounted(args, calibrate)
-    return {"noise_multiplier": noise, **result.to_dict(), "neighboring": neighboring(args.sampling),
+    return {"noise_multiplier": noise, **result.to_dict(), "neighboring": neighboring(sampling_of(args)),
             **({"note": note} if note else {})}

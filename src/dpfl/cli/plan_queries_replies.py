@@ -105,6 +105,9 @@ def execute(args) -> dict:
 
         config = load_config(args.config)
     mechanism = args.mechanism or _config(config, "algorithm", "mechanism") or "laplace"
+    epsilon = args.epsilon if args.epsilon is not None else _as_tuple(_config(config, "privacy", "epsilon"))
+    if epsilon is None:  # refused before any constant is estimated (a minute of training on CONFIG's data)
+        raise ConfigError("--epsilon", None, "each client's budget eps_i (or privacy.epsilon in CONFIG)")
     known = {name: getattr(args, name) for name in CONSTANT_FLAGS}
     if mechanism == "gaussian" and args.Lambda is not None:
         known["Lambda"] = args.Lambda
@@ -138,9 +141,6 @@ def execute(args) -> dict:
         missing = "--N" if N is None else "--d" if d is None else "--p"
         raise ConfigError(missing, None, "a value, or a CONFIG to read it from")
     d = _spread("--d", d, N)
-    epsilon = args.epsilon if args.epsilon is not None else _as_tuple(_config(config, "privacy", "epsilon"))
-    if epsilon is None:
-        raise ConfigError("--epsilon", None, "each client's budget eps_i (or privacy.epsilon in CONFIG)")
     xi_flag = "--xi1" if mechanism == "laplace" else "--xi2"
     xi = getattr(args, xi_flag[2:])
     xi = xi if xi is not None else _config(config, "algorithm", "clip")

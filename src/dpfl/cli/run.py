@@ -53,12 +53,18 @@ def _algorithms_help() -> str:
     return "\n".join(lines)
 
 
+def _with_epilog(run) -> None:
+    """`dpfl run --help`'s epilog: the exit statuses and the registered algorithms (whose registry imports torch, so
+    it is read only when `dpfl run` is chosen)."""
+    run.epilog = EXIT_STATUSES + "\n\n" + _algorithms_help()
+
+
 def configure(commands) -> None:
     import argparse
 
     run = commands.add_parser("run", help="run one experiment from a TOML config",
                               description="Run one experiment; writes DIR/results.json, ledger.json, checkpoint.pt.",
-                              epilog=EXIT_STATUSES + "\n\n" + _algorithms_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+                              formatter_class=argparse.RawDescriptionHelpFormatter, fill=_with_epilog)
     run.add_argument("config", help="path of the TOML config (see examples/)")
     add_config_keys(run, "override a config key, e.g. --set algorithm.lr=0.5 (repeatable)")
     run.add_argument("--out", default=None, help="run directory (default: runs/<config name>)")

@@ -9,8 +9,8 @@
 Without client ids the records are partitioned by a scheme of ``partition.py`` over ``num_clients``; without a split
 each client's records are split at random by ``test_fraction``; a given split is kept exactly. Everything that would
 make a run meaningless or fail later is refused here, naming the file, what was expected and what was found:
-missing file, array or column, ragged arrays, non-numeric or non-finite features, bad split values, a single class,
-a client without training records.
+missing file, array or column, ragged arrays, no records or no features, non-numeric or non-finite features, bad split
+values, a single class, labels that are no classes (fractional or negative numbers), a client without training records.
 
 ``federate_arrays`` takes the npz's arrays from memory (``dpfl.run(config, data=(x, y))``), with the same checks; its
 refusals name ``data`` (the argument) instead of ``data.path``.
@@ -122,6 +122,8 @@ def federate_arrays(arrays: dict[str, np.ndarray], origin: Path | str, source: d
     if x.ndim < 2 or any(a.ndim != 1 for key, a in arrays.items() if key != "x") or len(set(lengths.values())) > 1:
         shapes = ", ".join(f"{key} {list(a.shape)}" for key, a in arrays.items())
         raise _refuse(origin, "x [N, features...] and y, client, split [N]: one entry per record in each", shapes)
+    if len(x) == 0 or int(np.prod(x.shape[1:])) == 0:
+        raise _refuse(origin, "at least one record and one feature in 'x'", f"x of shape {list(x.shape)}")
     if x.dtype.kind not in "iuf":
         raise _refuse(origin, "numeric features in 'x'", f"dtype {x.dtype}")
     test_mask = _npz_test_mask(origin, arrays["split"]) if "split" in arrays else None
@@ -242,10 +244,11 @@ def _as_numbers(values: np.ndarray) -> np.ndarray:
 def _check_records(path: Path, x: np.ndarray, y: np.ndarray, test_mask: np.ndarray | None,
                    features: list[str] | None = None, records: list[str] | None = None,
                    label: tuple[str, str] = ("data.path", "")) -> None:
-    """Finite features, at least two classes (labels that are numbers must be finite, and integers: a continuous
-    quantity is no class; ``label`` is (the key that chose them, its value)), some test records under a given split; a
-    warning (``ConfigWarning``) when the classes average fewer than ``MIN_RECORDS_PER_CLASS`` records. ``features``
-    and ``records`` name the columns and rows in messages (default: x's indices)."""
+    """Finite features, at least two classes (labels that are numbers must be finite integers 0..C-1: a continuous
+    quantity is no class, nor is -1 for 'unlabelled'; ``label`` is (the key that chose them, its value)), some test
+    records under a given split; a warning (``ConfigWarning``) when the classes average fewer than
+    ``MIN_RECORDS_PER_CLASS`` records. ``features`` and ``records`` name the columns and rows in messages (default:
+    x's indices)."""
     finite = np.isfinite(x.reshape(len(x), -1))
     if not finite.all():
         record, feature = np.argwhere(~finite)[0]
@@ -263,12 +266,23 @@ def _check_records(path: Path, x: np.ndarray, y: np.ndarray, test_mask: np.ndarr
         raise ConfigError(key, value, f"class labels (dpfl trains classifiers): integers or names (found in {path} "
                                       f"{len(fractional)} fractional numbers, e.g. {fractional[0]}, among "
                                       f"{len(classes)} distinct labels: a continuous quantity)")
+    if classes.dtype.kind in "iuf" and classes[0] < 0:  # sorted: the first is the least
+        negative = y < 0
+        raise ConfigError(key, value, f"class labels: names, or integers 0..C-1 (found in {path} "
+                                      f"{int(negative.sum())} records labelled {classes[0].item()!r}, the first "
+                                      f"{_where(records, int(np.argmax(negative)))}, among {len(classes)} distinct "
+                                      "labels; a negative label, often -1 for 'unlabelled', is no class)")
     if len(classes) * MIN_RECORDS_PER_CLASS > len(y):
         warnings.warn(f"{key} = {value!r}: {len(classes)} classes for {len(y)} records in {path} "
                       f"({len(y) / len(classes):.1f} records per class): are these labels classes?", ConfigWarning,
                       stacklevel=3)
     if test_mask is not None and not test_mask.any():
         raise _refuse(path, "some records marked 'test' in the split", "every record marked 'train'")
+
+
+def _where(records: list[str] | None, index: int) -> str:
+    """Record ``index`` as a message names it: by ``records`` (a csv's line) or as y's index."""
+    return records[index] if records else f"y[{index}]"
 
 
 # -- shapes, for a memory estimate ---------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +52,7 @@ from dpfl.engine.progress import Progress
 from dpfl.engine.protocol import Algorithm, ClientOutput
 from dpfl.engine.sampling import ClientSampler
 from dpfl.engine.stop_signal import STOP_SIGNALS, StopOnSignal
-from dpfl.errors import BudgetExceededError, RunDirectoryError, TrainingDivergedError
+from dpfl.errors import BudgetExceededError, RunDirectoryError, TrainingDivergedError, check_range
 
 #: A mean train cross-entropy above this stops a run as diverged, as a non-finite one does: a uniform guess among K
 #: classes scores ln K (< 10 for up to 22,000 classes), so such a loss means logits thousands of units wrong, a
@@ -265,7 +266,11 @@ class Simulation:
         checkpoint_dir) and returns with ``interrupted`` and ``stop_signal`` set and ``stopped_reason`` saying so (a
         second one raises ``RunAborted`` at once: ``stop_signal.StopOnSignal``).
         ``on_evaluated(self)`` is called after each evaluated round, once its metrics are in ``history`` and its
-        checkpoint (if due) is written (the runner writes results.json there)."""
+        checkpoint (if due) is written (the runner writes results.json there). A negative or fractional ``rounds`` is
+        refused (``ConfigError``); one at most the rounds done returns [] at once."""
+        if isinstance(rounds, numbers.Integral) and not isinstance(rounds, bool):
+            rounds = int(rounds)  # a numpy integer too
+        rounds = check_range("rounds", rounds, 0, integer=True)
         bar = Progress(rounds, self.next_round, progress)
         started, wall, session = time.perf_counter(), self.wall_seconds, self.session_seconds
 

@@ -79,7 +79,7 @@ def assemble(config: RunConfig, out_dir: Path | None = None, workers=None, noise
     doubtful.check_cohort(clients)
     doubtful.check_observers(boundary.observers, dataset.num_clients)
     ledger = build_ledger(config, boundary, delta, algorithm, budget=True)
-    return Simulation(
+    sim = Simulation(
         train, test, CohortGradients(model.to(device), loss=supplied.loss), algorithm, clients, ledger, seed=key,
         run_id=run_id, secret=run.noise_seed is None, boundary=boundary, eval_every=run.eval_every,
         memory_budget_bytes=chunk_budget_bytes(device, run.memory_budget_bytes), device=device,
@@ -87,6 +87,9 @@ def assemble(config: RunConfig, out_dir: Path | None = None, workers=None, noise
         release=release_hash(config.raw, config.algorithm.spec), data=dataset.info,
         workers=None if workers is None else workers(config, dataset, delta), evaluator=evaluator,
     )
+    if config.privacy.epsilon is None or config.algorithm.spec.calibration is None:  # calibrated: epsilon is the target
+        doubtful.check_smallest_client(sim, dataset.info.get("partition", {}).get("client_ids"))
+    return sim
 
 
 def build_data(data: Mapping[str, object], supplied: Supplied = NOTHING) -> FederatedDataset:

@@ -18,7 +18,7 @@ from dpfl.algorithms import registry
 from dpfl.engine.boundary import Boundary
 from dpfl.engine.device import resolve_device
 from dpfl.engine.sampling import ClientSampler
-from dpfl.errors import ConfigError, check_range, check_target_epsilon
+from dpfl.errors import ConfigError, check_delta, check_range, check_target_epsilon
 from dpfl.models import check_model_keys
 
 if TYPE_CHECKING:
@@ -26,10 +26,6 @@ if TYPE_CHECKING:
 
 #: A stand-in for privacy.delta when it is left to its data-dependent default: only the other ledger keys are checked.
 _DELTA_STAND_IN = 0.5
-#: privacy.delta must be below this: delta is the probability that the epsilon guarantee fails outright, and a delta
-#: of 0.1 allows a mechanism that publishes a tenth of the records in full (values above 1 / N warn:
-#: ``dpfl.experiments.doubtful``).
-MAX_DELTA = 0.1
 
 
 def validate(config: RunConfig) -> None:
@@ -50,10 +46,8 @@ def validate(config: RunConfig) -> None:
     if privacy.epsilon is not None:
         check_target_epsilon("privacy.epsilon", privacy.epsilon)
     delta = privacy.delta
-    if delta is not None and check_range("privacy.delta", delta, 0.0, 1.0, low_open=True, high_open=True) >= MAX_DELTA:
-        raise ConfigError("privacy.delta", delta, f"a number in (0, {MAX_DELTA:g}): delta is the probability that the "
-                                                  "epsilon guarantee fails outright, meant to be well below 1 / N "
-                                                  "(N training records; the default is 1 / N)")
+    if delta is not None:
+        check_delta("privacy.delta", delta)  # below MAX_DELTA: values above 1 / N warn (dpfl.experiments.doubtful)
     num_clients = config.data["num_clients"]
     if num_clients is not None:  # None (data with its own clients): the sampler is checked once the data is built
         check_range("data.num_clients", num_clients, 1, integer=True)
