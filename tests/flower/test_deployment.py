@@ -33,6 +33,9 @@ if not (BIN / "flower-superlink").exists():
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 DATA = '[data]\nname = "synthetic"\nnum_clients = 3\nsamples_per_client = 40\n\n[run]\nthreads = 1\nnoise_seed = 0\n'
+#: SCAFFOLD's runs state run.secure_noise (the default of a Flower App where the algorithm takes it), so that `dpfl run`
+#: draws the same exact discrete Gaussian noise; fedsgd-dpc does not take it (the app leaves it false).
+SECURE = "secure_noise = true\n"
 SCAFFOLD = ('[algorithm]\nname = "dp-scaffold"\nrounds = 3\nlocal_steps = 2\nclient_rate = 0.67\n'
             'client_sampling = "fixed"\nsample_rate = 0.25\nlr = 0.5\nclip = 1.0\nnoise_multiplier = 1.5\n')
 DPC = '[algorithm]\nname = "fedsgd-dpc"\nrounds = 3\nclients_per_round = 2\nlr = 0.5\n\n[privacy]\nepsilon = 3.0\n'
@@ -230,7 +233,7 @@ def test_deployment_reproduces_dpfl_run(localhost, tmp_path, monkeypatch, write_
     """3 rounds on a SuperLink and 3 SuperNodes (separate processes): the same ledger (events, epsilons,
     not the fingerprints, which commit to the release config) as `dpfl run`, exactly, and the same model, noise
     included."""
-    config = write_config(tmp_path, "experiment", DATA + family)
+    config = write_config(tmp_path, "experiment", DATA + (SECURE if family == SCAFFOLD else "") + family)
     pins = silo_pin(load_config(config))  # each silo enrolled in the release (and the research mode's seed)
     for client, silo in enumerate(write_silos(load_config(config), tmp_path)):
         localhost.supernode(client, silo, **pins)
@@ -262,7 +265,7 @@ def test_a_silo_that_dies_mid_round_aborts_it_and_the_resumed_run_keeps_its_char
     the model of an uninterrupted `dpfl run`: round 2's charge is neither lost nor charged twice (its replay has the
     recorded fingerprint)."""
     config = write_config(tmp_path, "experiment", DATA.replace("threads = 1", "threads = 1\ncheckpoint_every = 1")
-                          + SCAFFOLD.replace("client_rate = 0.67", "client_rate = 1.0"))
+                          + SECURE + SCAFFOLD.replace("client_rate = 0.67", "client_rate = 1.0"))
     silos, pins = write_silos(load_config(config), tmp_path), silo_pin(load_config(config))
     marker = tmp_path / "stalled"
     for client, silo in enumerate(silos):

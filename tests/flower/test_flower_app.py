@@ -29,7 +29,8 @@ def test_flower_app_writes_a_flower_project_carrying_the_config(tmp_path):
     assert app["components"] == {"serverapp": "dpfl_app.server_app:app", "clientapp": "dpfl_app.client_app:app"}
     expected = load_config(path, ["algorithm.rounds=5"])
     metadata = {"name": "silos", "num_clients": 3, "num_classes": 10, "feature_shape": [40]}  # synthetic's
-    assert json.loads(app["config"]["dpfl-config"]) == {**expected, "data": metadata}
+    secure = {**expected["run"], "secure_noise": True}  # the default on Flower where the algorithm supports it
+    assert json.loads(app["config"]["dpfl-config"]) == {**expected, "data": metadata, "run": secure}
     assert app["config"]["out"] == str((out / "run").resolve()) and app["config"]["evaluation"] == "none"
     assert project["project"]["dependencies"] == ["dpfl[flower]"]
     carried = (out / "dpfl.toml").read_text()
@@ -39,6 +40,38 @@ def test_flower_app_writes_a_flower_project_carrying_the_config(tmp_path):
     assert main(["flower-app", str(path), "--out", str(out)]) == 0  # regenerating over its own app is allowed
     (out / "notes.txt").write_text("mine")
     assert main(["flower-app", str(path), "--out", str(out)]) == 2  # another folder's files are not overwritten
+
+
+@pytest.mark.parametrize("case", ["default", "turned off", "in the file", "unsupported"])
+def test_secure_noise_is_the_default_of_a_flower_app_where_the_algorithm_supports_it(tmp_path, capsys, case):
+    """`dpfl flower-app` sets run.secure_noise = true unless the config file or the command line sets it, or the
+    algorithm cannot take it (then it says why); `dpfl write-silos` pins the same release (`dpfl silo pin`)."""
+    path = tmp_path / "c.toml"
+    text = {"in the file": CONFIG + "secure_noise = false\n",
+            "unsupported": CONFIG + '\n[privacy]\nanalysis = "paper"\n'}.get(case, CONFIG)
+    path.write_text(text)
+    extra = ["--set", "run.secure_noise=false"] if case == "turned off" else []
+    assert main(["flower-app", str(path), "--out", str(tmp_path / "app"), *extra]) == 0
+    carried = json.loads(tomllib.loads((tmp_path / "app" / "pyproject.toml").read_text())
+                         ["tool"]["flwr"]["app"]["config"]["dpfl-config"])
+    err = capsys.readouterr().err
+    assert carried["run"]["secure_noise"] is (case == "default")
+    assert ("run.secure_noise = true: the default on Flower" in err) is (case == "default")
+    assert ("run.secure_noise stays false (the default on Flower only where dpfl supports it" in err) is \
+        (case == "unsupported")
+    assert main(["write-silos", str(path), "--out", str(tmp_path / "silos"), *extra]) == 0
+    pinned = set(re_pins(capsys.readouterr().err))
+    from dpfl.experiments.assembly import build_data
+
+    counts = ",".join(str(int(n)) for n in build_data(load_config(path)["data"]).train.counts)
+    assert main(["silo", "pin", str(tmp_path / "app"), "--counts", counts]) == 0
+    assert pinned == {capsys.readouterr().out.strip()}
+
+
+def re_pins(text: str) -> list[str]:
+    import re
+
+    return re.findall(r'release-sha256="([0-9a-f]{64})"', text)
 
 
 def test_flower_app_is_a_valid_flower_project(tmp_path):

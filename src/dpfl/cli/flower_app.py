@@ -5,7 +5,8 @@
 The app carries the federation's public metadata, not a path to data: the number of clients (data.num_clients), of
 classes and the features' shape. Given --classes and --features, no data is read; without them they are taken from
 the config's data on this machine (a rehearsal, e.g. with `dpfl write-silos`). The ServerApp asks the silos for
-their record counts."""
+their record counts. Where the config leaves run.secure_noise unset and the algorithm supports it, the app sets it
+(``dpfl.flower.app_dir.with_secure_noise``: the default on Flower)."""
 
 from __future__ import annotations
 
@@ -35,11 +36,12 @@ def _flower_app(args) -> None:
     from dpfl.experiments.assembly import build_data
     from dpfl.experiments.config import load_config
     from dpfl.experiments.resolved import resolve, with_threads
-    from dpfl.flower.app_dir import write_flower_app
+    from dpfl.flower.app_dir import with_secure_noise, write_flower_app
     from dpfl.flower.federation import Federation
 
     config = with_threads(load_config(args.config, args.overrides, args.unset))
     resolve(config)  # its ranges, before any data is built
+    config, secure_note = with_secure_noise(config, args.config, [*args.overrides, *args.unset])
     if (args.classes is None) != (args.features is None):
         raise ConfigError("--classes" if args.classes is None else "--features", None,
                           "both --classes and --features (the federation's metadata), or neither (taken from the "
@@ -52,6 +54,8 @@ def _flower_app(args) -> None:
     print(f"wrote the Flower App {out} for {federation.num_clients} clients, {federation.num_classes} classes, "
           f"features {list(federation.feature_shape)} (from {source}; the app holds no path to data); start it with: "
           f"flwr run {out} <superlink>", file=sys.stderr)
+    if secure_note:
+        print(secure_note, file=sys.stderr)
 
 
 def _given(config: dict, classes: int, features: str):

@@ -30,7 +30,7 @@ def _write_silos(args) -> None:
     from dpfl.experiments.assembly import build_data
     from dpfl.experiments.config import load_config
     from dpfl.experiments.resolved import resolve, with_threads
-    from dpfl.flower.app_dir import app_config, check_enforced
+    from dpfl.flower.app_dir import app_config, check_enforced, with_secure_noise
     from dpfl.flower.enrolment import FOLDER, enrol, node_config_text
     from dpfl.flower.federation import Federation
     from dpfl.flower.pin import PIN, release_sha256
@@ -46,6 +46,7 @@ def _write_silos(args) -> None:
                                              f"(found {foreign[:5]})")
     config = with_threads(load_config(args.config, args.overrides, args.unset))  # as `dpfl flower-app` carries it
     resolve(config)
+    config, _ = with_secure_noise(config, args.config, [*args.overrides, *args.unset])
     check_enforced(config)
     dataset = build_data(config["data"])
     out.mkdir(parents=True, exist_ok=True)

@@ -86,6 +86,29 @@ def check_enforced(config: dict) -> None:
                                                           "shuffler with `dpfl run`)")
 
 
+def with_secure_noise(config: dict, config_path: str | Path, keys: list[str]) -> tuple[dict, str | None]:
+    """``config`` with run.secure_noise = true, the default on Flower (``dpfl.noise.DiscreteGaussianMechanism``:
+    exact discrete Gaussian noise from each silo's ChaCha20 streams, which neither a floating-point attack nor a
+    recovered generator state can read), where neither the config file ``config_path`` nor the command line's
+    ``keys`` (its --set KEY=VALUE and --unset KEY) set it and the algorithm and privacy settings support it
+    (``validate.check_secure_noise``); else ``config``. With the line that says which (None: the user chose)."""
+    import tomllib
+
+    from dpfl.experiments.resolved import resolve
+
+    given = "secure_noise" in tomllib.loads(Path(config_path).read_text()).get("run", {}) or any(
+        key.split("=", 1)[0].strip() == "run.secure_noise" for key in keys)
+    if given:
+        return config, None
+    secure = {**config, "run": {**config["run"], "secure_noise": True}}
+    try:
+        resolve(secure)
+    except ConfigError as refused:
+        return config, f"run.secure_noise stays false (the default on Flower only where dpfl supports it: {refused})"
+    return secure, ("run.secure_noise = true: the default on Flower (each silo draws exact discrete Gaussian noise "
+                    "from ChaCha20 streams of its own key); --set run.secure_noise=false turns it off")
+
+
 def app_config(config: dict, federation: Federation) -> dict:
     """The config a Flower App carries: ``config`` with its [data] section replaced by ``federation``'s metadata."""
     return {**config, "data": federation.section()}
@@ -128,4 +151,4 @@ def write_flower_app(config_path: str | Path, config: dict, out: str | Path, fed
     return out
 
 
-__all__ = ["check_enforced", "app_config", "write_flower_app"]
+__all__ = ["check_enforced", "with_secure_noise", "app_config", "write_flower_app"]
