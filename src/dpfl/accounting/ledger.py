@@ -101,7 +101,7 @@ class PrivacyLedger:
         self._events: dict[str, dp_event.DpEvent] = {}  # repr(event) -> event (events may hold lists: unhashable)
         self._journal: list[tuple] = []  # (round index, events, fingerprint) of every composition, in order
         self._latest: dict[int, int] = {}  # round index -> the journal position of its latest composition
-        self._spent: dict[str, float] | None = None  # epsilon of the compositions so far (None: not computed yet)
+        self._spent: dict[str, float] = {}  # observer -> epsilon of its compositions so far, once asked
         self._memo: dict[tuple, float] = {}  # (accountant name, composition) -> epsilon at self.delta
 
     # -- composition --------------------------------------------------------------------------------------------
@@ -109,27 +109,27 @@ class PrivacyLedger:
         """Composes one round's events (one per observer) unless that round is already recorded with the same events
         and the same ``fingerprint`` (an identifier of the randomness the round will use: the same fingerprint means
         the same release, so a replay adds no privacy loss; None never matches). Raises BudgetExceededError,
-        composing nothing, if a budget would be exceeded. Returns epsilon per observer."""
+        composing nothing, if a budget would be exceeded. Epsilon is accounted here only towards the observers a
+        budget names; the others' when it is read (``epsilon``)."""
         missing = set(self.observers) - set(events)
         if missing:
             raise ValueError(f"round {round_index} has no event for observer(s) {sorted(missing)}")
         latest = self._latest.get(round_index)
         if fingerprint is not None and latest is not None and self._journal[latest][1:] == (dict(events), fingerprint):
-            return self.epsilon()
-        after = self._epsilon(extra=[events])
+            return
+        after = self._epsilon(extra=[events], observers=list(self.budget))  # only what a budget checks
         for observer, limit in self.budget.items():
             if after[observer] > limit:
                 raise BudgetExceededError(
                     f"round {round_index} would raise epsilon towards {OBSERVER_NAMES.get(observer, observer)} to "
                     f"{after[observer]:.4g} > privacy.budget.{observer} = {limit:g} (delta = {self.delta:g}); "
-                    f"the run stops before that round draws any noise, having spent {self.epsilon()[observer]:.4g}"
+                    f"the run stops before that round draws any noise, having spent {self._spent_by(observer):.4g}"
                 )
         self._append(round_index, events, fingerprint)
         self._spent = after  # the same compositions: no need to account them again
-        return dict(after)
 
     def _append(self, round_index: int, events: dict[str, dp_event.DpEvent], fingerprint: str | None) -> None:
-        self._spent = None
+        self._spent = {}
         self._latest[round_index] = len(self._journal)
         self._journal.append((round_index, dict(events), fingerprint))
         for observer in self.observers:
@@ -145,9 +145,13 @@ class PrivacyLedger:
 
     def epsilon(self) -> dict[str, float]:
         """Epsilon spent so far towards each observer, at ``self.delta`` (inf for a non-private run)."""
-        if self._spent is None:
-            self._spent = self._epsilon()
-        return dict(self._spent)
+        return {o: self._spent_by(o) for o in self.observers}
+
+    def _spent_by(self, observer: str) -> float:
+        """Epsilon spent so far towards ``observer``, accounted once per composition (when first asked)."""
+        if observer not in self._spent:
+            self._spent[observer] = self._epsilon_of(observer, self._composed(observer))
+        return self._spent[observer]
 
     def epsilon_through(self, round_index: int) -> dict[str, float]:
         """Epsilon towards each observer as it stood when round ``round_index`` was last composed: every composition
@@ -174,7 +178,8 @@ class PrivacyLedger:
         return {o: accountants.chosen_name(self._accountant(o, self._composed(o, rounds))) for o in self.observers}
 
     def _epsilon(self, extra: list[dict[str, dp_event.DpEvent]] = (), observers=None) -> dict[str, float]:
-        return {o: self._epsilon_of(o, self._composed(o, extra)) for o in (observers or self.observers)}
+        return {o: self._epsilon_of(o, self._composed(o, extra)) for o in
+                (self.observers if observers is None else observers)}
 
     def _composed(self, observer: str, extra: list[dict[str, dp_event.DpEvent]] = ()) -> list[tuple[str, int]]:
         """(event key, rounds) of everything ``observer`` was charged, then of the rounds ``extra``, rounds that
