@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from dp_accounting import dp_event
 from dp_accounting.pld import pld_pmf
+from scipy import fft
 
 from dpfl.accounting import pld, pld_power
 from dpfl.accounting.events import ParticipationDpEvent
@@ -68,3 +69,11 @@ def test_the_cache_holds_a_bounded_number_of_points(monkeypatch):
     assert sum(map(pld._points, pld._CACHE.values())) <= 600_000
     assert (repr(event), NeighborRel.ADD_OR_REMOVE_ONE, pld.VALUE_DISCRETIZATION_INTERVAL) in pld._CACHE
     pld._CACHE.clear()
+
+
+@pytest.mark.parametrize("length", [1, 2, 3, 15, 16, 4375, 4608, 10125])  # odd and even, 5- and 7-smooth
+def test_the_transform_is_scipys_bit_for_bit(length):
+    values = np.random.default_rng(length).random(min(length, 3000))
+    assert np.array_equal(pld_power._transform(values, length), fft.fft(values, length))
+    spectrum = fft.fft(values, length) ** 3
+    assert np.array_equal(np.fft.ifft(spectrum), fft.ifft(spectrum))

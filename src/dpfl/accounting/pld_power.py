@@ -15,9 +15,15 @@ Step 1's 40 log-sum-exps over the n points are 85-90% of the work and do not dep
 L stays the same (``next_fast_len`` rounds L up, so it changes every few rounds). ``self_compose`` keeps both per PMF
 (``_Moments``, held only as long as the PMF is: a weak reference) and does the remaining operations exactly as
 dp_accounting does them, in the same order on the same operands: the same numbers, bit for bit (tested against
-dp_accounting on Gaussian, Laplace, subsampled and mixture PMFs). Sparse PMFs (a few points: Laplace, randomized
-response) are left to dp_accounting, whose sparse path is cheap. Another dp_accounting layout (private attributes
-renamed) falls back to dp_accounting's own ``self_compose``.
+dp_accounting on Gaussian, Laplace, subsampled and mixture PMFs). Sparse PMFs (a few points: randomized response) are
+left to dp_accounting, whose sparse path is cheap. Another dp_accounting layout (private attributes renamed) falls back
+to dp_accounting's own ``self_compose``.
+
+**Memory.** The transforms are numpy's, not scipy's: scipy's pocketfft keeps the plans of the last 16 lengths it was
+asked for (about 40 bytes per point each), and a ledger asks for a new length every few rounds, so a run held 16 plans
+of 10^6 points and more (0.6-1.2 GB) for good. numpy's pocketfft keeps none. The numbers are the same: numpy's
+``ifft`` is scipy's bit for bit, and scipy's ``fft`` of a real sequence is its real transform (numpy's ``rfft``, bit for
+bit) completed by conjugate symmetry (``_transform``; tested).
 """
 
 from __future__ import annotations
@@ -45,8 +51,18 @@ class _Moments:
 
     def transform_at(self, probs: np.ndarray, length: int) -> np.ndarray:
         if length != self.fft_length:
-            self.fft_length, self.transform = length, fft.fft(probs, length)
+            self.fft_length, self.transform = length, _transform(probs, length)
         return self.transform
+
+
+def _transform(values: np.ndarray, length: int) -> np.ndarray:
+    """``scipy.fft.fft(values, length)`` of a real sequence, bit for bit, without scipy's plan cache: the real
+    transform X_0..X_{length // 2}, then X_{length - k} = conj(X_k)."""
+    half = np.fft.rfft(values, length)
+    full = np.empty(length, dtype=complex)
+    full[: len(half)] = half
+    full[len(half):] = np.conj(half[1: length - len(half) + 1][::-1])
+    return full
 
 
 _MOMENTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # DensePLDPmf -> _Moments
@@ -91,7 +107,7 @@ def _self_compose_pmf(pmf: pld_pmf.PLDPmf, count: int, tail: float) -> pld_pmf.P
             lower = max(lower, math.floor(bound))
     output_length = upper - lower + 1
     length = fft.next_fast_len(max(output_length, len(probs)))
-    convolution = np.real(fft.ifft(moments.transform_at(probs, length) ** count))
+    convolution = np.real(np.fft.ifft(moments.transform_at(probs, length) ** count))
     composed = np.array(np.roll(convolution, -lower)[:output_length])
     inf_prob = tail - math.expm1(count * math.log1p(-infinity_mass))
     return pld_pmf.DensePLDPmf(discretization, lower_loss * count + lower, composed, inf_prob, pessimistic)
