@@ -3,7 +3,7 @@ DP-FedAvg workload and every registered family's minimal config (tests/algorithm
 
     python benchmarks/ledger_cost.py                     # every case, one process each, a table
     python benchmarks/ledger_cost.py user budgeted       # cases whose name contains any of these words
-    PYTHONPATH=/elsewhere/src python benchmarks/ledger_cost.py ...   # another checkout's dpfl (before / after)
+    python benchmarks/ledger_cost.py --before /tmp/old/src user   # each case also with another checkout's dpfl
 
 A round is what ``dpfl run`` does per round at the default run.eval_every = 1: ``Simulation.step`` (the ledger's
 record, ledger.json saved before the noise, the cohort's work) and ``Simulation.evaluate`` (the metrics, with epsilon
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -133,15 +134,21 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["--case"]:
         print(json.dumps(measure(argv[1])))
         return
+    checkouts = {"": None}
+    if argv[:1] == ["--before"]:
+        checkouts, argv = {" (before)": argv[1], "": None}, argv[2:]
     chosen = [c for c in case_names() if not argv or any(word in c for word in argv)]
     print("| case | rounds | ledger, round 1 | ledger, all rounds | ms/round | ms/round without ledger | "
           "MB after build | MB peak |\n|---|---|---|---|---|---|---|---|", flush=True)
     for case in chosen:
-        done = subprocess.run([sys.executable, __file__, "--case", case], capture_output=True, text=True)
-        if done.returncode:
-            print(f"| {case} | failed: {done.stderr.strip().splitlines()[-1][:100]} |", flush=True)
-            continue
-        print(row(json.loads(done.stdout.strip().splitlines()[-1])), flush=True)
+        for label, source in checkouts.items():  # interleaved: both see the same load
+            env = None if source is None else {**os.environ, "PYTHONPATH": source}
+            done = subprocess.run([sys.executable, __file__, "--case", case], capture_output=True, text=True, env=env)
+            if done.returncode:
+                print(f"| {case}{label} | failed: {done.stderr.strip().splitlines()[-1][:100]} |", flush=True)
+                continue
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            print(row({**result, "case": case + label}), flush=True)
 
 
 if __name__ == "__main__":

@@ -77,3 +77,15 @@ def test_the_transform_is_scipys_bit_for_bit(length):
     assert np.array_equal(pld_power._transform(values, length), fft.fft(values, length))
     spectrum = fft.fft(values, length) ** 3
     assert np.array_equal(np.fft.ifft(spectrum), fft.ifft(spectrum))
+
+
+def test_the_kept_transforms_hold_at_most_their_budget(monkeypatch):
+    monkeypatch.setattr(pld_power, "TRANSFORM_POINTS", 300_000)
+    bases = [base_pld(name) for name in ("gaussian", "poisson", "participation")]
+    for count in (10, 20):
+        for base in bases:
+            expected = base.self_compose(count)
+            assert np.array_equal(pld_power.self_compose(base, count)._pmf_remove._probs, expected._pmf_remove._probs)
+            lengths = [m.fft_length for m in pld_power._MOMENTS.values() if m.transform is not None]
+            assert sum(lengths) <= 300_000 or len(lengths) == 1, lengths  # beyond the budget: only the one in use
+    assert max(m.fft_length for m in pld_power._MOMENTS.values()) > 100_000  # the budget held two at most

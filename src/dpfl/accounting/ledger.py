@@ -102,7 +102,8 @@ class PrivacyLedger:
         self._journal: list[tuple] = []  # (round index, events, fingerprint) of every composition, in order
         self._latest: dict[int, int] = {}  # round index -> the journal position of its latest composition
         self._spent: dict[str, float] = {}  # observer -> epsilon of its compositions so far, once asked
-        self._memo: dict[tuple, float] = {}  # (accountant name, composition) -> epsilon at self.delta
+        self._memo: dict[tuple, float | str] = {}  # (accountant name, composition) -> epsilon at self.delta, and
+        # ("chosen", accountant name, composition) -> the accountant that answers
 
     # -- composition --------------------------------------------------------------------------------------------
     def record(self, round_index: int, events: dict[str, dp_event.DpEvent], fingerprint: str | None = None):
@@ -175,7 +176,7 @@ class PrivacyLedger:
     def accountants_after(self, rounds: Iterable[dict[str, dp_event.DpEvent]]) -> dict[str, str]:
         """The accountant that would answer for each observer after ``rounds`` (as ``epsilon_after``)."""
         rounds = list(rounds)
-        return {o: accountants.chosen_name(self._accountant(o, self._composed(o, rounds))) for o in self.observers}
+        return {o: self._chosen(o, self._composed(o, rounds)) for o in self.observers}
 
     def _epsilon(self, extra: list[dict[str, dp_event.DpEvent]] = (), observers=None) -> dict[str, float]:
         return {o: self._epsilon_of(o, self._composed(o, extra)) for o in
@@ -233,7 +234,15 @@ class PrivacyLedger:
 
     def accountants(self) -> dict[str, str]:
         """The accountant that answers for each observer's composition so far (for "tightest", the one it chose)."""
-        return {o: accountants.chosen_name(self._accountant(o, self._composed(o))) for o in self.observers}
+        return {o: self._chosen(o, self._composed(o)) for o in self.observers}
+
+    def _chosen(self, observer: str, composed: list[tuple[str, int]]) -> str:
+        """The name of the accountant that answers for ``composed`` (``accountants.chosen_name``), remembered per
+        composition as its epsilon is (ledger.json names it at every save)."""
+        memo_key = ("chosen", self.accountant_names[observer], tuple(composed))
+        if memo_key not in self._memo:
+            self._memo[memo_key] = accountants.chosen_name(self._accountant(observer, composed))
+        return self._memo[memo_key]
 
     def hides_iterates(self) -> bool:
         """Whether some observer is charged hidden iterates (``ProjectedStepDpEvent``: only the final model)."""

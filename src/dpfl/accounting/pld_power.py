@@ -37,6 +37,8 @@ from scipy import fft, special
 
 #: dp_accounting's default tail mass truncated by a self-composition (``PrivacyLossDistribution.self_compose``)
 TAIL_MASS_TRUNCATION = 1e-15
+#: The most points the kept transforms hold in all (16 bytes each: 64 MB; the one in use is kept beyond it)
+TRANSFORM_POINTS = 4_000_000
 
 
 class _Moments:
@@ -44,13 +46,17 @@ class _Moments:
     Chernoff orders, and its FFT at the last length asked for."""
 
     def __init__(self, probs: np.ndarray):
-        n = len(probs)
+        n = len(probs)  # the moments: 40 numbers; the transform: one per point, within TRANSFORM_POINTS in all
         self.orders = np.concatenate((np.arange(-20, 0), np.arange(1, 21))) / n
         self.log_mgfs = [special.logsumexp(np.arange(n) * order, b=probs) for order in self.orders]
         self.fft_length, self.transform = 0, None
 
     def transform_at(self, probs: np.ndarray, length: int) -> np.ndarray:
         if length != self.fft_length:
+            others = [m for m in list(_MOMENTS.values()) if m is not self]
+            for other in others:  # within TRANSFORM_POINTS in all with this one: the others' go first
+                if sum(m.fft_length for m in others) + length > TRANSFORM_POINTS:
+                    other.fft_length, other.transform = 0, None
             self.fft_length, self.transform = length, _transform(probs, length)
         return self.transform
 
@@ -87,24 +93,15 @@ def _self_compose_pmf(pmf: pld_pmf.PLDPmf, count: int, tail: float) -> pld_pmf.P
     and the transform of ``_Moments``; any other PMF: its own."""
     if not isinstance(pmf, pld_pmf.DensePLDPmf) or count <= 0 or tail == 0:
         return pmf.self_compose(count, tail)
-    try:
-        probs, lower_loss = pmf._probs, pmf._lower_loss  # noqa: SLF001
-        infinity_mass, discretization, pessimistic = pmf._infinity_mass, pmf._discretization, \
-            pmf._pessimistic_estimate  # noqa: SLF001
+    try:  # noqa: SLF001 (0.6.0's layout)
+        probs, lower_loss, infinity_mass = pmf._probs, pmf._lower_loss, pmf._infinity_mass
+        discretization, pessimistic = pmf._discretization, pmf._pessimistic_estimate
     except AttributeError:
         return pmf.self_compose(count, tail)
     moments = _MOMENTS.get(pmf)
     if moments is None:
         moments = _MOMENTS[pmf] = _Moments(probs)
-    lower, upper = 0, (len(probs) - 1) * count
-    for order, log_mgf in zip(moments.orders, moments.log_mgfs):
-        bound = (count * log_mgf + math.log(2 / tail)) / order
-        if not math.isfinite(bound):
-            continue
-        if order > 0:
-            upper = min(upper, math.ceil(bound))
-        if order < 0:
-            lower = max(lower, math.floor(bound))
+    lower, upper = _chernoff_bounds(moments, len(probs), count, tail)
     output_length = upper - lower + 1
     length = fft.next_fast_len(max(output_length, len(probs)))
     convolution = np.real(np.fft.ifft(moments.transform_at(probs, length) ** count))
@@ -113,4 +110,19 @@ def _self_compose_pmf(pmf: pld_pmf.PLDPmf, count: int, tail: float) -> pld_pmf.P
     return pld_pmf.DensePLDPmf(discretization, lower_loss * count + lower, composed, inf_prob, pessimistic)
 
 
-__all__ = ["TAIL_MASS_TRUNCATION", "self_compose"]
+def _chernoff_bounds(moments: _Moments, size: int, count: int, tail: float) -> tuple[int, int]:
+    """``common.compute_self_convolve_bounds``: the range of the ``count``-fold convolution of a PMF of ``size`` points
+    outside which it has mass at most ``tail`` (Chernoff's bound at each of the 40 orders), from its cached moments."""
+    lower, upper = 0, (size - 1) * count
+    for order, log_mgf in zip(moments.orders, moments.log_mgfs):
+        bound = (count * log_mgf + math.log(2 / tail)) / order
+        if not math.isfinite(bound):
+            continue
+        if order > 0:
+            upper = min(upper, math.ceil(bound))
+        if order < 0:
+            lower = max(lower, math.floor(bound))
+    return lower, upper
+
+
+__all__ = ["TAIL_MASS_TRUNCATION", "TRANSFORM_POINTS", "self_compose"]
