@@ -21,10 +21,18 @@ How epsilon is computed follows the run's analysis (``dpfl.accounting.observers`
 
 The ledger keeps a count per distinct event; epsilon is each observer's accountant (``dpfl.accounting.accountants``)
 over the count-fold events, which costs one cached curve (RDP) or one self-composition (PLD) per distinct event,
-whatever the number of rounds. An accountant whose answer depends on the order of the events (``accountants.ORDERED``:
-the last-iterate accountant, for runs that release only their final model) is fed the runs of equal consecutive
-events in order instead. The epsilon after a recorded round is the one ``record`` computed for its budget check, kept
-until the next composition.
+whatever the number of rounds: one FFT at the composed PLD's size, the round event's PLD built once and its Chernoff
+moments and transform kept (``dpfl.accounting.pld_power``: dp_accounting's numbers bit for bit). An accountant whose
+answer depends on the order of the events (``accountants.ORDERED``: the last-iterate accountant, for runs that release
+only their final model) is fed the runs of equal consecutive events in order instead.
+
+Epsilon is computed when it is read, once per composition and observer: ``record`` accounts only the observers a
+budget names (the others' epsilon is not needed to decide the round), and keeps their epsilon until the next
+composition; ``epsilon`` accounts the others when first asked. Composing incrementally (the composition so far
+convolved with the new round's PLD, or count-fold events by repeated doubling) is not done: its truncation and rounding
+differ from the self-composition's, so the numbers would differ from those a fresh ledger reports, and a convolution
+at the composed size costs what the one FFT of the self-composition costs. The numbers are those of a fresh ledger
+composing from scratch, exactly (tests/accounting/test_ledger_fresh.py).
 
 ``epsilon_composition`` answers, beside it, what composing every round's iterate would cost the same observers (an
 event that describes a hidden iterate, ``ProjectedStepDpEvent``, carries that event): the baseline a run that
