@@ -9,7 +9,8 @@ A round is what ``dpfl run`` does per round at the default run.eval_every = 1: `
 record, ledger.json saved before the noise, the cohort's work) and ``Simulation.evaluate`` (the metrics, with epsilon
 towards every observer), in a run directory, on one CPU thread. The ledger's time is the time spent in the
 ``PrivacyLedger`` methods the simulator calls (outermost calls only). Columns: the ledger's share of the first round
-and of all rounds, the mean round with and without the ledger's time, the process's resident memory after the build and
+(the round events' PLDs or RDP curves are built there), of the later rounds and of all rounds, the mean round with
+and without the ledger's time, the process's resident memory after the build and
 at its peak (``ru_maxrss``).
 """
 
@@ -123,9 +124,11 @@ def _rss_mb() -> float:
 def row(result: dict) -> str:
     rounds, ledger = result["round_s"], result["ledger_s"]
     if not rounds:
-        return f"| {result['case']} | 0 | | | | | | |"
+        return f"| {result['case']} | 0 | | | | | | | |"
     total, spent = sum(rounds), sum(ledger)
-    return (f"| {result['case']} | {len(rounds)} | {100 * ledger[0] / rounds[0]:.0f}% | {100 * spent / total:.1f}% | "
+    later = 100 * sum(ledger[1:]) / sum(rounds[1:]) if len(rounds) > 1 else float("nan")
+    return (f"| {result['case']} | {len(rounds)} | {100 * ledger[0] / rounds[0]:.0f}% | {later:.1f}% | "
+            f"{100 * spent / total:.1f}% | "
             f"{1000 * total / len(rounds):.1f} | {1000 * (total - spent) / len(rounds):.1f} | "
             f"{result['built_mb']:.0f} | {result['peak_mb']:.0f} |")
 
@@ -138,8 +141,8 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["--before"]:
         checkouts, argv = {" (before)": argv[1], "": None}, argv[2:]
     chosen = [c for c in case_names() if not argv or any(word in c for word in argv)]
-    print("| case | rounds | ledger, round 1 | ledger, all rounds | ms/round | ms/round without ledger | "
-          "MB after build | MB peak |\n|---|---|---|---|---|---|---|---|", flush=True)
+    print("| case | rounds | ledger, round 1 | ledger, rounds 2+ | ledger, all rounds | ms/round | "
+          "ms/round without ledger | MB after build | MB peak |\n|---|---|---|---|---|---|---|---|---|", flush=True)
     for case in chosen:
         for label, source in checkouts.items():  # interleaved: both see the same load
             env = None if source is None else {**os.environ, "PYTHONPATH": source}

@@ -167,7 +167,7 @@ def _cached(event, relation, interval):
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
     sizes = {k: _points(v) for k, v in _CACHE.items()}
-    while sum(sizes.values()) > _CACHE_POINTS:  # the largest first: a ledger's t-fold compositions, not its round events
+    while sum(sizes.values()) > _CACHE_POINTS:  # the largest first: a ledger's t-fold compositions, not round events
         largest = max(sizes, key=sizes.get)
         del _CACHE[largest], sizes[largest]
     return pld

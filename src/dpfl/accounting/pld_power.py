@@ -35,6 +35,8 @@ import numpy as np
 from dp_accounting.pld import pld_pmf, privacy_loss_distribution
 from scipy import fft, special
 
+Pld = privacy_loss_distribution.PrivacyLossDistribution
+
 #: dp_accounting's default tail mass truncated by a self-composition (``PrivacyLossDistribution.self_compose``)
 TAIL_MASS_TRUNCATION = 1e-15
 #: The most points the kept transforms hold in all (16 bytes each: 64 MB; the one in use is kept beyond it)
@@ -74,8 +76,7 @@ def _transform(values: np.ndarray, length: int) -> np.ndarray:
 _MOMENTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # DensePLDPmf -> _Moments
 
 
-def self_compose(pld: privacy_loss_distribution.PrivacyLossDistribution, count: int,
-                 tail_mass_truncation: float = TAIL_MASS_TRUNCATION) -> privacy_loss_distribution.PrivacyLossDistribution:
+def self_compose(pld: Pld, count: int, tail_mass_truncation: float = TAIL_MASS_TRUNCATION) -> Pld:
     """``pld.self_compose(count, tail_mass_truncation)``, bit for bit (module docstring)."""
     try:
         remove, add = pld._pmf_remove, None if pld._symmetric else pld._pmf_add  # noqa: SLF001 (0.6.0's layout)
@@ -83,9 +84,8 @@ def self_compose(pld: privacy_loss_distribution.PrivacyLossDistribution, count: 
         return pld.self_compose(count, tail_mass_truncation)
     pmf_remove = _self_compose_pmf(remove, count, tail_mass_truncation)
     if add is None:
-        return privacy_loss_distribution.PrivacyLossDistribution(pmf_remove)
-    return privacy_loss_distribution.PrivacyLossDistribution(pmf_remove,
-                                                             _self_compose_pmf(add, count, tail_mass_truncation))
+        return Pld(pmf_remove)
+    return Pld(pmf_remove, _self_compose_pmf(add, count, tail_mass_truncation))
 
 
 def _self_compose_pmf(pmf: pld_pmf.PLDPmf, count: int, tail: float) -> pld_pmf.PLDPmf:
