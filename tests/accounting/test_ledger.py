@@ -57,6 +57,12 @@ def test_sound_analysis_uses_pld_where_it_can():
     assert ledger.epsilon()["server"] == pytest.approx(pld, rel=1e-9) and pld < rdp
 
 
+def recorded(ledger: PrivacyLedger, round_index: int, events, fingerprint=None) -> dict[str, float]:
+    """Records a round, then reads epsilon towards every observer."""
+    ledger.record(round_index, events, fingerprint)
+    return ledger.epsilon()
+
+
 def test_epsilon_equals_rdp_composition():
     ledger = PrivacyLedger(OBSERVERS, DELTA)
     assert ledger.epsilon() == {o: 0.0 for o in OBSERVERS}
@@ -69,10 +75,18 @@ def test_epsilon_equals_rdp_composition():
     assert ledger.compositions == 4
 
 
-def test_record_returns_epsilon_after_the_round():
-    ledger = PrivacyLedger(OBSERVERS, DELTA)
-    after = ledger.record(0, events())
-    assert after == ledger.epsilon()
+def test_record_accounts_only_the_observers_a_budget_names_and_the_others_when_read(monkeypatch):
+    ledger = PrivacyLedger(OBSERVERS, DELTA, budget={"server": 100.0})
+    asked = []
+    epsilon_of = ledger._epsilon_of
+    monkeypatch.setattr(ledger, "_epsilon_of", lambda observer, composed: asked.append(observer) or
+                        epsilon_of(observer, composed))
+    assert ledger.record(0, events()) is None
+    assert asked == ["server"]
+    after = ledger.epsilon()
+    assert sorted(asked) == sorted(OBSERVERS)  # the server's kept from the budget check, the others' now
+    assert after == ledger.epsilon() and len(asked) == len(OBSERVERS)  # read again: nothing accounted again
+    assert after == PrivacyLedger.from_dict(ledger.to_dict()).epsilon()
     assert after["third_party"] > 0
 
 
@@ -94,7 +108,7 @@ def test_same_round_same_events_and_randomness_is_idempotent():
     ledger.record(0, ev, "rng-0")
     ledger.record(1, ev, "rng-1")
     eps = ledger.epsilon()
-    assert ledger.record(1, dict(events()), "rng-1") == eps  # equal events, another dict, same randomness
+    ledger.record(1, dict(events()), "rng-1")  # equal events, another dict, same randomness
     assert ledger.epsilon() == eps and ledger.compositions == 2
     ledger.record(0, ev, "rng-0")  # an earlier round replayed
     assert ledger.compositions == 2 and ledger.epsilon() == eps
@@ -266,13 +280,13 @@ def test_epsilon_through_a_round_is_what_the_round_reported_also_after_a_reload(
     the latest round, give ``epsilon()``."""
     ledger = PrivacyLedger(OBSERVERS, DELTA, accountant=accountant)
     rounds = [events(z) for z in (1.0, 1.0, 2.0, 1.0, 2.0)]
-    reported = {t: ledger.record(t, ev, f"fingerprint {t}") for t, ev in enumerate(rounds, start=1)}
+    reported = {t: recorded(ledger, t, ev, f"fingerprint {t}") for t, ev in enumerate(rounds, start=1)}
     assert len(set(map(str, reported.values()))) == 5
     loaded = PrivacyLedger.from_dict(json.loads(json.dumps(ledger.to_dict())))
     for each in (ledger, loaded):
         assert {t: each.epsilon_through(t) for t in reported} == reported
         assert each.epsilon_through(6) == each.epsilon() == reported[5]
-    assert loaded.record(2, rounds[1], "fingerprint 2") == reported[5]  # a replay: nothing new composed ...
+    assert recorded(loaded, 2, rounds[1], "fingerprint 2") == reported[5]  # a replay: nothing new composed ...
     assert loaded.epsilon_through(2) == reported[2]  # ... and it still reports its own epsilon
     loaded.record(2, rounds[1], "another fingerprint")  # a different release of round 2: composed again, at the end
     assert loaded.epsilon_through(2) == loaded.epsilon() != reported[5]
@@ -286,7 +300,7 @@ def test_epsilon_through_follows_an_ordered_accountant():
     hidden = [ProjectedStepDpEvent(30, 1, 1.0, 1.0, 0.5, sigma, False, False, 30, dp_event.NoOpDpEvent())
               for sigma in (2.0, 3.0, 2.0)]
     ledger = PrivacyLedger(["server"], DELTA, accountant="last_iterate")
-    reported = {t: ledger.record(t, {"server": e}, str(t)) for t, e in enumerate(hidden, start=1)}
+    reported = {t: recorded(ledger, t, {"server": e}, str(t)) for t, e in enumerate(hidden, start=1)}
     loaded = PrivacyLedger.from_dict(json.loads(json.dumps(ledger.to_dict())))
     assert {t: loaded.epsilon_through(t) for t in reported} == reported
 
@@ -306,7 +320,7 @@ def test_a_long_poisson_run_builds_each_round_event_once_and_keeps_its_numbers(m
     build = pld._build
     monkeypatch.setattr(pld, "_build", lambda event, *rest: built.append(repr(event)) or build(event, *rest))
     ledger = PrivacyLedger(list(round_events), DELTA, neighboring="zero_out")
-    per_round = [ledger.record(t, round_events) for t in range(20)]
+    per_round = [recorded(ledger, t, round_events) for t in range(20)]
     leaves = [key for key in built if key.startswith("PoissonSampled")]
     assert sorted(leaves) == sorted({repr(e.event) for e in round_events.values()})  # each built once
     monkeypatch.setattr(pld, "_build", build)

@@ -21,10 +21,18 @@ How epsilon is computed follows the run's analysis (``dpfl.accounting.observers`
 
 The ledger keeps a count per distinct event; epsilon is each observer's accountant (``dpfl.accounting.accountants``)
 over the count-fold events, which costs one cached curve (RDP) or one self-composition (PLD) per distinct event,
-whatever the number of rounds. An accountant whose answer depends on the order of the events (``accountants.ORDERED``:
-the last-iterate accountant, for runs that release only their final model) is fed the runs of equal consecutive
-events in order instead. The epsilon after a recorded round is the one ``record`` computed for its budget check, kept
-until the next composition.
+whatever the number of rounds: one FFT at the composed PLD's size, the round event's PLD built once and its Chernoff
+moments and transform kept (``dpfl.accounting.pld_power``: dp_accounting's numbers bit for bit). An accountant whose
+answer depends on the order of the events (``accountants.ORDERED``: the last-iterate accountant, for runs that release
+only their final model) is fed the runs of equal consecutive events in order instead.
+
+Epsilon is computed when it is read, once per composition and observer: ``record`` accounts only the observers a
+budget names (the others' epsilon is not needed to decide the round), and keeps their epsilon until the next
+composition; ``epsilon`` accounts the others when first asked. Composing incrementally (the composition so far
+convolved with the new round's PLD, or count-fold events by repeated doubling) is not done: its truncation and rounding
+differ from the self-composition's, so the numbers would differ from those a fresh ledger reports, and a convolution
+at the composed size costs what the one FFT of the self-composition costs. The numbers are those of a fresh ledger
+composing from scratch, exactly (tests/accounting/test_ledger_fresh.py).
 
 ``epsilon_composition`` answers, beside it, what composing every round's iterate would cost the same observers (an
 event that describes a hidden iterate, ``ProjectedStepDpEvent``, carries that event): the baseline a run that
@@ -101,35 +109,36 @@ class PrivacyLedger:
         self._events: dict[str, dp_event.DpEvent] = {}  # repr(event) -> event (events may hold lists: unhashable)
         self._journal: list[tuple] = []  # (round index, events, fingerprint) of every composition, in order
         self._latest: dict[int, int] = {}  # round index -> the journal position of its latest composition
-        self._spent: dict[str, float] | None = None  # epsilon of the compositions so far (None: not computed yet)
-        self._memo: dict[tuple, float] = {}  # (accountant name, composition) -> epsilon at self.delta
+        self._spent: dict[str, float] = {}  # observer -> epsilon of its compositions so far, once asked
+        self._memo: dict[tuple, float | str] = {}  # (accountant name, composition) -> epsilon at self.delta, and
+        # ("chosen", accountant name, composition) -> the accountant that answers
 
     # -- composition --------------------------------------------------------------------------------------------
     def record(self, round_index: int, events: dict[str, dp_event.DpEvent], fingerprint: str | None = None):
         """Composes one round's events (one per observer) unless that round is already recorded with the same events
         and the same ``fingerprint`` (an identifier of the randomness the round will use: the same fingerprint means
         the same release, so a replay adds no privacy loss; None never matches). Raises BudgetExceededError,
-        composing nothing, if a budget would be exceeded. Returns epsilon per observer."""
+        composing nothing, if a budget would be exceeded. Epsilon is accounted here only towards the observers a
+        budget names; the others' when it is read (``epsilon``)."""
         missing = set(self.observers) - set(events)
         if missing:
             raise ValueError(f"round {round_index} has no event for observer(s) {sorted(missing)}")
         latest = self._latest.get(round_index)
         if fingerprint is not None and latest is not None and self._journal[latest][1:] == (dict(events), fingerprint):
-            return self.epsilon()
-        after = self._epsilon(extra=[events])
+            return
+        after = self._epsilon(extra=[events], observers=list(self.budget))  # only what a budget checks
         for observer, limit in self.budget.items():
             if after[observer] > limit:
                 raise BudgetExceededError(
                     f"round {round_index} would raise epsilon towards {OBSERVER_NAMES.get(observer, observer)} to "
                     f"{after[observer]:.4g} > privacy.budget.{observer} = {limit:g} (delta = {self.delta:g}); "
-                    f"the run stops before that round draws any noise, having spent {self.epsilon()[observer]:.4g}"
+                    f"the run stops before that round draws any noise, having spent {self._spent_by(observer):.4g}"
                 )
         self._append(round_index, events, fingerprint)
         self._spent = after  # the same compositions: no need to account them again
-        return dict(after)
 
     def _append(self, round_index: int, events: dict[str, dp_event.DpEvent], fingerprint: str | None) -> None:
-        self._spent = None
+        self._spent = {}
         self._latest[round_index] = len(self._journal)
         self._journal.append((round_index, dict(events), fingerprint))
         for observer in self.observers:
@@ -145,9 +154,13 @@ class PrivacyLedger:
 
     def epsilon(self) -> dict[str, float]:
         """Epsilon spent so far towards each observer, at ``self.delta`` (inf for a non-private run)."""
-        if self._spent is None:
-            self._spent = self._epsilon()
-        return dict(self._spent)
+        return {o: self._spent_by(o) for o in self.observers}
+
+    def _spent_by(self, observer: str) -> float:
+        """Epsilon spent so far towards ``observer``, accounted once per composition (when first asked)."""
+        if observer not in self._spent:
+            self._spent[observer] = self._epsilon_of(observer, self._composed(observer))
+        return self._spent[observer]
 
     def epsilon_through(self, round_index: int) -> dict[str, float]:
         """Epsilon towards each observer as it stood when round ``round_index`` was last composed: every composition
@@ -171,10 +184,11 @@ class PrivacyLedger:
     def accountants_after(self, rounds: Iterable[dict[str, dp_event.DpEvent]]) -> dict[str, str]:
         """The accountant that would answer for each observer after ``rounds`` (as ``epsilon_after``)."""
         rounds = list(rounds)
-        return {o: accountants.chosen_name(self._accountant(o, self._composed(o, rounds))) for o in self.observers}
+        return {o: self._chosen(o, self._composed(o, rounds)) for o in self.observers}
 
     def _epsilon(self, extra: list[dict[str, dp_event.DpEvent]] = (), observers=None) -> dict[str, float]:
-        return {o: self._epsilon_of(o, self._composed(o, extra)) for o in (observers or self.observers)}
+        return {o: self._epsilon_of(o, self._composed(o, extra)) for o in
+                (self.observers if observers is None else observers)}
 
     def _composed(self, observer: str, extra: list[dict[str, dp_event.DpEvent]] = ()) -> list[tuple[str, int]]:
         """(event key, rounds) of everything ``observer`` was charged, then of the rounds ``extra``, rounds that
@@ -228,7 +242,15 @@ class PrivacyLedger:
 
     def accountants(self) -> dict[str, str]:
         """The accountant that answers for each observer's composition so far (for "tightest", the one it chose)."""
-        return {o: accountants.chosen_name(self._accountant(o, self._composed(o))) for o in self.observers}
+        return {o: self._chosen(o, self._composed(o)) for o in self.observers}
+
+    def _chosen(self, observer: str, composed: list[tuple[str, int]]) -> str:
+        """The name of the accountant that answers for ``composed`` (``accountants.chosen_name``), remembered per
+        composition as its epsilon is (ledger.json names it at every save)."""
+        memo_key = ("chosen", self.accountant_names[observer], tuple(composed))
+        if memo_key not in self._memo:
+            self._memo[memo_key] = accountants.chosen_name(self._accountant(observer, composed))
+        return self._memo[memo_key]
 
     def hides_iterates(self) -> bool:
         """Whether some observer is charged hidden iterates (``ProjectedStepDpEvent``: only the final model)."""

@@ -50,6 +50,7 @@ import numpy as np
 from dp_accounting import dp_event, privacy_accountant
 from dp_accounting.pld import pld_pmf, pld_privacy_accountant, privacy_loss_distribution
 
+from dpfl.accounting import pld_power
 from dpfl.accounting.conversion import rdp_to_epsilon
 from dpfl.accounting.events import ParticipationDpEvent
 from dpfl.accounting.rdp import composition_error, rdp_curve
@@ -71,10 +72,14 @@ _SIZE_ORDERS = np.array([1.05, 1.1, 1.25, 1.5, 1.75, 2, 3, 4, 5, 6, 8, 10, 12, 1
 
 #: (repr(event), relation, interval) -> PLD, least recently used first; PLDs are never modified in place. Every
 #: part of a composition is cached too (``_build``), so the ledger's round t, SelfComposed(round event, t), reuses the
-#: round event's PLD built at round 1 and only self-composes it: the same operations on the same operands as building
-#: it afresh, so the same numbers.
+#: round event's PLD built at round 1 and only self-composes it (``dpfl.accounting.pld_power``, which also keeps the
+#: round event's Chernoff moments): the same operations on the same operands as building it afresh, so the same
+#: numbers. The cache holds at most ``_CACHE_SIZE`` PLDs (the least recently used goes) and ``_CACHE_POINTS`` grid
+#: points in all (8 bytes each; the largest PLDs go first): a ledger's t-fold compositions grow with t (10^6 points
+#: and more, each used once), and 64 of them held 1.5 GB, while its round events are small and used every round.
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 64
+_CACHE_POINTS = 6_000_000
 
 
 def supports(event: dp_event.DpEvent, neighboring_relation: NeighborRel = NeighborRel.ADD_OR_REMOVE_ONE) -> bool:
@@ -161,7 +166,19 @@ def _cached(event, relation, interval):
     _CACHE[key] = pld
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
+    sizes = {k: _points(v) for k, v in _CACHE.items()}
+    while sum(sizes.values()) > _CACHE_POINTS:  # the largest first: a ledger's t-fold compositions, not round events
+        largest = max(sizes, key=sizes.get)
+        del _CACHE[largest], sizes[largest]
     return pld
+
+
+def _points(pld) -> int:
+    """Grid points a cached PLD holds (both directions; a sparse PMF, or another layout, counts 0)."""
+    if pld is None:
+        return 0
+    pmfs = (getattr(pld, "_pmf_remove", None), None if getattr(pld, "_symmetric", True) else pld._pmf_add)
+    return sum(len(getattr(pmf, "_probs", ())) for pmf in pmfs if pmf is not None)
 
 
 #: Losses per block of ``_dense_epsilon_for_delta`` (the scan usually stops in its first blocks)
@@ -289,7 +306,8 @@ def _build(event, relation, interval):
     if isinstance(event, dp_event.SelfComposedDpEvent):
         inner = _cached(event.event, relation, interval)
         return inner if inner is None or event.count == 1 else (
-            privacy_loss_distribution.identity(interval) if event.count == 0 else inner.self_compose(event.count))
+            privacy_loss_distribution.identity(interval) if event.count == 0 else
+            pld_power.self_compose(inner, event.count))
     if isinstance(event, dp_event.ComposedDpEvent):
         total = privacy_loss_distribution.identity(interval)
         for part in event.events:
