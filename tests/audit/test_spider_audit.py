@@ -62,6 +62,7 @@ def test_the_flipping_canary_moves_the_difference_message_by_its_sensitivity():
     assert flip.gradient(theta)[:, -1].tolist() == [-1.0, 1.0, -1.0]
 
 
+@pytest.mark.slow  # 50 s on 2 cores: the default suite's largest item (python -m pytest -m slow runs it)
 def test_planted_bug_difference_stream_left_out_of_the_accounting_is_caught(monkeypatch):
     """privacy.epsilon = 2, 10000 runs per world, the server's view of both rounds. Correct: claim 2.00, bound 1.64.
     The difference stream omitted: claim 1.26 (the checkpoint event alone), bound 1.48 > 1.26 with the flipping
