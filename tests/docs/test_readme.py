@@ -202,7 +202,7 @@ def test_demo_table(tmp_path):
 def test_headline_runs(tmp_path):
     """The 400-round runs of examples/dp_scaffold_synthetic.toml reach the accuracies the README states, with the
     epsilons of its table (DP-SCAFFOLD-warm and DP-FedAvg, sound analysis)."""
-    m = _search(r"DP-SCAFFOLD-warm reaches (\d\.\d+) test accuracy, DP-FedAvg (\d\.\d+), at delta = ([0-9.e-]+)")
+    m = _search(r"DP-SCAFFOLD-warm reaches (\d\.\d+)\s+test accuracy, DP-FedAvg (\d\.\d+), at delta = ([0-9.e-]+)")
     assert "`--set run.noise_seed=0`, the research mode" in TEXT
     table = _headline_table()
     config = str(ROOT / "examples" / "dp_scaffold_synthetic.toml")
