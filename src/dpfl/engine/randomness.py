@@ -166,11 +166,14 @@ class ServerStreams:
         ids = [SERVER] if rows is None else rows.tolist() if isinstance(rows, torch.Tensor) else list(rows)
         self.rows = rows is not None
         self.generators = generators(seed, round_index, ids, purpose)
-        self._secure = [SecureStream(seed, round_index, row, purpose) for row in ids]
+        self._name, self._secure = (seed, round_index, ids, purpose), None
 
     def secure(self) -> list[SecureStream]:
-        """The secure stream of the same name of the server, or of each row (``ClientStreams.secure``); kept, like
-        the generators: successive draws continue it."""
+        """The secure stream of the same name of the server, or of each row (``ClientStreams.secure``), made on the
+        first call (the default mode never asks) and kept, like the generators: successive draws continue it."""
+        if self._secure is None:
+            seed, round_index, ids, purpose = self._name
+            self._secure = [SecureStream(seed, round_index, row, purpose) for row in ids]
         return self._secure
 
     def normal(self, shape: tuple[int, ...]) -> torch.Tensor:

@@ -174,10 +174,8 @@ def silo_context(context: Context, run_config: dict | None, job: Admitted, run_i
     seed, digest = job.config["run"].get("noise_seed"), input_digest(round_index, server, rows)
     key = state.run_key(job.release, run_id) if seed is None else int(seed)
     epsilon = silo_epsilon(job.config_json, job.setting_json, algorithm, round_index + 1)
-    rounds = state.rounds()
-    if not any(r["run"] == f"{job.release}/{run_id}" and r["round"] == round_index for r in rounds):
-        check_budget(context.node_config, rounds, f"{job.release}/{run_id}", epsilon)  # a replay releases nothing new
-    state.admit(job.release, run_id, round_index, digest, epsilon)
+    state.admit(job.release, run_id, round_index, digest, epsilon, before_new=lambda rounds: check_budget(
+        context.node_config, rounds, f"{job.release}/{run_id}", epsilon))
     print(f"dpfl silo (client {int(ids[0])}): round {round_index + 1} of run {run_id[:12]}: epsilon through it "
           + ", ".join(f"{o} {'inf' if e is None else f'{e:.4g}'}" for o, e in epsilon.items())
           + f" at delta {job.setting['delta']:.3g}", file=sys.stderr)

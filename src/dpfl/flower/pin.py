@@ -59,20 +59,14 @@ def release_sha256(carried: dict, counts: list[int]) -> str:
 
 @dataclass(frozen=True)
 class Admitted:
-    """A job the silo accepted: its config (JSON text and dict), its recomputed setting (JSON text) and the release
-    config's sha256."""
+    """A job the silo accepted: its config and its recomputed setting (as JSON text, the form the caches key on, and
+    as dicts) and the release config's sha256."""
 
     config_json: str
     setting_json: str
     release: str
-
-    @property
-    def config(self) -> dict:
-        return json.loads(self.config_json)
-
-    @property
-    def setting(self) -> dict:
-        return json.loads(self.setting_json)
+    config: dict
+    setting: dict
 
 
 def admitted(node_config: Mapping, config_json: str, setting_json: str, secure: bool) -> Admitted:
@@ -99,16 +93,17 @@ def admitted(node_config: Mapping, config_json: str, setting_json: str, secure: 
             f"this silo's noise. Refused: this silo draws from its own secret key unless its node config sets "
             f"{RESEARCH_SEED} = true (the research mode, for a test bed)")
     expected = setting_of(config_json)
-    differing = sorted(k for k, v in json.loads(setting_json).items() if json.loads(expected).get(k) != v)
-    if differing or set(json.loads(setting_json)) != set(json.loads(expected)):
+    sent, setting = json.loads(setting_json), json.loads(expected)
+    differing = sorted(k for k in sent.keys() | setting.keys() if sent.get(k, ...) != setting.get(k, ...))
+    if differing:
         raise SiloStateError(
             f"the job's setting differs from the one this silo computes from the pinned release config in "
-            f"{differing or 'its fields'}: refused (the server cannot choose the noise, clip or cohort)")
+            f"{differing}: refused (the server cannot choose the noise, clip or cohort)")
     if bool(secure) != bool(config["privacy"]["secure_aggregation"]):
         raise SiloStateError(
             f"the train message asks for {'secure aggregation' if secure else 'messages in the clear'} where the "
             f"release config sets privacy.secure_aggregation = {config['privacy']['secure_aggregation']}: refused")
-    return Admitted(config_json, expected, release)
+    return Admitted(config_json, expected, release, config, setting)
 
 
 @functools.lru_cache(maxsize=4)

@@ -23,11 +23,12 @@ import json
 
 import torch
 
+from dpfl.engine.simulator import declare_round
 from dpfl.errors import check_range
 from dpfl.experiments.assembly import build_boundary, build_clients, build_ledger
 from dpfl.experiments.resolved import resolve
 from dpfl.flower.federation import Federation
-from dpfl.engine.simulator import declare_round
+from dpfl.flower.silo_state import SiloStateError
 
 
 @functools.lru_cache(maxsize=2)
@@ -62,8 +63,6 @@ def check_budget(node_config, rounds: list[dict], run: str, epsilon: dict[str, f
     """SiloStateError if answering a round of ``run`` (release/run id) whose run's epsilon through it is ``epsilon``
     would take the silo's epsilon towards the server, added up over its runs (``rounds``: the journal's), past its
     node config's ``privacy-budget`` (none: no limit)."""
-    from dpfl.flower.silo_state import SiloStateError
-
     if BUDGET not in node_config:
         return
     budget = check_range(BUDGET, float(node_config[BUDGET]), 0.0)

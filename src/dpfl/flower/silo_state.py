@@ -43,6 +43,7 @@ The state folder is the node config's ``state-dir``, by default the silo file's 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,19 +127,24 @@ class SiloState:
         return derived_key(load_key(path), release, run_id)
 
     def admit(self, release: str, run_id: str, round_index: int, digest: str,
-              epsilon: dict[str, float | None] | None = None) -> None:
+              epsilon: dict[str, float | None] | None = None,
+              before_new: Callable[[list[dict]], None] | None = None) -> None:
         """Records that round ``round_index`` of the run is computed on the input ``digest`` (and the run's epsilon
         per observer through that round, ``epsilon``); SiloStateError if that round was answered before on another
-        input (a replay is allowed only onto the same computation)."""
+        input (a replay is allowed only onto the same computation). ``before_new(rounds)``, given the rounds recorded
+        so far (``rounds``), may refuse a round not recorded yet (a replay releases nothing new), e.g. by the silo's
+        budget."""
         run = f"{release}/{run_id}"
-        recorded = [e["input"] for e in self._entries() if e["kind"] == "round" and e["run"] == run and
-                    e["round"] == round_index]
+        rounds = [e for e in self._entries() if e["kind"] == "round"]
+        recorded = [e["input"] for e in rounds if e["run"] == run and e["round"] == round_index]
         if recorded and recorded[0] != digest:
             raise SiloStateError(
                 f"round {round_index + 1} of this run was already answered on another input (server or client state): "
                 "its noise would be drawn again onto a different computation, where the two replies' difference "
                 "cancels it. Refused; a resumed run must send each round's original state")
         if not recorded:
+            if before_new is not None:
+                before_new(rounds)
             self.journal.append({"kind": "round", "run": run, "round": round_index, "input": digest,
                                  "epsilon": epsilon})
 
