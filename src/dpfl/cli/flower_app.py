@@ -6,7 +6,7 @@ The app carries the federation's public metadata, not a path to data: the number
 classes and the features' shape. Given --classes and --features, no data is read; without them they are taken from
 the config's data on this machine (a rehearsal, e.g. with `dpfl write-silos`). The ServerApp asks the silos for
 their record counts. Where the config leaves run.secure_noise unset and the algorithm supports it, the app sets it
-(``dpfl.flower.app_dir.with_secure_noise``: the default on Flower)."""
+(``dpfl.flower.app_dir.flower_config``: the default on Flower)."""
 
 from __future__ import annotations
 
@@ -34,14 +34,10 @@ def configure(commands) -> None:
 
 def _flower_app(args) -> None:
     from dpfl.experiments.assembly import build_data
-    from dpfl.experiments.config import load_config
-    from dpfl.experiments.resolved import resolve, with_threads
-    from dpfl.flower.app_dir import with_secure_noise, write_flower_app
+    from dpfl.flower.app_dir import flower_config, write_flower_app
     from dpfl.flower.federation import Federation
 
-    config = with_threads(load_config(args.config, args.overrides, args.unset))
-    resolve(config)  # its ranges, before any data is built
-    config, secure_note = with_secure_noise(config, args.config, [*args.overrides, *args.unset])
+    config, secure_note = flower_config(args.config, args.overrides, args.unset)
     if (args.classes is None) != (args.features is None):
         raise ConfigError("--classes" if args.classes is None else "--features", None,
                           "both --classes and --features (the federation's metadata), or neither (taken from the "

@@ -28,9 +28,7 @@ def configure(commands) -> None:
 
 def _write_silos(args) -> None:
     from dpfl.experiments.assembly import build_data
-    from dpfl.experiments.config import load_config
-    from dpfl.experiments.resolved import resolve, with_threads
-    from dpfl.flower.app_dir import app_config, check_enforced, with_secure_noise
+    from dpfl.flower.app_dir import app_config, check_enforced, flower_config
     from dpfl.flower.enrolment import FOLDER, enrol, node_config_text
     from dpfl.flower.federation import Federation
     from dpfl.flower.pin import PIN, release_sha256
@@ -44,9 +42,7 @@ def _write_silos(args) -> None:
     if foreign:
         raise ConfigError("--out", str(out), f"an empty directory or one holding only silo-*.npz files and {FOLDER}/ "
                                              f"(found {foreign[:5]})")
-    config = with_threads(load_config(args.config, args.overrides, args.unset))  # as `dpfl flower-app` carries it
-    resolve(config)
-    config, _ = with_secure_noise(config, args.config, [*args.overrides, *args.unset])
+    config, _ = flower_config(args.config, args.overrides, args.unset)  # as `dpfl flower-app` carries it
     check_enforced(config)
     dataset = build_data(config["data"])
     out.mkdir(parents=True, exist_ok=True)

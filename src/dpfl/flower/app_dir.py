@@ -86,6 +86,19 @@ def check_enforced(config: dict) -> None:
                                                           "shuffler with `dpfl run`)")
 
 
+def flower_config(config_path: str | Path, overrides: list[str], unset: list[str]) -> tuple[dict, str | None]:
+    """The config ``config_path`` with the command line's ``--set`` ``overrides`` and ``--unset`` keys as a Flower App
+    carries it: its threads resolved (``with_threads``), its ranges checked (``resolve``) and secure noise by default
+    (``with_secure_noise``), with that function's line. `dpfl flower-app` writes it and `dpfl write-silos` pins it, so
+    the two must build it alike."""
+    from dpfl.experiments.config import load_config
+    from dpfl.experiments.resolved import resolve, with_threads
+
+    config = with_threads(load_config(config_path, overrides, unset))
+    resolve(config)  # its ranges, before any data is built
+    return with_secure_noise(config, config_path, [*overrides, *unset])
+
+
 def with_secure_noise(config: dict, config_path: str | Path, keys: list[str]) -> tuple[dict, str | None]:
     """``config`` with run.secure_noise = true, the default on Flower (``dpfl.noise.DiscreteGaussianMechanism``:
     exact discrete Gaussian noise from each silo's ChaCha20 streams, which neither a floating-point attack nor a
@@ -151,4 +164,4 @@ def write_flower_app(config_path: str | Path, config: dict, out: str | Path, fed
     return out
 
 
-__all__ = ["check_enforced", "with_secure_noise", "app_config", "write_flower_app"]
+__all__ = ["check_enforced", "flower_config", "with_secure_noise", "app_config", "write_flower_app"]
