@@ -118,7 +118,9 @@ def silo_status(state) -> dict:
             run["rounds"] += 1
             if entry["round"] + 1 >= run["last_round"]:
                 run["last_round"], run["epsilon"] = entry["round"] + 1, entry["epsilon"]
-    for entry in entries:  # the masked input is stage 2 of every variant (Bonawitz et al. 2017: round 2)
-        if entry["kind"] == "secagg-stage" and entry["answered"] == 2 and entry["run"] in runs:
+    from dpfl.protocols.session import Stage
+
+    for entry in entries:  # the masked input's position in either variant's stages is its number, 2
+        if entry["kind"] == "secagg-stage" and entry["answered"] == Stage.MASKED_INPUT and entry["run"] in runs:
             runs[entry["run"]]["secure_inputs"] += 1
     return {"data": data, "runs": list(runs.values())}
