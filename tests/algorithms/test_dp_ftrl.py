@@ -12,22 +12,20 @@ import math
 import numpy as np
 import pytest
 import torch
-import torch.nn as nn
 from dp_accounting import dp_event, privacy_accountant
 
-import dpfl
 from dpfl.accounting import accountants
 from dpfl.accounting.observers import OTHER_SILO, SERVER, THIRD_PARTY
 from dpfl.accounting.theory import gdp_epsilon
 from dpfl.algorithms.dp_ftrl import node_level, tree_depth
 from dpfl.cli import main
-from dpfl.data.federated import ClientArrays, FederatedDataset
 from dpfl.engine import randomness
 from dpfl.engine.boundary import Delivery
 from dpfl.engine.protocol import ServerContext
 from dpfl.errors import ConfigError
 from dpfl.experiments.config import load_config
 from dpfl.experiments.runner import build_simulation
+from ftrl_worst_case import decomposition, worst_case_mu
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -38,17 +36,6 @@ def simulation(*extra: str, out=None, noise_key=None):
     return build_simulation(load_config(None, [
         "algorithm.name='dp-ftrl'", "data.num_clients=8", "data.samples_per_client=30", "run.seed=1",
         "algorithm.client_rate=0.25", "algorithm.rounds=8", *extra]), out, noise_key=noise_key)
-
-
-def decomposition(position: int) -> list[int]:
-    """The ends of the dyadic nodes whose sum is the prefix [1, position] (one per set bit, highest first): the
-    oracle's own reading of the tree, independent of the implementation's incremental update."""
-    ends, start = [], 0
-    for level in reversed(range(position.bit_length())):
-        if position >> level & 1:
-            start += 2**level
-            ends.append(start)
-    return ends
 
 
 def test_the_tree_depth_and_the_level_drawn_in_each_round():
@@ -150,50 +137,7 @@ def test_a_run_resumed_mid_tree_draws_the_same_tree_noise(tmp_path):
     assert resumed.ledger.to_dict()["journal"] == reference.ledger.to_dict()["journal"]
 
 
-# -- the exact worst case -----------------------------------------------------------------------------------------
-def linear_loss(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """-<w_0, x> y: its gradient in w_0 is -x y whatever w (the client's update does not depend on the model)."""
-    return -outputs[:, 0] * labels.to(outputs.dtype)
-
-
-def worst_case_data(clients: int, owner_label: int) -> FederatedDataset:
-    """Every record x = 1 labelled 1, except the owner's (client 0), labelled ``owner_label``: 0 is the null client
-    (zero gradient, update 0: the zero-out neighbour)."""
-    y = torch.ones(clients, 4, dtype=torch.int64)
-    y[0] = owner_label
-    arrays = ClientArrays(torch.ones(clients, 4, 1), y, torch.full((clients,), 4, dtype=torch.int64))
-    return FederatedDataset(arrays, arrays, 2, "worst-case", {})
-
-
-def worst_case_run(boundary: str, sampling: str, owner_label: int, rounds: int):
-    """x_1..x_T of a run of K = 1 step of lr 2 (every update -2 clipped to C = 1, the owner's 0 on the neighbour)."""
-    model = nn.Linear(1, 2, bias=False)
-    nn.init.zeros_(model.weight)
-    config = {"algorithm": {"name": "dp-ftrl", "rounds": rounds, "client_rate": 0.25, "client_sampling": sampling,
-                            "noise_multiplier": 0.8, "lr": 2.0, "sample_rate": 1.0, "global_lr": 0.5},
-              "privacy": {"boundary": boundary}, "run": {"noise_seed": 5, "seed": 3}}
-    sim = dpfl.build(config, model=model, loss=linear_loss, data=worst_case_data(8, owner_label))
-    trajectory = []
-    for _ in range(rounds):
-        sim.step()
-        trajectory.append(sim.model[0].item())
-    return sim, np.array(trajectory, dtype=np.float64)
-
-
-def release_noise_matrix(epoch: int, rounds: int) -> np.ndarray:
-    """G [T, T]: x_t's noise is -(eta / n) (G nu)_t, nu the T drawn nodes (node t ends at round t of its epoch), a
-    restarted tree per epoch whose anchor carries the previous epochs' full prefix noise."""
-    G = np.zeros((rounds, rounds))
-    for t in range(rounds):
-        start, position = t - t % epoch, t % epoch + 1
-        for earlier in range(0, start, epoch):  # every earlier epoch's last prefix sum
-            for end in decomposition(min(epoch, rounds - earlier)):
-                G[t, earlier + end - 1] += 1
-        for end in decomposition(position):
-            G[t, start + end - 1] += 1
-    return G
-
-
+# -- the exact worst case (tests/helpers/ftrl_worst_case.py, shared with benchmarks/tightness.py) ------------------
 @pytest.mark.parametrize("sampling", ["round_robin", "disjoint"])
 @pytest.mark.parametrize("boundary", ["trusted", "plain", "secagg"])
 def test_the_ledger_is_never_below_the_exact_privacy_of_the_worst_case(boundary, sampling):
@@ -206,16 +150,9 @@ def test_the_ledger_is_never_below_the_exact_privacy_of_the_worst_case(boundary,
     nodes per tree. The server sees the unnoised updates (plain)
     or their sum (secure aggregation): epsilon infinite."""
     rounds = 12 if sampling == "round_robin" else 10  # E = 4: three whole trees, or two and half a third
-    sim, with_owner = worst_case_run(boundary, sampling, 1, rounds)
-    _, null_owner = worst_case_run(boundary, sampling, 0, rounds)
+    sim, mu, nodes = worst_case_mu(boundary, sampling, rounds)
     alg = sim.algorithm
     assert (alg.epoch, alg.depth, alg.cohort_size) == (4, 3, 2)
-    shift = with_owner - null_owner
-    scale = alg.global_lr / alg.cohort_size
-    G = release_noise_matrix(alg.epoch, rounds)
-    covariance = (scale * alg.noise_multiplier * alg.clip) ** 2 * G @ G.T
-    mu = math.sqrt(shift @ np.linalg.solve(covariance, shift))
-    nodes = np.linalg.solve(G, shift / (scale * alg.clip))  # the owner's contribution to each drawn node, in units of C
     assert set(np.round(np.abs(nodes), 6)) <= {0.0, 1.0} and np.abs(nodes).sum() <= 3 * alg.depth
     exact = gdp_epsilon(mu, sim.ledger.delta)
     epsilon = sim.ledger.epsilon()

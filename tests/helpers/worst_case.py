@@ -145,6 +145,34 @@ class LinearQuadraticOracle:
         return (g * mask.unsqueeze(-1).to(g.dtype)).sum(1)
 
 
+def build_algorithm(instance: EngineInstance):
+    """The ``LocalSGD`` of the instance (FedAvg or FedSGD, s = 1: every record in every step, no control variates)."""
+    from dpfl.algorithms.local_sgd import LocalSGD
+    from dpfl.engine.sampling import RecordSampler
+    from dpfl.noise import GaussianMechanism
+
+    sampler = RecordSampler(1.0)
+    k = instance.local_steps
+    algorithm = LocalSGD(local_steps=k, lr=instance.local_lr * sampler.rate * k, sampler=sampler,
+                         mechanism=GaussianMechanism(instance.noise_multiplier), clip=instance.clip,
+                         move_locally=instance.move_locally, control_variates=False)
+    assert math.isclose(algorithm.local_lr, instance.local_lr)
+    return algorithm
+
+
+def claimed_epsilon(instance: EngineInstance, boundary: str, delta: float) -> dict[str, float]:
+    """The ledger's epsilon towards each observer of ``boundary`` after one round of the whole cohort, as the
+    simulator declares and accounts it (``declared_epsilon``)."""
+    from dpfl.algorithms.registry import Setting
+    from dpfl.engine.boundary import Boundary
+    from dpfl.engine.sampling import ClientSampler
+    from dpfl.experiments.noise_level import declared_epsilon
+
+    n = instance.num_clients
+    setting = Setting(client_rate=1.0, num_clients=n, train_counts=(instance.records,) * n, rounds=1, delta=delta)
+    return declared_epsilon(build_algorithm(instance), setting, Boundary(boundary), ClientSampler(n, 1.0))
+
+
 def run_round(instance: EngineInstance, trials: int, sign: float, seed: int):
     """One ``LocalSGD.client_round`` for ``trials`` independent copies of the instance (client axis).
 
@@ -152,17 +180,10 @@ def run_round(instance: EngineInstance, trials: int, sign: float, seed: int):
     """
     import torch
 
-    from dpfl.algorithms.local_sgd import LocalSGD
-    from dpfl.noise import GaussianMechanism
     from dpfl.engine.protocol import ClientContext, ClientData
-    from dpfl.engine.sampling import RecordSampler
 
     n, b, k = instance.num_clients, instance.records, instance.local_steps
-    sampler = RecordSampler(1.0)
-    algorithm = LocalSGD(local_steps=k, lr=instance.local_lr * sampler.rate * k, sampler=sampler,
-                         mechanism=GaussianMechanism(instance.noise_multiplier), clip=instance.clip,
-                         move_locally=instance.move_locally, control_variates=False)
-    assert math.isclose(algorithm.local_lr, instance.local_lr)
+    algorithm = build_algorithm(instance)
     clients = n * trials
     x = torch.zeros(clients, b, 1)  # quadratic clients: a_j = x = 0; the owner: v_j = 0 but for record 0
     y = torch.ones(clients, b, dtype=torch.long)
@@ -216,4 +237,4 @@ def measure(instance: EngineInstance, trials: int = 1200, coupled_trials: int = 
 
 
 __all__ = ["VIEWS", "EngineInstance", "FEDAVG", "FEDSGD", "analytic_mu", "paper_mu", "Measurement",
-           "LinearQuadraticOracle", "run_round", "measure"]
+           "LinearQuadraticOracle", "build_algorithm", "claimed_epsilon", "run_round", "measure"]

@@ -20,8 +20,10 @@ cohorts).
   which only raises the exact epsilon. For the plain server and for server noise towards the third party this is
   exactly what the ledger charges (the claim is then tight, to the accountant's discretisation); under Poisson the
   third party of server noise also meets the plain Poisson subsampled Gaussian (``exact.poisson_pair``).
-  ``test_the_claim_is_never_below_the_exact_epsilon`` asserts the run's ledger (the simulator's ``declare_round``,
-  its accountant and relation) claims at least that, for every observer of every boundary and noise placement.
+  The instance, its claim and its exact privacy are ``tests/helpers/user_level_worst_case.py`` (shared with
+  benchmarks/tightness.py). ``test_the_claim_is_never_below_the_exact_epsilon`` asserts the run's ledger (the
+  simulator's ``declare_round``, its accountant and relation) claims at least that, for every observer of every
+  boundary and noise placement.
 """
 
 from __future__ import annotations
@@ -35,40 +37,27 @@ import torch
 from scipy import stats
 
 import exact as ex
-from dpfl.algorithms.dp_fedavg_user import NAME, DpFedAvgUserConfig, build
-from dpfl.algorithms.registry import Setting
-from dpfl.engine.boundary import Boundary, Delivery
-from dpfl.engine.protocol import ClientContext, ClientData, ServerContext
-from dpfl.engine.sampling import ClientSampler
 from dpfl.engine.cohort_round import noise_of
-from dpfl.experiments.noise_level import declared_epsilon
+from dpfl.engine.boundary import Delivery
+from dpfl.engine.protocol import ClientContext, ClientData, ServerContext
+from user_level_worst_case import PLACEMENTS, SAMPLINGS, SEES, UserLevelCase
 from worst_case import LinearQuadraticOracle
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 
-CLIENTS, RATE, COHORT, Z, CLIP, ETA, RECORDS, DELTA, ROUNDS = 10, 0.4, 4, 1.5, 1.0, 0.5, 3, 1e-5, 3
+CASE = UserLevelCase()
+CLIENTS, RATE, COHORT, Z, CLIP, ETA, RECORDS, DELTA, ROUNDS = (CASE.clients, CASE.rate, CASE.cohort,
+                                                                CASE.noise_multiplier, CASE.clip, CASE.lr,
+                                                                CASE.records, CASE.delta, CASE.rounds)
 TRIALS, COUPLED = 4000, 8
-PLACEMENTS = ("server", "shares", "client")
-SAMPLINGS = ("fixed", "poisson")
-#: observer view -> (statistic, the noise shares in it, for shares and client noise)
+#: the statistics the observers see (``SEES``)
 VIEWS = ("sum", "sum_minus_other", "owner")
-#: (boundary, observer) -> the view it sees
-SEES = {("plain", "third_party"): "sum", ("plain", "server"): "owner", ("plain", "other_silo"): "sum_minus_other",
-        ("secagg", "third_party"): "sum", ("secagg", "server"): "sum", ("secagg", "other_silo"): "sum_minus_other",
-        ("trusted", "third_party"): "sum", ("trusted", "other_silo"): "sum_minus_other"}
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def algorithm(placement: str, sampling: str, target_quantile=None, count_noise=None, analysis: str = "sound"):
-    config = DpFedAvgUserConfig(local_steps=1, sample_rate=1.0, lr=ETA, clip=CLIP, noise_multiplier=Z,
-                                noise_at=placement, target_quantile=target_quantile, count_noise=count_noise)
-    return build(NAME, config, setting_of(sampling, analysis))
-
-
-def setting_of(sampling: str, analysis: str = "sound") -> Setting:
-    return Setting(client_rate=RATE, client_sampling=sampling, num_clients=CLIENTS,
-                   train_counts=(RECORDS,) * CLIENTS, rounds=ROUNDS, delta=DELTA, analysis=analysis)
+    return CASE.algorithm(placement, sampling, analysis, target_quantile, count_noise)
 
 
 def sensitivity(sampling: str) -> float:
@@ -149,30 +138,12 @@ def test_the_engine_releases_the_instance(placement, sampling):
             assert low <= std <= high, (view, low, std, high)
 
 
-def exact_instance(placement: str, sampling: str, boundary: str, observer: str) -> ex.Instance | None:
-    """The instance of the module docstring towards ``observer`` (None: the observer sees an unnoised message)."""
-    view = SEES[(boundary, observer)]
-    if placement == "server":
-        if view == "owner" or observer == "server":
-            return None
-        step = ex.gaussian_pair(Z)
-        if observer == "other_silo" and sampling == "fixed":  # it knows whether itself is in the cohort
-            p = COHORT / CLIENTS
-            return ex.Instance(((1 - p, COHORT / (CLIENTS - 1), step), (p, (COHORT - 1) / (CLIENTS - 1), step)))
-        return ex.Instance(((1.0, RATE, step),))
-    share = ex.gaussian_pair(Z / math.sqrt(COHORT) if placement == "shares" else Z)
-    kind = "secagg" if boundary == "secagg" else "plain"
-    return ex.observer_instance(observer, share, CLIENTS, COHORT, kind, sampling)
-
-
 CASES = [(placement, sampling, boundary, observer) for placement in PLACEMENTS for sampling in SAMPLINGS
          for boundary, observer in SEES]
 
 
 def claimed(alg, boundary: str, sampling: str, analysis: str = "sound") -> dict[str, float]:
-    """The run's ledger after ROUNDS rounds, as the simulator declares and accounts them."""
-    return declared_epsilon(alg, setting_of(sampling, analysis), Boundary(boundary),
-                            ClientSampler(CLIENTS, RATE, sampling))
+    return CASE.claimed(alg, boundary, sampling, analysis)
 
 
 def tight(placement: str, sampling: str, boundary: str, observer: str) -> bool:
@@ -187,7 +158,7 @@ def tight(placement: str, sampling: str, boundary: str, observer: str) -> bool:
 @pytest.mark.parametrize("placement, sampling, boundary, observer", CASES)
 def test_the_claim_is_never_below_the_exact_epsilon(placement, sampling, boundary, observer):
     claim = claimed(algorithm(placement, sampling), boundary, sampling)[observer]
-    instance = exact_instance(placement, sampling, boundary, observer)
+    instance = CASE.exact_instance(placement, sampling, boundary, observer)
     if instance is None:
         assert math.isinf(claim)
         return
@@ -201,7 +172,7 @@ def test_poisson_server_noise_covers_the_subsampled_gaussian():
     """The model a trusted server releases under Poisson cohorts is the Poisson subsampled Gaussian of the
     instance (others' updates 0): the claim is above its exact epsilon too, and close to it."""
     claim = claimed(algorithm("server", "poisson"), "trusted", "poisson")["third_party"]
-    truth = ex.Instance(((1.0, 1.0, ex.poisson_pair(RATE, Z)),)).epsilon(DELTA, ROUNDS)
+    truth = CASE.secret_cohort_instance().epsilon(DELTA, ROUNDS)
     assert truth <= claim
 
 
@@ -225,7 +196,7 @@ def test_the_paper_analysis_covers_an_observer_who_does_not_know_the_cohort():
         shift, low, high = measured("server", "poisson")[view]
         assert shift == pytest.approx(1.0, abs=1e-5) and low <= Z <= high, view
     claims = claimed(algorithm("server", "poisson", analysis="paper"), "trusted", "poisson", "paper")
-    unknown_cohort = ex.Instance(((1.0, 1.0, ex.poisson_pair(RATE, Z)),)).epsilon(DELTA, ROUNDS)
+    unknown_cohort = CASE.secret_cohort_instance().epsilon(DELTA, ROUNDS)
     known_cohort = ex.Instance(((1.0, RATE, ex.gaussian_pair(Z)),)).epsilon(DELTA, ROUNDS)
     for observer in ("third_party", "other_silo"):
         claim = claims[observer]

@@ -11,7 +11,8 @@ its update keeps only its LAST noise share. With shares of std z_i Delta, the ob
 k = n for a third party, t when only t clients reach the sum (dropouts), n - m for a coalition of m clients that
 subtracts its own updates. The sound analysis claims sqrt(S - 1 + 1/k) / z_i (the last step at the k shares' noise,
 the others at the owner's share): never below. The paper's analysis (every step at the k shares) claims
-sqrt(S / k) / z_i: below the truth for S > 1. For S = 1 both are exact.
+sqrt(S / k) / z_i: below the truth for S > 1. For S = 1 both are exact. The instance's parameters, its claim and mu are
+``tests/helpers/joint_worst_case.py`` (shared with benchmarks/tightness.py).
 """
 
 from __future__ import annotations
@@ -25,35 +26,13 @@ import torch
 from scipy import stats
 
 import exact as ex
-from dpfl.accounting.ledger import PrivacyLedger
-from dpfl.accounting.observers import observer_events
-from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig
-from dpfl.experiments.noise_level import build_calibrated
-from dpfl.algorithms.registry import Setting
-from worst_case import LinearQuadraticOracle
 from dpfl.engine.protocol import ClientContext, ClientData
-from dpfl.engine.sampling import ClientSampler
+from joint_worst_case import CLIENTS, DELTA, ETA, RECORDS, VIEWS, algorithm, claimed_epsilon, exact_mu
+from worst_case import LinearQuadraticOracle
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 
-CLIENTS, RECORDS, SIGMA, ETA, DELTA = 10, 120, 6.0, 0.01, 1e-5
 TRIALS, COUPLED = 500, 4
-
-#: (name, trust, colluders, min_clients, observer, clients in the observed sum)
-VIEWS = [
-    ("third party", "aggregator", 1, None, "third_party", CLIENTS),
-    ("dropouts", "clients", 1, 7, "third_party", 7),
-    ("other silo", "clients", 1, None, "other_silo", CLIENTS - 1),
-    ("coalition", "coalition", 3, None, "other_silo", CLIENTS - 3),
-]
-
-
-def algorithm(steps, trust, colluders, min_clients, analysis="sound"):
-    config = JointNoiseConfig(local_steps=steps, sample_rate=1.0, lr=ETA, clip=1.0, noise_multiplier=SIGMA,
-                              trust=trust, colluders=colluders, min_clients=min_clients)
-    setting = Setting(client_rate=1.0, num_clients=CLIENTS, train_counts=(RECORDS,) * CLIENTS, rounds=1, delta=DELTA,
-                      analysis=analysis)
-    return build_calibrated("dp-fedavg-joint", config, setting)
 
 
 def round_updates(alg, trials: int, value: float, seed: int):
@@ -84,20 +63,12 @@ def measured_mu(steps, trust, colluders, min_clients, k, alpha=1e-4):
     return shift / (std * math.sqrt((TRIALS - 1) / lower)), shift / (std * math.sqrt((TRIALS - 1) / upper))
 
 
-def claimed_epsilon(steps, trust, colluders, min_clients, observer, analysis):
-    alg = algorithm(steps, trust, colluders, min_clients, analysis)
-    release = alg.release(0, None, torch.full((CLIENTS,), RECORDS))
-    event = observer_events(release, ClientSampler(CLIENTS, 1.0).cohort(0), "secagg", analysis)[observer]
-    return PrivacyLedger((observer,), DELTA, None, None, analysis, alg.neighboring, alg.accountant) \
-        .epsilon_after([{observer: event}], [observer])[observer]
-
-
 @pytest.mark.parametrize("steps", [1, 8])
 @pytest.mark.parametrize("name, trust, colluders, min_clients, observer, k", VIEWS, ids=[v[0] for v in VIEWS])
 def test_the_sound_claim_covers_the_instance_and_the_papers_does_not_for_several_steps(
         name, trust, colluders, min_clients, observer, k, steps):
     share = algorithm(steps, trust, colluders, min_clients).mechanism.noise_multiplier
-    truth = steps / (share * math.sqrt(steps + k - 1))
+    truth = exact_mu(share, steps, k)
     low, high = measured_mu(steps, trust, colluders, min_clients, k)
     assert low <= truth <= high, (low, truth, high)
     sound = claimed_epsilon(steps, trust, colluders, min_clients, observer, "sound")

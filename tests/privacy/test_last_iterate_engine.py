@@ -10,7 +10,9 @@ The last iterate is the Gaussian mechanism with mu = shift / std = 2L / (sigma s
 is delta(eps) = theta_eps(mu) (Lemma 1). The shift and the std are MEASURED from the engine's outputs (common random
 numbers: both datasets run on the same seeds, so the same noise), and mu's confidence interval is compared with the
 claim: with T = 1 (one batch of all n users) Theorem 2 is exact, so the claim must sit inside the interval (a noise
-drawn at another scale than declared would move the measured mu out of it); with T = 4 the claim must be above.
+drawn at another scale than declared would move the measured mu out of it); with T = 4 the claim must be above. The
+instance, its claim and its exact epsilon: ``tests/helpers/last_iterate_worst_case.py`` (shared with
+benchmarks/tightness.py).
 """
 
 from __future__ import annotations
@@ -21,12 +23,9 @@ import pytest
 import torch
 from scipy import stats
 
-from dpfl.accounting import accountants
-from dpfl.accounting import last_iterate as li
-from dpfl.algorithms import projected_noisy_sgd as pns
+import last_iterate_worst_case as shared
 from worst_case import LinearQuadraticOracle
 from dpfl.engine.boundary import Delivery
-from dpfl.noise import GaussianMechanism
 from dpfl.engine.protocol import ClientContext, ClientData, ServerContext
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -37,8 +36,7 @@ DELTA = 1e-5
 def last_iterates(n: int, m: int, z: float, sign: float, trials: int, lr: float = 0.5, clip: float = 1.0):
     """W_T of ``trials`` independent runs (trial k's users have ids k n .. k n + n - 1: their own noise streams);
     the owner (user 0 of every trial, in the batch of round 0) has v = sign L, the others v = 0."""
-    algorithm = pns.ProjectedNoisySGD(population=n, batch_size=m, horizon=n // m, mechanism=GaussianMechanism(z),
-                                      clip=clip, radius=1e6, lr=lr)
+    algorithm = shared.algorithm(n, m, z, lr, clip)
     oracle = LinearQuadraticOracle(dim=1, eta=1.0)
     w = torch.zeros(trials, 1)
     for t in range(n // m):
@@ -57,15 +55,11 @@ def last_iterates(n: int, m: int, z: float, sign: float, trials: int, lr: float 
 
 
 def claimed_epsilon(algorithm) -> float:
-    """The ledger's claim: the last-iterate accountant over the run's declared hidden steps."""
-    accountant = accountants.make("last_iterate", accountants.NeighborRel.REPLACE_ONE)
-    for t in range(algorithm.horizon):
-        accountant.compose(algorithm.release(t, None, None).hidden)
-    return accountant.get_epsilon(DELTA)
+    return shared.claimed_epsilon(algorithm, DELTA)
 
 
 def exact_epsilon(mu: float) -> float:
-    return li.solve_epsilon(lambda eps: li.log_theta(eps, mu), DELTA)
+    return shared.exact_epsilon(mu, DELTA)
 
 
 def measured_mu(n: int, m: int, z: float, trials: int):

@@ -1,0 +1,58 @@
+"""benchmarks/tightness.py (the table of docs/accounting.md, "How tight is the default?") on its --quick subset: every
+claim is at least the exact epsilon of its instance, every family it covers has a row, and --write-docs replaces
+only the text between the markers. So the benchmark cannot rot, and a claim below its worst case fails here."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "tightness.py"
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("tightness", PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_quick_table_never_claims_less_than_the_exact_epsilon(tmp_path, capsys):
+    tightness = load()
+    found = tightness.main(["--quick", "--json", str(tmp_path / "rows.json")])
+    assert {r.family for r in found} == {"dp-fedavg-user", "dp-fedsgd", "dp-fedavg", "dp-fedavg-joint", "dp-ftrl",
+                                         "projected-noisy-sgd"}
+    for row in found:
+        assert math.isfinite(row.claim) and row.exact > 0, row
+        assert row.claim >= row.exact * (1 - 1e-6), row  # the exact side is a lower bound: never above the claim
+    # where dpfl's analysis charges exactly the instance, the ratio is 1 (the PLD side sits at most T 1e-4 below)
+    fedsgd_server = next(r for r in found if r.family == "dp-fedsgd" and r.observer == "server")
+    assert fedsgd_server.ratio == pytest.approx(1.0, abs=1e-6)
+    secret = next(r for r in found if r.observer == "third_party (secret cohort)")
+    assert secret.ratio > 1.5  # the default covers an observer who knows the cohort: loose for one who does not
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 2 + len(found) and all(line.count("|") == 9 for line in printed)
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert [r["claim"] for r in rows] == [r.claim for r in found] and all(r["ratio"] >= 1 - 1e-6 for r in rows)
+
+
+def test_write_docs_replaces_only_the_text_between_the_markers(tmp_path):
+    tightness = load()
+    page = tmp_path / "page.md"
+    page.write_text(f"before\n{tightness.BEGIN}\nold table\n{tightness.END}\nafter\n")
+    tightness.write_docs("| new |", page)
+    assert page.read_text() == f"before\n{tightness.BEGIN}\n| new |\n{tightness.END}\nafter\n"
+
+
+def test_the_docs_page_holds_the_markers():
+    tightness = load()
+    page = tightness.DOCS.read_text()
+    assert page.index(tightness.BEGIN) < page.index(tightness.END)

@@ -1,0 +1,95 @@
+"""DP-FTRL's linear worst case (Kairouz et al. 2021's tree aggregation, restarted every epoch), run through the real
+engine, and its exact privacy: shared by tests/algorithms/test_dp_ftrl.py and benchmarks/tightness.py.
+
+Every record is x = 1 labelled 1 under the loss -<w_0, x> y, so every client's update is the constant -2 clipped to
+-C e_0 whatever the model (one step of lr 2, C = 1); the owner's (client 0) is 0 on its zero-out neighbour (labels 0:
+the null client). The released models are then a linear Gaussian mechanism x = x_0 - (eta/n)(A s + G nu),
+nu ~ N(0, (z C)^2 I) the T nodes the server draws, G the oracle's own reading of the tree (``release_noise_matrix``).
+The shift between the neighbours is measured through the engine with common random numbers (the same noise key), so
+the exact privacy of all T models is mu-GDP (Dong, Roth, Su 2022, Cor. 2.13) with mu = ||Sigma^{-1/2} shift||,
+Sigma = (eta z C / n)^2 G G^T: the Mahalanobis length of the shift (a Gaussian pair with a common covariance is, after
+whitening, N(0, I) against N(d, I), whose loss depends on x only through its projection on d).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+import dpfl
+from dpfl.data.federated import ClientArrays, FederatedDataset
+
+
+def decomposition(position: int) -> list[int]:
+    """The ends of the dyadic nodes whose sum is the prefix [1, position] (one per set bit, highest first): the
+    oracle's own reading of the tree, independent of the implementation's incremental update."""
+    ends, start = [], 0
+    for level in reversed(range(position.bit_length())):
+        if position >> level & 1:
+            start += 2**level
+            ends.append(start)
+    return ends
+
+
+def linear_loss(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """-<w_0, x> y: its gradient in w_0 is -x y whatever w (the client's update does not depend on the model)."""
+    return -outputs[:, 0] * labels.to(outputs.dtype)
+
+
+def worst_case_data(clients: int, owner_label: int) -> FederatedDataset:
+    """Every record x = 1 labelled 1, except the owner's (client 0), labelled ``owner_label``: 0 is the null client
+    (zero gradient, update 0: the zero-out neighbour)."""
+    y = torch.ones(clients, 4, dtype=torch.int64)
+    y[0] = owner_label
+    arrays = ClientArrays(torch.ones(clients, 4, 1), y, torch.full((clients,), 4, dtype=torch.int64))
+    return FederatedDataset(arrays, arrays, 2, "worst-case", {})
+
+
+def worst_case_run(boundary: str, sampling: str, owner_label: int, rounds: int):
+    """x_1..x_T of a run of K = 1 step of lr 2 (every update -2 clipped to C = 1, the owner's 0 on the neighbour)."""
+    model = nn.Linear(1, 2, bias=False)
+    nn.init.zeros_(model.weight)
+    config = {"algorithm": {"name": "dp-ftrl", "rounds": rounds, "client_rate": 0.25, "client_sampling": sampling,
+                            "noise_multiplier": 0.8, "lr": 2.0, "sample_rate": 1.0, "global_lr": 0.5},
+              "privacy": {"boundary": boundary}, "run": {"noise_seed": 5, "seed": 3}}
+    sim = dpfl.build(config, model=model, loss=linear_loss, data=worst_case_data(8, owner_label))
+    trajectory = []
+    for _ in range(rounds):
+        sim.step()
+        trajectory.append(sim.model[0].item())
+    return sim, np.array(trajectory, dtype=np.float64)
+
+
+def release_noise_matrix(epoch: int, rounds: int) -> np.ndarray:
+    """G [T, T]: x_t's noise is -(eta / n) (G nu)_t, nu the T drawn nodes (node t ends at round t of its epoch), a
+    restarted tree per epoch whose anchor carries the previous epochs' full prefix noise."""
+    G = np.zeros((rounds, rounds))
+    for t in range(rounds):
+        start, position = t - t % epoch, t % epoch + 1
+        for earlier in range(0, start, epoch):  # every earlier epoch's last prefix sum
+            for end in decomposition(min(epoch, rounds - earlier)):
+                G[t, earlier + end - 1] += 1
+        for end in decomposition(position):
+            G[t, start + end - 1] += 1
+    return G
+
+
+def worst_case_mu(boundary: str, sampling: str, rounds: int):
+    """(the run with the owner, mu of its T released models, the owner's contribution to each drawn node in units
+    of C) of the instance of the module docstring."""
+    sim, with_owner = worst_case_run(boundary, sampling, 1, rounds)
+    _, null_owner = worst_case_run(boundary, sampling, 0, rounds)
+    alg = sim.algorithm
+    shift = with_owner - null_owner
+    scale = alg.global_lr / alg.cohort_size
+    G = release_noise_matrix(alg.epoch, rounds)
+    covariance = (scale * alg.noise_multiplier * alg.clip) ** 2 * G @ G.T
+    mu = math.sqrt(shift @ np.linalg.solve(covariance, shift))
+    return sim, mu, np.linalg.solve(G, shift / (scale * alg.clip))
+
+
+__all__ = ["decomposition", "linear_loss", "worst_case_data", "worst_case_run", "release_noise_matrix",
+           "worst_case_mu"]
