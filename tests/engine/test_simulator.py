@@ -259,6 +259,8 @@ def test_budget_stops_before_the_round_that_would_exceed_it(data, tmp_path):
     assert all(m.epsilon[THIRD_PARTY] <= budget for m in history)
     assert sim.ledger.compositions == 2 and sim.ledger.epsilon()[THIRD_PARTY] == pytest.approx(two, rel=1e-9)
     assert PrivacyLedger.load(tmp_path / "ledger.json").compositions == 2
+    saved = json.loads((tmp_path / "ledger.json").read_text())  # the summary written when the budget stopped it
+    assert saved["epsilon"] == sim.ledger.epsilon() and saved["accountant"] == sim.ledger.accountants()
     # no noise was drawn for the refused round: the model is that of an unbudgeted 2-round run
     reference = make_sim(data)
     reference.run(2)

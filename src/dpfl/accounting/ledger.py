@@ -26,9 +26,13 @@ moments and transform kept (``dpfl.accounting.pld_power``: dp_accounting's numbe
 answer depends on the order of the events (``accountants.ORDERED``: the last-iterate accountant, for runs that release
 only their final model) is fed the runs of equal consecutive events in order instead.
 
-Epsilon is computed when it is read, once per composition and observer: ``record`` accounts only the observers a
-budget names (the others' epsilon is not needed to decide the round), and keeps their epsilon until the next
-composition; ``epsilon`` accounts the others when first asked. Composing incrementally (the composition so far
+Epsilon is computed when it is read, once per composition and observer (remembered per composition): ``record``
+accounts only the observers a budget names (the others' epsilon is not needed to decide the round), and not even those
+at every round: a check also finds the budget's headroom, how many more rounds of the same event the budget allows
+(``_repeats_within_budget``: the composition doubled, else a bisection), and the rounds within it are admitted
+without accounting (sound because the true epsilon never falls as mechanisms are added; the derivation is there), so
+T equal rounds cost O(log^2 T) compositions, and a new event or a new budget is checked again. ``epsilon`` accounts
+the others when first asked; ``to_dict(summary=False)``, the journal a round saves before its noise, asks nobody. Composing incrementally (the composition so far
 convolved with the new round's PLD, or count-fold events by repeated doubling) is not done: its truncation and rounding
 differ from the self-composition's, so the numbers would differ from those a fresh ledger reports, and a convolution
 at the composed size costs what the one FFT of the self-composition costs. The numbers are those of a fresh ledger
@@ -110,6 +114,8 @@ class PrivacyLedger:
         self._journal: list[tuple] = []  # (round index, events, fingerprint) of every composition, in order
         self._latest: dict[int, int] = {}  # round index -> the journal position of its latest composition
         self._spent: dict[str, float] = {}  # observer -> epsilon of its compositions so far, once asked
+        #: budgeted observer -> (event key, the budget, k): k more rounds of that event keep it within that budget
+        self._headroom: dict[str, tuple[str, float, int]] = {}
         self._memo: dict[tuple, float | str] = {}  # (accountant name, composition) -> epsilon at self.delta, and
         # ("chosen", accountant name, composition) -> the accountant that answers
 
@@ -126,16 +132,65 @@ class PrivacyLedger:
         latest = self._latest.get(round_index)
         if fingerprint is not None and latest is not None and self._journal[latest][1:] == (dict(events), fingerprint):
             return
-        after = self._epsilon(extra=[events], observers=list(self.budget))  # only what a budget checks
-        for observer, limit in self.budget.items():
-            if after[observer] > limit:
+        checked = [o for o in self.budget if not self._cleared_for(o, events[o])]  # the others: within headroom
+        after = self._epsilon(extra=[events], observers=checked)
+        for observer in checked:
+            if after[observer] > self.budget[observer]:
                 raise BudgetExceededError(
                     f"round {round_index} would raise epsilon towards {OBSERVER_NAMES.get(observer, observer)} to "
-                    f"{after[observer]:.4g} > privacy.budget.{observer} = {limit:g} (delta = {self.delta:g}); "
-                    f"the run stops before that round draws any noise, having spent {self._spent_by(observer):.4g}"
+                    f"{after[observer]:.4g} > privacy.budget.{observer} = {self.budget[observer]:g} "
+                    f"(delta = {self.delta:g}); the run stops before that round draws any noise, having spent "
+                    f"{self._spent_by(observer):.4g}"
                 )
         self._append(round_index, events, fingerprint)
         self._spent = after  # the same compositions: no need to account them again
+        for observer in self.budget:
+            key = self._key(events[observer])
+            if observer in checked:
+                self._headroom[observer] = (key, self.budget[observer], self._repeats_within_budget(observer, key))
+            else:
+                self._headroom[observer] = (key, self.budget[observer], self._headroom[observer][2] - 1)
+
+    def _cleared_for(self, observer: str, event: dp_event.DpEvent) -> bool:
+        """Whether one more round of ``event`` is known to keep ``observer`` within its budget: it is the event whose
+        headroom (``_repeats_within_budget``) was computed, against the same budget, and some of it is left."""
+        key, limit, repeats = self._headroom.get(observer, (None, None, 0))
+        return key == self._key(event) and limit == self.budget[observer] and repeats > 0
+
+    def _repeats_within_budget(self, observer: str, key: str) -> int:
+        """How many more rounds of event ``key``, after the rounds composed so far (n of them), the budget of
+        ``observer`` is known to allow: the largest k <= n with epsilon(composition + k x event) <= budget, found by
+        trying k = n (the composition doubled), then, if that exceeds the budget, by bisection on [0, n).
+
+        Why later rounds within it need no accounting: adding a mechanism never lowers the true epsilon (the
+        composition of k - 1 rounds is a post-processing of that of k: drop the last release), so for every
+        j <= k, true eps(j) <= true eps(k) <= epsilon(k) <= budget, epsilon(k) being the accountant's upper bound
+        (a PLD's pessimistic discretisation and truncation, an RDP conversion). Where the accountant's epsilon is
+        non-decreasing in j, as it is up to floating-point noise, the run stops at the very round the round-by-round
+        check stopped it (epsilon(k + 1) > budget is then the check's own answer, remembered); where it is not, the
+        rounds it admits are still within budget, by the inequality above. An accountant whose answer depends on the
+        order of the events (``accountants.ORDERED``) gets no headroom: each of its rounds is checked. Cost: at most
+        1 + log2(n) compositions at round n + 1, so with one event every round, O(log^2 T) over T rounds, against T
+        for a check every round; the epsilons it computes are remembered, so reading them later costs nothing."""
+        n = self.compositions
+        if self.accountant_names[observer] in accountants.ORDERED or n == 0:
+            return 0
+        limit = self.budget[observer]
+
+        def within(k: int) -> bool:
+            try:
+                return self._epsilon_of(observer, self._tally(observer, [key] * k, self._runs[observer],
+                                                              self._counts[observer])) <= limit
+            except ConfigError:  # e.g. a PLD too large to build: no headroom claimed beyond it
+                return False
+
+        if within(n):
+            return n
+        low, high = 0, n  # within(low), not within(high)
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if within(middle) else (low, middle)
+        return low
 
     def _append(self, round_index: int, events: dict[str, dp_event.DpEvent], fingerprint: str | None) -> None:
         self._spent = {}
@@ -282,7 +337,11 @@ class PrivacyLedger:
         return len(self._journal)
 
     # -- persistence --------------------------------------------------------------------------------------------
-    def to_dict(self) -> dict:
+    def to_dict(self, summary: bool = True) -> dict:
+        """The ledger as ledger.json holds it: its settings, each distinct event once and the journal, and with
+        ``summary`` the accountant and epsilon of each observer's composition so far (what a reader of the file wants;
+        ``from_dict`` needs only the rest, and it costs each observer's accounting, so the save before a round's noise
+        leaves it out: ``save``)."""
         distinct: list[dp_event.DpEvent] = []
         index: dict[str, int] = {}
         journal = []
@@ -295,20 +354,22 @@ class PrivacyLedger:
                     distinct.append(event)
                 refs[observer] = index[key]
             journal.append({"round": round_index, "events": refs, "fingerprint": fingerprint})
-        return {
+        data = {
             "observers": list(self.observers),
             "delta": self.delta,
             "conversion": self.conversion,
             "analysis": self.analysis,
             "neighboring": self.neighboring,
-            "accountant": self.accountants(),
             "accountant_names": self.accountant_names,
             "subsampling_bound": self.subsampling_bound,
             "budget": self.budget,
             "events": [event_to_dict(e) for e in distinct],
             "journal": journal,
-            "epsilon": {o: _json_number(e) for o, e in self.epsilon().items()},
         }
+        if summary:
+            data["accountant"] = self.accountants()
+            data["epsilon"] = {o: _json_number(e) for o, e in self.epsilon().items()}
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "PrivacyLedger":
@@ -325,11 +386,13 @@ class PrivacyLedger:
             ledger._append(entry["round"], {o: events[i] for o, i in entry["events"].items()}, entry.get("fingerprint"))
         return ledger
 
-    def save(self, path: str | os.PathLike) -> None:
+    def save(self, path: str | os.PathLike, summary: bool = True) -> None:
         """Writes the ledger atomically and durably (a temporary file, flushed to disk, then renamed over ``path``):
         a crash leaves either the old ledger or the new one, never a truncated file. RunDirectoryError if it cannot be
-        written (the caller then must not release anything the ledger would not record)."""
-        write_text_atomically(Path(path), json.dumps(self.to_dict(), indent=1), "the privacy ledger")
+        written (the caller then must not release anything the ledger would not record). ``summary``: with each
+        observer's accountant and epsilon (``to_dict``); without, the journal only, as a round's entry is saved
+        before its noise (the simulator's checkpoints write the summary)."""
+        write_text_atomically(Path(path), json.dumps(self.to_dict(summary), indent=1), "the privacy ledger")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "PrivacyLedger":

@@ -150,6 +150,7 @@ class Simulation:
         self.wall_seconds = 0.0  # in run, over the whole run (restored from a checkpoint by load_checkpoint)
         self.session_seconds = 0.0  # in run, by this process
         self._key_saved = False
+        self._ledger_summarised = True  # whether ledger.json holds the epsilon of every round recorded (``run``)
 
     @property
     def model(self) -> torch.Tensor:
@@ -190,7 +191,8 @@ class Simulation:
             if self.secret and not self._key_saved:  # the key the recorded rounds' noise is drawn from
                 keys.save_key(Path(self.checkpoint_dir) / keys.KEY_FILE, self.seed)
                 self._key_saved = True
-            self.ledger.save(Path(self.checkpoint_dir) / "ledger.json")
+            self.ledger.save(Path(self.checkpoint_dir) / "ledger.json", summary=False)  # the journal: no accounting
+            self._ledger_summarised = False
         work = self.in_process(t, cohort) if self.workers is None else self.workers(self, t, cohort)
         self.state.server = run_cohort(self.algorithm, self.boundary, release, t, self.seed, self.train.num_clients,
                                        self.state.server, self.state.clients, CohortRows(cohort), work=work).server
@@ -314,6 +316,9 @@ class Simulation:
                                                f"{self.next_round} of {rounds}")
                         self.stopped_by = "interrupted"
                         break
+                if self.checkpoint_dir is not None and not self._ledger_summarised:  # a budget or divergence stop
+                    self.ledger.save(Path(self.checkpoint_dir) / "ledger.json")
+                    self._ledger_summarised = True
         finally:
             bar.close()
             clock()
@@ -327,6 +332,7 @@ class Simulation:
         checkpoint.save(directory / "checkpoint.pt", self.next_round, self.release, self.state,
                         [m.to_dict() for m in self.history], self.wall_seconds)
         self.ledger.save(directory / "ledger.json")
+        self._ledger_summarised = True
 
     def load_checkpoint(self, directory: Path) -> None:
         """Resumes the run saved in ``directory``: adopts its ledger.json (which may be ahead of the checkpoint; it is

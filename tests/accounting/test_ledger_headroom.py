@@ -1,0 +1,109 @@
+"""A budgeted ledger checks a round by its headroom (``PrivacyLedger._repeats_within_budget``): it stops a run at the
+very round, with the very message, that a check of every round gives, accounts O(log^2 T) compositions over T equal
+rounds instead of T, checks every round again when the event changes or the budget does, and still reports epsilon
+after each round exactly as a fresh ledger."""
+
+import pytest
+from dp_accounting import dp_event
+
+from dpfl.accounting import pld, pld_power
+from dpfl.accounting.events import ProjectedStepDpEvent
+from dpfl.accounting.ledger import PrivacyLedger
+from dpfl.errors import BudgetExceededError
+
+DELTA = 1e-6
+OBSERVERS = ("third_party", "server")
+
+
+def gaussian(z: float) -> dict[str, dp_event.DpEvent]:
+    return {"third_party": dp_event.GaussianDpEvent(z), "server": dp_event.GaussianDpEvent(z / 2)}
+
+
+def poisson(z: float) -> dict[str, dp_event.DpEvent]:
+    return {o: dp_event.PoissonSampledDpEvent(0.2, dp_event.GaussianDpEvent(z * s)) for o, s in zip(OBSERVERS, (1, .5))}
+
+
+def fresh_epsilon(played: list[dict], accountant: str) -> dict[str, float]:
+    """Epsilon after ``played`` by a ledger without a budget, every PLD cache emptied."""
+    pld._CACHE.clear()
+    pld_power._MOMENTS.clear()
+    ledger = PrivacyLedger(OBSERVERS, DELTA, neighboring="add_remove", accountant=accountant)
+    for t, events in enumerate(played, start=1):
+        ledger.record(t, events)
+    return ledger.epsilon()
+
+
+def counting(ledger: PrivacyLedger, monkeypatch) -> list[str]:
+    """The observers of every accounting ``ledger`` does (each accountant it builds and asks)."""
+    built = []
+    make = ledger._accountant
+    monkeypatch.setattr(ledger, "_accountant", lambda observer, composed, name=None:
+                        built.append(observer) or make(observer, composed, name))
+    return built
+
+
+@pytest.mark.parametrize("accountant, make, budget", [("rdp", gaussian, 2.5), ("tightest", poisson, 0.4)])
+def test_the_run_stops_at_the_round_a_check_of_every_round_stops_it(accountant, make, budget):
+    played = [make(8.0)] * 40
+    checked_every_round = PrivacyLedger(OBSERVERS, DELTA, neighboring="add_remove", accountant=accountant)
+    spent = [checked_every_round.epsilon()]
+    while spent[-1]["third_party"] <= budget:  # a check of every round: epsilon with the next round included
+        checked_every_round.record(len(spent), played[len(spent) - 1])
+        spent.append(checked_every_round.epsilon())
+    stop = len(spent) - 1
+    assert 5 < stop < 40  # the budget binds within the rounds played, after a few headrooms
+    before, after = spent[stop - 1], spent[stop]
+    ledger = PrivacyLedger(OBSERVERS, DELTA, {"third_party": budget}, neighboring="add_remove", accountant=accountant)
+    for t in range(1, stop):
+        ledger.record(t, played[t - 1])
+        assert ledger.epsilon() == spent[t]  # what rows read: the numbers of a ledger that checks every round
+    assert ledger.epsilon() == fresh_epsilon(played[:stop - 1], accountant)  # and a fresh one's
+    with pytest.raises(BudgetExceededError) as refused:
+        ledger.record(stop, played[stop - 1])
+    assert str(refused.value) == (
+        f"round {stop} would raise epsilon towards a third party to {after['third_party']:.4g} > "
+        f"privacy.budget.third_party = {budget:g} (delta = {DELTA:g}); the run stops before that round draws any "
+        f"noise, having spent {before['third_party']:.4g}")
+    assert ledger.compositions == stop - 1  # nothing composed for the refused round
+
+
+def test_equal_rounds_are_accounted_at_rounds_1_3_7_15_31_63_only(monkeypatch):
+    """Round n + 1 after a check finds the composition doubled within budget (n more rounds free): 64 rounds cost
+    two accountings at rounds 1, 3, 7, 15, 31 and 63 (the round, and the composition doubled), not 64."""
+    ledger = PrivacyLedger(OBSERVERS, DELTA, {"third_party": 1e6}, neighboring="add_remove", accountant="rdp")
+    built = counting(ledger, monkeypatch)
+    checked = []
+    for t in range(1, 65):
+        before = len(built)
+        ledger.record(t, gaussian(8.0))
+        if len(built) > before:
+            checked.append(t)
+    assert checked == [1, 3, 7, 15, 31, 63] and built == ["third_party"] * 12
+    for read in (2, 6, 14, 30, 62):  # the doubled compositions are remembered: reading them accounts nothing
+        assert ledger.epsilon_through(read)["third_party"] > 0
+    assert built.count("third_party") == 12
+
+
+def test_a_new_event_or_a_new_budget_is_checked_again(monkeypatch):
+    ledger = PrivacyLedger(OBSERVERS, DELTA, {"third_party": 1e6}, neighboring="add_remove", accountant="rdp")
+    built = counting(ledger, monkeypatch)
+    for t in range(1, 5):  # two events in turn: no round repeats the last one, so each is checked
+        before = len(built)
+        ledger.record(t, gaussian(8.0 if t % 2 else 9.0))
+        assert len(built) > before
+    spent = ledger.epsilon()["third_party"]
+    ledger.record(5, gaussian(9.0))  # round 4's event again: within its headroom, not accounted
+    ledger.budget = {"third_party": spent}  # lowered, as a resume with a smaller budget does
+    with pytest.raises(BudgetExceededError, match="round 6 would raise"):
+        ledger.record(6, gaussian(9.0))  # the headroom was for another budget: checked, and refused
+
+
+def test_an_ordered_accountant_checks_every_round(monkeypatch):
+    """The last-iterate accountant's epsilon depends on the order of the steps: no headroom is claimed for it."""
+    step = ProjectedStepDpEvent(30, 1, 1.0, 1.0, 0.5, 4.0, False, False, 30, dp_event.NoOpDpEvent())
+    ledger = PrivacyLedger(OBSERVERS, DELTA, {"third_party": 1e6}, neighboring="add_remove",
+                           accountant="last_iterate")
+    built = counting(ledger, monkeypatch)
+    for t in range(1, 5):
+        ledger.record(t, {o: step for o in OBSERVERS})
+    assert built == ["third_party"] * 4
