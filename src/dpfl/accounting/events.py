@@ -25,7 +25,8 @@ Algorithm 1) towards an observer who sees only the model the run finally release
 step would cost if its iterate were released too, for the composition baseline reported beside it.
 
 ``BinomialSumDpEvent`` is one run of Cheu et al.'s (2021) binomial vector summation seen by an observer of the
-shuffled messages: approximately RDP (Bin(m, p) noise has finite support), see ``dpfl.accounting.binomial``.
+shuffled messages: approximately RDP (Bin(m, p) noise has finite support), see ``dpfl.accounting.binomial``; of
+one coordinate with p = 1/2, its exact PLD is ``dpfl.accounting.discrete_pld``.
 
 ``event_to_dict`` / ``event_from_dict`` turn any event of ``dp_accounting.dp_event`` or of this module into plain
 dicts (a ``"type"`` tag plus the fields, recursively) and back; the tag is looked up in a fixed registry, so a JSON
