@@ -2,7 +2,7 @@
 
 ``SkellamDpEvent`` is the Skellam mechanism of Agarwal, Kairouz, Liu (NeurIPS 2021), the infinitely divisible
 integer noise used with secure aggregation in the joint-noise paper (Heikkilä 2024). Its RDP is
-``dpfl.accounting.skellam.skellam_rdp``.
+``dpfl.accounting.skellam.skellam_rdp``; of one coordinate, its exact PLD is ``dpfl.accounting.discrete_pld``.
 
 ``DiscreteGaussianDpEvent`` is dpfl's secure Gaussian mechanism (``run.secure_noise``, ``dpfl.noise``): the value
 rounded to a grid, exact discrete Gaussian noise in grid units (Canonne, Kamath, Steinke 2020). Its RDP is
@@ -25,7 +25,8 @@ Algorithm 1) towards an observer who sees only the model the run finally release
 step would cost if its iterate were released too, for the composition baseline reported beside it.
 
 ``BinomialSumDpEvent`` is one run of Cheu et al.'s (2021) binomial vector summation seen by an observer of the
-shuffled messages: approximately RDP (Bin(m, p) noise has finite support), see ``dpfl.accounting.binomial``.
+shuffled messages: approximately RDP (Bin(m, p) noise has finite support), see ``dpfl.accounting.binomial``; of
+one coordinate with p = 1/2, its exact PLD is ``dpfl.accounting.discrete_pld``.
 
 ``event_to_dict`` / ``event_from_dict`` turn any event of ``dp_accounting.dp_event`` or of this module into plain
 dicts (a ``"type"`` tag plus the fields, recursively) and back; the tag is looked up in a fixed registry, so a JSON
@@ -64,12 +65,15 @@ class SkellamDpEvent(dp_event.DpEvent):
       variance: mu, the per-coordinate noise variance in the statistic's units (sigma^2 D2^2 for a noise multiplier
         sigma); the integer Skellam noise has variance s^2 mu.
       scale: s, the factor applied before rounding to integers.
+      dimension: d, the coordinates noised, when declared (None: any). The RDP bound holds for any d through D1;
+        the exact PLD (``dpfl.accounting.discrete_pld``) is built for d = 1 only.
     """
 
     l2_sensitivity: float
     l1_sensitivity: float
     variance: float
     scale: float = 1.0
+    dimension: int | None = None
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)

@@ -13,6 +13,8 @@ distributions by FFT and reads epsilon(delta) off the composition: tight up to t
   hockey-stick divergence);
 * a restarted tree's epoch (``SingleEpochTreeAggregationDpEvent``, zero-out) is the Gaussian mechanism it is
   (``tree_as_gaussian``);
+* one coordinate of the Skellam mechanism (alone or Poisson-sampled) and of the binomial summation with p = 1/2
+  have their exact PLDs on the integer lattice (``dpfl.accounting.discrete_pld``, the rounding charged);
 * every other event is handed to dp_accounting's ``PLDAccountant`` (Gaussian, Laplace, discrete Laplace, randomized
   response, mixtures of Gaussians, Poisson sampling around Gaussian or Laplace).
 
@@ -35,8 +37,8 @@ min_a eps(a) + log(1/tau) / (a - 1) (the classic conversion at delta = tau, Miro
 tau; dp_accounting truncates the same tails (Doroshenko et al. 2022) when it sizes its convolutions. ``pld_of``
 refuses (``PldTooLargeError``, which names the RDP accountant) an event whose estimate exceeds ``MAX_POINTS``.
 
-Not supported: sampling without replacement (use the RDP accountant, ``accountant="rdp"``), dpfl's Skellam and
-disjoint-union events.
+Not supported: sampling without replacement (use the RDP accountant, ``accountant="rdp"``), dpfl's disjoint-union
+events, Skellam and binomial events of several coordinates (``dpfl.accounting.discrete_pld`` says why).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ import numpy as np
 from dp_accounting import dp_event, privacy_accountant
 from dp_accounting.pld import pld_pmf, pld_privacy_accountant, privacy_loss_distribution
 
-from dpfl.accounting import pld_power
+from dpfl.accounting import discrete_pld, pld_power
 from dpfl.accounting.conversion import rdp_to_epsilon
 from dpfl.accounting.events import ParticipationDpEvent
 from dpfl.accounting.rdp import composition_error, rdp_curve
@@ -296,6 +298,8 @@ def _unsupported(event, relation) -> str | None:
         return _unsupported(event.event, relation)
     if isinstance(event, dp_event.ComposedDpEvent):
         return next(filter(None, (_unsupported(e, relation) for e in event.events)), None)
+    if discrete_pld.handles(event):
+        return discrete_pld.unsupported(event, relation)
     accountant = pld_privacy_accountant.PLDAccountant(relation)
     return None if accountant.supports(_dp_accounting_reading(event, relation)) else repr(event)
 
@@ -321,6 +325,8 @@ def _build(event, relation, interval):
         if inner is None:
             return None if event.probability > 0 else privacy_loss_distribution.identity(interval)
         return inner.compute_mixture(privacy_loss_distribution.identity(interval), event.probability)
+    if discrete_pld.handles(event):
+        return discrete_pld.pld(event, interval)
     accountant = pld_privacy_accountant.PLDAccountant(relation, interval)
     accountant.compose(_dp_accounting_reading(event, relation))
     if accountant._contains_non_dp_event:  # noqa: SLF001 (dp_accounting keeps this flag private)

@@ -99,7 +99,7 @@ class SkellamRounding:
         unit = self.scale * self.unit
         return SkellamDpEvent(l2_sensitivity=self.rounded_l2 / unit,
                               l1_sensitivity=skellam_l1_bound(self.rounded_l2, self.dimension) / unit,
-                              variance=noise_multiplier**2, scale=unit)
+                              variance=noise_multiplier**2, scale=unit, dimension=self.dimension)
 
 
 @dataclass(frozen=True)
@@ -182,12 +182,16 @@ class JointSkellam(JointNoise):
 
 def skellam_variant(algorithm: JointNoise, scale: float, dimension: int | None, counts) -> JointSkellam:
     """``algorithm`` with integer Skellam shares at scale s, for a model of ``dimension`` parameters and clients with
-    ``counts`` records (the events' unit is the smallest sensitivity C / (q max n_i))."""
+    ``counts`` records (the events' unit is the smallest sensitivity C / (q max n_i)). The sound analysis accounts
+    with the "tightest" accountant: the exact PLD of the steps of a model of one coordinate
+    (``dpfl.accounting.discrete_pld``), and for more coordinates the RDP bound the Gaussian shares' "rdp" gives."""
     if dimension is None:
         raise ConfigError("algorithm.noise", "skellam", "'gaussian' here: the Skellam accounting needs the model's "
                                                         "number of parameters (a run built by dpfl's runner)")
     unit = float(algorithm.sampler.mean_sensitivity(algorithm.clip, torch.as_tensor(counts)).min())
     fields = {f.name: getattr(algorithm, f.name) for f in dataclasses.fields(algorithm)}
+    if algorithm.accountant == "rdp":  # the sound analysis: the exact PLD of a 1-D model's steps, else the same RDP
+        fields["accountant"] = "tightest"
     return JointSkellam(**fields, rounding=SkellamRounding(scale, dimension, unit))
 
 
