@@ -13,7 +13,8 @@ interchangeable per observer (the last-iterate accountant joins them for runs th
   size (``pld.tractable``: epsilon below a few hundred), else RDP;
 * ``last_iterate``: ``LastIterateDpAccountant``, the last-iterate accountant (``dpfl.accounting.last_iterate``: Asoodeh
   et al. 2021 Theorem 2 / Corollary 3, and amplification by iteration where the step says ``analysis = "sound"``)
-  over the steps of a run that releases only its final model (``ProjectedStepDpEvent``). Its answer depends on the ORDER of the steps
+  over the steps of a run that releases only its final model (``ProjectedStepDpEvent``). Its answer depends on the
+  ORDER of the steps
   (a step's contraction hides only the steps before it), so it is in ``ORDERED``: the ledger feeds it the run's
   steps in order.
 """

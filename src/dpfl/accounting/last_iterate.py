@@ -446,7 +446,8 @@ class LastIterateAccountant:
 
     delta depends on eps through every factor, so a running S for one eps cannot answer epsilon(delta); the
     accountant keeps the schedule as runs of equal steps instead: `step` is O(1) and a query is O(#runs) (O(1) for a
-    constant schedule) for the paper analysis, O(T) for the sound one. The answer is for releasing the current iterate W_t; records not yet used do not count.
+    constant schedule) for the paper analysis, O(T) for the sound one. The answer is for releasing the current
+    iterate W_t; records not yet used do not count.
     With random_stop it is for W_tau, tau ~ U{1..t}, or, given the ``horizon`` T the stopping time was drawn for
     (tau ~ U{1..T}), for W_min(tau, t), what a run stopped after t < T steps releases: by joint convexity over tau,
     delta_t = (t/T) delta_stop(t) + ((T - t)/T) delta_last(t), Corollary 3 and Theorem 2 after t steps (= Corollary 3
