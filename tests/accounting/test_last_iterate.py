@@ -196,12 +196,17 @@ def test_epsilon_zero_when_eps_zero_suffices():
 def test_monotone_in_sigma_and_steps():
     eps_by_sigma = [li.epsilon(1e-6, 0.5, s, 200, 2, 1.0, 1.0) for s in (1.0, 2.0, 4.0, 8.0)]
     assert all(a > b for a, b in zip(eps_by_sigma, eps_by_sigma[1:]))
-    accountant = li.LastIterateAccountant(n=200, batch_size=2, lipschitz=1.0, radius=1.0)
-    log_deltas = []
+    accountants = {analysis: li.LastIterateAccountant(n=200, batch_size=2, lipschitz=1.0, radius=1.0,
+                                                      analysis=analysis) for analysis in li.ANALYSES}
+    log_deltas = {analysis: [] for analysis in li.ANALYSES}
     for _ in range(100):
-        accountant.step(0.5, 2.0)
-        log_deltas.append(accountant.log_delta(1.0))
-    assert all(a < b for a, b in zip(log_deltas, log_deltas[1:]))
+        for analysis, accountant in accountants.items():
+            accountant.step(0.5, 2.0)
+            log_deltas[analysis].append(accountant.log_delta(1.0))
+    assert all(a < b for a, b in zip(log_deltas["paper"], log_deltas["paper"][1:]))
+    # sound: step T + 1 adds the position k = T + 1 (its term underflows beside the others' once tiny)
+    assert all(a <= b for a, b in zip(log_deltas["sound"], log_deltas["sound"][1:]))
+    assert all(s <= p for s, p in zip(log_deltas["sound"], log_deltas["paper"]))
 
 
 def test_a_million_steps_with_a_schedule_or_a_random_stop():
@@ -225,20 +230,22 @@ def test_tiny_log_delta_stays_finite():
 # Accountant ------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("analysis", li.ANALYSES)
 @pytest.mark.parametrize("random_stop", [False, True])
-def test_accountant_matches_batch_function(random_stop):
+def test_accountant_matches_batch_function(random_stop, analysis):
     lrs = [0.5] * 30 + [0.25] * 20 + list(np.linspace(0.2, 0.05, 25))
     sigmas = [2.0] * 40 + [3.0] * 35
-    accountant = li.LastIterateAccountant(n=80, batch_size=1, lipschitz=1.0, radius=1.0, random_stop=random_stop)
+    accountant = li.LastIterateAccountant(n=80, batch_size=1, lipschitz=1.0, radius=1.0, random_stop=random_stop,
+                                          analysis=analysis)
     assert accountant.log_delta(1.0) == -math.inf and accountant.epsilon(1e-5) == 0.0
     for lr, sigma in zip(lrs, sigmas):
         accountant.step(lr, sigma)
     assert accountant.steps == 75 and len(accountant._counts) < 75
-    expected = li.log_delta(1.0, lrs, sigmas, 80, 1, 1.0, 1.0, random_stop=random_stop)
+    options = dict(random_stop=random_stop, analysis=analysis)
+    expected = li.log_delta(1.0, lrs, sigmas, 80, 1, 1.0, 1.0, **options)
     assert accountant.log_delta(1.0) == pytest.approx(expected, rel=1e-12)
-    assert accountant.epsilon(1e-6) == pytest.approx(
-        li.epsilon(1e-6, lrs, sigmas, 80, 1, 1.0, 1.0, random_stop=random_stop), rel=1e-10
-    )
+    assert accountant.epsilon(1e-6) == pytest.approx(li.epsilon(1e-6, lrs, sigmas, 80, 1, 1.0, 1.0, **options),
+                                                     rel=1e-10)
 
 
 def test_accountant_rejects_more_steps_than_batches():

@@ -11,8 +11,10 @@ interchangeable per observer (the last-iterate accountant joins them for runs th
   Thm 3.16);
 * ``tightest``: ``TightestAccountant``, PLD while it supports every event composed and their PLD is of a tractable
   size (``pld.tractable``: epsilon below a few hundred), else RDP;
-* ``last_iterate``: ``LastIterateDpAccountant``, Asoodeh et al. (2021) Theorem 2 / Corollary 3 over the steps of a
-  run that releases only its final model (``ProjectedStepDpEvent``). Its answer depends on the ORDER of the steps
+* ``last_iterate``: ``LastIterateDpAccountant``, the last-iterate accountant (``dpfl.accounting.last_iterate``: Asoodeh
+  et al. 2021 Theorem 2 / Corollary 3, and amplification by iteration where the step says ``analysis = "sound"``)
+  over the steps of a run that releases only its final model (``ProjectedStepDpEvent``). Its answer depends on the
+  ORDER of the steps
   (a step's contraction hides only the steps before it), so it is in ``ORDERED``: the ledger feeds it the run's
   steps in order.
 """
@@ -152,16 +154,16 @@ class LastIterateDpAccountant(_Collecting):
         return found
 
     def accountant(self) -> LastIterateAccountant | None:
-        """Theorem 2 / Corollary 3 fed the steps composed so far (None before the first)."""
+        """The last-iterate accountant fed the steps composed so far (None before the first)."""
         steps = self.steps()
         if not steps:
             return None
         settings = {step.setting for step, _ in steps}
         if len(settings) > 1:
             raise ValueError(f"steps of different runs composed together: {sorted(settings)}")
-        n, m, lipschitz, radius, random_stop, horizon = settings.pop()
+        n, m, lipschitz, radius, random_stop, horizon, analysis = settings.pop()
         accountant = LastIterateAccountant(n=n, batch_size=m, lipschitz=lipschitz, radius=radius,
-                                           random_stop=random_stop, horizon=horizon)
+                                           random_stop=random_stop, horizon=horizon, analysis=analysis)
         for step, count in steps:
             accountant.step(step.lr, step.sigma, nonconvex=step.nonconvex, count=count)
         return accountant

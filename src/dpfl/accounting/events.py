@@ -183,6 +183,8 @@ class ProjectedStepDpEvent(dp_event.DpEvent):
       random_stop: the run releases W_tau, tau ~ U{1..horizon} (Corollary 3), not W_T.
       horizon: T, the steps the run is planned for (the range of tau).
       composed: what releasing this step's iterate costs in the composition over every iterate (any event).
+      analysis: "sound" (per position the smaller of Theorem 2's bound and amplification by iteration's,
+        ``dpfl.accounting.amplification_by_iteration``) or "paper" (Theorem 2 / Corollary 3 alone).
     """
 
     population: int
@@ -195,11 +197,13 @@ class ProjectedStepDpEvent(dp_event.DpEvent):
     random_stop: bool
     horizon: int
     composed: dp_event.DpEvent = dp_event.NoOpDpEvent()
+    analysis: str = "sound"
 
     @property
     def setting(self) -> tuple:
         """The run's constants (every step of one run has the same)."""
-        return (self.population, self.batch_size, self.lipschitz, self.radius, self.random_stop, self.horizon)
+        return (self.population, self.batch_size, self.lipschitz, self.radius, self.random_stop, self.horizon,
+                self.analysis)
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)

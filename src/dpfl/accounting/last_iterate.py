@@ -16,6 +16,15 @@ Batches are disjoint, so at most n // m steps: a schedule of T steps uses T m re
 never influence the output); the factor m/n (a record is in a given batch with probability m/n) stays.
 Everything is in log space (deltas like 1e-141 and far below stay finite). A schedule is stored as runs of equal
 (eta_t, sigma_t), so a constant schedule costs O(1) whatever T, and any schedule O(T) numpy work per eps.
+
+**The sound analysis** (``analysis="sound"``, what a run claims) keeps Theorem 2's decomposition over the owner's
+secret batch t0 but bounds each conditional E_eps by the smaller of Theorem 2's b_t0 prod_{j>t0} a_j and amplification
+by iteration's (Feldman et al. 2018, Theorem 22, converted by Canonne et al. 2020, Prop. 12:
+``dpfl.accounting.amplification_by_iteration``); both bound the same conditional pair, so their minimum does, and
+joint convexity mixes the minima as it mixes Theorem 2's terms. Amplification by iteration needs the steps after t0
+to be non-expansive: exactly Theorem 2's convex diameter condition (a step flagged ``nonconvex`` ends the window).
+It is O(T) per eps (positions, not runs). With random stopping it is applied per pair (t0, tau) for one run of equal
+steps; a schedule of several runs takes Corollary 3 alone. ``analysis="paper"`` is Theorem 2 / Corollary 3 alone.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import erfcx
 
+from dpfl.accounting.amplification_by_iteration import log_delta_gaussian_rdp, shift_mu
 from dpfl.errors import ConfigError, check_range
 
 _LOG_HALF = -math.log(2.0)
@@ -169,12 +179,15 @@ def _log_double_geometric(log_a, c):
 @dataclass(frozen=True)
 class _Runs:
     """A schedule as runs of equal steps: run k repeats counts[k] times the injection b = theta_eps(r[b_index[k]])
-    and the contraction a = theta_eps(r[a_index[k]]); r holds the distinct distances (in noise units) once."""
+    and the contraction a = theta_eps(r[a_index[k]]); r holds the distinct distances (in noise units) once.
+    shift_mu: per position t0 = 1..T, the Gaussian-Renyi parameter of amplification by iteration
+    (``amplification_by_iteration.shift_mu``), for the sound analysis."""
 
     r: np.ndarray
     b_index: np.ndarray
     a_index: np.ndarray
     counts: np.ndarray
+    shift_mu: np.ndarray
 
     @property
     def steps(self) -> int:
@@ -188,7 +201,12 @@ def _runs(eta, sigma, counts, batch_size: int, lipschitz: float, radius: float, 
     diameter = np.where(nonconvex, 2 * (radius + eta * lipschitz), 2 * radius)
     r_b, r_a = 2 * lipschitz / (sqrt_m * sigma), diameter * sqrt_m / (eta * sigma)
     r, index = np.unique(np.concatenate([r_b, r_a]), return_inverse=True)
-    return _Runs(r, index[: r_b.size], index[r_b.size :], np.asarray(counts, dtype=float))
+    counts = np.asarray(counts, dtype=float)
+    per_step = np.repeat(np.arange(counts.size), counts.astype(int))
+    contractive = ~np.broadcast_to(np.asarray(nonconvex, dtype=bool), counts.shape)
+    mu = shift_mu(np.asarray(eta)[per_step], np.asarray(sigma)[per_step], contractive[per_step], batch_size,
+                  lipschitz)
+    return _Runs(r, index[: r_b.size], index[r_b.size :], counts, mu)
 
 
 def _log_delta_runs(eps: float, runs: _Runs, n: int, batch_size: int, random_stop: bool) -> float:
@@ -212,6 +230,48 @@ def _log_delta_runs(eps: float, runs: _Runs, n: int, batch_size: int, random_sto
     log_e = tail[1:] - prefix[1:]
     log_sum_s = _logsumexp(log_b + np.logaddexp(_log_double_geometric(log_a, c), log_g + log_e))
     return min(0.0, log_q - math.log(runs.steps) + log_sum_s)
+
+
+def _log_delta_sound(eps: float, runs: _Runs, n: int, batch_size: int, random_stop: bool) -> float:
+    """log delta of the sound analysis: per position t0 the smaller of Theorem 2's conditional bound
+    b_t0 prod_{j>t0} a_j and amplification by iteration's (``amplification_by_iteration``), mixed over t0 with the
+    weight m/n of each batch (joint convexity of E_eps, as in Theorem 2). With random_stop, W_tau for tau ~ U{1..T}:
+    the same per pair (t0, tau) averaged over tau, for one run of equal steps (positions k = tau - t0 + 1 steps from
+    entry to release, T - k + 1 pairs each); a schedule of several runs takes Corollary 3 alone (O(T^2) pairs)."""
+    steps = runs.steps
+    if steps == 0:
+        return -math.inf
+    if random_stop and runs.counts.size > 1:
+        return _log_delta_runs(eps, runs, n, batch_size, True)
+    log_theta_r = _log_theta(eps, runs.r)
+    log_b, log_a, c = log_theta_r[runs.b_index], log_theta_r[runs.a_index], runs.counts
+    later = np.concatenate([np.cumsum((c * log_a)[:0:-1])[::-1], [0.0]])
+    # position i of run k (0-based from the run's end) is hidden by i steps of its own run and every later run
+    within = np.concatenate([np.arange(count - 1, -1, -1, dtype=float) for count in c.astype(int)])
+    run_of = np.repeat(np.arange(c.size), c.astype(int))
+    contraction = log_b[run_of] + within * np.maximum(log_a[run_of], _LOG_A_FLOOR) + later[run_of]
+    terms = np.minimum(contraction, log_delta_gaussian_rdp(eps, runs.shift_mu))
+    log_q = math.log(batch_size / n)
+    if not random_stop:
+        return min(0.0, log_q + _logsumexp(terms))
+    pairs = np.log(np.arange(1, steps + 1, dtype=float))  # position t0 = T - k + 1 pairs with T - k + 1 taus
+    return min(0.0, log_q - math.log(steps) + _logsumexp(terms + pairs))
+
+
+ANALYSES = ("sound", "paper")
+
+
+def _log_delta_analysis(analysis: str, eps: float, runs: _Runs, n: int, batch_size: int, random_stop: bool) -> float:
+    if analysis == "paper":
+        return _log_delta_runs(eps, runs, n, batch_size, random_stop)
+    return _log_delta_sound(eps, runs, n, batch_size, random_stop)
+
+
+def _check_analysis(analysis: str) -> str:
+    if analysis not in ANALYSES:
+        raise ConfigError("analysis", analysis, f"one of {list(ANALYSES)} ('paper': Asoodeh et al.'s Theorem 2 / "
+                                                "Corollary 3 alone)")
+    return analysis
 
 
 def _check_positive(field_name: str, value) -> float:
@@ -307,29 +367,33 @@ def solve_epsilon(log_delta_of_eps: Callable[[float], float], delta_target: floa
 
 
 def log_delta(eps, lrs, sigmas, n, batch_size, lipschitz, radius, *, nonconvex=False, random_stop=False,
-              smoothness=None) -> float:
+              smoothness=None, analysis="paper") -> float:
     """log delta(eps) of Theorem 2 (last iterate W_T) or, with random_stop, Corollary 3 (W_tau, tau ~ U{1..T}).
 
     lrs (eta_t) and sigmas (sigma_t) are scalars or sequences of the T <= n // batch_size steps; two scalars mean
     T = n // batch_size. Records in no batch (n - T m of them) are never used. smoothness (beta) checks
-    eta_t <= 2/beta unless nonconvex, which uses the diameter 2(rho + eta_t L) instead of 2 rho.
+    eta_t <= 2/beta unless nonconvex, which uses the diameter 2(rho + eta_t L) instead of 2 rho. analysis =
+    "sound" takes, per position, the smaller of Theorem 2's bound and amplification by iteration's (what a run
+    claims: `LastIterateAccountant`); "paper" (the default here) is Theorem 2 / Corollary 3 alone.
     """
     runs = _schedule_runs(lrs, sigmas, n, batch_size, lipschitz, radius, nonconvex, smoothness)
-    return _log_delta_runs(_check_eps(eps), runs, n, batch_size, random_stop)
+    return _log_delta_analysis(_check_analysis(analysis), _check_eps(eps), runs, n, batch_size, random_stop)
 
 
 def delta(eps, lrs, sigmas, n, batch_size, lipschitz, radius, *, nonconvex=False, random_stop=False,
-          smoothness=None) -> float:
+          smoothness=None, analysis="paper") -> float:
     """delta(eps) of Theorem 2 / Corollary 3: exp of `log_delta` (may underflow to 0; prefer log_delta)."""
     return math.exp(log_delta(eps, lrs, sigmas, n, batch_size, lipschitz, radius, nonconvex=nonconvex,
-                              random_stop=random_stop, smoothness=smoothness))
+                              random_stop=random_stop, smoothness=smoothness, analysis=analysis))
 
 
 def epsilon(delta_target, lrs, sigmas, n, batch_size, lipschitz, radius, *, nonconvex=False, random_stop=False,
-            smoothness=None) -> float:
+            smoothness=None, analysis="paper") -> float:
     """Smallest eps with delta(eps) <= delta_target for Theorem 2 / Corollary 3 (see `log_delta`)."""
     runs = _schedule_runs(lrs, sigmas, n, batch_size, lipschitz, radius, nonconvex, smoothness)
-    return solve_epsilon(lambda eps: _log_delta_runs(eps, runs, n, batch_size, random_stop), delta_target)
+    analysis = _check_analysis(analysis)
+    return solve_epsilon(lambda eps: _log_delta_analysis(analysis, eps, runs, n, batch_size, random_stop),
+                         delta_target)
 
 
 def log_delta_constant(eps, lr, sigma, n, batch_size, lipschitz, radius, *, nonconvex=False, smoothness=None,
@@ -376,11 +440,14 @@ def composition_epsilon(delta_target, sigmas, n, batch_size, lipschitz) -> float
 
 @dataclass
 class LastIterateAccountant:
-    """Theorem 2 / Corollary 3 for a run fed one step (eta_t, sigma_t) at a time, queried at any time.
+    """The last iterate's privacy for a run fed one step (eta_t, sigma_t) at a time, queried at any time:
+    ``analysis = "sound"`` (default), per position the smaller of Theorem 2 / Corollary 3 and amplification by
+    iteration (``amplification_by_iteration``); ``"paper"``, Theorem 2 / Corollary 3 alone.
 
     delta depends on eps through every factor, so a running S for one eps cannot answer epsilon(delta); the
     accountant keeps the schedule as runs of equal steps instead: `step` is O(1) and a query is O(#runs) (O(1) for a
-    constant schedule). The answer is for releasing the current iterate W_t; records not yet used do not count.
+    constant schedule) for the paper analysis, O(T) for the sound one. The answer is for releasing the current
+    iterate W_t; records not yet used do not count.
     With random_stop it is for W_tau, tau ~ U{1..t}, or, given the ``horizon`` T the stopping time was drawn for
     (tau ~ U{1..T}), for W_min(tau, t), what a run stopped after t < T steps releases: by joint convexity over tau,
     delta_t = (t/T) delta_stop(t) + ((T - t)/T) delta_last(t), Corollary 3 and Theorem 2 after t steps (= Corollary 3
@@ -396,6 +463,7 @@ class LastIterateAccountant:
     random_stop: bool = False
     smoothness: float | None = None
     horizon: int | None = None
+    analysis: str = "sound"
     _lrs: list = field(default_factory=list, init=False, repr=False)
     _sigmas: list = field(default_factory=list, init=False, repr=False)
     _nonconvex: list = field(default_factory=list, init=False, repr=False)
@@ -404,6 +472,7 @@ class LastIterateAccountant:
 
     def __post_init__(self):
         _check_setting(self.n, self.batch_size, self.lipschitz, self.radius, self.smoothness)
+        _check_analysis(self.analysis)
         if self.horizon is not None:
             check_range("horizon", self.horizon, 1, self.n // self.batch_size, integer=True)
 
@@ -439,12 +508,12 @@ class LastIterateAccountant:
 
     def _log_delta_of(self, runs: _Runs, eps: float) -> float:
         if not self.random_stop:
-            return _log_delta_runs(eps, runs, self.n, self.batch_size, False)
-        stopped = _log_delta_runs(eps, runs, self.n, self.batch_size, True)
+            return _log_delta_analysis(self.analysis, eps, runs, self.n, self.batch_size, False)
+        stopped = _log_delta_analysis(self.analysis, eps, runs, self.n, self.batch_size, True)
         if self.horizon is None or self.steps in (0, self.horizon):
             return stopped
         t, horizon = self.steps, self.horizon
-        last = _log_delta_runs(eps, runs, self.n, self.batch_size, False)
+        last = _log_delta_analysis(self.analysis, eps, runs, self.n, self.batch_size, False)
         return float(np.logaddexp(math.log(t / horizon) + stopped, math.log((horizon - t) / horizon) + last))
 
     def log_delta(self, eps: float) -> float:

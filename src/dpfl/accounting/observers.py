@@ -69,6 +69,8 @@ own shares (the other-silo observer is then the coalition: credited with t - 1 -
   credited with the cohort's shares, i.e. each local step is a central subsampled Gaussian with the summed noise.
   Sound for one local step; for S > 1 it fails for general losses (other clients' later steps are computed at their
   own unreleased iterates and can cancel their earlier shares): ``JOINT_PAPER_UNPROVEN``.
+* ``"asoodeh"``: Asoodeh, Chen, Calmon, Ozgur (2021), Theorem 2 alone for the hidden iterates (``Release.hidden``
+  carries the analysis); every round is composed as under the sound analysis.
 * ``"mcmahan"``: McMahan, Ramage, Talwar, Zhang (2018), Thm 1, for the server's own noise under secret Poisson
   cohorts: an observer of the server's output that does not learn who took part sees, each round, the Poisson
   subsampled Gaussian ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` (the released model's law is the mixture
@@ -107,7 +109,7 @@ ANALYSES = ("sound", "paper")
 #: Which models a third party sees: every round's, or only the run's final one (privacy.release).
 RELEASES = ("every_round", "final")
 #: Whose analysis ``analysis="paper"`` applies to a release (module docstring).
-PAPERS = ("noble", "heikkila", "mcmahan")
+PAPERS = ("noble", "heikkila", "mcmahan", "asoodeh")
 #: What the amplified epsilon of ``paper="mcmahan"`` assumes of the threat model (module docstring).
 COHORT_SECRET = ("the cohort is secret from the third party and the other silos (McMahan et al. 2018, Thm 1): each "
                  "round's model is then a Poisson subsampled Gaussian to them; an observer that learns who took part "

@@ -23,8 +23,12 @@ convention: noise std over the replace-one sensitivity).
 **Accounting.** Each round declares one Gaussian draw per user (``Release``) and, for an observer of the final
 model only, the round as a ``ProjectedStepDpEvent``. With ``privacy.release = "final"`` (this family's default,
 with ``privacy.boundary = "trusted"``: the paper's aggregator, which sees every message and is no observer) the third
-party is charged by Theorem 2 (Corollary 3 for random stopping; the last-iterate accountant), and the run reports
-beside it what composing every iterate would cost. Every other observer sees iterates (a user in batch t receives
+party is charged by the last-iterate accountant, and the run reports beside it what composing every iterate would
+cost. With ``privacy.analysis = "sound"`` (the default) that accountant takes, for each round a user may be in, the
+smaller of Theorem 2's bound (Corollary 3 for random stopping) and amplification by iteration's (Feldman et al. 2018,
+Theorem 22: ``dpfl.accounting.amplification_by_iteration``), which needs the same non-expansive steps as the diameter
+2 rho below; ``"paper"`` is Theorem 2 / Corollary 3 alone. results.json's privacy.assumptions.bounds says which
+bound applies and why. Every other observer sees iterates (a user in batch t receives
 W_{t-1}) and is charged by composition. With ``privacy.release = "every_round"`` the third party is charged by
 composition too.
 
@@ -36,7 +40,8 @@ verifies it where it can: logistic regression on features scaled to norm <= R (`
 per-record gradient is the gradient of a convex function (two classes: a clipped generalised linear model;
 more classes: only when the clip never binds, L >= sqrt(2 (R^2 + b))), with beta = (R^2 + b)/2 + lambda (b = 1
 with a bias). A step with eta_t > 2/beta, or a claim dpfl cannot verify, falls back to the non-convex diameter; the
-run says so on stderr and in results.json (privacy.assumptions).
+run says so on stderr and in results.json (privacy.assumptions); such a step also ends the rounds over which
+amplification by iteration spreads a user's shift.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from dataclasses import dataclass, field
 import torch
 
 from dpfl.accounting.events import ProjectedStepDpEvent
+from dpfl.accounting.last_iterate import ANALYSES
 from dpfl.accounting.observers import THIRD_PARTY, Cohort, Release
 from dpfl.accounting.units import USER_LEVEL
 from dpfl.algorithms.registry import AlgorithmSpec, Calibration, Setting, register
@@ -106,6 +112,7 @@ class ProjectedNoisySGD(Algorithm):
     feature_clip: float | None = None
     stop: int | None = None  # tau: rounds 0..tau-1 run, W_tau is released (random stopping); None: all T
     accountant: dict | None = None  # {"third_party": "last_iterate"} when only the final model is released
+    analysis: str = "sound"  # privacy.analysis: "paper" charges the last iterate by Theorem 2 / Corollary 3 alone
     assumptions: dict = field(default_factory=dict)  # what the accounting relies on, for results.json
 
     neighboring = "replace_one"
@@ -126,7 +133,8 @@ class ProjectedNoisySGD(Algorithm):
 
     def hidden_step(self, t: int) -> ProjectedStepDpEvent:
         return ProjectedStepDpEvent(self.population, self.batch_size, self.clip, self.radius, self.step_size(t),
-                                    self.sigma, self.nonconvex(t), self.stop is not None, self.horizon)
+                                    self.sigma, self.nonconvex(t), self.stop is not None, self.horizon,
+                                    analysis=self.analysis)
 
     def runs(self, t: int) -> bool:
         """Whether round t contacts its batch (random stopping: only rounds before tau do)."""
@@ -142,8 +150,8 @@ class ProjectedNoisySGD(Algorithm):
         cohort = Cohort.scheduled(self.population, self.batch_size, self.batch_size, round_index == 0)
         hidden = self.hidden_step(round_index)
         if not self.runs(round_index):
-            return Release((), (), cohort=cohort, hidden=hidden)
-        return Release((self.mechanism.event,), (True,), 1.0, cohort, hidden=hidden)
+            return Release((), (), cohort=cohort, paper="asoodeh", hidden=hidden)
+        return Release((self.mechanism.event,), (True,), 1.0, cohort, paper="asoodeh", hidden=hidden)
 
     def examples_per_client(self, counts: torch.Tensor) -> int:
         return int(counts.max())
@@ -242,9 +250,9 @@ def verified_smoothness(config: ProjectedNoisySGDConfig, setting: Setting) -> tu
 def _checked(config: ProjectedNoisySGDConfig, setting: Setting) -> None:
     if config.lr_schedule not in SCHEDULES:
         raise ConfigError("algorithm.lr_schedule", config.lr_schedule, f"one of {list(SCHEDULES)}")
-    if setting.analysis != "sound":
-        raise ConfigError("privacy.analysis", setting.analysis, "'sound' for projected noisy SGD (the paper analysis "
-                                                                "is Noble et al.'s, for DP-SCAFFOLD)")
+    if setting.analysis not in ANALYSES:
+        raise ConfigError("privacy.analysis", setting.analysis, f"one of {list(ANALYSES)} for projected noisy SGD "
+                                                                "('paper': Asoodeh et al.'s Theorem 2 alone)")
     check_range("algorithm.clip", config.clip, 0.0, low_open=True)
     check_range("algorithm.radius", config.radius, 0.0, low_open=True)
     check_range("algorithm.weight_decay", config.weight_decay, 0.0)
@@ -299,7 +307,7 @@ def build(name: str, config: ProjectedNoisySGDConfig, setting: Setting) -> Proje
         mechanism=GaussianMechanism(setting.calibrated_noise() or config.noise_multiplier),
         clip=config.clip, radius=config.radius, lr=config.lr, lr_schedule=config.lr_schedule,
         weight_decay=config.weight_decay, smoothness=beta, feature_clip=config.feature_clip, stop=stop,
-        accountant={THIRD_PARTY: "last_iterate"} if setting.release == "final" else None,
+        accountant={THIRD_PARTY: "last_iterate"} if setting.release == "final" else None, analysis=setting.analysis,
     )
     steps = [algorithm.nonconvex(t) for t in range(horizon)]
     diameter = "2 rho" if not any(steps) else "2 (rho + eta_t L)" if all(steps) else \
@@ -309,7 +317,30 @@ def build(name: str, config: ProjectedNoisySGDConfig, setting: Setting) -> Proje
         "diameter": diameter, "noise_multiplier": algorithm.mechanism.noise_multiplier, "sigma": algorithm.sigma,
         "released": ("W_tau, tau ~ U{1..T} (Corollary 3)" if stop is not None else "W_T (Theorem 2)")
         if setting.release == "final" else "every iterate (composition)",
+        "bounds": _bounds(setting.analysis, steps, stop is not None, config.lr_schedule),
     })
+
+
+def _bounds(analysis: str, nonconvex: list[bool], random_stop: bool, schedule: str) -> dict[str, str]:
+    """Which proven bounds the last-iterate claim takes the minimum of, and why each applies or not (results.json's
+    privacy.assumptions.bounds)."""
+    asoodeh = "Asoodeh et al. 2021, Theorem 2" + (" / Corollary 3" if random_stop else "")
+    if analysis == "paper":
+        return {"claim": f"{asoodeh} alone (privacy.analysis = 'paper'; the other observers: classic conversion)"}
+    if random_stop and schedule != "constant":
+        iteration = ("not used: random stopping with a varying schedule (eta_t = 1 / (lambda t)) would need every "
+                     "pair (entry step, stop) - O(T^2); Corollary 3 alone")
+    elif all(nonconvex):
+        iteration = ("applies, but hides nothing: no round is verified to contract (convex, beta-smooth, "
+                     "eta_t <= 2/beta), so each user's shift is absorbed by its own round's noise alone")
+    else:
+        contracting = len(nonconvex) - sum(nonconvex)
+        iteration = (f"applies: a user's shift 2 eta_t L / m is spread over the noise of its round and of the "
+                     f"contracting rounds after it ({contracting} of {len(nonconvex)} rounds contract: convex, "
+                     "beta-smooth, eta_t <= 2/beta); Renyi, converted per round by Canonne et al. 2020 Prop. 12")
+    return {"claim": "per round a user may be in, the smaller of the bounds below; mixed over the secret partition",
+            asoodeh: "applies (the diameter above)",
+            "Feldman et al. 2018, Theorem 22 (amplification by iteration)": iteration}
 
 
 register(AlgorithmSpec(
