@@ -201,23 +201,6 @@ def test_plot_labels_name_the_runs(two_runs, tmp_path, capsys, monkeypatch):
             "order") in capsys.readouterr().err
 
 
-def test_the_audit_roc_title_is_inside_the_figure(tmp_path):
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from dpfl.audit.bounds import LowerBound
-    from dpfl.audit.runs import AuditResult
-    from dpfl.cli.audit import plot_roc
-
-    rng = np.random.default_rng(0)
-    result = AuditResult("third_party", 2.318, 1e-5, LowerBound(1.654, 0.95, "A", 10, 1.0, 3, 500, 2000, 2000),
-                         2000, "runs", 1.0, rng.normal(0, 1, 2000), rng.normal(1, 1, 2000), rounds=10)
-    fig = _drawn(lambda: plot_roc(result, tmp_path / "roc.png"))
-    (ax,) = fig.axes
-    assert _inside(ax.title.get_window_extent(), fig.bbox)
-    plt.close(fig)
-
-
 @pytest.mark.parametrize("case, message", [
     ("missing", "is not a directory"),
     ("empty", "results.json does not exist"),
