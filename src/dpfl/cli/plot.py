@@ -1,6 +1,6 @@
-"""`dpfl plot RUN_DIR [RUN_DIR ...] --out FILE.png [--tradeoff] [--title T] [--labels L ...]`: accuracy, loss and epsilon
-per observer per round, one line per run (drawn by ``dpfl.experiments.plots.plot_runs``, the code `dpfl demo` uses);
-with ``--tradeoff``, each run's final test accuracy against its epsilon per observer, one marker per run
+"""`dpfl plot RUN_DIR [RUN_DIR ...] --out FILE.png [--tradeoff] [--title T] [--labels L ...]`: accuracy, loss and
+epsilon per observer per round, one line per run (drawn by ``dpfl.experiments.plots.plot_runs``, the code `dpfl demo`
+uses); with ``--tradeoff``, each run's final test accuracy against its epsilon per observer, one marker per run
 (``dpfl.experiments.tradeoff_plot``)."""
 
 from __future__ import annotations

@@ -86,7 +86,8 @@ def draw_runs(results: dict[str, dict], title: str = ""):
     from matplotlib.ticker import MaxNLocator
 
     observers = observers_of(results)
-    optional = [key for key in OPTIONAL_PANELS if any(key in r for result in results.values() for r in result["rounds"])]
+    rows_of_all = [r for result in results.values() for r in result["rounds"]]
+    optional = [key for key in OPTIONAL_PANELS if any(key in r for r in rows_of_all)]
     top = 2 + len(optional)
     fig = plt.figure(figsize=(5.3 * max(top, len(observers)), 9.5), layout="constrained")
     rows = fig.subfigures(2 if observers else 1, 1, squeeze=False)[:, 0]
