@@ -97,3 +97,12 @@ def test_the_one_run_figure_pools_the_included_and_the_excluded_canaries(make_si
                               f"{result.correct} of 20 guesses right, 200 canaries")
     assert f"claimed eps = {result.claimed_epsilon:.3g} (delta = 1e-05)" in lines
     plt.close(fig)
+
+
+def test_a_world_without_scores_gets_the_whole_interval():
+    """A one-run audit of few canaries can include all of them (2 canaries: probability 1/2): no negatives, so every
+    FPR interval is [0, 1], and the figure still draws."""
+    band = roc_band([], [0.5, 1.5], confidence=0.95)
+    assert np.array_equal(band["fpr_low"], np.zeros(3)) and np.array_equal(band["fpr_high"], np.ones(3))
+    fig = audit_figure(_many_run_result(np.array([]), np.array([0.5, 1.5])))
+    plt.close(fig)

@@ -59,11 +59,12 @@ def clopper_pearson(successes, trials: int, alpha: float = 0.05):
     floats for one count, arrays for an array of counts. Each end is a one-sided bound at level alpha / 2
     (``clopper_pearson_upper``); the low end of k successes is 1 minus the high end of the n - k failures (a
     Beta(a, b) variable is 1 minus a Beta(b, a) one)."""
-    if trials <= 0:
-        return 0.0, 1.0
     k = np.asarray(successes, dtype=float)
-    low = 1.0 - clopper_pearson_upper(trials - k, trials, alpha / 2)
-    high = clopper_pearson_upper(k, trials, alpha / 2)
+    if trials <= 0:  # no trial: every proportion
+        low, high = np.zeros_like(k), np.ones_like(k)
+    else:
+        low = 1.0 - clopper_pearson_upper(trials - k, trials, alpha / 2)
+        high = clopper_pearson_upper(k, trials, alpha / 2)
     if k.ndim == 0:
         return float(low), float(high)
     return low, high
