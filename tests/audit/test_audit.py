@@ -137,7 +137,7 @@ def test_cli_audit_json_and_roc(tmp_path, capsys):
     assert printed["observer"] == "third_party" and printed["trials"] == 200 and printed["method"] == "runs"
     assert printed["confidence"] == 0.95 and printed["delta"] == 0.01
     assert 0 <= printed["lower_bound"] <= printed["claimed_epsilon"]
-    assert (out / "roc.png").stat().st_size > 0
+    assert printed["roc"] == str(out / "roc.png") and (out / "roc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out / "audit.json").read_text())["lower_bound"] == printed["lower_bound"]
 
 
@@ -237,6 +237,7 @@ def test_cli_audit_one_run(tmp_path, capsys):
             "guesses"} <= set(printed)
     assert printed["method"] == "one-run" and (printed["canaries"], printed["guesses"]) == (10, 2)
     assert json.loads((out / "audit.json").read_text())["lower_bound"] == printed["lower_bound"]
+    assert printed["roc"] == str(out / "roc.png") and (out / "roc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["audit", _config(tmp_path), "--observer", "third_party", "--method", "one-run", "--canaries",
                  "5000", "--out", str(out)]) == 2
     assert "records the canaries can replace" in capsys.readouterr().err

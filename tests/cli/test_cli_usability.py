@@ -102,30 +102,30 @@ def test_plot_two_runs_with_every_observer(two_runs, tmp_path, capsys):
     assert png.stat().st_size > 10_000
 
 
-def test_plot_draws_all_observers_distinguishably(two_runs):
-    import matplotlib
-
-    matplotlib.use("Agg")
+def test_plot_draws_one_epsilon_panel_per_observer_each_run_in_its_own_style(two_runs):
+    """Each observer's panel holds each run's epsilon per round as results.json has it; a run has one colour and
+    marker in every panel, and two runs differ in both."""
     import matplotlib.pyplot as plt
 
     from dpfl.cli.plot import load_results
     from dpfl.experiments import plots
 
     results = {p.name: load_results(p) for p in two_runs}
-    drawn = {}
-    original = plt.close
-    plt.close = lambda fig: drawn.setdefault("fig", fig)
-    try:
-        plots.plot_runs(results, two_runs[0].parent / "check.png")
-    finally:
-        plt.close = original
-    eps_axis = drawn["fig"].axes[2]
-    lines = {line.get_label(): line for line in eps_axis.get_lines()}
-    for run in ("first", "second"):
-        styles = {(lines[f"{run}: {o}"].get_linestyle(), lines[f"{run}: {o}"].get_marker())
-                  for o in ("third party", "server", "other silo")}
-        assert len(styles) == 3
-    plt.close(drawn["fig"])
+    fig = plots.draw_runs(results)
+    panels = {ax.get_title(): {line.get_label(): line for line in ax.get_lines()} for ax in fig.axes}
+    delta = results["first"]["final"]["delta"]
+    accuracy = panels["Test accuracy"]
+    for observer in ("third_party", "server", "other_silo"):
+        lines = panels[f"Epsilon: {observer.replace('_', ' ')} (delta = {delta:.2g})"]
+        assert set(lines) == {"first", "second"}
+        for run, result in results.items():
+            assert list(lines[run].get_xdata()) == [1, 2]
+            assert list(lines[run].get_ydata()) == [r["epsilon"][observer] for r in result["rounds"]]
+            assert (lines[run].get_color(), lines[run].get_marker()) == \
+                (accuracy[run].get_color(), accuracy[run].get_marker())
+    assert accuracy["first"].get_color() != accuracy["second"].get_color()
+    assert accuracy["first"].get_marker() != accuracy["second"].get_marker()
+    plt.close(fig)
 
 
 def _curves(rounds: int = 30) -> dict:
@@ -165,26 +165,25 @@ def _inside(inner, outer) -> bool:
         inner.y1 <= outer.y1 + 1
 
 
-def test_plot_legends_cover_no_data_and_stay_in_the_figure(tmp_path):
+def test_plot_legend_covers_no_data_and_stays_in_the_figure(tmp_path):
+    """One legend of the runs, below every panel (the figure's, not an axis's)."""
     import matplotlib.pyplot as plt
     import numpy as np
 
     from dpfl.experiments import plots
 
     fig = _drawn(lambda: plots.plot_runs(_curves(), tmp_path / "curves.png"))
-    legends = 0
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["first", "second"]
+    box = legend.get_window_extent()
+    assert _inside(box, fig.bbox), "legend cut off"
+    assert len(fig.axes) == 5 and all(ax.get_legend() is None for ax in fig.axes)
     for ax in fig.axes:
-        legend = ax.get_legend()
-        if legend is None:
-            continue
-        legends += 1
-        box = legend.get_window_extent()
-        assert _inside(box, fig.bbox), f"{ax.get_title()}: legend cut off"
+        assert _inside(ax.title.get_window_extent(), fig.bbox)
         for line in ax.get_lines():
             points = ax.transData.transform(line.get_xydata())
             covered = [(x, y) for x, y in points if np.isfinite(x) and np.isfinite(y) and box.contains(x, y)]
             assert covered == [], f"{ax.get_title()}: the legend covers {line.get_label()} at {covered[:3]}"
-    assert legends == 3
     plt.close(fig)
 
 
@@ -199,23 +198,6 @@ def test_plot_labels_name_the_runs(two_runs, tmp_path, capsys, monkeypatch):
     assert main(["plot", *map(str, two_runs), "--labels", "one", "--out", str(tmp_path / "x.png")]) == 2
     assert ("dpfl plot: error: --labels = ['one'] is not allowed: expected 2 distinct labels, one per RUN_DIR in "
             "order") in capsys.readouterr().err
-
-
-def test_the_audit_roc_title_is_inside_the_figure(tmp_path):
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from dpfl.audit.bounds import LowerBound
-    from dpfl.audit.runs import AuditResult
-    from dpfl.cli.audit import plot_roc
-
-    rng = np.random.default_rng(0)
-    result = AuditResult("third_party", 2.318, 1e-5, LowerBound(1.654, 0.95, "A", 10, 1.0, 3, 500, 2000, 2000),
-                         2000, "runs", 1.0, rng.normal(0, 1, 2000), rng.normal(1, 1, 2000), rounds=10)
-    fig = _drawn(lambda: plot_roc(result, tmp_path / "roc.png"))
-    (ax,) = fig.axes
-    assert _inside(ax.title.get_window_extent(), fig.bbox)
-    plt.close(fig)
 
 
 @pytest.mark.parametrize("case, message", [

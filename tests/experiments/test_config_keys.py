@@ -587,6 +587,16 @@ def _secure_noise_bits(p):
     assert {_inner(e).grid_bits for e in p.release().step_events} == {12}
 
 
+def _tensorboard(p):  # each evaluated round's scalars as events there (in detail: test_tensorboard_log.py)
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_experiment(p.config)
+    events = EventAccumulator(p.value)
+    events.Reload()
+    assert p.value == str(p.tmp_path / "board") and [e.step for e in events.Scalars("test_accuracy")] == [1, 2, 3, 4]
+
+
 def _other_threads() -> str:
     return "1" if torch.get_num_threads() != 1 else "2"
 
@@ -882,6 +892,7 @@ TABLE: dict[str, list[Row]] = {
     "run.device": [Row("'cpu'", _device)],
     "run.secure_noise": [Row("true", _secure_noise)],
     "run.secure_noise_bits": [Row("12", _secure_noise_bits, ("run.secure_noise=true",))],
+    "run.tensorboard": [Row(f"'{OWN}/board'", _tensorboard)],
 }
 CASES = [pytest.param(key, i, id=f"{key}#{i}" if len(rows) > 1 else key)
          for key, rows in TABLE.items() for i in range(len(rows))]

@@ -54,12 +54,19 @@ from scipy import optimize, stats
 from dpfl.accounting.theory import gdp_epsilon
 
 
-def clopper_pearson(successes: int, trials: int, alpha: float = 0.05) -> tuple[float, float]:
-    """The two-sided (1 - alpha) Clopper-Pearson interval of a binomial proportion (exact, conservative)."""
-    if trials <= 0:
-        return 0.0, 1.0
-    low = 0.0 if successes == 0 else float(stats.beta.ppf(alpha / 2, successes, trials - successes + 1))
-    high = 1.0 if successes == trials else float(stats.beta.ppf(1 - alpha / 2, successes + 1, trials - successes))
+def clopper_pearson(successes, trials: int, alpha: float = 0.05):
+    """The two-sided (1 - alpha) Clopper-Pearson interval (low, high) of a binomial proportion (exact, conservative):
+    floats for one count, arrays for an array of counts. Each end is a one-sided bound at level alpha / 2
+    (``clopper_pearson_upper``); the low end of k successes is 1 minus the high end of the n - k failures (a
+    Beta(a, b) variable is 1 minus a Beta(b, a) one)."""
+    k = np.asarray(successes, dtype=float)
+    if trials <= 0:  # no trial: every proportion
+        low, high = np.zeros_like(k), np.ones_like(k)
+    else:
+        low = 1.0 - clopper_pearson_upper(trials - k, trials, alpha / 2)
+        high = clopper_pearson_upper(k, trials, alpha / 2)
+    if k.ndim == 0:
+        return float(low), float(high)
     return low, high
 
 

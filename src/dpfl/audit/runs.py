@@ -323,6 +323,8 @@ class OneRunResult:
     guesses: int
     correct: int
     seconds: float
+    included: np.ndarray = field(repr=False)  # [m] bools: which canaries the run included
+    scores: np.ndarray = field(repr=False)  # [m]: each canary's score (``one_run_scores``)
 
     def to_dict(self) -> dict:
         return {"observer": self.observer, "claimed_epsilon": self.claimed_epsilon, "delta": self.delta,
@@ -412,7 +414,7 @@ def one_run_audit(sim, observer: str, canaries: int = 1000, guesses: int | None 
     correct = int(included[order[canaries - high:]].sum() + (~included[order[:guesses - high]]).sum())
     bound = bounds.one_run_lower_bound(canaries, guesses, correct, sim.ledger.delta, confidence)
     return OneRunResult(observer, claimed_epsilon(sim, observer, claim_events), sim.ledger.delta, bound, confidence,
-                        canaries, guesses, correct, time.perf_counter() - started)
+                        canaries, guesses, correct, time.perf_counter() - started, included, score)
 
 
 __all__ = ["CANARIES", "RELEASES", "AuditResult", "Canary", "OneRunResult", "claims", "claimed_epsilon", "make_canary",

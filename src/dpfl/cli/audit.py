@@ -3,10 +3,12 @@
 
 ``--method runs``: runs R rounds (default 1; ``auto``: ``dpfl.audit.plan``) of the config's algorithm N times with a canary and N times with its
 neighbour (``dpfl.audit.runs``), and prints the observer's claimed epsilon for those R rounds beside a lower bound on
-epsilon that holds with the given confidence. A lower bound above the claim means the claim is wrong. Writes
-DIR/audit.json and the ROC curve (DIR/roc.png, or --roc FILE). Progress goes to stderr for long audits.
+epsilon that holds with the given confidence. A lower bound above the claim means the claim is wrong. Progress goes to
+stderr for long audits.
 ``--method one-run``: ONE run of round 0 with M Dirac canaries, each included with probability 1/2; R guesses (half
-on the highest scores, half on the lowest) and the Steinke-Nasr-Jagielski bound; writes DIR/audit.json.
+on the highest scores, half on the lowest) and the Steinke-Nasr-Jagielski bound.
+Both write DIR/audit.json and the ROC curve with its Clopper-Pearson band beside the claim's boundary (DIR/roc.png, or
+--roc FILE; ``dpfl.audit.roc_figure``).
 """
 
 from __future__ import annotations
@@ -64,8 +66,8 @@ def _arguments(audit) -> None:
     audit.add_argument("--confidence", type=float, default=0.95, help="of the lower bound (default 0.95)")
     audit.add_argument("--out", default=None, help="where to write audit.json and roc.png (default: "
                                                    "runs/<config name>-audit-<observer>)")
-    audit.add_argument("--roc", default=None, metavar="FILE.png", help="runs: write the ROC curve here (default: "
-                                                                     "roc.png in --out)")
+    audit.add_argument("--roc", default=None, metavar="FILE.png", help="write the ROC curve here (default: roc.png in "
+                                                                     "--out)")
     audit.add_argument("--progress", action="store_true", help="report every round of the trials on stderr (default: "
                        f"for audits of at least {LONG_AUDIT} trials x rounds)")
     audit.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -74,6 +76,7 @@ def _arguments(audit) -> None:
 
 def _audit(args) -> None:
     from dpfl.audit import runs
+    from dpfl.audit.roc_figure import write_audit_figure
     from dpfl.cli.common import print_result
     from dpfl.errors import ConfigError
     from dpfl.experiments.config import load_config
@@ -90,9 +93,7 @@ def _audit(args) -> None:
     runs.check_audited_noise(sim)
     out = Path(args.out) if args.out else Path("runs") / f"{Path(args.config).stem}-audit-{args.observer}"
     if args.method == "one-run":
-        summary = runs.one_run_audit(sim, args.observer, args.canaries, args.guesses,
-                                     confidence=args.confidence).to_dict()
-        out.mkdir(parents=True, exist_ok=True)
+        result = runs.one_run_audit(sim, args.observer, args.canaries, args.guesses, confidence=args.confidence)
     else:
         rounds = args.rounds
         if rounds == AUTO:
@@ -105,12 +106,9 @@ def _audit(args) -> None:
         result = runs.audit(sim, args.observer, args.trials, confidence=args.confidence, rounds=rounds,
                             canary_kind=args.canary, score=args.score, release=config["privacy"]["release"],
                             progress=args.progress or args.trials * rounds >= LONG_AUDIT)
-        out.mkdir(parents=True, exist_ok=True)
-        roc = Path(args.roc) if args.roc else out / "roc.png"
-        roc.parent.mkdir(parents=True, exist_ok=True)
-        summary = result.to_dict()
-        summary["roc"] = str(roc)
-        plot_roc(result, roc)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = result.to_dict()
+    summary["roc"] = str(write_audit_figure(result, Path(args.roc) if args.roc else out / "roc.png"))
     (out / "audit.json").write_text(json.dumps(summary, indent=2) + "\n")
     print_result(summary, args.json)
 
@@ -126,46 +124,3 @@ def _rounds(text: str) -> int | str:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1 or 'auto'") from None
-
-
-def plot_roc(result, path: Path) -> None:
-    """``roc_figure`` of ``result``, written to ``path``."""
-    import matplotlib.pyplot as plt
-
-    fig = roc_figure(result)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def roc_figure(result):
-    """The observer's empirical ROC curve (the score is oriented so that the canary raises it) on log axes, with the
-    boundary of the claimed (eps, delta) region: an (eps, delta)-DP mechanism has TPR <= e^eps FPR + delta and
-    TPR <= 1 - e^-eps (1 - delta - FPR) (Kairouz et al. 2015). The title takes two lines, inside the figure."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from dpfl.audit.bounds import roc_curve
-
-    fpr, tpr = roc_curve(result.negatives, result.positives)
-    fig, ax = plt.subplots(figsize=(5, 5), layout="constrained")
-    floor = 1.0 / (2 * result.trials)
-    ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), label=f"{result.score} score ({result.canary} canary)")
-    grid = np.logspace(np.log10(floor), 0, 200)
-    claim = result.claimed_epsilon
-    if np.isfinite(claim):
-        region = np.minimum(np.exp(claim) * grid + result.delta,
-                            1 - np.exp(-claim) * np.maximum(1 - result.delta - grid, 0))
-        ax.plot(grid, np.minimum(region, 1), "k--",
-                label=f"claimed eps = {claim:.3g} (delta = {result.delta:.2g})")
-    ax.plot(grid, grid, ":", color="grey")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("false positive rate")
-    ax.set_ylabel("true positive rate")
-    ax.set_title(f"{result.observer}: lower bound {result.bound.epsilon:.3g} ({result.bound.confidence:.0%})\n"
-                 f"{result.trials} trials, {result.rounds} round(s)", fontsize=10)
-    ax.legend(loc="lower right", fontsize=8)
-    return fig

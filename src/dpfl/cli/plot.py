@@ -1,5 +1,7 @@
-"""`dpfl plot RUN_DIR [RUN_DIR ...] --out FILE.png [--title T] [--labels L ...]`: accuracy, loss and epsilon per observer per round, one line per
-run (drawn by ``dpfl.experiments.plots.plot_runs``, the code `dpfl demo` uses)."""
+"""`dpfl plot RUN_DIR [RUN_DIR ...] --out FILE.png [--tradeoff] [--title T] [--labels L ...]`: accuracy, loss and
+epsilon per observer per round, one line per run (drawn by ``dpfl.experiments.plots.plot_runs``, the code `dpfl demo`
+uses); with ``--tradeoff``, each run's final test accuracy against its epsilon per observer, one marker per run
+(``dpfl.experiments.tradeoff_plot``)."""
 
 from __future__ import annotations
 
@@ -13,9 +15,13 @@ def configure(commands) -> None:
     plot = commands.add_parser("plot", help="plot accuracy, loss and epsilon per round of one or more runs",
                                description="Plot test accuracy, train loss and epsilon per observer per round of "
                                            "runs (each RUN_DIR holds a results.json from `dpfl run`), one line per "
-                                           "run, into one PNG.")
+                                           "run, into one PNG; or, with --tradeoff, each run's final test accuracy "
+                                           "against its epsilon per observer, one marker per run.")
     plot.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directory holding results.json")
     plot.add_argument("--out", required=True, metavar="FILE.png", help="the PNG to write")
+    plot.add_argument("--tradeoff", action="store_true",
+                      help="privacy-utility view: final test accuracy against epsilon, one panel per observer, one "
+                           "marker per run (e.g. `dpfl plot --tradeoff runs/* --out tradeoff.png`)")
     plot.add_argument("--title", default="", help="a title over the panels")
     plot.add_argument("--labels", nargs="+", default=None, metavar="LABEL",
                       help="the runs' names in the legends, one per RUN_DIR in order (default: each directory's name)")
@@ -54,6 +60,7 @@ def _labels(paths: list[Path]) -> list[str]:
 
 def _plot(args) -> None:
     from dpfl.experiments.plots import plot_runs
+    from dpfl.experiments.tradeoff_plot import plot_tradeoff
 
     paths = [Path(p) for p in args.runs]
     labels = _labels(paths) if args.labels is None else args.labels
@@ -64,7 +71,7 @@ def _plot(args) -> None:
         raise RunDirectoryError("the same run directory is given twice")
     out = Path(args.out)
     try:
-        plot_runs(results, out, title=args.title)
+        (plot_tradeoff if args.tradeoff else plot_runs)(results, out, title=args.title)
     except OSError as err:
         raise RunDirectoryError(f"cannot write {out}: {err.strerror or err}") from None
     print(f"plot: {out}")

@@ -130,6 +130,11 @@ SCHEMA: dict[str, dict[str, tuple]] = {
                                              "z 2^k / (2^k + sqrt(d)) for d parameters; z 2^k must stay below about "
                                              "3.9e4 (z <= 76 at k = 9, dpfl's z = 60 included; "
                                              "z <= 2.4 at k = 14)"),
+        "tensorboard": ((str, type(None)), None, None, "a directory for TensorBoard event files: each evaluated "
+                                                       "round's test_accuracy, train_loss, epsilon/<observer> and, "
+                                                       "where reported, clip (C_t), at step = the round (needs the "
+                                                       "tensorboard package: pip install 'dpfl[tensorboard]'; None: "
+                                                       "none)"),
     },
 }
 

@@ -1,23 +1,30 @@
-"""Figures regenerated from results (never edited): accuracy, loss and epsilon per round for one or more runs.
+"""Figures regenerated from results (never edited): accuracy, loss and epsilon per observer per round for one or more
+runs.
 
-``plot_runs`` is what `dpfl plot` and `dpfl demo` draw (``draw_runs`` the figure). Each panel's legend sits below
-it, outside the data. Runs differ by colour and marker (earlier runs drawn wider, underneath later ones); in the epsilon panel every observer in
-the results (third party, server, other silo, ...) has its own line style, width and hollow marker, so curves that
-coincide (e.g. the server's and the third party's epsilon of DP-SCAFFOLD) both stay visible."""
+``plot_runs`` is what `dpfl plot` and `dpfl demo` draw (``draw_runs`` the figure). The top row holds the test
+accuracy, the train loss and, when a run's rounds report them, the squared gradient mapping (a prox-step algorithm)
+and the clip C_t (an adaptive clip, e.g. dp-fedavg-user's); the bottom row holds one epsilon panel per observer (third
+party, server, other silo, ...). A panel per observer, not a line style per observer in one panel: the epsilons of
+different observers, and of different runs towards one observer, are often equal or nearly so (the demo's two
+algorithms spend the same privacy: six coinciding lines in one panel), and a panel each keeps every observer's
+curves apart and on their own scale. A run has one colour and marker in every panel (earlier runs drawn wider,
+underneath later ones, so coinciding curves both stay visible), named once in the legend below the figure.
+``dpfl.experiments.tradeoff_plot`` draws the privacy-utility view of many runs."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
-#: Observer -> (line style, line width, marker, marker size); wide solid lines under narrower dashed and dotted ones.
-OBSERVER_STYLES = {
-    "third_party": ("-", 3.2, "o", 9),
-    "server": ("--", 2.0, "s", 6.5),
-    "other_silo": (":", 1.6, "^", 4.5),
+#: The observers drawn first, in this order; others follow in the order the results name them.
+OBSERVER_ORDER = ("third_party", "server", "other_silo")
+#: Optional per-round metrics, each drawn in its own top-row panel (log scale) when a run's rounds carry it:
+#: key -> (panel title, y label).
+OPTIONAL_PANELS = {
+    "gradient_mapping": ("Gradient mapping (train data)", "||G_eta(w)||^2 (log scale)"),
+    "clip": ("Clip norm C_t", "C_t (log scale)"),
 }
-_MORE_STYLES = [("-.", 1.4, "D", 4.0), ((0, (1, 3)), 1.2, "v", 4.0), ((0, (5, 1)), 1.2, "x", 4.0)]
-_RUN_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+RUN_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 
 
 def observers_of(results: dict[str, dict]) -> list[str]:
@@ -28,20 +35,26 @@ def observers_of(results: dict[str, dict]) -> list[str]:
         for entry in [*result["rounds"], result["final"]]:
             names += list(entry.get("epsilon", {}))
         seen += [n for n in names if n not in seen]
-    known = [o for o in OBSERVER_STYLES if o in seen]
-    return known + [o for o in seen if o not in OBSERVER_STYLES]
+    known = [o for o in OBSERVER_ORDER if o in seen]
+    return known + [o for o in seen if o not in OBSERVER_ORDER]
 
 
-def _style(observer: str, others: list[str]):
-    if observer in OBSERVER_STYLES:
-        return OBSERVER_STYLES[observer]
-    return _MORE_STYLES[others.index(observer) % len(_MORE_STYLES)]
-
-
-def _measured(value: float | None) -> float:
-    """A metric of results.json's rounds, NaN (not drawn) where it is null: not measured (a Flower run's server holds
-    no training records, ``dpfl.flower.evaluation``)."""
+def measured(value: float | None) -> float:
+    """A metric of results.json, NaN (not drawn) where it is null: not measured (a Flower run's server holds no
+    training records, ``dpfl.flower.evaluation``) or, for epsilon, infinite."""
     return math.nan if value is None else value
+
+
+def delta_text(results: dict[str, dict]) -> str:
+    """"delta = d" for the runs' common delta, "delta: d1, d2" when they differ, "" when none is reported."""
+    deltas = sorted({r["final"].get("delta") for r in results.values() if r["final"].get("delta") is not None})
+    if not deltas:
+        return ""
+    return f"delta = {deltas[0]:.2g}" if len(deltas) == 1 else "delta: " + ", ".join(f"{d:.2g}" for d in deltas)
+
+
+def observer_name(observer: str) -> str:
+    return observer.replace("_", " ")
 
 
 def _markevery(n: int, k: int, count: int):
@@ -51,22 +64,21 @@ def _markevery(n: int, k: int, count: int):
 
 
 def plot_runs(results: dict[str, dict], path: str | Path, title: str = "") -> Path:
-    """One PNG with three panels (test accuracy, train loss, epsilon per observer) for runs {label: results}, and a
-    fourth, the squared gradient mapping ||G_eta(w)||^2 (log scale), when a run reports it (a prox-step algorithm);
-    the figure of ``draw_runs``."""
+    """One PNG of runs {label: results}: the figure of ``draw_runs``."""
     import matplotlib.pyplot as plt
 
     fig = draw_runs(results, title)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")  # nothing cut off, whatever the legends hold
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # nothing cut off, whatever the legend holds
     plt.close(fig)
     return path
 
 
 def draw_runs(results: dict[str, dict], title: str = ""):
-    """The figure of ``plot_runs`` (each panel's legend below it, outside the data; a constrained layout keeps
-    legends and titles inside the figure)."""
+    """The figure of ``plot_runs`` (module docstring): the panels' axes are titled "Test accuracy", "Train loss",
+    those of ``OPTIONAL_PANELS`` and "Epsilon: <observer>"; one legend of the runs below the figure (a constrained
+    layout keeps it and the titles inside the figure)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -74,62 +86,54 @@ def draw_runs(results: dict[str, dict], title: str = ""):
     from matplotlib.ticker import MaxNLocator
 
     observers = observers_of(results)
-    others = [o for o in observers if o not in OBSERVER_STYLES]
+    rows_of_all = [r for result in results.values() for r in result["rounds"]]
+    optional = [key for key in OPTIONAL_PANELS if any(key in r for r in rows_of_all)]
+    top = 2 + len(optional)
+    fig = plt.figure(figsize=(5.3 * max(top, len(observers)), 9.5), layout="constrained")
+    rows = fig.subfigures(2 if observers else 1, 1, squeeze=False)[:, 0]
+    panels = list(rows[0].subplots(1, top, squeeze=False)[0])
+    eps_axes = list(rows[1].subplots(1, len(observers), squeeze=False)[0]) if observers else []
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    mapped = any("gradient_mapping" in r for result in results.values() for r in result["rounds"])
-    fig, axes = plt.subplots(1, 4 if mapped else 3, figsize=(21 if mapped else 16, 6.0), layout="constrained")
-    losses, never = [], []
+    losses, never = [], {o: [] for o in observers}
     for i, (label, result) in enumerate(results.items()):
-        color, marker = colors[i % len(colors)], _RUN_MARKERS[i % len(_RUN_MARKERS)]
         rounds = [r["round"] for r in result["rounds"]]
         wider = 1 + 1.0 * (len(results) - 1 - i) / max(len(results) - 1, 1)  # earlier runs wider, underneath
-        common = {"color": color, "marker": marker, "markersize": 5, "markerfacecolor": "none",
-                  "linewidth": 1.5 * wider, "markevery": _markevery(len(rounds), i, len(results)), "label": label}
-        axes[0].plot(rounds, [_measured(r["test_accuracy"]) for r in result["rounds"]], **common)
-        loss = [_measured(r["train_loss"]) for r in result["rounds"]]
+        style = {"color": colors[i % len(colors)], "marker": RUN_MARKERS[i % len(RUN_MARKERS)], "markersize": 5,
+                 "markerfacecolor": "none", "linewidth": 1.5 * wider, "alpha": 0.9,
+                 "markevery": _markevery(len(rounds), i, len(results)), "label": label}
+        panels[0].plot(rounds, [measured(r["test_accuracy"]) for r in result["rounds"]], **style)
+        loss = [measured(r["train_loss"]) for r in result["rounds"]]
         losses += loss
-        axes[1].plot(rounds, loss, **common)
-        if mapped and any("gradient_mapping" in r for r in result["rounds"]):
-            axes[3].plot(rounds, [r.get("gradient_mapping", math.nan) for r in result["rounds"]], **common)
-        for k, observer in enumerate(observers):
+        panels[1].plot(rounds, loss, **style)
+        for ax, key in zip(panels[2:], optional):
+            if any(key in r for r in result["rounds"]):
+                ax.plot(rounds, [measured(r.get(key)) for r in result["rounds"]], **style)
+        for ax, observer in zip(eps_axes, observers):
             eps = [r["epsilon"].get(observer) for r in result["rounds"]]
-            name = f"{label}: {observer.replace('_', ' ')}"
-            if not any(e is not None for e in eps):
-                if observer in result["final"].get("epsilon", {}):
-                    never.append(name)  # epsilon is infinite for this observer (no privacy towards it)
-                continue
-            style, width, obs_marker, size = _style(observer, others)
-            wider = 1 + 0.7 * (len(results) - 1 - i) / max(len(results) - 1, 1)  # earlier runs wider, underneath
-            axes[2].plot(rounds, [math.nan if e is None else e for e in eps], linestyle=style, linewidth=width * wider,
-                         color=color, marker=obs_marker, markersize=size * wider, markerfacecolor="none",
-                         markeredgewidth=1.3, label=name, alpha=0.9,
-                         markevery=_markevery(len(rounds), k + i * len(observers), len(observers) * len(results)))
-    axes[0].set_ylabel("test accuracy")
-    axes[0].set_title("Test accuracy")
-    axes[1].set_ylabel("train objective" + (" (log scale)" if losses and min(losses) > 0 else ""))
-    axes[1].set_title("Train loss")
+            if any(e is not None for e in eps):
+                ax.plot(rounds, [measured(e) for e in eps], **style)
+            elif observer in result["final"].get("epsilon", {}):
+                never[observer].append(label)  # epsilon is infinite towards this observer (no privacy towards it)
+    panels[0].set(title="Test accuracy", ylabel="test accuracy")
+    panels[1].set(title="Train loss", ylabel="train objective" + (" (log scale)" if losses and min(losses) > 0 else ""))
     if losses and all(math.isfinite(v) and v > 0 for v in losses):
-        axes[1].set_yscale("log")
-    deltas = sorted({r["final"].get("delta") for r in results.values() if r["final"].get("delta") is not None})
-    delta = f"delta = {deltas[0]:.2g}" if len(deltas) == 1 else "delta: " + ", ".join(f"{d:.2g}" for d in deltas)
-    if mapped:
-        axes[3].set_ylabel("||G_eta(w)||^2 (log scale)")
-        axes[3].set_title("Gradient mapping (train data)")
-        axes[3].set_yscale("log")
-    axes[2].set_ylabel("epsilon")
-    axes[2].set_title(f"Epsilon per observer ({delta})" if deltas else "Epsilon per observer")
-    if never:
-        axes[2].text(0.02, 0.98, "infinite epsilon (not plotted):\n" + "\n".join(never), transform=axes[2].transAxes,
-                     va="top", fontsize=8)
-    for ax in axes:
+        panels[1].set_yscale("log")
+    for ax, key in zip(panels[2:], optional):
+        ax.set(title=OPTIONAL_PANELS[key][0], ylabel=OPTIONAL_PANELS[key][1], yscale="log")
+    delta = delta_text(results)
+    for ax, observer in zip(eps_axes, observers):
+        ax.set(title=f"Epsilon: {observer_name(observer)}" + (f" ({delta})" if delta else ""), ylabel="epsilon")
+        if never[observer]:
+            ax.text(0.02, 0.98, "infinite epsilon (not plotted):\n" + "\n".join(never[observer]),
+                    transform=ax.transAxes, va="top", fontsize=8)
+    for ax in panels + eps_axes:
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.tick_params(labelsize=10)
         ax.grid(alpha=0.3)
-        entries = len(ax.get_legend_handles_labels()[0])
-        if entries:  # below the panel, never over a curve
-            ax.legend(fontsize=8, handlelength=3.5, loc="upper center", bbox_to_anchor=(0.5, -0.14),
-                      ncol=2 if entries > 3 else 1, frameon=False)
+    handles, labels = panels[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4), fontsize=9, handlelength=3.5,
+               frameon=False)
     if title:
         fig.suptitle(title)
     return fig

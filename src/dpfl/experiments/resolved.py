@@ -106,6 +106,7 @@ class RunOptions:
     device: str = "auto"
     secure_noise: bool = False
     secure_noise_bits: int = 9
+    tensorboard: str | None = None
 
     @property
     def grid_bits(self) -> int | None:

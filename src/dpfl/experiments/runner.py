@@ -1,7 +1,8 @@
 """``run_experiment``: a loaded config run in a run directory, start to end (``dpfl run``, ``dpfl.run``, the Flower
 ServerApp). The config is resolved once (``resolved.resolve``: typed, its ranges checked), the run built from it
 (``assembly``: ``build_simulation`` is its entry point for a run without a directory), its directory checked and
-recorded (``run_directory``), its results written (``results_file``, which lists results.json's keys).
+recorded (``run_directory``), its results written (``results_file``, which lists results.json's keys) and, with
+run.tensorboard, each evaluated round's metrics to TensorBoard (``tensorboard_log``).
 
 Rounds are numbered from 1 wherever a user reads them: round r of T is the r-th round (the progress line "round r/T",
 results.json's "round", ledger.json's journal, the stop and resume messages, `dpfl plot`'s axis).
@@ -24,6 +25,7 @@ from dpfl.experiments.run_directory import (check_free, check_resumable, check_w
                                             write_run_record)
 from dpfl.experiments.run_lock import run_lock
 from dpfl.experiments.supplied import NOTHING, Supplied
+from dpfl.experiments.tensorboard_log import TensorBoardLog
 
 
 def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bool = False,
@@ -57,6 +59,7 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
         elif out is not None and not restart:
             check_free(out)
         resolved = resolve(config, supplied)  # the config's ranges, after the directory's checks
+        board = None if resolved.run.tensorboard is None else TensorBoardLog(resolved.run.tensorboard)
         if restart:  # never the archived run's key: its noise on another computation would cancel
             key = run_key(resolved.run.noise_seed)
         sim = assemble(resolved, out, workers, key, run_id, supplied, dataset, evaluator)  # data and model: only now
@@ -74,8 +77,18 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
             write_run_record(out, config, sim.release, run_id)
         results_file = None if out is None else ResultsFile(out / "results.json")
         archived = archived_spend(out)  # a restart archives the run, not the privacy it spent
-        sim.run(rounds, progress=progress, on_evaluated=None if results_file is None else
-                lambda s: results_file.write(results_of(s, resolved, archived)))
+
+        def evaluated(s) -> None:  # after each evaluated round: results.json, TensorBoard's events
+            if results_file is not None:
+                results_file.write(results_of(s, resolved, archived))
+            if board is not None:
+                board.write(s.history[-1].to_dict())
+
+        try:
+            sim.run(rounds, progress=progress, on_evaluated=evaluated)
+        finally:
+            if board is not None:
+                board.close()
         results = results_of(sim, resolved, archived)
         if results_file is not None:
             results_file.write(results)

@@ -20,6 +20,7 @@ from dpfl.engine.device import resolve_device
 from dpfl.engine.sampling import ClientSampler
 from dpfl.errors import ConfigError, check_delta, check_range, check_target_epsilon
 from dpfl.models import check_model_keys
+from dpfl.experiments.tensorboard_log import check_tensorboard
 
 if TYPE_CHECKING:
     from dpfl.experiments.resolved import RunConfig
@@ -38,6 +39,7 @@ def validate(config: RunConfig) -> None:
     if run.threads is not None:
         check_range("run.threads", run.threads, 1, integer=True)
     resolve_device(run.device)
+    check_tensorboard(run.tensorboard)
     check_range("run.seed", run.seed, 0, integer=True)
     if run.noise_seed is not None:
         check_range("run.noise_seed", run.noise_seed, 0, integer=True)
