@@ -222,6 +222,23 @@ def test_adaptive_clipping_with_privacy_epsilon_runs_out_of_the_box_on_ten_clien
     assert len(clips) == 3 and clips[0] == 1.0 and all(c > 0 and c != 1.0 for c in clips[1:])
 
 
+def test_calibrate_run_answers_z_and_names_the_count_noise_it_needs(tmp_path, capsys):
+    """`dpfl calibrate run` searches the default split too: a config whose count_noise is below z s_b at the answer
+    is refused naming algorithm.count_noise and that bound at the z the same config without it is given (before,
+    the refusal named z = 1, the search's first trial)."""
+    path = tmp_path / "user.toml"
+    keys = ("[algorithm]\nname = 'dp-fedavg-user'\nrounds = 3\nclient_rate = 0.5\ntarget_quantile = 0.5\n"
+            "[data]\nname = 'synthetic'\nnum_clients = 10\nsamples_per_client = 30\n")
+    path.write_text(keys)
+    command = ["calibrate", "run", str(path), "--target-epsilon", "2", "--observer", "other_silo", "--json"]
+    assert main(command) == 0
+    z = json.loads(capsys.readouterr().out)["noise_multiplier"]
+    path.write_text(keys.replace("target_quantile = 0.5\n", "target_quantile = 0.5\ncount_noise = 0.25\n"))
+    assert main(command) == 2
+    assert f"algorithm.count_noise = 0.25 is not allowed: expected more than z s_b = {z:.6g} (z = {z:.6g}" in \
+        capsys.readouterr().err
+
+
 def test_each_row_reports_the_clip_its_round_used():
     """results.json's per-round "clip" is C_t, the clip in the server state the round started from (the next
     round's C_{t+1} is in the state after it); without adaptive clipping, the configured C in every row."""

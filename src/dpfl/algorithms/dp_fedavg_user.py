@@ -521,7 +521,7 @@ def initial_noise(name: str, config: DpFedAvgUserConfig, setting: Setting) -> fl
     return max(0.5, math.sqrt(setting.rounds) * setting.client_rate / setting.epsilon)
 
 
-def searched_section(name: str, config: DpFedAvgUserConfig, setting: Setting) -> DpFedAvgUserConfig:
+def searched_section(name: str, config: DpFedAvgUserConfig) -> DpFedAvgUserConfig:
     """The section whose levels the search for privacy.epsilon tries: ``config`` with the default count_noise, which
     follows z (``default_count_noise``) and so never leaves a trial level without room for the update. The run is
     then built with the config's own count_noise at the solved z, and refused, naming algorithm.count_noise, the
