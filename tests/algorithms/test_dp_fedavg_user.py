@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -152,28 +153,124 @@ def test_privacy_epsilon_sets_z_and_calibrate_run_answers(tmp_path, capsys):
     assert again["other_silo"] <= 2.0 and again["other_silo"] == pytest.approx(spent["other_silo"], rel=1e-3)
 
 
-def test_privacy_epsilon_with_adaptive_clipping_solves_z_below_the_counts_multiplier():
-    """The pair of draws composes to z, so privacy.epsilon solves the z of plain clipping; the search starts just
-    below z_b (it overshot past z_b = 1.2 z from below before, and the builder refused the trial); a target that
-    needs z >= z_b is refused naming algorithm.count_noise."""
+def test_privacy_epsilon_solves_z_whatever_the_count_noise_and_names_the_smallest_that_works():
+    """The pair of draws composes to z, so privacy.epsilon solves the z of plain clipping, and the search tries its
+    levels on the default split (``searched_section``: sigma_b follows z), so no trial level is refused: before, the
+    search started just below z_b and a target that needed z >= z_b was refused naming the search's start, not the
+    answer. The run's own count_noise is then checked at the solved z: z_b = 2 sigma_b must exceed it, so the error
+    names sigma_b > z s_b = z / 2 (Poisson), the bound just above which the run builds."""
     from dpfl.algorithms import registry
     from dpfl.engine.boundary import Boundary
-    from dpfl.experiments.noise_level import noise_for_epsilon
+    from dpfl.experiments.noise_level import build_calibrated, noise_for_epsilon
 
     spec = registry.spec_of(NAME)
     setting = Setting(client_rate=0.2, client_sampling="poisson", num_clients=20, train_counts=(24,) * 20, rounds=3,
                       delta=1e-5, epsilon=2.0)
 
-    def solve(**keys):
-        config = DpFedAvgUserConfig(noise_at="server", **keys)
-        return noise_for_epsilon(spec, NAME, config, setting, Boundary("trusted"))
+    def config(**keys):
+        return DpFedAvgUserConfig(noise_at="server", **keys)
 
-    z = solve()
+    z = noise_for_epsilon(spec, NAME, config(), setting, Boundary("trusted"))
     assert 1 < z < 3  # the old start (0.5) walked 0.5, 1, 4: past 1.2 z
-    adaptive = solve(target_quantile=0.5, count_noise=0.6 * z)  # z_b = 2 sigma_b = 1.2 z
-    assert adaptive == pytest.approx(z, rel=1e-3)
-    with pytest.raises(ConfigError, match="algorithm.count_noise"):
-        solve(target_quantile=0.5, count_noise=0.45 * z)  # z_b = 0.9 z
+    solved = {noise_for_epsilon(spec, NAME, config(target_quantile=0.5, count_noise=count_noise), setting,
+                                Boundary("trusted"))
+              for count_noise in (None, 0.6 * z, 0.45 * z)}  # the default, z_b = 1.2 z, z_b = 0.9 z: one search
+    assert len(solved) == 1 and solved.pop() == pytest.approx(z, rel=1e-6)  # the pair's PLD: z's to 1e-8
+    z = noise_for_epsilon(spec, NAME, config(target_quantile=0.5), setting, Boundary("trusted"))
+    low = 0.45 * z
+    with pytest.raises(ConfigError, match=rf"algorithm.count_noise = {low!r} .*more than z s_b = {z / 2:.6g} "
+                                          rf"\(z = {z:.6g}, the round's noise multiplier"):
+        build_calibrated(NAME, config(target_quantile=0.5, count_noise=low), setting, Boundary("trusted"))
+    just_above = build_calibrated(NAME, config(target_quantile=0.5, count_noise=z / 2 * (1 + 1e-6)), setting,
+                                  Boundary("trusted"))
+    assert just_above.mechanism.noise_multiplier == z and just_above.adaptive.count_multiplier > z
+
+
+def test_the_default_count_noise_is_andrews_on_large_cohorts_and_leaves_room_on_small_ones():
+    """sigma_b = max(m / 20, s_b z / sqrt(0.1)): Andrew et al.'s m / 20 at their cohorts (m = 100, z = 1, Poisson: 5,
+    z_b = 10, z_Delta = 1.005 z), and on a cohort of 2 (10 clients at rate 0.2, replace-one) the count's share of
+    the round's mu^2 capped at 0.1: z_b = z / sqrt(0.1), z_Delta = z / sqrt(0.9)."""
+    from dpfl.algorithms.dp_fedavg_user import COUNT_SHARE, default_count_noise, update_multiplier
+
+    assert COUNT_SHARE == 0.1
+    assert default_count_noise(100, 1.0, 0.5) == 5.0
+    assert update_multiplier(1.0, 10.0) == pytest.approx(1.0050378, abs=1e-7)
+    small = algorithm(clients=10, rate=0.2, noise_multiplier=2.0, target_quantile=0.5)
+    assert small.adaptive.count_noise == pytest.approx(2.0 / math.sqrt(0.1), rel=1e-15)  # m / 20 = 0.1 would refuse
+    assert small.noise_multipliers == pytest.approx({"z": 2.0, "z_delta": 2.0 / math.sqrt(0.9),
+                                                     "z_b": 2.0 / math.sqrt(0.1), "sigma_b": 2.0 / math.sqrt(0.1)},
+                                                    rel=1e-12)
+
+
+def test_adaptive_clipping_with_privacy_epsilon_runs_out_of_the_box_on_ten_clients():
+    """Issue 35: 10 clients, cohorts of 5 (fixed size, the default), adaptive clipping at its defaults and
+    privacy.epsilon = 2 was refused (count_noise = 5 / 20 = 0.25 against z ~ 3). It now runs and spends the target
+    towards another silo; results.json reports the solved z and its split (privacy.noise_multipliers: z_b = z /
+    sqrt(0.1), z_Delta = z / sqrt(0.9), sigma_b = z_b s_b with s_b = 1), and each round's clip C_t, from C_0 = 1."""
+    config = {"algorithm": {"name": NAME, "rounds": 3, "client_rate": 0.5, "target_quantile": 0.5, "clip": 1.0},
+              "data": {"name": "synthetic", "num_clients": 10, "samples_per_client": 30},
+              "privacy": {"epsilon": 2.0}, "run": {"noise_seed": 0}}
+    results = dpfl.run(config)
+    assert results.status == "finished"
+    assert 2.0 * (1 - 1e-3) <= results.final["epsilon"]["other_silo"] <= 2.0
+    solved = results.privacy["noise_multipliers"]
+    z = solved["z"]
+    assert 1 < z < 10
+    assert solved == pytest.approx({"z": z, "z_delta": z / math.sqrt(0.9), "z_b": z / math.sqrt(0.1),
+                                    "sigma_b": z / math.sqrt(0.1)}, rel=1e-12)
+    clips = [row["clip"] for row in results.rounds]
+    assert len(clips) == 3 and clips[0] == 1.0 and all(c > 0 and c != 1.0 for c in clips[1:])
+
+
+def test_calibrate_run_answers_z_and_names_the_count_noise_it_needs(tmp_path, capsys):
+    """`dpfl calibrate run` searches the default split too: a config whose count_noise is below z s_b at the answer
+    is refused naming algorithm.count_noise and that bound at the z the same config without it is given (before,
+    the refusal named z = 1, the search's first trial)."""
+    path = tmp_path / "user.toml"
+    keys = ("[algorithm]\nname = 'dp-fedavg-user'\nrounds = 3\nclient_rate = 0.5\ntarget_quantile = 0.5\n"
+            "[data]\nname = 'synthetic'\nnum_clients = 10\nsamples_per_client = 30\n")
+    path.write_text(keys)
+    command = ["calibrate", "run", str(path), "--target-epsilon", "2", "--observer", "other_silo", "--json"]
+    assert main(command) == 0
+    z = json.loads(capsys.readouterr().out)["noise_multiplier"]
+    path.write_text(keys.replace("target_quantile = 0.5\n", "target_quantile = 0.5\ncount_noise = 0.25\n"))
+    assert main(command) == 2
+    assert f"algorithm.count_noise = 0.25 is not allowed: expected more than z s_b = {z:.6g} (z = {z:.6g}" in \
+        capsys.readouterr().err
+
+
+def test_each_row_reports_the_clip_its_round_used():
+    """results.json's per-round "clip" is C_t, the clip in the server state the round started from (the next
+    round's C_{t+1} is in the state after it); without adaptive clipping, the configured C in every row."""
+    keys = {"algorithm": {"name": NAME, "rounds": 3, "client_rate": 0.5, "noise_multiplier": 1.0, "clip": 0.7},
+            "data": {"name": "synthetic", "num_clients": 10, "samples_per_client": 20}, "run": {"noise_seed": 1}}
+    adaptive = dpfl.build({**keys, "algorithm": {**keys["algorithm"], "target_quantile": 0.5, "clip_lr": 1.0}})
+    used = []
+    for _ in range(3):
+        used.append(float(adaptive.state.server["clip"]))
+        adaptive.step()
+        assert adaptive.evaluate().to_dict()["clip"] == used[-1]
+    assert used[0] == pytest.approx(0.7) and len(set(used)) == 3
+    fixed = dpfl.build(keys)
+    assert [m.to_dict()["clip"] for m in fixed.run(3)] == [pytest.approx(0.7)] * 3
+
+
+def test_fixed_cohorts_on_data_that_brings_its_own_clients(tmp_path):
+    """Issue 35: with data.num_clients unset (the data's own clients: an npz 'client' array, or dpfl.build's
+    (x, y, ids)), the config check built the algorithm on a stand-in population of one client, where a fixed-size
+    cohort at client_rate = 0.5 holds floor(0.5) = 0 clients, and refused it. The run now checks the real cohort."""
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((120, 3)).astype("float32"), rng.integers(0, 2, 120)
+    ids = np.repeat(np.arange(10), 12)
+    sim = dpfl.build({"algorithm": {"name": NAME, "rounds": 2, "client_rate": 0.5, "noise_multiplier": 1.0}},
+                     data=(x, y, ids))
+    assert (sim.algorithm.client_sampling, sim.algorithm.denominator, sim.algorithm.shares) == ("fixed", 5.0, 5)
+    np.savez(tmp_path / "own.npz", x=x, y=y, client=ids)
+    (tmp_path / "own.toml").write_text(f"[data]\nname = 'npz'\npath = '{tmp_path / 'own.npz'}'\n[algorithm]\n"
+                                       f"name = '{NAME}'\nrounds = 2\nclient_rate = 0.5\nnoise_multiplier = 1.0\n")
+    assert main(["run", str(tmp_path / "own.toml"), "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["status"] == "finished" and results["privacy"]["noise_multipliers"] == {"z": 1.0}
 
 
 def test_shares_run_under_real_secure_aggregation():

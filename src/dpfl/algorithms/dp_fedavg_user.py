@@ -64,17 +64,28 @@ the other members' shares could not be credited) and adaptive clipping (its coun
 
 **Adaptive clipping** (``target_quantile`` gamma set; Andrew et al. Alg. 2). The clipped-bit sum sum_i b_i has
 sensitivity s_b = 1/2 under zero-out (b_i in {-1/2, 1/2} against a null client's 0: Andrew et al. centre the bit
-for this reason) and 1 under replace-one; its noise N(0, sigma_b^2) (``count_noise``, Andrew et al.'s sigma_b; default their m / 20, m the
-expected cohort) is the Gaussian mechanism with multiplier z_b = sigma_b / s_b (2 sigma_b for Poisson cohorts).
-Two Gaussian mechanisms of multipliers z_Delta and z_b on the same neighbours compose to one of multiplier
-(z_Delta^-2 + z_b^-2)^(-1/2) (Dong, Roth, Su 2022, Cor. 3.3: mu^2 adds), so Andrew et al. (Sec. 3) run the update at
+for this reason) and 1 under replace-one; its noise N(0, sigma_b^2) (``count_noise``, Andrew et al.'s sigma_b) is the
+Gaussian mechanism with multiplier z_b = sigma_b / s_b (2 sigma_b for Poisson cohorts). Two Gaussian mechanisms of
+multipliers z_Delta and z_b on the same neighbours compose to one of multiplier (z_Delta^-2 + z_b^-2)^(-1/2) (Dong,
+Roth, Su 2022, Cor. 3.3: mu^2 adds), so Andrew et al. (Sec. 3) run the update at
 
     z_Delta = (z^-2 - z_b^-2)^(-1/2)          (= (z^-2 - (2 sigma_b)^-2)^(-1/2) for Poisson cohorts)
 
-and the pair costs what one round at z costs. Both draws are declared, each in units of its own sensitivity, so the
-ledger composes them itself (the split is not trusted, it is accounted). z_b <= z leaves z_Delta undefined: a
-ConfigError naming algorithm.count_noise. C_{t+1} depends only on the noisy count: it is server state, sent to the
-next cohort with x. The noise of b_i is placed like the update's (server, shares or each client).
+and the pair costs what one round at z costs, whatever the split: privacy.epsilon solves z alone
+(``searched_section``). Both draws are declared, each in units of its own sensitivity, so the ledger composes them
+itself (the split is not trusted, it is accounted). z_b <= z leaves z_Delta undefined: a ConfigError naming
+algorithm.count_noise, its value and the bound z s_b it must exceed. C_{t+1} depends only on the noisy count: it is
+server state, sent to the next cohort with x (results.json reports the C_t of each evaluated round: ``clip_of``). The
+noise of b_i is placed like the update's (server, shares or each client).
+
+**The default count_noise** (``default_count_noise``): sigma_b = max(m / 20, s_b z / sqrt(``COUNT_SHARE``)), m the
+expected cohort. Andrew et al.'s m / 20 gives the noisy fraction b~ a noise std of (m / 20) / m = 0.05, and costs
+little at their cohorts of hundreds (m = 100, z = 1, Poisson: z_b = 10, z_Delta = 1.005 z); at a cohort of 2 (10
+clients at rate 0.2) it is 0.1, below any useful z, and every run with privacy.epsilon would be refused. The second
+term caps the count's share of the round's privacy: in GDP the round is mu = 1 / z, the count mu_b = 1 / z_b, and
+(mu_b / mu)^2 = (z / z_b)^2 <= COUNT_SHARE iff sigma_b >= s_b z / sqrt(COUNT_SHARE); then z_Delta = z (1 - (z /
+z_b)^2)^(-1/2) <= z / sqrt(1 - COUNT_SHARE) = 1.054 z. On such small cohorts the count's noise on b~, sigma_b / D,
+is of order 1 or more, so C_t wanders (a fixed clip may serve better there); nothing is refused.
 
 **McMahan et al.'s amplified epsilon** (``privacy.analysis = "paper"``; ``Release.paper = "mcmahan"``). By default
 every observer is charged the participation mixture (``dpfl.accounting.observers``): exact for an observer that learns
@@ -96,6 +107,7 @@ adds only the clipping of the update, its noise and the clip's update.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -122,11 +134,23 @@ WEIGHTINGS = ("uniform", "records")
 CLIENT_SAMPLING = ("poisson", "fixed")
 #: z when neither algorithm.noise_multiplier nor privacy.epsilon is given
 DEFAULT_NOISE = 1.0
+#: the largest share of a round's privacy (mu^2 in GDP) the default count_noise gives the clipped-bit count
+#: (module docstring): z_b >= z / sqrt(0.1) = 3.16 z, z_Delta <= 1.054 z
+COUNT_SHARE = 0.1
+#: Andrew et al.'s sigma_b = m / ANDREW_COHORT_DIVISOR, m the expected cohort (this family's default before issue 35)
+ANDREW_COHORT_DIVISOR = 20
 
 
 def relation_factor(client_sampling: str) -> float:
     """S_t / (w_max C_t): 1 under zero-out of one client (Poisson cohorts), 2 under replace-one (fixed cohorts)."""
     return 1.0 if client_sampling == "poisson" else 2.0
+
+
+def default_count_noise(expected_cohort: float, z: float, count_sensitivity: float) -> float:
+    """sigma_b = max(m / 20, s_b z / sqrt(COUNT_SHARE)): Andrew et al.'s m / 20 (m the expected cohort), raised where
+    it would give the count more than ``COUNT_SHARE`` of the round's privacy at the round's multiplier z (module
+    docstring, "The default count_noise")."""
+    return max(expected_cohort / ANDREW_COHORT_DIVISOR, count_sensitivity * z / math.sqrt(COUNT_SHARE))
 
 
 def update_multiplier(z: float, count_multiplier: float | None) -> float:
@@ -189,13 +213,20 @@ class DpFedAvgUser(Algorithm):
         if self.adaptive is not None and self.adaptive.count_multiplier <= z:
             bound = z * self.adaptive.count_sensitivity
             raise ConfigError("algorithm.count_noise", self.adaptive.count_noise,
-                              f"more than z s_b = {bound:.6g} (z = {z:.6g}, algorithm."
-                              f"noise_multiplier or solved for privacy.epsilon; s_b = "
+                              f"more than z s_b = {bound:.6g} (z = {z:.6g}, the round's noise multiplier: algorithm."
+                              f"noise_multiplier, or solved for privacy.epsilon; s_b = "
                               f"{self.adaptive.count_sensitivity:g}, the clipped-bit sum's sensitivity): the update's "
-                              "multiplier z_Delta = (z^-2 - (sigma_b / s_b)^-2)^(-1/2) is otherwise undefined; raise "
-                              "algorithm.count_noise, or lower the noise (raise privacy.epsilon)")
+                              "multiplier z_Delta = (z^-2 - (sigma_b / s_b)^-2)^(-1/2) is otherwise undefined, and "
+                              "unbounded just above it; leave algorithm.count_noise unset for its default "
+                              f"max(m / 20, s_b z / sqrt({COUNT_SHARE:g})) = {self._default_count_noise():.6g}, which "
+                              f"gives the count at most {COUNT_SHARE:g} of the round's privacy (or raise "
+                              "privacy.epsilon, which lowers z)")
         if self.amplified:
             self._check_amplified()
+
+    def _default_count_noise(self) -> float:
+        """``default_count_noise`` at this algorithm's z and expected cohort (qM for Poisson cohorts, n for fixed)."""
+        return default_count_noise(self.denominator, self.mechanism.noise_multiplier, self.adaptive.count_sensitivity)
 
     def _check_amplified(self) -> None:
         """McMahan et al.'s amplification holds only for the server's own noise under Poisson cohorts."""
@@ -226,6 +257,22 @@ class DpFedAvgUser(Algorithm):
         """What the amplified epsilon assumes (results.json's privacy.assumptions); None: nothing beyond the sound
         analysis."""
         return {"cohort": COHORT_SECRET} if self.amplified else None
+
+    @property
+    def noise_multipliers(self) -> dict[str, float]:
+        """results.json's privacy.noise_multipliers: z, the round's (given, or solved for privacy.epsilon), and with
+        adaptive clipping the split it composes from, z_Delta (the update's) and z_b (the count's), and sigma_b = z_b
+        s_b (algorithm.count_noise, or its default)."""
+        z = {"z": self.mechanism.noise_multiplier}
+        if self.adaptive is None:
+            return z
+        return {**z, "z_delta": self.update_mechanism.noise_multiplier, "z_b": self.adaptive.count_multiplier,
+                "sigma_b": self.adaptive.count_noise}
+
+    def clip_of(self, server: dict) -> float:
+        """C_t, the clip of the round that starts from the server state ``server`` (results.json's per-round
+        "clip"): the configured C without adaptive clipping."""
+        return float(server["clip"])
 
     @property
     def update_mechanism(self) -> GaussianMechanism | DiscreteGaussianMechanism:
@@ -375,7 +422,9 @@ class DpFedAvgUserConfig:
         "help": "gamma: adapt C_t towards this quantile of the update norms (Andrew et al. 2021); None: a fixed C"})
     clip_lr: float = field(default=0.2, metadata={"help": "eta_C, the geometric clip update's step"})
     count_noise: float | None = field(default=None, metadata={
-        "help": "sigma_b, the noise std on the clipped-bit sum (default: the expected cohort / 20, Andrew et al.)"})
+        "help": f"sigma_b, the noise std on the clipped-bit sum (default: max(m / 20, s_b z / sqrt({COUNT_SHARE:g})), "
+                "m the expected cohort: Andrew et al.'s m / 20, raised so that the count takes at most "
+                f"{COUNT_SHARE:g} of the round's privacy; more than z s_b is required)"})
 
 
 def build(name: str, config: DpFedAvgUserConfig, setting: Setting) -> DpFedAvgUser:
@@ -386,13 +435,12 @@ def build(name: str, config: DpFedAvgUserConfig, setting: Setting) -> DpFedAvgUs
     if config.weighting not in WEIGHTINGS:
         raise ConfigError("algorithm.weighting", config.weighting, f"one of {list(WEIGHTINGS)}")
     _check_keys(config)
-    population = setting.num_clients or 1
-    cohort = max(1, ClientSampler(population, setting.client_rate, sampling).cohort_size)
-    denominator = setting.client_rate * population if sampling == "poisson" else float(cohort)
+    clients = cohort_sampler(setting)
+    cohort = max(1, clients.cohort_size)
+    denominator = clients.rate * clients.num_clients if sampling == "poisson" else float(cohort)
     if config.weighting == "records" and config.weight_records is None:
         raise ConfigError("algorithm.weight_records", None, "a record count n_hat > 0 with weighting = 'records'")
     records = config.weighting == "records"
-    adaptive = adaptive_clip(config, setting)
     sampler = RecordSampler(config.sample_rate, "fixed")
     local = LocalSGD(local_steps=config.local_steps, lr=config.lr * sampler.rate * config.local_steps,
                      sampler=sampler, mechanism=GaussianMechanism(0.0), weight_decay=config.weight_decay)
@@ -402,18 +450,29 @@ def build(name: str, config: DpFedAvgUserConfig, setting: Setting) -> DpFedAvgUs
     return DpFedAvgUser(local, config.clip, setting.gaussian(z), config.noise_at, sampling, denominator, cohort,
                         server_lr=config.server_lr, max_weight=config.max_weight if records else 1.0,
                         weight_records=config.weight_records if records else None,
-                        adaptive=adaptive, amplified=setting.analysis == "paper")
+                        adaptive=adaptive_clip(config, sampling, denominator, z), amplified=setting.analysis == "paper")
 
 
-def adaptive_clip(config: DpFedAvgUserConfig, setting: Setting) -> AdaptiveClip | None:
-    """Andrew et al.'s clip update of a config (None without algorithm.target_quantile): sigma_b defaults to their
-    m / 20, m the expected cohort; s_b = 1/2 (zero-out) or 1 (replace-one)."""
+def cohort_sampler(setting: Setting) -> ClientSampler:
+    """The run's client sampler, which checks the cohort (a fixed-size one holds at least one client). A config
+    validated before its data is built (``Setting.num_clients`` None: the data brings its clients, e.g. an npz
+    file's client ids) gets a stand-in of one client per round, as dp-ftrl's; the run builds the real one on the
+    data."""
+    if setting.num_clients is None:
+        return ClientSampler(1, 1.0, setting.client_sampling)
+    return ClientSampler(setting.num_clients, setting.client_rate, setting.client_sampling)
+
+
+def adaptive_clip(config: DpFedAvgUserConfig, client_sampling: str, expected_cohort: float,
+                  z: float) -> AdaptiveClip | None:
+    """Andrew et al.'s clip update of a config (None without algorithm.target_quantile), for the round's multiplier
+    z: s_b = 1/2 (zero-out) or 1 (replace-one); sigma_b = algorithm.count_noise, or ``default_count_noise``."""
     if config.target_quantile is None:
         return None
-    expected = setting.client_rate * (setting.num_clients or 1)
-    count_noise = expected / 20 if config.count_noise is None else config.count_noise
-    return AdaptiveClip(config.target_quantile, config.clip_lr, count_noise,
-                        relation_factor(setting.client_sampling) / 2)
+    sensitivity = relation_factor(client_sampling) / 2
+    count_noise = default_count_noise(expected_cohort, z, sensitivity) if config.count_noise is None else \
+        config.count_noise
+    return AdaptiveClip(config.target_quantile, config.clip_lr, count_noise, sensitivity)
 
 
 def _check_secure_noise(config: DpFedAvgUserConfig) -> None:
@@ -458,13 +517,23 @@ def protected_boundary(name: str, config: DpFedAvgUserConfig, setting: Setting) 
 
 
 def initial_noise(name: str, config: DpFedAvgUserConfig, setting: Setting) -> float:
-    """Where the search for privacy.epsilon starts: z ~ sqrt(T) q / epsilon (at least 0.5); with adaptive clipping
-    just below z_b, so that the search walks down and never builds a z the count's noise leaves no room for (it
-    reaches one only when privacy.epsilon needs it: then the ConfigError names algorithm.count_noise)."""
-    adaptive = adaptive_clip(config, setting)
-    if adaptive is not None:
-        return adaptive.count_multiplier * (1 - 1e-3)
+    """Where the search for privacy.epsilon starts: z ~ sqrt(T) q / epsilon (at least 0.5)."""
     return max(0.5, math.sqrt(setting.rounds) * setting.client_rate / setting.epsilon)
+
+
+def searched_section(name: str, config: DpFedAvgUserConfig) -> DpFedAvgUserConfig:
+    """The section whose levels the search for privacy.epsilon tries: ``config`` with the default count_noise, which
+    follows z (``default_count_noise``) and so never leaves a trial level without room for the update. The run is
+    then built with the config's own count_noise at the solved z, and refused, naming algorithm.count_noise, the
+    bound z s_b it must exceed and the default, where it leaves z_Delta undefined (``DpFedAvgUser.__post_init__``).
+
+    Why the solved z holds for every split: the round's two draws, of shifts 1 / z_Delta and 1 / z_b in their own
+    units, are one Gaussian mechanism of shift (z_Delta^-2 + z_b^-2)^(1/2) = 1 / z (Dong, Roth, Su 2022, Cor. 3.3:
+    the likelihood ratio depends on the outputs only through their projection on the shift), and they share the
+    owner's participation and shares, so every observer's privacy curve of a round is the same for every split. The
+    ledger's pessimistic accounting of the default split is at most privacy.epsilon, so the run's true epsilon is;
+    its report for the config's own split is another upper bound of the same curve (they agree to about 1e-8)."""
+    return dataclasses.replace(config, count_noise=None)
 
 
 register(AlgorithmSpec(
@@ -472,10 +541,11 @@ register(AlgorithmSpec(
     help="user-level DP-FedAvg: clipped client updates, Gaussian noise at the server, in shares or at every client, "
          "optional adaptive clipping (McMahan et al. 2018; Andrew et al. 2021)",
     release_keys=("algorithm.rounds",),
-    calibration=Calibration(protected_observers, initial_noise, protected_boundary),
+    calibration=Calibration(protected_observers, initial_noise, protected_boundary, searched=searched_section),
     secure_noise=True,
 ))
 
-__all__ = ["NAME", "PLACEMENTS", "WEIGHTINGS", "CLIENT_SAMPLING", "DEFAULT_NOISE", "relation_factor",
-           "update_multiplier", "AdaptiveClip", "DpFedAvgUser", "DpFedAvgUserConfig", "build", "protected_observers",
-           "protected_boundary", "initial_noise"]
+__all__ = ["NAME", "PLACEMENTS", "WEIGHTINGS", "CLIENT_SAMPLING", "DEFAULT_NOISE", "COUNT_SHARE",
+           "ANDREW_COHORT_DIVISOR", "relation_factor", "default_count_noise", "update_multiplier", "AdaptiveClip",
+           "DpFedAvgUser", "DpFedAvgUserConfig", "build", "cohort_sampler", "adaptive_clip", "protected_observers",
+           "protected_boundary", "initial_noise", "searched_section"]

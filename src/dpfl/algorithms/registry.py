@@ -146,6 +146,11 @@ class Calibration:
     #: mechanism takes a whole number (P_vec's noise bits, ceil of the level) may take a coarser one: each of its
     #: trials accounts an expensive event, and b within 5% of the smallest is 2.5% more noise std at most
     rtol: float | None = None
+    #: (name, config section) -> the section the search builds its trial levels from: one that the run's ledger
+    #: charges as it charges ``section`` at every level, for a family whose section refuses levels the answer need
+    #: not reach (dp-fedavg-user's count_noise, which must exceed the trial z); the run is built from its own section
+    #: at the solved level (``noise_level.noise_for_epsilon``, ``calibration.calibrate_noise``)
+    searched: Callable = lambda name, section: section
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,8 @@ def configure(parser) -> None:
     parser.add_argument("--target-quantile", type=float, default=None,
                         help="gamma: adaptive clipping, whose clipped-bit count takes part of the budget")
     parser.add_argument("--count-noise", type=float, default=None,
-                        help="sigma_b, the count's noise std (with --target-quantile; default q M / 20)")
+                        help="sigma_b, the count's noise std (with --target-quantile; default max(m / 20, s_b z / "
+                             "sqrt(0.1)), m the expected cohort: docs/user-level.md)")
     parser.add_argument("--analysis", choices=("sound", "paper"), default="sound",
                         help="sound (default: every observer charged as if it knew the cohort) or paper (McMahan et "
                              "al. 2018's amplified epsilon: server noise, Poisson cohorts secret from the third party "

@@ -186,6 +186,9 @@ class Algorithm(ABC):
     #: (f1, eta) of a server prox step on a composite objective F0 + f1: the simulator reports the squared norm of
     #: the gradient mapping at each evaluation (``Simulation.gradient_mapping``); None: no prox step.
     composite: tuple[ProximalTerm, float] | None = None
+    #: the multipliers the run's noise is drawn at, {name: value}, solved for privacy.epsilon or given: results.json's
+    #: privacy.noise_multipliers (``results_file.results_of``); None: not reported.
+    noise_multipliers: dict[str, float] | None = None
 
     @abstractmethod
     def init_state(self, x0: torch.Tensor, num_clients: int) -> State: ...
@@ -210,6 +213,12 @@ class Algorithm(ABC):
         """{message: a bound on each coordinate's magnitude} that secure aggregation encodes into its ring
         (``dpfl.engine.secure_sum``); None: the messages are unbounded, and ``assembly.build_boundary`` refuses
         ``privacy.secure_aggregation``."""
+        return None
+
+    def clip_of(self, server: dict[str, torch.Tensor]) -> float | None:
+        """The l2 clip of the round that starts from the server state ``server``, for a family whose clip is server
+        state (dp-fedavg-user's C_t, adaptive under Andrew et al. 2021): the simulator reads it before each round and
+        results.json reports it in the round's row ("clip", ``RoundMetrics.clip``); None: not reported."""
         return None
 
     def regulariser(self, x: torch.Tensor) -> float:

@@ -70,7 +70,8 @@ class RoundMetrics:
     ``nonfinite_examples``: how many real examples the clipped sums of the rounds since the previous evaluation gave
     weight 0 because their gradient norm was not finite (``dpfl.engine.clipping``: each contributed the zero vector,
     inside the clip's ball, so the privacy argument is unchanged); None where the client work ran elsewhere
-    (``Simulation.workers``)."""
+    (``Simulation.workers``). ``clip``: the l2 clip the round used, for an algorithm whose clip is server state
+    (``Algorithm.clip_of``: dp-fedavg-user's C_t); None where it reports none."""
 
     round: int
     train_loss: float | None  # None: not measured (an ``Evaluator`` without training records)
@@ -78,6 +79,7 @@ class RoundMetrics:
     epsilon: dict
     gradient_mapping: float | None = None
     nonfinite_examples: int | None = None
+    clip: float | None = None
 
     def to_dict(self) -> dict:
         metrics = {"round": self.round, "test_accuracy": self.test_accuracy, "train_loss": self.train_loss,
@@ -86,6 +88,8 @@ class RoundMetrics:
             metrics["gradient_mapping"] = self.gradient_mapping
         if self.nonfinite_examples is not None:
             metrics["nonfinite_examples"] = self.nonfinite_examples
+        if self.clip is not None:
+            metrics["clip"] = self.clip
         return metrics
 
 
@@ -151,6 +155,7 @@ class Simulation:
         self.session_seconds = 0.0  # in run, by this process
         self._key_saved = False
         self._ledger_summarised = True  # whether ledger.json holds the epsilon of every round recorded (``run``)
+        self._round_clip: float | None = None  # the clip of the last round run here (``Algorithm.clip_of``)
 
     @property
     def model(self) -> torch.Tensor:
@@ -193,6 +198,7 @@ class Simulation:
                 self._key_saved = True
             self.ledger.save(Path(self.checkpoint_dir) / "ledger.json", summary=False)  # the journal: no accounting
             self._ledger_summarised = False
+        self._round_clip = self.algorithm.clip_of(self.state.server)
         work = self.in_process(t, cohort) if self.workers is None else self.workers(self, t, cohort)
         self.state.server = run_cohort(self.algorithm, self.boundary, release, t, self.seed, self.train.num_clients,
                                        self.state.server, self.state.clients, CohortRows(cohort), work=work).server
@@ -237,7 +243,8 @@ class Simulation:
     def evaluate(self) -> RoundMetrics:
         """The metrics of the model after the rounds done, with epsilon as it stood after the last of them (a round
         replayed after a resume reports its own epsilon, not that of rounds the ledger recorded after it), and the
-        examples the clip zeroed since the previous evaluation (``RoundMetrics``)."""
+        examples the clip zeroed since the previous evaluation and the clip of the last round (when run in this
+        process; ``RoundMetrics``)."""
         x = self.model
         if self.evaluator is None:
             loss, _ = self.grads.mean_loss_and_accuracy(x, self.train.flat_chunks())  # a piece at a time: 10^5
@@ -249,7 +256,7 @@ class Simulation:
             loss += self.algorithm.regulariser(x)
         eps = {o: (None if e == float("inf") else e) for o, e in self.ledger.epsilon_through(self.next_round).items()}
         zeroed = self.grads.take_nonfinite_examples() if self.workers is None else None  # one read a round
-        return RoundMetrics(self.next_round, loss, accuracy, eps, mapping, zeroed)
+        return RoundMetrics(self.next_round, loss, accuracy, eps, mapping, zeroed, self._round_clip)
 
     def gradient_mapping(self, x: torch.Tensor) -> float | None:
         """||G_eta(x)||^2 on the pooled train data (``RoundMetrics``), or None for an algorithm without a prox step."""

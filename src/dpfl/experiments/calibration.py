@@ -17,6 +17,7 @@ meets the target and the noise / (1 + rtol) does not; the rounds meet it and one
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -92,6 +93,17 @@ class RunAccounting:
             config["algorithm"]["rounds"] = rounds
         return RunConfig.of(config)
 
+    def searched(self, noise: float | None = None, rounds: int | None = None) -> RunConfig:
+        """``with_values`` with the section its family's search tries levels on (``registry.Calibration.searched``:
+        charged as the config's own at every level, and refusing none); ``calibrate_noise`` and ``max_rounds`` build
+        the config's own section at their answer."""
+        config = self.with_values(noise, rounds)
+        calibration = config.algorithm.spec.calibration
+        if calibration is None:
+            return config
+        section = calibration.searched(config.algorithm.name, config.algorithm.section)
+        return dataclasses.replace(config, algorithm=dataclasses.replace(config.algorithm, section=section))
+
     def declared(self, config: RunConfig) -> tuple[object, list[dict]]:
         """The algorithm of a run of ``config`` and each observer's event of every round, declared as the simulator
         declares them (from the algorithm's initial state: no round is trained)."""
@@ -110,7 +122,7 @@ class RunAccounting:
         accountant that answered) of a run with this noise and these rounds (None: the config's)."""
         key = (self.noise if noise is None else noise, self.rounds if rounds is None else rounds)
         if key not in self._memo:
-            config = self.with_values(noise, rounds)
+            config = self.searched(noise, rounds)
             algorithm, events = self._declared_rounds(config, noise, rounds)
             ledger = assembly.build_ledger(config, boundary_of(config.privacy), self.delta, algorithm, budget=False)
             epsilon = ledger.epsilon_after(events, [self.observer])[self.observer]
@@ -162,6 +174,7 @@ def calibrate_noise(run: RunAccounting, target_epsilon: float, *, rtol: float = 
     if not epsilon <= target_epsilon < epsilon_less:
         raise DpflError(f"calibration not verified: noise multiplier {noise!r} gives epsilon {epsilon!r} and "
                         f"{less!r} gives {epsilon_less!r}, against the target {target_epsilon!r}")
+    assembly.build_algorithm(run.with_values(noise), run.dataset, run.delta)  # the config's own section at the answer
     return {"noise_multiplier": noise, "epsilon": epsilon, "observer": run.observer, "target_epsilon": target_epsilon,
             "rounds": run.rounds, **settings, "noise_key": f"algorithm.{run.noise_key}",
             "epsilon_with_less_noise": epsilon_less, "noise_rtol": rtol}

@@ -50,9 +50,10 @@ def noise_for_epsilon(spec: AlgorithmSpec, name: str, section, setting: Setting,
     if stated is not None:
         boundary = Boundary(stated, released=boundary.released)
     observers = [o for o in calibration.observers(name, section, setting) if o in boundary.observers]
+    searched = calibration.searched(name, section)
 
     def epsilon_of(level: float) -> float:
-        algorithm = spec.build(name, section, dataclasses.replace(setting, noise=level))
+        algorithm = spec.build(name, searched, dataclasses.replace(setting, noise=level))
         return max(declared_epsilon(algorithm, setting, boundary, clients, observers).values())
 
     return solve_noise(epsilon_of, target, initial_noise=calibration.initial(name, section, setting),
