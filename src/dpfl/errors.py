@@ -119,6 +119,7 @@ def json_problem(text: str, err) -> str:
     end = text.rstrip()
     if not end:
         return "empty file"
-    if err.pos >= len(end) or err.msg.startswith("Unterminated string"):  # the text stops before the document does
+    cut = len(end.rstrip("0123456789.eE+-"))  # a number cut short ("0.") fails at its last character
+    if err.pos >= min(len(end), cut) or err.msg.startswith("Unterminated string"):  # the text stops before the document
         return f"truncated JSON at line {end.count(chr(10)) + 1}"
     return f"invalid JSON at line {err.lineno} column {err.colno}: {err.msg}"

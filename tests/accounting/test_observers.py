@@ -215,8 +215,9 @@ def test_boundaries_and_schedules():
 def test_mcmahans_amplification_charges_only_the_observers_of_the_servers_noise():
     """Release.paper = 'mcmahan' under the paper analysis: the third party and another silo of the server's noise get
     one Poisson subsampled Gaussian per round (two draws under one participation coin: the Gaussian their mu's add
-    to); the server keeps its sound charge (it sees the unnoised messages); the sound analysis keeps the mixture;
-    fixed-size and public cohorts are refused, naming the key."""
+    to); the server keeps its sound charge (it sees the unnoised messages); the sound analysis gives the same towards
+    an observer the cohort is secret from and the mixture towards one that knows it; fixed-size and public cohorts
+    are refused, naming the key."""
     draws = (dp_event.GaussianDpEvent(1.25), dp_event.GaussianDpEvent(5 / 3))  # 1/1.25^2 + 1/(5/3)^2 = 1
     release = Release((dp_event.NonPrivateDpEvent(),), (True,), server_events=draws, paper="mcmahan")
     poisson = Cohort.poisson(100, 0.1)
@@ -225,9 +226,50 @@ def test_mcmahans_amplification_charges_only_the_observers_of_the_servers_noise(
     assert amplified[THIRD_PARTY] == amplified[OTHER_SILO] == sampled
     sound = observer_events(release, poisson, "plain")
     assert amplified[SERVER] == sound[SERVER] and math.isinf(account(amplified[SERVER], 1e-5).epsilon)
-    assert sound[THIRD_PARTY] == ParticipationDpEvent(0.1, dp_event.ComposedDpEvent(
+    assert sound[THIRD_PARTY] == sampled  # the default: the cohort is secret from it
+    known = observer_events(release, poisson, "plain", knows_cohort=frozenset(OBSERVERS))
+    assert known[THIRD_PARTY] == ParticipationDpEvent(0.1, dp_event.ComposedDpEvent(
         [dp_event.SelfComposedDpEvent(d, 1) for d in draws]))
     with pytest.raises(ConfigError, match="algorithm.client_sampling"):
         observer_events(release, Cohort.fixed(100, 10), "trusted", "paper")
     with pytest.raises(ConfigError, match="privacy.analysis = 'paper'.*public"):
         observer_events(release, dataclasses.replace(poisson, public=True), "trusted", "paper")
+
+
+def test_who_knows_the_cohort():
+    """The server always; another silo behind secure aggregation (its members exchange keys) or when told
+    (privacy.cohort = 'members'); everyone when published; a bad value names the key."""
+    from dpfl.accounting.observers import cohort_known_to
+
+    assert cohort_known_to("plain") == cohort_known_to("trusted") == {SERVER}
+    assert cohort_known_to("secagg") == cohort_known_to("plain", "members") == {SERVER, OTHER_SILO}
+    assert cohort_known_to("plain", "published") == set(OBSERVERS)
+    with pytest.raises(ConfigError, match="privacy.cohort = 'hidden'"):
+        cohort_known_to("plain", "hidden")
+
+
+def test_the_server_noise_is_amplified_towards_observers_that_do_not_know_the_cohort():
+    """Server noise (two draws at z_k composing to one Gaussian at (sum z_k^-2)^-1/2): the Poisson subsampled Gaussian,
+    or sampling without replacement of n from the clients the observer does not know about (M for the third party,
+    M - m for a coalition of m silos), towards an observer that does not know the cohort; the participation mixture
+    towards one that does; never amplified for public cohorts, or noise other than Gaussian."""
+    draws = (G(1.0), G(1.0))
+    z = 2 ** -0.5
+    release = Release((dp_event.NonPrivateDpEvent(),), (True,), server_events=draws)
+    poisson = observer_events(release, Cohort.poisson(100, 0.1), "trusted")
+    assert poisson == {THIRD_PARTY: dp_event.PoissonSampledDpEvent(0.1, G(z)),
+                       OTHER_SILO: dp_event.PoissonSampledDpEvent(0.1, G(z))}
+    fixed = observer_events(dataclasses.replace(release, colluders=3), Cohort.fixed(100, 10), "plain")
+    assert fixed[THIRD_PARTY] == wor(100, 10, G(z)) and fixed[OTHER_SILO] == wor(97, 10, G(z))
+    assert fixed[SERVER] == ParticipationDpEvent(0.1, SC(dp_event.NonPrivateDpEvent(), 1))  # the plain messages
+    mixture = ParticipationDpEvent(0.1, SC(G(1.0), 2))
+    secagg = observer_events(release, Cohort.poisson(100, 0.1), "secagg")
+    assert secagg[THIRD_PARTY] == dp_event.PoissonSampledDpEvent(0.1, G(z)) and secagg[OTHER_SILO] == mixture
+    known = observer_events(release, Cohort.poisson(100, 0.1), "trusted", knows_cohort=frozenset(OBSERVERS))
+    assert known == {THIRD_PARTY: mixture, OTHER_SILO: mixture}
+    public = dataclasses.replace(Cohort.poisson(100, 0.1), public=True)
+    assert observer_events(release, public, "trusted")[THIRD_PARTY] == mixture
+    laplace = Release((dp_event.NonPrivateDpEvent(),), (True,), server_events=(dp_event.LaplaceDpEvent(1.0),))
+    assert observer_events(laplace, Cohort.poisson(100, 0.1), "trusted")[THIRD_PARTY] == \
+        ParticipationDpEvent(0.1, SC(dp_event.LaplaceDpEvent(1.0), 1))
+    assert observer_events(release, Cohort.fixed(10, 9), "trusted", knows_cohort=frozenset())[OTHER_SILO] == G(z)

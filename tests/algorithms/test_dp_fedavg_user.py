@@ -304,8 +304,8 @@ def test_the_paper_analysis_is_dp_accountings_poisson_subsampled_gaussian(adapti
     """privacy.analysis = 'paper' charges the third party and other silos of server noise McMahan et al.'s amplified
     epsilon: dp_accounting's PLD of PoissonSampledDpEvent(q, GaussianDpEvent(z)) composed T times (5.4859 at M = 1000,
     q = 0.05, T = 200, z = 1, delta = 1e-6), to its precision; with adaptive clipping the pair's draws share the
-    owner's participation and compose to the one Gaussian at z. The default stays the participation mixture, 25.927
-    (docs/user-level.md)."""
+    owner's participation and compose to the one Gaussian at z. The default gives the same where the cohort is secret,
+    and the participation mixture, 25.927, where it is published (docs/user-level.md)."""
     from dp_accounting import dp_event
     from dp_accounting.pld import pld_privacy_accountant
 
@@ -319,12 +319,15 @@ def test_the_paper_analysis_is_dp_accountings_poisson_subsampled_gaussian(adapti
     spent = {analysis: declared_epsilon(build(NAME, config, amplified_setting(analysis)), amplified_setting(analysis),
                                         Boundary("trusted"), clients)
              for analysis in ("sound", "paper")}
+    spent["published"] = declared_epsilon(build(NAME, config, amplified_setting("sound")), amplified_setting("sound"),
+                                          Boundary("trusted", cohort="published"), clients)
     reference = pld_privacy_accountant.PLDAccountant()
     reference.compose(dp_event.PoissonSampledDpEvent(0.05, dp_event.GaussianDpEvent(1.0)), 200)
     assert reference.get_epsilon(1e-6) == pytest.approx(5.4859, abs=1e-4)
     for observer in ("third_party", "other_silo"):
         assert spent["paper"][observer] == pytest.approx(reference.get_epsilon(1e-6), rel=1e-6)
-        assert spent["sound"][observer] == pytest.approx(25.9271, abs=1e-4)
+        assert spent["sound"][observer] == pytest.approx(reference.get_epsilon(1e-6), rel=1e-6)
+        assert spent["published"][observer] == pytest.approx(25.9271, abs=1e-4)
 
 
 def test_the_paper_analysis_is_refused_where_the_cohort_cannot_be_secret():
@@ -358,8 +361,9 @@ def test_the_paper_analysis_is_refused_where_the_cohort_cannot_be_secret():
 
 
 def test_the_paper_analysis_states_its_assumption_in_results(tmp_path):
-    """A run under the paper analysis reports McMahan et al.'s assumption (privacy.assumptions) and nothing unproven,
-    and spends less than the sound analysis of the same run towards the third party and other silos."""
+    """A run under the paper analysis reports McMahan et al.'s assumption (privacy.assumptions) and nothing unproven;
+    the default run of the same keys states in privacy.cohort who the cohort is secret from and spends the same
+    towards them, and a run whose cohort is published spends more."""
     from dpfl.accounting.observers import COHORT_SECRET
 
     config = {"algorithm": {"name": NAME, "rounds": 3, "noise_at": "server", "client_sampling": "poisson",
@@ -372,5 +376,10 @@ def test_the_paper_analysis_states_its_assumption_in_results(tmp_path):
     assert "McMahan et al. 2018, Thm 1" in COHORT_SECRET and "secret from the third party" in COHORT_SECRET
     assert paper.privacy["analysis"] == "paper" and paper.privacy["unproven"] == []
     assert "assumptions" not in sound.privacy
+    assert sound.privacy["cohort"]["setting"] == "secret"
+    assert sound.privacy["cohort"]["secret_from"] == ["third_party", "other_silo"]
+    published = dpfl.run({**config, "privacy": {"boundary": "trusted", "cohort": "published"}})
+    assert published.privacy["cohort"]["known_to"] == ["third_party", "other_silo"]
     for observer in ("third_party", "other_silo"):
-        assert paper.final["epsilon"][observer] < sound.final["epsilon"][observer]
+        assert paper.final["epsilon"][observer] == pytest.approx(sound.final["epsilon"][observer], rel=1e-9)
+        assert sound.final["epsilon"][observer] < published.final["epsilon"][observer]

@@ -111,9 +111,10 @@ def test_printed_values_err_on_the_safe_side(capsys):
 
 def test_account_dp_fedavg_user_is_the_runs_ledger(capsys):
     """User-level DP-FedAvg without training: server noise behind a trusted server by default (zero-out, Poisson
-    cohorts), the third party charged the participation of one Gaussian at z per round (within 1% above its exact
-    epsilon, ``tests/helpers/exact.py``); adaptive clipping's two draws cost what one round at z costs; shares behind a
-    plain boundary charge the server z / sqrt(n)."""
+    cohorts), the third party charged the Poisson subsampled Gaussian at z per round where the cohort is secret, the
+    participation of one Gaussian at z where it is published (each within 1% above its exact epsilon,
+    ``tests/helpers/exact.py``); adaptive clipping's two draws cost what one round at z costs; shares behind a plain
+    boundary charge the server z / sqrt(n)."""
     import exact
 
     def exact_epsilon(z: float) -> float:
@@ -123,8 +124,11 @@ def test_account_dp_fedavg_user_is_the_runs_ledger(capsys):
             "--noise-multiplier", "1.2", "--delta", "1e-5"]
     out = run_json(capsys, argv)
     assert set(out["epsilon"]) == {"third_party", "other_silo"} and out["neighboring"] == "zero_out"
+    secret = exact.Instance(((1.0, 1.0, exact.poisson_pair(0.1, 1.2)),)).epsilon(1e-5, 20)
+    assert secret <= out["epsilon"]["third_party"] <= secret * 1.01
     truth = exact_epsilon(1.2)
-    assert truth <= out["epsilon"]["third_party"] <= truth * 1.01
+    published = run_json(capsys, [*argv, "--cohort", "published"])
+    assert truth <= published["epsilon"]["third_party"] <= truth * 1.01
     adaptive = run_json(capsys, [*argv, "--target-quantile", "0.5", "--count-noise", "2"])
     assert len(adaptive["noise_multipliers"]) == 2 and adaptive["noise_multipliers"][1] == 4.0  # z_b = 2 sigma_b
     assert adaptive["epsilon"]["third_party"] == pytest.approx(out["epsilon"]["third_party"], rel=1e-3)
@@ -135,9 +139,10 @@ def test_account_dp_fedavg_user_is_the_runs_ledger(capsys):
     assert "algorithm.count_noise = 0.5" in capsys.readouterr().err
 
 
-def test_account_dp_fedavg_user_paper_analysis_is_the_amplified_epsilon(capsys):
-    """--analysis paper: McMahan et al.'s amplified epsilon of server noise under secret Poisson cohorts
-    (docs/user-level.md's 5.49 against the sound 25.93), with its assumption; refused for shares, naming the key."""
+def test_account_dp_fedavg_user_amplifies_server_noise_where_the_cohort_is_secret(capsys):
+    """Server noise under secret Poisson cohorts: the amplified epsilon by default (docs/user-level.md's 5.49), with
+    what it assumes; --cohort published gives every observer the participation mixture (25.93); --analysis paper
+    (McMahan et al.'s) gives the 5.49 too, and is refused for shares, naming the key."""
     argv = ["account", "dp-fedavg-user", "--num-clients", "1000", "--client-rate", "0.05", "--rounds", "200",
             "--noise-multiplier", "1.0", "--delta", "1e-6"]
     out = run_json(capsys, [*argv, "--analysis", "paper"])
@@ -145,6 +150,11 @@ def test_account_dp_fedavg_user_paper_analysis_is_the_amplified_epsilon(capsys):
     assert out["epsilon"]["third_party"] == pytest.approx(5.4859, abs=1e-4) == out["epsilon"]["other_silo"]
     sound = run_json(capsys, argv)
     assert sound["analysis"] == "sound" and "assumptions" not in sound
-    assert sound["epsilon"]["third_party"] == pytest.approx(25.9271, abs=1e-4)
+    assert sound["epsilon"] == pytest.approx(out["epsilon"], rel=1e-9)
+    assert sound["cohort"]["secret_from"] == ["third_party", "other_silo"]
+    assert "McMahan et al. 2018, Thm 1" in sound["cohort"]["assumes"]
+    published = run_json(capsys, [*argv, "--cohort", "published"])
+    assert published["epsilon"]["third_party"] == pytest.approx(25.9271, abs=1e-4)
+    assert published["cohort"]["secret_from"] == [] and published["cohort"]["assumes"] is None
     assert main([*argv, "--analysis", "paper", "--noise-at", "shares"]) == 2
     assert "algorithm.noise_at = 'shares'" in capsys.readouterr().err

@@ -136,11 +136,14 @@ def test_the_server_draws_reach_the_ledger_of_the_observers_that_see_the_model(c
 
 def test_server_events_replace_the_clients_towards_the_model_observers_only():
     """Behind secure aggregation the server sees the (unnoised) sum: it is charged the clients' draws, never its own
-    noise; the third party and another silo are charged the server's draws."""
+    noise; the third party and another silo are charged the server's draws (amplified by the secret cohort towards
+    the third party; the members, another silo among them, know the cohort)."""
     gaussian = dp_event.GaussianDpEvent(0.5)
     release = Release((dp_event.GaussianDpEvent(3.0),), (True,), server_events=(gaussian, gaussian))
     events = observer_events(release, Cohort.fixed(10, 5), "secagg")
-    assert events[THIRD_PARTY] == ParticipationDpEvent(0.5, dp_event.SelfComposedDpEvent(gaussian, 2))
+    assert events[THIRD_PARTY] == dp_event.SampledWithoutReplacementDpEvent(10, 5,
+                                                                         dp_event.GaussianDpEvent((2 / 0.5**2) ** -0.5))
+    assert events[OTHER_SILO] == ParticipationDpEvent(5 / 9, dp_event.SelfComposedDpEvent(gaussian, 2))
     summed = dp_event.GaussianDpEvent(3.0 * math.sqrt(5))  # the cohort's 5 shares of the additive draw
     assert events[SERVER] == ParticipationDpEvent(0.5, dp_event.SelfComposedDpEvent(summed, 1))
     without = observer_events(Release((dp_event.GaussianDpEvent(3.0),), (True,)), Cohort.fixed(10, 5), "secagg")

@@ -702,7 +702,16 @@ def _server_lr(p):  # x + eta_g sum / n
 def _noise_at(p):  # the server draws (central DP): the clients' messages are not private, the server is charged so
     assert p.release().server_events == (dp_event.GaussianDpEvent(1.0),) and not p.release(p.base).server_events
     assert math.isinf(p.sim.ledger.epsilon_after([p.sim.round_privacy()])["server"])
-    assert p.sim.round_privacy()["third_party"] == p.base.round_privacy()["third_party"]  # z either way
+    amplified = dp_event.SampledWithoutReplacementDpEvent(10, 4, dp_event.GaussianDpEvent(1.0))  # a secret cohort
+    assert p.sim.round_privacy()["third_party"] == amplified != p.base.round_privacy()["third_party"]
+
+
+def _cohort(p):  # published: the server's noise is no longer amplified towards the third party
+    from dpfl.accounting.events import ParticipationDpEvent
+
+    known = ParticipationDpEvent(0.4, dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(1.0), 1))
+    assert p.sim.round_privacy()["third_party"] == known != p.base.round_privacy()["third_party"]
+    assert p.sim.boundary.knows_cohort == {"server", "third_party", "other_silo"}
 
 
 def _weights(sim) -> list[float]:
@@ -858,6 +867,7 @@ TABLE: dict[str, list[Row]] = {
     "privacy.conversion": [Row("'classic'", _conversion)],
     "privacy.boundary": [Row("'trusted'", _boundary_trusted), Row("'secagg'", _boundary_secagg)],
     "privacy.release": [Row("'final'", _release)],
+    "privacy.cohort": [Row("'published'", _cohort, ("algorithm.noise_at='server'",), base=USER)],
     "privacy.secure_aggregation": [Row("true", _secure_aggregation, ("privacy.boundary='secagg'",), base=JOINT)],
     "privacy.shuffler": [Row("'simulated'", _shuffler, base=SDP)],
     "algorithm.grid": [Row("2", _grid, base=SDP)],

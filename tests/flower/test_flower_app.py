@@ -30,7 +30,9 @@ def test_flower_app_writes_a_flower_project_carrying_the_config(tmp_path):
     expected = load_config(path, ["algorithm.rounds=5"])
     metadata = {"name": "silos", "num_clients": 3, "num_classes": 10, "feature_shape": [40]}  # synthetic's
     secure = {**expected["run"], "secure_noise": True}  # the default on Flower where the algorithm supports it
-    assert json.loads(app["config"]["dpfl-config"]) == {**expected, "data": metadata, "run": secure}
+    members = {**expected["privacy"], "cohort": "members"}  # each job states the cohort's size (app_config)
+    assert json.loads(app["config"]["dpfl-config"]) == {**expected, "data": metadata, "run": secure,
+                                                        "privacy": members}
     assert app["config"]["out"] == str((out / "run").resolve()) and app["config"]["evaluation"] == "none"
     assert project["project"]["dependencies"] == ["dpfl[flower]"]
     carried = (out / "dpfl.toml").read_text()

@@ -116,3 +116,21 @@ def test_serve_refuses_a_config_that_names_data_the_server_would_read(federation
     with pytest.raises(ConfigError, match=r"data.name = 'synthetic'.*'silos' in the config a Flower App carries"):
         serve(grid, {"dpfl-config": json.dumps(config), "out": str(tmp_path / "run")})
     assert not (tmp_path / "run").exists()
+
+
+def test_the_server_app_refuses_a_cohort_said_to_be_secret_from_the_silos(tmp_path):
+    """Each job states the cohort's size, so a Flower config must say privacy.cohort = 'members' (what app_config
+    writes) or 'published': 'secret' is refused before any node is asked, naming the key."""
+    import json
+
+    from dpfl.errors import ConfigError
+    from dpfl.flower.app_dir import app_config
+    from dpfl.flower.federation import Federation
+    from dpfl.flower.server_app import serve
+
+    config = load_config({"data": {"name": "synthetic", "num_clients": 3, "samples_per_client": 10}})
+    carried = app_config(config, Federation.of_dataset(build_data(config["data"])))
+    assert carried["privacy"]["cohort"] == "members"
+    secret = {**carried, "privacy": {**carried["privacy"], "cohort": "secret"}}
+    with pytest.raises(ConfigError, match="privacy.cohort = 'secret'.*'members' or 'published' on Flower"):
+        serve(None, {"dpfl-config": json.dumps(secret), "out": str(tmp_path)})

@@ -11,10 +11,11 @@ under replace-one, fixed-size cohorts) and each observer sees a 1-D Gaussian in 
   sum carries the shares of the clients in it;
 * client noise: each message at std z.
 
-``exact_instance`` grants the observer knowledge of who takes part (the other clients' participation as a label, the
-owner's as a disjoint "absent" view: ``exact.observer_instance``), which only raises the exact epsilon; it is what
-dpfl's sound analysis charges. ``secret_cohort_instance`` is the observer that sees the released models and not the
-cohort (server noise, Poisson cohorts): the Poisson subsampled Gaussian ``exact.poisson_pair(q, z)`` every round.
+``exact_instance`` grants the observer knowledge of who takes part where privacy.cohort says it has it (the other
+clients' participation as a label, the owner's as a disjoint "absent" view: ``exact.observer_instance``), which only
+raises the exact epsilon; towards an observer of the server's noise that does not know the cohort it is the Gaussian
+mixture over the owner's participation. ``secret_cohort_instance`` is that observer under Poisson cohorts: the
+Poisson subsampled Gaussian ``exact.poisson_pair(q, z)`` every round.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import logging
 import math
 
 import exact as ex
+from dpfl.accounting.observers import cohort_known_to
 from dpfl.algorithms.dp_fedavg_user import NAME, DpFedAvgUserConfig, build
 from dpfl.algorithms.registry import Setting
 from dpfl.engine.boundary import Boundary
@@ -69,23 +71,33 @@ class UserLevelCase:
                                     target_quantile=target_quantile, count_noise=count_noise)
         return build(NAME, config, self.setting(sampling, analysis))
 
-    def claimed(self, alg, boundary: str, sampling: str, analysis: str = "sound") -> dict[str, float]:
-        """The run's ledger after T rounds, as the simulator declares and accounts them."""
-        return declared_epsilon(alg, self.setting(sampling, analysis), Boundary(boundary),
+    def claimed(self, alg, boundary: str, sampling: str, analysis: str = "sound",
+                cohort: str = "secret") -> dict[str, float]:
+        """The run's ledger after T rounds, as the simulator declares and accounts them (``cohort``: privacy.cohort)."""
+        return declared_epsilon(alg, self.setting(sampling, analysis), Boundary(boundary, cohort=cohort),
                                 ClientSampler(self.clients, self.rate, sampling))
 
-    def exact_instance(self, placement: str, sampling: str, boundary: str, observer: str) -> ex.Instance | None:
-        """The instance towards an ``observer`` who knows the cohort (None: it sees an unnoised message)."""
+    def exact_instance(self, placement: str, sampling: str, boundary: str, observer: str,
+                       cohort: str = "secret") -> ex.Instance | None:
+        """The instance towards ``observer`` (None: it sees an unnoised message), which knows the cohort or not as
+        privacy.cohort = ``cohort`` says (``observers.cohort_known_to``). Server noise towards an observer that knows
+        it: N(1, z^2) against N(0, z^2) in the rounds the owner takes part; towards one that does not: the Gaussian
+        mixture over the owner's participation (1 - p) N(0, z^2) + p N(1, z^2) against N(0, z^2) every round (with
+        the others' updates equal, a fixed-size cohort's sum is the same pair at p = n / M)."""
         view = SEES[(boundary, observer)]
         m, n, z = self.clients, self.cohort, self.noise_multiplier
         if placement == "server":
             if view == "owner" or observer == "server":
                 return None
-            step = ex.gaussian_pair(z)
+            knows = observer in cohort_known_to(boundary, cohort)
+
+            def step(p: float) -> tuple:  # (participation, pair)
+                return (p, ex.gaussian_pair(z)) if knows else (1.0, ex.poisson_pair(p, z))
+
             if observer == "other_silo" and sampling == "fixed":  # it knows whether itself is in the cohort
                 p = n / m
-                return ex.Instance(((1 - p, n / (m - 1), step), (p, (n - 1) / (m - 1), step)))
-            return ex.Instance(((1.0, self.rate, step),))
+                return ex.Instance(((1 - p, *step(n / (m - 1))), (p, *step((n - 1) / (m - 1)))))
+            return ex.Instance(((1.0, *step(self.rate)),))
         share = ex.gaussian_pair(z / math.sqrt(n) if placement == "shares" else z)
         kind = "secagg" if boundary == "secagg" else "plain"
         return ex.observer_instance(observer, share, m, n, kind, sampling)

@@ -45,7 +45,7 @@ silos that pools its updates is not modelled.
 secret streams, to what it computes from the delivery, and releases only that. Every observer that sees only what the
 server releases (the third party, another silo) then sees a post-processing of the server's noisy output, since the
 clients' noise does not depend on the record: it is charged the server's draws, ``ParticipationDpEvent(p, the draws
-composed)``, in place of the clients' (the smaller of the two bounds would hold too; the engine does not compare
+composed)`` (or, if it does not know the cohort, their secret-cohort amplification, below), in place of the clients' (the smaller of the two bounds would hold too; the engine does not compare
 them). This needs two things of the family, stated where it declares its draws: the sensitivity behind its server
 events holds whatever the clients' noise and messages (e.g. the clip bound of what each client sends), and nothing it
 computes from the delivery without its noise is kept for a later round (later rounds read only what it released).
@@ -71,17 +71,33 @@ own shares (the other-silo observer is then the coalition: credited with t - 1 -
   own unreleased iterates and can cancel their earlier shares): ``JOINT_PAPER_UNPROVEN``.
 * ``"asoodeh"``: Asoodeh, Chen, Calmon, Ozgur (2021), Theorem 2 alone for the hidden iterates (``Release.hidden``
   carries the analysis); every round is composed as under the sound analysis.
-* ``"mcmahan"``: McMahan, Ramage, Talwar, Zhang (2018), Thm 1, for the server's own noise under secret Poisson
-  cohorts: an observer of the server's output that does not learn who took part sees, each round, the Poisson
-  subsampled Gaussian ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` (the released model's law is the mixture
-  (1 - q) N(m, s^2) + q N(m + u, s^2) over the owner's participation, against N(m, s^2) for a null client), in place
-  of the participation mixture, which is exact only for an observer that learns the cohort (it amplifies delta, not
-  epsilon). The server's draws of a round share the owner's one participation coin, so they are sampled together:
-  Gaussians of multipliers z_k on the same neighbours are the one Gaussian of multiplier (sum_k z_k^-2)^(-1/2)
-  (Dong, Roth, Su 2022, Cor. 3.3), which the mixture keeps (the pair with the larger shift post-processes to the
-  smaller one). Sound under its assumption, ``COHORT_SECRET`` (reported in results.json's privacy.assumptions by the
-  family): refused for fixed-size, scheduled or public cohorts (``ConfigError``), and never applied to the server,
-  which draws the cohort, nor to the clients' own noise.
+* ``"mcmahan"``: McMahan, Ramage, Talwar, Zhang (2018), Thm 1: the secret-cohort amplification below applied to the
+  third party and every other silo whatever the boundary, under Poisson cohorts only (refused for fixed-size,
+  scheduled or public cohorts, ``ConfigError``); the paper's own setting, kept to reproduce its numbers.
+
+**Who knows the cohort** (``cohort_known_to``; privacy.cohort). The cohort is drawn from the server's secret key, so
+by default only the server knows who takes part. Secure aggregation tells each member of a round who else takes part
+(Bonawitz et al. 2017: the members exchange keys), so another silo knows the cohort there; privacy.cohort = "members"
+says the same of a deployment that tells its members who, or how many, take part (a dpfl Flower job states the
+cohort's size: with the other clients' updates free, the size and the sum of the others reveal the owner's
+participation), and "published" that everyone knows it.
+
+**The secret-cohort amplification** (``secret_cohort_event``), for the server's own noise towards an observer that
+does not know the cohort. The server adds its draws to the sum of the cohort's messages, divided by a constant; a
+client that does not take part and a null client (zero-out) or the owner's neighbour (replace-one) leave the same
+sum apart from the owner's term. So, the other clients' participation independent of the owner's (Poisson) or the
+cohort a uniform subset (fixed size), the released model is, in units of the sensitivity, (1 - p) N(m, s^2) +
+p N(m + u, s^2) against N(m, s^2): the Poisson subsampled Gaussian ``PoissonSampledDpEvent(q, GaussianDpEvent(z))``
+(McMahan et al. 2018, Thm 1), or, without replacement under replace-one, ``SampledWithoutReplacementDpEvent(M, n,
+GaussianDpEvent(z))`` (Balle, Barthe, Gaboardi 2018, Thm 10: the same mixture pair dominates). Another silo that
+knows its own participation (or a coalition of m that knows theirs) meets the same pair with p at most
+n / (M - m) (fixed size; for Poisson the others' coins are independent of the owner's). The server's draws of a
+round share the owner's one participation coin, so they are sampled together: Gaussians of multipliers z_k on the
+same neighbours are the one Gaussian of multiplier (sum_k z_k^-2)^(-1/2) (Dong, Roth, Su 2022, Cor. 3.3), which the
+mixture keeps (the pair with the larger shift post-processes to the smaller one). An observer that knows the cohort
+keeps the participation mixture, which is exact for it. The clients' own noise is never amplified this way: an
+absent client and a null one differ by the null client's noise share (or, record-level, by the owner's other
+records), which an observer that does not know the cohort can still see.
 """
 
 from __future__ import annotations
@@ -114,6 +130,12 @@ PAPERS = ("noble", "heikkila", "mcmahan", "asoodeh")
 COHORT_SECRET = ("the cohort is secret from the third party and the other silos (McMahan et al. 2018, Thm 1): each "
                  "round's model is then a Poisson subsampled Gaussian to them; an observer that learns who took part "
                  "is charged the participation mixture (privacy.analysis = 'sound') instead")
+#: privacy.cohort: who learns who takes part in a round besides the server, which draws it (module docstring).
+COHORTS = ("secret", "members", "published")
+#: What the default's amplified epsilon assumes, for the observers that do not know the cohort (results.json).
+COHORT_UNKNOWN = ("the cohort is drawn from the server's secret key and neither published nor told to {observers} "
+                  "(privacy.cohort = 'secret'): the server's noise is then amplified by client sampling towards them "
+                  "(McMahan et al. 2018, Thm 1); set privacy.cohort = 'members' or 'published' if they can learn it")
 
 #: What the paper analysis assumes that does not hold for general losses (reported in results.json).
 PAPER_UNPROVEN = (
@@ -304,24 +326,39 @@ def local_steps_additive(local_steps: int, moves_locally: bool, carries_noise: b
     return (False,) * (local_steps - 1) + (True,)
 
 
+def cohort_known_to(boundary: str, cohort: str = "secret") -> frozenset[str]:
+    """The observers that know who takes part in each round (module docstring, "Who knows the cohort"): the server,
+    which draws it; another silo behind secure aggregation or with privacy.cohort = "members"; everyone if the cohort
+    is "published"."""
+    if cohort not in COHORTS:
+        raise ConfigError("privacy.cohort", cohort, f"one of {list(COHORTS)}")
+    if cohort == "published":
+        return frozenset(OBSERVERS)
+    return frozenset((SERVER, OTHER_SILO) if cohort == "members" or boundary == "secagg" else (SERVER,))
+
+
 def observer_events(
     release: Release,
     cohort: Cohort,
     boundary: str = "plain",
     analysis: str = "sound",
     released: str = "every_round",
+    knows_cohort: frozenset[str] | None = None,
 ) -> dict[str, dp_event.DpEvent]:
     """Each observer's event of one round (see the module docstring); a trusted aggregator's server is no observer.
-    ``released`` = "final": a third party sees only the run's final model (hidden iterates)."""
+    ``released`` = "final": a third party sees only the run's final model (hidden iterates). ``knows_cohort``: the
+    observers that know who takes part (default ``cohort_known_to(boundary)``: a secret cohort)."""
     if boundary not in BOUNDARIES:
         raise ConfigError("privacy.boundary", boundary, f"one of {list(BOUNDARIES)}")
     if analysis not in ANALYSES:
         raise ConfigError("privacy.analysis", analysis, f"one of {list(ANALYSES)}")
     if released not in RELEASES:
         raise ConfigError("privacy.release", released, f"one of {list(RELEASES)}")
+    knows = cohort_known_to(boundary) if knows_cohort is None else frozenset(knows_cohort) | {SERVER}
     events = _composition_events(release, cohort, boundary, analysis)
     if release.server_events:
-        events.update(_server_noised(release, cohort, events, analysis == "paper" and release.paper == "mcmahan"))
+        events.update(_server_noised(release, cohort, events, analysis == "paper" and release.paper == "mcmahan",
+                                     knows))
     if released == "final" and release.hidden is not None:
         events[THIRD_PARTY] = attr.evolve(release.hidden, composed=events[THIRD_PARTY])
     return events
@@ -346,23 +383,50 @@ def _composition_events(release: Release, cohort: Cohort, boundary: str, analysi
     return {o: e for o, e in events.items() if o in observers_of(boundary)}
 
 
-def _server_noised(release: Release, cohort: Cohort, events: dict, amplified: bool = False) -> dict:
+def _server_noised(release: Release, cohort: Cohort, events: dict, mcmahan: bool = False,
+                   knows: frozenset[str] = frozenset(OBSERVERS)) -> dict:
     """The events of the observers of the server's output (third party, other silo) when the server noises it: its
-    draws composed, within the owner's participation (module docstring, "The server's own noise"); ``amplified``:
-    the Poisson subsampled Gaussian of an observer the cohort is secret from (module docstring, ``"mcmahan"``)."""
+    draws composed, within the owner's participation (module docstring, "The server's own noise"), or their
+    secret-cohort amplification towards an observer not in ``knows`` where it holds; ``mcmahan``: the Poisson
+    subsampled Gaussian towards both, or a ConfigError (module docstring, ``"mcmahan"``)."""
     drawn = _compose(release.server_events)
     probability = {THIRD_PARTY: cohort.probability, OTHER_SILO: cohort.coalition_probability(release.colluders)}
-    if amplified:
+    if mcmahan:
         sampled = poisson_sampled_gaussian(release.server_events, cohort)
         return {o: sampled for o in probability if o in events}
-    return {o: _participation(p, drawn) for o, p in probability.items() if o in events}
+    out = {}
+    for observer, p in probability.items():
+        if observer in events:
+            members = 0 if observer == THIRD_PARTY else release.colluders
+            amplified = None if observer in knows else secret_cohort_event(release.server_events, cohort, members)
+            out[observer] = _participation(p, drawn) if amplified is None else amplified
+    return out
+
+
+def secret_cohort_event(draws, cohort: Cohort, members: int = 0) -> dp_event.DpEvent | None:
+    """One round of the server's Gaussian ``draws`` towards an observer that does not know the cohort and knows the
+    participation of ``members`` clients other than the owner (module docstring, "The secret-cohort
+    amplification"): the Poisson subsampled Gaussian, or sampling without replacement of n from the M - members
+    clients it does not know about; None where the amplification does not hold (public or scheduled cohorts, noise
+    other than Gaussian), and the caller charges the participation mixture."""
+    if cohort.public or not draws or any(type(e) is not dp_event.GaussianDpEvent for e in draws):
+        return None
+    gaussian = dp_event.GaussianDpEvent(sum(e.noise_multiplier ** -2 for e in draws) ** -0.5)
+    if cohort == Cohort.poisson(cohort.population, cohort.probability):
+        return gaussian if cohort.probability >= 1 else dp_event.PoissonSampledDpEvent(cohort.probability, gaussian)
+    if cohort != Cohort.fixed(cohort.population, cohort.size):
+        return None
+    unknown = cohort.population - members
+    if cohort.size >= unknown:  # the owner is surely in when the members are out
+        return gaussian
+    return dp_event.SampledWithoutReplacementDpEvent(unknown, cohort.size, gaussian)
 
 
 def poisson_sampled_gaussian(draws, cohort: Cohort) -> dp_event.DpEvent:
-    """``PoissonSampledDpEvent(q, GaussianDpEvent(z))``: one round of Gaussian ``draws`` (their multipliers z_k on the
-    same neighbours, z = (sum_k z_k^-2)^(-1/2)) under the owner's one participation coin, for an observer that does
-    not know the cohort (module docstring, ``"mcmahan"``). Refused where that cannot hold: a cohort of fixed size,
-    a schedule, or public randomness."""
+    """``PoissonSampledDpEvent(q, GaussianDpEvent(z))``: one round of Gaussian ``draws`` under the owner's one
+    participation coin, for an observer that does not know the cohort (``secret_cohort_event``), as McMahan et al.
+    state it (module docstring, ``"mcmahan"``). Refused where that cannot hold: a cohort of fixed size, a schedule,
+    or public randomness."""
     if cohort.public:
         raise ConfigError("privacy.analysis", "paper",
                           "'sound' for a family whose cohorts are public (drawn from run.seed): McMahan et al.'s "
@@ -372,10 +436,10 @@ def poisson_sampled_gaussian(draws, cohort: Cohort) -> dp_event.DpEvent:
                           "'poisson' under privacy.analysis = 'paper' (McMahan et al.'s amplification needs each "
                           "client to take part independently, with a cohort secret from the observers); the sound "
                           "analysis covers the other schemes")
-    if not draws or any(not isinstance(e, dp_event.GaussianDpEvent) for e in draws):
+    sampled = secret_cohort_event(draws, cohort)
+    if sampled is None:
         raise ValueError(f"McMahan et al.'s amplification is derived for the server's Gaussian draws, not {draws}")
-    z = sum(e.noise_multiplier ** -2 for e in draws) ** -0.5
-    return dp_event.PoissonSampledDpEvent(cohort.probability, dp_event.GaussianDpEvent(z))
+    return sampled
 
 
 def observers_of(boundary: str) -> tuple[str, ...]:
@@ -472,7 +536,7 @@ def _participation(probability: float, event: dp_event.DpEvent) -> dp_event.DpEv
     return event if probability >= 1 else ParticipationDpEvent(probability, event)
 
 
-__all__ = ["OBSERVERS", "THIRD_PARTY", "SERVER", "OTHER_SILO", "BOUNDARIES", "ANALYSES", "PAPERS", "RELEASES", "PAPER_UNPROVEN",
-           "JOINT_PAPER_UNPROVEN", "COHORT_SECRET", "Cohort",
-           "Release", "local_steps_additive", "observer_events", "observers_of", "poisson_sampled_gaussian",
-           "scale_noise"]
+__all__ = ["OBSERVERS", "THIRD_PARTY", "SERVER", "OTHER_SILO", "BOUNDARIES", "ANALYSES", "PAPERS", "RELEASES",
+           "PAPER_UNPROVEN", "JOINT_PAPER_UNPROVEN", "COHORT_SECRET", "COHORTS", "COHORT_UNKNOWN", "Cohort", "Release",
+           "cohort_known_to", "local_steps_additive", "observer_events", "observers_of", "poisson_sampled_gaussian",
+           "secret_cohort_event", "scale_noise"]

@@ -21,6 +21,8 @@ per-observer events are derived). The server's step reads only the ``Delivery`` 
 
 ``released`` (privacy.release) says which models a third party sees: every round's, or only the run's final one
 (then an algorithm that declares its rounds as hidden steps is accounted by the last-iterate accountant).
+``cohort`` (privacy.cohort) says who besides the server learns who takes part (``observers.cohort_known_to``: behind
+secure aggregation the members do, whatever it says).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from dataclasses import dataclass
 import torch
 from dp_accounting import dp_event
 
-from dpfl.accounting.observers import BOUNDARIES, RELEASES, Cohort, Release, observer_events, observers_of
+from dpfl.accounting.observers import (BOUNDARIES, RELEASES, Cohort, Release, cohort_known_to, observer_events,
+                                       observers_of)
 from dpfl.engine import randomness
 from dpfl.engine.protocol import Messages
 from dpfl.engine.secure_sum import SecureAggregation
@@ -64,7 +67,7 @@ class Boundary:
     """One of ``BOUNDARIES`` (see the module docstring)."""
 
     def __init__(self, name: str = "plain", secure: SecureAggregation | None = None, released: str = "every_round",
-                 shuffle: str = "simulated"):
+                 shuffle: str = "simulated", cohort: str = "secret"):
         if name not in BOUNDARIES:
             raise ConfigError("privacy.boundary", name, f"one of {list(BOUNDARIES)}")
         if secure is not None and name != "secagg":
@@ -76,6 +79,8 @@ class Boundary:
         if shuffle == "real" and name != "shuffler":
             raise ConfigError("privacy.boundary", name, "'shuffler' with privacy.shuffler = 'real'")
         self.name, self.secure, self.released, self.shuffle = name, secure, released, shuffle
+        self.knows_cohort = cohort_known_to(self.seen_as, cohort)
+        self.cohort = cohort
 
     @property
     def observers(self) -> tuple[str, ...]:
@@ -97,10 +102,14 @@ class Boundary:
             return "declared: the server is trusted (no server epsilon), it receives every message in the clear"
         return "nothing to enforce: the server is charged every message it receives"
 
+    @property
+    def seen_as(self) -> str:
+        """The boundary the observers' events are derived for: the real shuffler delivers sums only (as secagg)."""
+        return "secagg" if self.shuffle == "real" else self.name
+
     def views(self, release: Release, cohort: Cohort, analysis: str) -> dict[str, dp_event.DpEvent]:
         """Each observer's event of the round (``dpfl.accounting.observers.observer_events``)."""
-        seen_as = "secagg" if self.shuffle == "real" else self.name  # the real shuffler delivers sums only
-        return observer_events(release, cohort, seen_as, analysis, self.released)
+        return observer_events(release, cohort, self.seen_as, analysis, self.released, self.knows_cohort)
 
     @property
     def real(self) -> bool:

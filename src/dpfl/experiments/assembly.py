@@ -181,7 +181,7 @@ def build_boundary(privacy: PrivacyConfig, algorithm, counts: torch.Tensor) -> B
     boundary is 'secagg'; 'plain', the default, is read as 'secagg')."""
     name = privacy.boundary
     if not privacy.secure_aggregation:
-        return Boundary(name, released=privacy.release, shuffle=privacy.shuffler)
+        return Boundary(name, released=privacy.release, shuffle=privacy.shuffler, cohort=privacy.cohort)
     if name not in ("plain", "secagg"):
         raise ConfigError("privacy.boundary", name, "'secagg' (or the default) with privacy.secure_aggregation = true")
     bound = algorithm.message_bound(counts)
@@ -191,7 +191,7 @@ def build_boundary(privacy: PrivacyConfig, algorithm, counts: torch.Tensor) -> B
                           "needs an algorithm that bounds its messages (dp-fedavg-joint, dp-fedavg-user without "
                           "adaptive clipping)")
     return Boundary("secagg", SecureAggregation(bound, privacy.secagg_bits, algorithm.min_clients), privacy.release,
-                    shuffle=privacy.shuffler)
+                    shuffle=privacy.shuffler, cohort=privacy.cohort)
 
 
 def build_ledger(config: RunConfig, boundary: Boundary, delta: float, algorithm, budget: bool) -> PrivacyLedger:

@@ -149,7 +149,7 @@ class RunAccounting:
 def boundary_of(privacy: PrivacyConfig) -> Boundary:
     """The boundary the run accounts for (``PrivacyConfig.accounted_boundary``), and which models a third party sees
     (privacy.release)."""
-    return Boundary(privacy.accounted_boundary, released=privacy.release)
+    return Boundary(privacy.accounted_boundary, released=privacy.release, cohort=privacy.cohort)
 
 
 def calibrate_noise(run: RunAccounting, target_epsilon: float, *, rtol: float = NOISE_RTOL,

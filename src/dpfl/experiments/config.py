@@ -98,6 +98,13 @@ SCHEMA: dict[str, dict[str, tuple]] = {
                                                               "(simulated) or shuffle labelled bits for real (sdp-*; "
                                                               "d U (g + b) messages of 8 bytes a round)"),
         "release": (str, "every_round", ("every_round", "final"), "which models a third party sees"),
+        "cohort": (str, "secret", ("secret", "members", "published"), "who learns who takes part in a round besides "
+                                                                       "the server: nobody (secret), the members "
+                                                                       "(a deployment that tells them; secure "
+                                                                       "aggregation always does) or everyone; the "
+                                                                       "server's noise is amplified by client "
+                                                                       "sampling towards the observers it is secret "
+                                                                       "from"),
     },
     "run": {
         "seed": (int, 0, None, "the seed of public randomness (model init, public schedules); the noise, cohorts and "

@@ -34,7 +34,8 @@ NOISE_RTOL = 1e-4
 def accounted_boundary(privacy) -> Boundary:
     """The boundary a run of the [privacy] section ``privacy`` (``resolved.PrivacyConfig``) accounts for, with which
     models a third party sees (privacy.release) and the shuffler (privacy.shuffler: the real one delivers sums)."""
-    return Boundary(privacy.accounted_boundary, released=privacy.release, shuffle=privacy.shuffler)
+    return Boundary(privacy.accounted_boundary, released=privacy.release, shuffle=privacy.shuffler,
+                    cohort=privacy.cohort)
 
 
 def noise_for_epsilon(spec: AlgorithmSpec, name: str, section, setting: Setting, boundary: Boundary) -> float:
@@ -48,7 +49,7 @@ def noise_for_epsilon(spec: AlgorithmSpec, name: str, section, setting: Setting,
                             public_seed=setting.seed if spec.public_cohorts else None)
     stated = calibration.boundary(name, section, setting)
     if stated is not None:
-        boundary = Boundary(stated, released=boundary.released)
+        boundary = Boundary(stated, released=boundary.released, cohort=boundary.cohort)
     observers = [o for o in calibration.observers(name, section, setting) if o in boundary.observers]
     searched = calibration.searched(name, section)
 

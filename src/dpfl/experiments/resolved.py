@@ -79,6 +79,7 @@ class PrivacyConfig:
     secagg_bits: int
     shuffler: str
     release: str
+    cohort: str = "secret"
 
     @property
     def budgets(self) -> dict | None:

@@ -32,6 +32,7 @@ import json
 import math
 from pathlib import Path
 
+from dpfl.accounting.observers import COHORT_UNKNOWN
 from dpfl.durable import write_text_atomically
 from dpfl.engine.simulator import Simulation
 from dpfl.experiments.archive import with_archived
@@ -100,6 +101,7 @@ def results_of(sim: Simulation, config: RunConfig, archived: list[dict] = ()) ->
             "boundary": sim.boundary.name,
             "enforced": sim.boundary.enforcement,
             "release": config.privacy.release,
+            "cohort": cohort_knowledge(sim.boundary, sim.ledger.observers),
             "unproven": list(sim.algorithm.release(sim.next_round, sim.state, sim.train.counts).unproven)
             if sim.ledger.analysis == "paper" else [],
             "delta": sim.ledger.delta,
@@ -125,6 +127,15 @@ def results_of(sim: Simulation, config: RunConfig, archived: list[dict] = ()) ->
     }
 
 
+def cohort_knowledge(boundary, observers) -> dict:
+    """results.json's privacy.cohort: privacy.cohort, the observers that know who takes part in each round and those
+    it is secret from, with what the amplification towards the latter assumes (``observers.cohort_known_to``)."""
+    secret_from = [o for o in observers if o not in boundary.knows_cohort]
+    return {"setting": boundary.cohort, "known_to": [o for o in observers if o in boundary.knows_cohort],
+            "secret_from": secret_from,
+            "assumes": COHORT_UNKNOWN.format(observers=" and ".join(secret_from)) if secret_from else None}
+
+
 def noise_of(noise_seed: int | None) -> str:
     """What results.json and the CLI say of where the noise came from (``dpfl.engine.keys``), for ``run.noise_seed``."""
     if noise_seed is None:
@@ -133,4 +144,4 @@ def noise_of(noise_seed: int | None) -> str:
             "against observers who do not know that seed")
 
 
-__all__ = ["NOT_COVERED", "ResultsFile", "reported_events", "results_of", "noise_of"]
+__all__ = ["NOT_COVERED", "ResultsFile", "reported_events", "results_of", "cohort_knowledge", "noise_of"]

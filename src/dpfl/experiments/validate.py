@@ -55,7 +55,7 @@ def validate(config: RunConfig) -> None:
         check_range("data.num_clients", num_clients, 1, integer=True)
         ClientSampler(num_clients, *algorithm.cohort_sampling(num_clients))
         algorithm.check_rounds(num_clients)
-    boundary = Boundary(privacy.boundary, released=privacy.release, shuffle=privacy.shuffler)
+    boundary = Boundary(privacy.boundary, released=privacy.release, shuffle=privacy.shuffler, cohort=privacy.cohort)
     # a family that sizes its cohort or calibrates its noise from the data (its Calibration, with privacy.epsilon) is
     # built (and checked) on the data
     calibrated = privacy.epsilon is not None and algorithm.spec.calibration is not None

@@ -123,8 +123,22 @@ def with_secure_noise(config: dict, config_path: str | Path, keys: list[str]) ->
 
 
 def app_config(config: dict, federation: Federation) -> dict:
-    """The config a Flower App carries: ``config`` with its [data] section replaced by ``federation``'s metadata."""
-    return {**config, "data": federation.section()}
+    """The config a Flower App carries: ``config`` with its [data] section replaced by ``federation``'s metadata, and
+    privacy.cohort at least "members": each silo's job states the round's cohort size (``FlowerCohort``), which with
+    the other clients' updates free tells a member whether the owner took part (``dpfl.accounting.observers``, "Who
+    knows the cohort"), so the server's noise is not amplified towards the other silos."""
+    privacy = config["privacy"]
+    if privacy.get("cohort", "secret") == "secret":
+        privacy = {**privacy, "cohort": "members"}
+    return {**config, "data": federation.section(), "privacy": privacy}
+
+
+def check_cohort(config: dict) -> None:
+    """Refuses a Flower config that says the cohort is secret from the silos (``app_config``)."""
+    cohort = config["privacy"].get("cohort", "secret")
+    if cohort == "secret":
+        raise ConfigError("privacy.cohort", cohort, "'members' or 'published' on Flower: each silo's job states the "
+                                                    "round's cohort size (`dpfl flower-app` writes 'members')")
 
 
 def write_flower_app(config_path: str | Path, config: dict, out: str | Path, federation: Federation,
@@ -164,4 +178,4 @@ def write_flower_app(config_path: str | Path, config: dict, out: str | Path, fed
     return out
 
 
-__all__ = ["check_enforced", "flower_config", "with_secure_noise", "app_config", "write_flower_app"]
+__all__ = ["check_enforced", "check_cohort", "flower_config", "with_secure_noise", "app_config", "write_flower_app"]

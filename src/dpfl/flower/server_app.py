@@ -35,7 +35,7 @@ from dpfl.experiments.resolved import RunConfig
 from dpfl.experiments.run_directory import release_hash
 from dpfl.experiments.runner import run_experiment
 from dpfl.flower import evaluation, records, secure_sum
-from dpfl.flower.app_dir import check_enforced
+from dpfl.flower.app_dir import check_cohort, check_enforced
 from dpfl.flower.federation import Federation
 from dpfl.flower.pin import release_of
 from dpfl.protocols.identity import VerifyingKey, parse_verifying_key
@@ -175,6 +175,7 @@ def serve(grid: Grid, run_config: dict) -> dict:
     config = json.loads(str(run_config["dpfl-config"]))
     check_enforced(config)  # the ledger charges the server what it really receives
     federation = Federation.of_config(config)
+    check_cohort(config)  # and the silos what they learn of the cohort
     timeout = float(run_config["round-timeout"]) if "round-timeout" in run_config else None
     cohort = FlowerCohort(grid, federation.num_clients, timeout)
     evaluator = evaluation.evaluator_of(run_config, federation, cohort)  # a bad evaluation set: before any node
