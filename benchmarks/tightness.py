@@ -17,9 +17,9 @@ engine and confirm its law):
   (or a linear Gaussian mechanism) with mu derived in closed form and confirmed by the tests' engine measurements.
 
 "exact" is exact FOR THE INSTANCE AND THE OBSERVER the row names: a lower bound on the family's privacy (the worst
-case may be worse), and the truth for that instance. The "observer knows the cohort" rows are the instances dpfl's
-sound analysis is built for (the observer learns who took part); the "secret cohort" rows are an observer who sees
-the released model only (a Poisson subsampled mechanism), for which the default claim is loose by design.
+case may be worse), and the truth for that instance. Each row says whether its observer knows who takes part
+(privacy.cohort, ``observers.cohort_known_to``): one that does meets a Gaussian in the rounds the owner takes part;
+one that does not, the server's noise as a Gaussian mixture over the owner's participation.
 Every ratio must be >= 1 (up to the exact side's discretisation): tests/accounting/test_tightness_table.py checks it
 on the --quick subset.
 """
@@ -54,6 +54,7 @@ BEGIN, END = "<!-- tightness:begin -->", "<!-- tightness:end -->"
 #: the issue's instance (issue 34): M = 1000, q = 0.05, T = 200, z = 1, delta = 1e-6
 ISSUE = UserLevelCase(clients=1000, rate=0.05, noise_multiplier=1.0, rounds=200, delta=1e-6)
 KNOWS = "1-D Gaussian per round, the observer knows the cohort (PLD lower bound)"
+SECRET = "the Gaussian mixture over the owner's participation, the observer does not know the cohort (PLD lower bound)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +74,10 @@ class Row:
 
 def user_level_rows(quick: bool) -> list[Row]:
     """dp-fedavg-user: every noise placement x cohort sampling x observer of the test's instance (M = 10, q = 0.4,
-    z = 1.5, T = 3), the secret-cohort observers of server noise, and the issue's instance (M = 1000)."""
+    z = 1.5, T = 3) and the issue's instance (M = 1000); server noise both with the cohort secret (privacy.cohort's
+    default: the third party and, behind a plain boundary, another silo do not know it) and published."""
+    from dpfl.accounting.observers import cohort_known_to
+
     rows = []
     cases = [(UserLevelCase(), "M=10 q=0.4 z=1.5 T=3 d=1e-5")]
     if not quick:
@@ -86,21 +90,19 @@ def user_level_rows(quick: bool) -> list[Row]:
                 if quick and (placement, sampling) not in {("server", "poisson"), ("shares", "fixed")}:
                     continue
                 alg = case.algorithm(placement, sampling)
-                claims = {boundary: case.claimed(alg, boundary, sampling) for boundary in ("plain", "secagg")}
-                for boundary, observer in views:
-                    instance = case.exact_instance(placement, sampling, boundary, observer)
-                    if instance is None or (case is ISSUE and observer == "server"):
-                        continue
-                    truth = instance.epsilon(case.delta, case.rounds)
-                    name = f"{label}, {placement} noise, {sampling} cohort"
-                    shown = observer if observer != "server" else f"server ({boundary})"
-                    rows.append(Row("dp-fedavg-user", "sound", shown, name, claims[boundary][observer], truth, KNOWS))
-                if placement == "server" and sampling == "poisson":
-                    truth = case.secret_cohort_instance().epsilon(case.delta, case.rounds)
-                    for observer in ("third_party", "other_silo"):
-                        rows.append(Row("dp-fedavg-user", "sound", f"{observer} (secret cohort)",
-                                        f"{label}, server noise, poisson cohort", claims["plain"][observer], truth,
-                                        "Poisson subsampled Gaussian (1-q) N(0,z^2) + q N(1,z^2) vs N(0,z^2), PLD"))
+                for cohort in ("secret", "published") if placement == "server" else ("secret",):
+                    claims = {boundary: case.claimed(alg, boundary, sampling, cohort=cohort)
+                              for boundary in ("plain", "secagg")}
+                    for boundary, observer in views:
+                        instance = case.exact_instance(placement, sampling, boundary, observer, cohort)
+                        if instance is None or (case is ISSUE and observer == "server"):
+                            continue
+                        truth = instance.epsilon(case.delta, case.rounds)
+                        name = f"{label}, {placement} noise, {sampling} cohort, cohort {cohort}"
+                        shown = observer if observer != "server" else f"server ({boundary})"
+                        knows = placement != "server" or observer in cohort_known_to(boundary, cohort)
+                        rows.append(Row("dp-fedavg-user", "sound", shown, name, claims[boundary][observer], truth,
+                                        KNOWS if knows else SECRET))
     return rows
 
 
