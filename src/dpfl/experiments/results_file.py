@@ -13,7 +13,9 @@ recorded before the crash), "privacy" (accountant, conversion, observers, what e
 how the boundary is "enforced" (real protocol, simulated, declared), where the "noise" comes from (a secret key, or
 the research mode's run.noise_seed); "events_per_round": each observer's event of round "events_round", the last
 round done as the ledger charged it, or the first round as it will be charged when none is done: one round's events,
-not the run's, which an algorithm that charges a record once (isrl-prox-sgd) spends in round 1), "status"
+not the run's, which an algorithm that charges a record once (isrl-prox-sgd) spends in round 1; "calibration": for a
+run whose noise was solved for privacy.epsilon, the target, the observers it bounds (whose epsilon is at most the
+target), the boundary they stand behind and the level solved, else null), "status"
 ("running": the run has not ended, or its process died (resume it); "finished": it ran all its rounds; "stopped":
 see "stopped_by"), "wall_seconds" (the time in the round loop over the whole run, across resumes), "session_seconds"
 (this process's part of it), "stopped_reason" and "stopped_by" (what stopped the run early: "budget", "diverged",
@@ -107,6 +109,7 @@ def results_of(sim: Simulation, config: RunConfig, archived: list[dict] = ()) ->
             "not_covered": NOT_COVERED if sim.evaluator is None else sim.evaluator.description["not_covered"],
             "events_round": events_round,
             "events_per_round": {o: str(e) for o, e in events.items()},
+            "calibration": sim.calibration,
             **({"assumptions": sim.algorithm.assumptions} if sim.algorithm.assumptions is not None else {}),
         },
         "status": "stopped" if sim.stopped_by else
