@@ -41,7 +41,7 @@ class Calibrated:
     boundary: str
     #: the level solved (``Setting.noise``), or {budget: level} for a family whose clients have budgets of their own
     noise: float | dict
-    #: the [algorithm] key that holds ``noise`` in ``config`` (None: privacy.epsilon carries it, solved again by the run)
+    #: the [algorithm] key holding ``noise`` in ``config`` (None: privacy.epsilon carries it, solved again by the run)
     noise_key: str | None
     #: epsilon per observer of the run's boundary after all ``config``'s rounds (inf: not protected)
     epsilon: dict[str, float]
