@@ -11,7 +11,12 @@ may move):
   ``data`` arrays (x, y[, client ids]) or a ``FederatedDataset``.
 * ``build(...) -> Simulation``: the same run, to drive round by round.
 * ``Results``: ``.final``, ``.rounds``, ``.privacy``, ``.epsilon``, ``.to_dict()`` (= results.json).
-* ``account(...)``, ``calibrate(...)``: epsilon of an event or of the Gaussian mechanism, and the noise for a target.
+* ``account(...)``: epsilon of an event or of the Gaussian mechanism.
+* ``calibrate(...)``: the noise for a target epsilon, in two forms told apart by the first argument:
+  ``calibrate(config, *, target_epsilon, model=None, loss=None, data=None)`` solves a run's noise against its own
+  ledger on its data and returns a ``Calibrated`` (``.config`` with the noise pinned, ``.epsilon`` per observer,
+  ``.observers`` the target bounds; ``run`` takes it as its config); ``calibrate(target_epsilon, *, delta, steps,
+  ...)`` returns the Gaussian mechanism's noise multiplier. A keyword of the other form is a ConfigError naming it.
 * ``make_accountant(...)``: a dp_accounting accountant by name; ``PrivacyLedger``: per-observer composition.
 * ``register_algorithm(...)``: a new algorithm family, known to configs and runs.
 * ``load_config(path or dict, overrides)``: a config with every default filled in and every key checked.

@@ -16,16 +16,17 @@ from dpfl.accounting import accountant as _accountant
 from dpfl.accounting import accountants as _accountants
 from dpfl.accounting.calibrate import calibrate_noise
 from dpfl.algorithms import registry
-from dpfl.errors import ConfigError
+from dpfl.errors import ConfigError, check_target_epsilon
 from dpfl.experiments.assembly import build_simulation
+from dpfl.experiments.calibrated import Calibrated, calibrate_config
 from dpfl.experiments.config import SCHEMA, SECTIONS, load_config, read_toml
 from dpfl.experiments.runner import run_experiment
 from dpfl.experiments.supplied import SECTION, Supplied
 from dpfl.results import Results
 
 #: What ``config`` may be.
-CONFIG_FORMS = "a TOML file's path, a dict of sections ({'algorithm': {'name': 'dp-fedavg'}, ...}), or a config " \
-               "from dpfl.load_config"
+CONFIG_FORMS = "a TOML file's path, a dict of sections ({'algorithm': {'name': 'dp-fedavg'}, ...}), a config " \
+               "from dpfl.load_config, or dpfl.calibrate's answer"
 
 
 def run(config=None, *, model=None, loss=None, data=None, out: str | Path | None = None, resume: bool = False,
@@ -67,8 +68,11 @@ def build(config=None, *, model=None, loss=None, data=None):
 
 def resolve_config(config, supplied: Supplied) -> dict:
     """``config`` loaded (a path or a dict of sections: with model.name "custom" and data.name "arrays" set for what
-    was supplied), with the fingerprint of what was supplied in its ``supplied`` section."""
+    was supplied; a ``Calibrated``: its config), with the fingerprint of what was supplied in its ``supplied``
+    section."""
     names = supplied.names()
+    if isinstance(config, Calibrated):
+        config = config.config
     if isinstance(config, dict) and _is_loaded(config):
         resolved = copy.deepcopy(config)
         resolved.pop(SECTION, None)  # recomputed below, from what is supplied now
@@ -119,14 +123,64 @@ def account(event: dp_event.DpEvent | None = None, *, delta: float, noise_multip
     return _accountant.account(event, delta, accountant, conversion, neighboring)
 
 
-def calibrate(target_epsilon: float, *, delta: float, steps: int | None = None, sampling: str = "poisson",
+def calibrate(target=None, /, *, target_epsilon: float | None = None, model=None, loss=None, data=None,
+              delta: float | None = None, steps: int | None = None, sampling: str = "poisson",
               sampling_rate: float | None = None, dataset_size: int | None = None,
               event: Callable[[float], dp_event.DpEvent] | None = None, accountant: str = "pld",
-              conversion: str = "classic", neighboring: str = "add_remove") -> float:
-    """The smallest noise multiplier (to 1e-4 relative) meeting ``target_epsilon`` at ``delta``, for ``steps``
-    steps of the Gaussian mechanism sampled as ``sampling`` at ``sampling_rate`` (`dpfl calibrate gaussian`), or for
-    ``event(noise_multiplier)``, any event whose epsilon decreases as the noise grows
-    (``dpfl.accounting.calibrate.calibrate_noise``). Other arguments as for ``account``."""
+              conversion: str = "classic", neighboring: str = "add_remove"):
+    """The noise for a target epsilon, in two forms told apart by the first argument.
+
+    A run: ``calibrate(config, *, target_epsilon, model=None, loss=None, data=None) -> Calibrated``. ``config`` (as
+    for ``run``: a TOML path, a dict of sections, a ``load_config`` result; None: all defaults) with its noise solved
+    for ``target_epsilon`` against the run's own ledger, on the run's data (``model``, ``loss``, ``data`` as for
+    ``run``), nothing trained: ``.config`` pins the noise key (e.g. algorithm.noise_multiplier) where the family has
+    one, else sets privacy.epsilon; ``.epsilon`` is what its run spends per observer after all its rounds,
+    ``.observers`` whose epsilon the target bounds (the family's: every observer of the boundary for dp-fedavg,
+    dp-fedsgd, dp-scaffold(-warm), the one its noise placement protects for dp-fedavg-user and dp-fedavg-joint),
+    ``.noise`` the level (``dpfl.experiments.calibrated``). ``run(calibrate(cfg, target_epsilon=3, model=m,
+    data=d), model=m, data=d)`` is a run to a target.
+
+    The Gaussian mechanism: ``calibrate(target_epsilon, *, delta, steps=None, ...) -> float``, the smallest noise
+    multiplier (to 1e-4 relative) meeting ``target_epsilon`` at ``delta``, for ``steps`` steps sampled as
+    ``sampling`` at ``sampling_rate`` (`dpfl calibrate gaussian`), or for ``event(noise_multiplier)``, any event whose
+    epsilon decreases as the noise grows (``dpfl.accounting.calibrate.calibrate_noise``). Other arguments as for
+    ``account``. ``calibrate(target_epsilon=..., delta=..., ...)`` is this form too.
+
+    A keyword of one form with the other (``delta`` with a config, ``model`` with a number) is refused, naming it."""
+    gaussian = dict(delta=delta, steps=steps, sampling_rate=sampling_rate, dataset_size=dataset_size, event=event)
+    gaussian_defaults = dict(sampling="poisson", accountant="pld", conversion="classic", neighboring="add_remove")
+    given = dict(sampling=sampling, accountant=accountant, conversion=conversion, neighboring=neighboring)
+    if isinstance(target, (int, float)) and not isinstance(target, bool) or (target is None and delta is not None):
+        if target is not None and target_epsilon is not None:
+            raise ConfigError("target_epsilon", target_epsilon, f"None when the target is the first argument "
+                                                                f"({target!r})")
+        for key, value in dict(model=model, loss=loss, data=data).items():
+            if value is not None:
+                raise ConfigError(key, type(value).__name__, "None for the Gaussian mechanism's form "
+                                                             "calibrate(target_epsilon, *, delta, ...): pass a config "
+                                                             "first to calibrate a run")
+        return _calibrate_gaussian(target if target is not None else target_epsilon, **gaussian, **given)
+    if target is not None and not isinstance(target, (dict, str, Path)):
+        raise ConfigError("config", type(target).__name__, "a target epsilon (a number), a TOML file's path, a dict of "
+                                                           "sections or a config from dpfl.load_config")
+    for key, value in {**gaussian, **{k: v for k, v in given.items() if v != gaussian_defaults[k]}}.items():
+        if value is not None:
+            raise ConfigError(key, value, "None with a config: a run's accounting comes from its config (set "
+                                          "privacy.delta, privacy.conversion, ... there)")
+    if target_epsilon is None:
+        raise ConfigError("target_epsilon", None, "the epsilon to meet, > 0: calibrate(config, target_epsilon=3.0)")
+    check_target_epsilon("target_epsilon", target_epsilon)
+    supplied = Supplied.of(model, loss, data)
+    return calibrate_config(resolve_config(target, supplied), target_epsilon, supplied)
+
+
+def _calibrate_gaussian(target_epsilon: float, *, delta: float, steps: int | None, sampling: str,
+                        sampling_rate: float | None, dataset_size: int | None,
+                        event: Callable[[float], dp_event.DpEvent] | None, accountant: str, conversion: str,
+                        neighboring: str) -> float:
+    """``calibrate``'s Gaussian form."""
+    if delta is None:
+        raise ConfigError("delta", None, "a delta in (0, 1) for the Gaussian mechanism's form")
     if event is None:
         _accountant.gaussian_event(1.0, steps, sampling, sampling_rate, dataset_size)  # refuses bad values now
 

@@ -66,3 +66,20 @@ def test_the_user_level_experiment_page_is_what_the_script_prints(tmp_path):
     module = runpy.run_path(str(ROOT / "examples" / "user_level_experiment.py"))
     module["main"](["--out", str(tmp_path)])
     assert (tmp_path / "table.md").read_text() in (ROOT / "docs" / "experiments" / "user_level.md").read_text()
+
+
+@pytest.mark.slow
+def test_the_notebook_example_runs_to_its_target_epsilon(capsys):
+    """examples/notebook.py: a torch module on arrays split into clients in Python, calibrated and run from Python for
+    record-level and user-level DP (two rounds here); each run spends its target towards the observers it bounds."""
+    notebook = runpy.run_path(str(ROOT / "examples" / "notebook.py"))  # not as __main__: its main is called below
+    results = notebook["main"](rounds=2)
+    printed = capsys.readouterr().out
+    record, user = results["dp-fedavg"], results["dp-fedavg-user"]
+    for run in (record, user):
+        assert run.status == "finished" and run.config["model"]["name"] == "custom"
+        assert run.config["data"]["name"] == "arrays" and run.config["privacy"]["epsilon"] is None
+    assert 8.0 * (1 - 1e-3) <= max(record.epsilon.values()) <= 8.0  # every observer, the worst at the target
+    assert 8.0 * (1 - 1e-3) <= user.epsilon["other_silo"] <= 8.0  # the observer user-level shares protect
+    assert "dp-fedavg: algorithm.noise_multiplier = " in printed and "towards other_silo" in printed
+    assert printed.count("epsilon per observer: third_party") == 2

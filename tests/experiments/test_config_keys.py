@@ -499,8 +499,8 @@ def _client_epsilons(p):  # Laplace: client i's scale multiplier is m / eps_i
     assert history[-1].epsilon["server"] == pytest.approx(6.0, rel=1e-4)
 
 
-def _epsilon(p):  # LocalSGD takes its noise from algorithm.noise_multiplier and says where a budget's noise comes from
-    with pytest.raises(ConfigError, match=r"privacy\.epsilon.*calibrate run"):
+def _epsilon(p):  # LocalSGD solves its noise for privacy.epsilon: the base config's noise multiplier is then refused
+    with pytest.raises(ConfigError, match=r"algorithm\.noise_multiplier = 1\.0 .*None when privacy\.epsilon is given"):
         p.sim  # noqa: B018
     assert p.base.algorithm.mechanism.noise_multiplier == 1.0
 

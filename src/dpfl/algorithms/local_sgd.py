@@ -40,14 +40,16 @@ at the round's start.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import warnings
 from dataclasses import dataclass, field
 
 import torch
 from dp_accounting import dp_event
 
-from dpfl.accounting.observers import Release, local_steps_additive
-from dpfl.algorithms.registry import AlgorithmSpec, Setting, register
+from dpfl.accounting.observers import OBSERVERS, Release, local_steps_additive
+from dpfl.algorithms.registry import AlgorithmSpec, Calibration, Setting, register
 from dpfl.engine.boundary import Delivery
 from dpfl.engine.client_table import ClientTable
 from dpfl.noise import DiscreteGaussianMechanism, GaussianMechanism
@@ -56,6 +58,8 @@ from dpfl.engine.sampling import RecordSampler
 from dpfl.errors import ConfigError, check_noise_multiplier, check_range
 
 CLIP_HEURISTICS = ("fixed", "median-nonprivate")
+#: sigma_g when neither algorithm.noise_multiplier nor privacy.epsilon is given (Noble et al. 2022, Sec. 5)
+DEFAULT_NOISE = 60.0
 
 
 @dataclass(frozen=True)
@@ -236,8 +240,9 @@ class LocalSGDConfig:
     global_lr: float = field(default=1.0, metadata={"help": "eta_g, the server's step on the mean update"})
     weight_decay: float = field(default=5e-3, metadata={"help": "L2 regularisation lambda"})
     clip: float = field(default=1.0, metadata={"help": "C, the per-example l2 clip norm", "private": True})
-    noise_multiplier: float = field(default=60.0, metadata={"help": "sigma_g: noise std is sigma_g times the "
-                                                                      "sensitivity", "private": True})
+    noise_multiplier: float | None = field(default=None, metadata={
+        "help": f"sigma_g: noise std is sigma_g times the sensitivity (default: calibrated to privacy.epsilon, else "
+                f"{DEFAULT_NOISE:g})", "private": True})
     clip_heuristic: str = field(default="fixed", metadata={"choices": CLIP_HEURISTICS, "private": True,
                                                             "help": "'median-nonprivate': Noble et al. 2022's "
                                                                     "data-dependent clip (NOT private: epsilon = inf)"})
@@ -245,19 +250,21 @@ class LocalSGDConfig:
 
 def build_local_sgd(name: str, config: LocalSGDConfig, client_rate: float,
                     gaussian=GaussianMechanism) -> LocalSGD:
-    """Maps an algorithm name to its switches (the non-private names take no clip or noise); ``gaussian``: the
-    mechanism at a noise multiplier (``registry.Setting.gaussian`` under run.secure_noise)."""
+    """Maps an algorithm name to its switches (the non-private names take no clip or noise; a private name's
+    algorithm.noise_multiplier left unset is ``DEFAULT_NOISE``); ``gaussian``: the mechanism at a noise multiplier
+    (``registry.Setting.gaussian`` under run.secure_noise)."""
     if name not in NAMES:
         raise ConfigError("algorithm.name", name, f"one of {list(NAMES)}")
     private = name.startswith("dp-")
     base = name.removeprefix("dp-")
+    noise_multiplier = DEFAULT_NOISE if config.noise_multiplier is None else config.noise_multiplier
     if private:
-        check_noise_multiplier("algorithm.noise_multiplier", config.noise_multiplier)
+        check_noise_multiplier("algorithm.noise_multiplier", noise_multiplier)
     return LocalSGD(
         local_steps=config.local_steps,
         lr=config.lr,
         sampler=RecordSampler(config.sample_rate, config.record_sampling),
-        mechanism=gaussian(config.noise_multiplier) if private else GaussianMechanism(0.0),
+        mechanism=gaussian(noise_multiplier) if private else GaussianMechanism(0.0),
         clip=config.clip if private else None,
         global_lr=config.global_lr,
         weight_decay=config.weight_decay,
@@ -269,15 +276,40 @@ def build_local_sgd(name: str, config: LocalSGDConfig, client_rate: float,
 
 
 def _build(name: str, config: LocalSGDConfig, setting: Setting) -> LocalSGD:
-    if setting.epsilon is not None:
+    """The algorithm of a config: sigma_g from algorithm.noise_multiplier, or solved for privacy.epsilon (refused for
+    a name that adds no noise, and for a data-dependent clip, whose epsilon no noise makes finite)."""
+    if setting.epsilon is not None and not name.startswith("dp-"):
         raise ConfigError("privacy.epsilon", setting.epsilon,
-                          f"None for {name!r}: its noise is algorithm.noise_multiplier (find the one for a budget with "
-                          "`dpfl calibrate run CONFIG --target-epsilon E`)")
+                          f"None for {name!r}: it adds no noise, so no epsilon holds for it (its private version: "
+                          f"'dp-{name}')")
+    if setting.epsilon is not None and config.clip_heuristic != "fixed":
+        raise ConfigError("privacy.epsilon", setting.epsilon,
+                          f"None with algorithm.clip_heuristic = {config.clip_heuristic!r}: it clips at a "
+                          "data-dependent bound, so epsilon is infinite whatever the noise")
+    if name.startswith("dp-"):
+        config = dataclasses.replace(config, noise_multiplier=setting.noise_multiplier(config.noise_multiplier,
+                                                                                       DEFAULT_NOISE))
     return build_local_sgd(name, config, setting.client_rate, setting.gaussian)
+
+
+def every_observer(name: str, config: LocalSGDConfig, setting: Setting) -> tuple[str, ...]:
+    """Whom privacy.epsilon bounds: every observer of the run's boundary, so the worst of them. Each client adds its
+    own noise to every local step, so even the server, which sees each client's message, sees only noised steps:
+    no observer's epsilon is infinite (Noble et al. 2022, Claim 4.1: the messages are post-processing of the noisy
+    gradients)."""
+    return OBSERVERS
+
+
+def initial_noise(name: str, config: LocalSGDConfig, setting: Setting) -> float:
+    """Where the search for privacy.epsilon starts: sigma_g ~ s sqrt(2 ln(1 / delta) l K T) / epsilon (at least 0.5),
+    the moments accountant's order of magnitude for l K T steps of the Gaussian at sampling rate s (Abadi et al.
+    2016, Thm. 1), l K T the noisy steps a client expects to take."""
+    steps = setting.client_rate * config.local_steps * setting.rounds
+    return max(0.5, config.sample_rate * math.sqrt(2 * math.log(1 / setting.delta) * steps) / setting.epsilon)
 
 
 register(AlgorithmSpec(
     names=NAMES, config=LocalSGDConfig, build=_build, private=lambda name: name.startswith("dp-"),
     help="FedAvg / FedSGD / SCAFFOLD(-warm) and their record-level DP versions (Noble et al. 2022)",
-    secure_noise=True,
+    secure_noise=True, calibration=Calibration(every_observer, initial_noise),
 ))

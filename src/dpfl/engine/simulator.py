@@ -139,6 +139,9 @@ class Simulation:
     evaluator: Evaluator | None = None
     #: where the run's tensors live (run.device, ``dpfl.engine.device``): its data, model, state and draws
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    #: what privacy.epsilon set the noise for, for results.json (``experiments.noise_level.calibration_report``:
+    #: the target, the observers it bounds, their boundary, the level solved); None: the noise was not calibrated
+    calibration: dict | None = None
     history: list = field(default_factory=list)
 
     def __post_init__(self):

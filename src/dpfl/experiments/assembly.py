@@ -27,7 +27,7 @@ from dpfl.engine.simulator import Simulation
 from dpfl.errors import ConfigError
 from dpfl.experiments import doubtful
 from dpfl.experiments.memory import check_run_memory, run_footprint
-from dpfl.experiments.noise_level import accounted_boundary, calibrated_setting
+from dpfl.experiments.noise_level import accounted_boundary, calibrated_setting, calibration_report
 from dpfl.experiments.resolved import DEFAULT_THREADS, PrivacyConfig, RunConfig, resolve
 from dpfl.experiments.run_directory import release_hash, run_key
 from dpfl.experiments.supplied import NOTHING, Supplied
@@ -65,7 +65,8 @@ def assemble(config: RunConfig, out_dir: Path | None = None, workers=None, noise
     delta = run_delta(config, dataset)
     key = run_key(run.noise_seed, out_dir) if noise_key is None else noise_key
     shapes = build_initial_model(config, dataset, "meta", supplied)
-    algorithm = build_algorithm(config, dataset, delta, secret=key, supplied=supplied, model_shapes=shapes)
+    setting = build_setting(config, dataset, delta, secret=key, supplied=supplied, model_shapes=shapes)
+    algorithm = config.algorithm.build(setting)
     check_warm_rounds(config.raw, algorithm)
     check_run_memory(config.raw, run_footprint(algorithm, shapes, dataset.train, clients.cohort_size,
                                                run.memory_budget_bytes, config.algorithm.rounds))
@@ -86,6 +87,8 @@ def assemble(config: RunConfig, out_dir: Path | None = None, workers=None, noise
         checkpoint_dir=out_dir, checkpoint_every=run.checkpoint_every,
         release=release_hash(config.raw, config.algorithm.spec), data=dataset.info,
         workers=None if workers is None else workers(config, dataset, delta), evaluator=evaluator,
+        calibration=calibration_report(config.algorithm.spec, config.algorithm.name, config.algorithm.section,
+                                       setting, accounted_boundary(config.privacy)),
     )
     if config.privacy.epsilon is None or config.algorithm.spec.calibration is None:  # calibrated: epsilon is the target
         doubtful.check_smallest_client(sim, dataset.info.get("partition", {}).get("client_ids"))
@@ -152,7 +155,6 @@ def build_algorithm(config: RunConfig, dataset: FederatedDataset, delta: float, 
     """The registered algorithm of ``algorithm.name``, built from its section and the run's ``registry.Setting``
     (``secret``: the noise key of the party that builds it, ``registry.Setting.secret``; ``model_shapes``: as for
     ``build_setting``)."""
-    config.algorithm.check_rounds(dataset.num_clients)
     return config.algorithm.build(build_setting(config, dataset, delta, secret, supplied, model_shapes))
 
 
@@ -160,10 +162,12 @@ def build_setting(config: RunConfig, dataset: FederatedDataset, delta: float, se
                   supplied: Supplied = NOTHING, model_shapes: torch.nn.Module | None = None) -> registry.Setting:
     """What the algorithm's builder knows besides its [algorithm] keys (``registry.Setting``; with a caller's module,
     its number of parameters, and with a caller's loss, its name). ``model_shapes``: the run's initial model on the
-    meta device, for its number of parameters (default: built here). A family that sets its noise from
+    meta device, for its number of parameters (default: built here); refused (ConfigError naming algorithm.rounds)
+    when a one-pass family is given more rounds than its clients allow. A family that sets its noise from
     privacy.epsilon (``registry.Calibration``) gets the level solved against the run's ledger
     (``noise_level.calibrated_setting``) as ``Setting.noise`` (or one per client budget, ``Setting.levels``)."""
     algorithm, privacy = config.algorithm, config.privacy
+    algorithm.check_rounds(dataset.num_clients)
     client_rate, client_sampling = algorithm.cohort_sampling(dataset.num_clients)
     shapes = build_initial_model(config, dataset, "meta", supplied) if model_shapes is None else model_shapes
     setting = registry.Setting(

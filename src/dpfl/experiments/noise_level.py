@@ -47,10 +47,7 @@ def noise_for_epsilon(spec: AlgorithmSpec, name: str, section, setting: Setting,
     rate = setting.client_rate if calibration.credits_client_sampling else 1.0
     clients = ClientSampler(setting.num_clients, rate, setting.client_sampling,
                             public_seed=setting.seed if spec.public_cohorts else None)
-    stated = calibration.boundary(name, section, setting)
-    if stated is not None:
-        boundary = Boundary(stated, released=boundary.released, cohort=boundary.cohort)
-    observers = [o for o in calibration.observers(name, section, setting) if o in boundary.observers]
+    boundary, observers = calibration_target(spec, name, section, setting, boundary)
     searched = calibration.searched(name, section)
 
     def epsilon_of(level: float) -> float:
@@ -59,6 +56,29 @@ def noise_for_epsilon(spec: AlgorithmSpec, name: str, section, setting: Setting,
 
     return solve_noise(epsilon_of, target, initial_noise=calibration.initial(name, section, setting),
                        rtol=calibration.rtol or NOISE_RTOL)
+
+
+def calibration_target(spec: AlgorithmSpec, name: str, section, setting: Setting,
+                       boundary: Boundary) -> tuple[Boundary, list[str]]:
+    """(the boundary the family states its guarantee behind: ``Calibration.boundary``, else the run's ``boundary``;
+    the observers of ``spec.calibration`` behind it): whose epsilon privacy.epsilon bounds."""
+    calibration = spec.calibration
+    stated = calibration.boundary(name, section, setting)
+    if stated is not None:
+        boundary = Boundary(stated, released=boundary.released, cohort=boundary.cohort)
+    return boundary, [o for o in calibration.observers(name, section, setting) if o in boundary.observers]
+
+
+def calibration_report(spec: AlgorithmSpec, name: str, section, setting: Setting, boundary: Boundary) -> dict | None:
+    """What results.json says of a calibrated run (``setting`` as ``calibrated_setting`` returns it): the target, the
+    observers it bounds and the boundary they stand behind (``calibration_target``), and the level solved (or one
+    per client budget); None when the noise was not solved for privacy.epsilon."""
+    if spec.calibration is None or setting.epsilon is None:
+        return None
+    stated, observers = calibration_target(spec, name, section, setting, boundary)
+    levels = {str(eps): level for eps, level in setting.levels}
+    return {"target_epsilon": setting.epsilon, "observers": observers, "boundary": stated.name,
+            "noise_level": levels if levels else setting.noise}
 
 
 def calibrated_setting(spec: AlgorithmSpec, name: str, section, setting: Setting, boundary: Boundary) -> Setting:
@@ -100,5 +120,5 @@ def build_calibrated(name: str, section, setting: Setting, boundary: Boundary | 
     return spec.build(name, section, calibrated_setting(spec, name, section, setting, boundary or Boundary()))
 
 
-__all__ = ["NOISE_RTOL", "accounted_boundary", "noise_for_epsilon", "calibrated_setting", "declared_epsilon",
-           "build_calibrated"]
+__all__ = ["NOISE_RTOL", "accounted_boundary", "noise_for_epsilon", "calibration_target", "calibration_report",
+           "calibrated_setting", "declared_epsilon", "build_calibrated"]

@@ -15,8 +15,9 @@ how the boundary is "enforced" (real protocol, simulated, declared), where the "
 the research mode's run.noise_seed); "events_per_round": each observer's event of round "events_round", the last
 round done as the ledger charged it, or the first round as it will be charged when none is done: one round's events,
 not the run's, which an algorithm that charges a record once (isrl-prox-sgd) spends in round 1; for an algorithm
-that reports them, "noise_multipliers", the multipliers its noise is drawn at, solved for privacy.epsilon or given),
-"status"
+that reports them, "noise_multipliers", the multipliers its noise is drawn at, solved for privacy.epsilon or given;
+"calibration": for a run whose noise was solved for privacy.epsilon, the target, the observers it bounds (whose
+epsilon is at most the target), the boundary they stand behind and the level solved, else null), "status"
 ("running": the run has not ended, or its process died (resume it); "finished": it ran all its rounds; "stopped":
 see "stopped_by"), "wall_seconds" (the time in the round loop over the whole run, across resumes), "session_seconds"
 (this process's part of it), "stopped_reason" and "stopped_by" (what stopped the run early: "budget", "diverged",
@@ -112,6 +113,7 @@ def results_of(sim: Simulation, config: RunConfig, archived: list[dict] = ()) ->
             "not_covered": NOT_COVERED if sim.evaluator is None else sim.evaluator.description["not_covered"],
             "events_round": events_round,
             "events_per_round": {o: str(e) for o, e in events.items()},
+            "calibration": sim.calibration,
             **({"assumptions": sim.algorithm.assumptions} if sim.algorithm.assumptions is not None else {}),
             **({"noise_multipliers": sim.algorithm.noise_multipliers}
                if sim.algorithm.noise_multipliers is not None else {}),

@@ -17,11 +17,11 @@ A run directory holds
 The release config is everything that decides what a round releases: the config minus the run-only keys
 (``RUN_ONLY_KEYS``: how many rounds, the budget, how often to evaluate and checkpoint, where TensorBoard's events go,
 the device: a run resumes on another device, where its replayed rounds draw other noise and are charged again,
-``Simulation._fingerprint``), except those the algorithm's release depends on (its spec's ``release_keys``, e.g. the
-rounds when its noise is calibrated to a total budget). A resume continues the run only with the same release
-config (``check_resumable``: so a replayed round can never draw the same noise onto a different computation) and
-never forgets privacy already spent; a new run never overwrites a directory that holds one (``check_free``; a
-restart archives it first).
+``Simulation._fingerprint``), except those the algorithm's release depends on (its spec's ``release_keys``, and the
+rounds whenever its noise is solved for privacy.epsilon, a total budget over them). A resume continues the run only
+with the same release config (``check_resumable``: so a replayed round can never draw the same noise onto a
+different computation) and never forgets privacy already spent; a new run never overwrites a directory that holds
+one (``check_free``; a restart archives it first).
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ def release_config(config: dict, spec: registry.AlgorithmSpec | None = None) -> 
         name = config.get("algorithm", {}).get("name")
         spec = registry.spec_of(name) if name in registry.names() else None
     keep = () if spec is None else spec.release_keys
+    if spec is not None and spec.calibration is not None and config.get("privacy", {}).get("epsilon") is not None:
+        keep += ("algorithm.rounds",)  # the noise is solved for privacy.epsilon over all the rounds
     for key in (k for k in RUN_ONLY_KEYS if k not in keep):
         section, name = key.split(".")
         release.get(section, {}).pop(name, None)

@@ -56,10 +56,11 @@ def validate(config: RunConfig) -> None:
         ClientSampler(num_clients, *algorithm.cohort_sampling(num_clients))
         algorithm.check_rounds(num_clients)
     boundary = Boundary(privacy.boundary, released=privacy.release, shuffle=privacy.shuffler, cohort=privacy.cohort)
-    # a family that sizes its cohort or calibrates its noise from the data (its Calibration, with privacy.epsilon) is
-    # built (and checked) on the data
+    # a family that sizes its cohort or calibrates its noise from the data (its Calibration, with privacy.epsilon),
+    # and any family on data with its own clients (a cohort is sized on their number), is built (and checked) on it
     calibrated = privacy.epsilon is not None and algorithm.spec.calibration is not None
-    if algorithm.spec.cohort is None and algorithm.spec.noise_key is not None and not calibrated:
+    if algorithm.spec.cohort is None and algorithm.spec.noise_key is not None and not calibrated \
+            and num_clients is not None:
         built = algorithm.build(registry.Setting(  # dimension: a stand-in (the model is built on the data); the
             client_rate=algorithm.client_rate, client_sampling=algorithm.client_sampling, num_clients=num_clients,
             rounds=rounds, delta=privacy.delta, epsilon=privacy.epsilon, seed=run.seed, analysis=privacy.analysis,
