@@ -28,7 +28,8 @@ def load():
 def test_the_quick_table_never_claims_less_than_the_exact_epsilon(tmp_path, capsys):
     tightness = load()
     found = tightness.main(["--quick", "--json", str(tmp_path / "rows.json")])
-    assert {r.family for r in found} == {"dp-fedavg-user", "dp-fedsgd", "dp-fedavg", "dp-fedavg-joint", "dp-ftrl",
+    assert {r.family for r in found} == {"dp-fedavg-user", "dp-fedsgd", "dp-fedavg", "dp-scaffold", "dp-scaffold-warm",
+                                         "fedsgd-dpc", "dp-fedavg-joint", "sdp-prox-sgd", "isrl-prox-sgd", "dp-ftrl",
                                          "projected-noisy-sgd"}
     for row in found:
         assert math.isfinite(row.claim) and row.exact > 0, row
@@ -42,6 +43,17 @@ def test_the_quick_table_never_claims_less_than_the_exact_epsilon(tmp_path, caps
     published = next(r for r in found if r.observer == "third_party" and "server noise, poisson cohort, cohort "
                      "published" in r.instance)
     assert published.ratio == pytest.approx(1.0, abs=0.02) and published.claim > 1.4 * secret.claim
+    # exact where the ledger charges the instance itself: Eq. 25's Gaussian sum, P_vec's one coordinate (the lattice
+    # PLD), the one Gaussian of isrl-prox-sgd; SCAFFOLD credits no other client's noise (c_i carries every draw)
+    eq25 = next(r for r in found if r.instance.startswith("Eq. 25"))
+    shuffled = next(r for r in found if r.family == "sdp-prox-sgd")
+    prox = next(r for r in found if r.family == "isrl-prox-sgd")
+    assert eq25.ratio == pytest.approx(1.0, abs=1e-4) and shuffled.ratio == pytest.approx(1.0, abs=1e-3)
+    assert prox.ratio == pytest.approx(1.0, abs=1e-3)
+    scaffold = {r.observer: r for r in found if r.family == "dp-scaffold"}
+    assert scaffold["third_party"].claim == pytest.approx(scaffold["server"].exact, rel=1e-6)
+    skellam = next(r for r in found if r.instance.startswith("Skellam"))
+    assert 1.0 < skellam.ratio < 1.2  # the charged shift K = 3 against the realisable rounding of s D = 2.5
     printed = capsys.readouterr().out.splitlines()
     assert len(printed) == 2 + len(found) and all(line.count("|") == 9 for line in printed)
     rows = json.loads((tmp_path / "rows.json").read_text())

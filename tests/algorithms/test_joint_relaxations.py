@@ -16,8 +16,9 @@ import torch
 from dp_accounting import dp_event
 
 import exact as ex
+import joint_relaxations_worst_case as eq25
 from dpfl.accounting.ledger import PrivacyLedger
-from dpfl.accounting.observers import JOINT_PAPER_UNPROVEN, Release, observer_events
+from dpfl.accounting.observers import JOINT_PAPER_UNPROVEN, observer_events
 from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig
 from dpfl.experiments.noise_level import build_calibrated
 from dpfl.algorithms.joint_relaxations import FUSED_UNPROVEN
@@ -158,40 +159,18 @@ def test_the_proportional_to_size_rule_sets_g_i_to_n_i_over_the_largest():
     assert [v for share in shares for v in share] == pytest.approx([0.1 / math.sqrt(3), 0.1] * 3)
 
 
-#: Eq. 25's worst case: 4 clients, q = 1, one step; (n_i, g_i, C_i, f_i) unequal
-COUNTS, LR, CLIP, NOISE = (40, 80, 40, 20), [1.0, 0.5, 2.0, 1.0], [1.0, 2.0, 0.5, 1.0], [1.0, 1.5, 0.8, 2.0]
-
-
-def exact_mu(alg, observer):
-    """The largest mu = Delta_o / std of what ``observer`` sees (the sum, less one silo's share for another silo),
-    over owners o (and silos), with Delta_i = gamma g_i C_i / (q n_i) and s_i = f_i sigma' Delta_i (q = 1)."""
-    delta = [alg.lr * g * c / n for g, c, n in zip(LR, CLIP, COUNTS)]
-    std = [f * alg.shares.share * d for f, d in zip(NOISE, delta)]
-    total = sum(s * s for s in std)
-    if observer == "third_party":
-        return max(d / math.sqrt(total) for d in delta)
-    return max(delta[o] / math.sqrt(total - std[s] ** 2) for o in range(4) for s in range(4) if s != o)
-
-
+# -- Eq. 25's worst case (tests/helpers/joint_relaxations_worst_case.py, shared with benchmarks/tightness.py) -----
 @pytest.mark.parametrize("analysis", ["sound", "paper"])
-@pytest.mark.parametrize("trust, observer", [("aggregator", "third_party"), ("clients", "other_silo")])
+@pytest.mark.parametrize("trust, observer", eq25.VIEWS)
 def test_client_specific_clips_and_shares_are_never_credited_more_than_the_worst_instance_has(analysis, trust,
                                                                                               observer):
     """The sum of one step's updates is a 1-D Gaussian: a record of client o shifts it by Delta_o, the noise is
     sqrt(sum_j s_j^2) (less the silo's own share), so the exact curve is mu-GDP with the largest Delta_o / std; the
     claim (PLD accountant) is never below it, and here equals it (Eq. 25 credits every other share; the silo
     subtracts the largest), so any larger credit would fall below."""
-    alg = build(COUNTS, analysis, local_steps=1, sample_rate=1.0, noise_multiplier=3.0, trust=trust,
-                client_lr=LR, client_clip=CLIP, client_noise=NOISE)
-    truth = ex.gdp_epsilon(exact_mu(alg, observer), DELTA)
-    release = alg.release(0, None, torch.tensor(COUNTS))
-    ledger = PrivacyLedger((observer,), DELTA, None, None, analysis, alg.neighboring, "pld")
-
-    def claimed(rel: Release) -> float:
-        event = observer_events(rel, ClientSampler(4, 1.0).cohort(0), "secagg", analysis)[observer]
-        return ledger.epsilon_after([{observer: event}], [observer])[observer]
-
-    assert truth * (1 - 1e-6) <= claimed(release) <= truth * (1 + 1e-4)
+    alg = eq25.algorithm(analysis, trust)
+    truth = ex.gdp_epsilon(eq25.exact_mu(alg, observer), DELTA)
+    assert truth * (1 - 1e-6) <= eq25.claimed_epsilon(alg, observer, analysis) <= truth * (1 + 1e-4)
 
 
 class Linear:
@@ -207,9 +186,9 @@ def summed_updates(alg, owner: int, value: float, trials: int, seed: int) -> tor
     """The sum over the 4 clients of one round's dy, for ``trials`` copies (rows with the clients' ids and streams
     of their own); the owner's record 0 is ``value`` (clipped to C_owner), every other record 0."""
     ids = torch.arange(4).repeat(trials)
-    x = torch.zeros(4 * trials, max(COUNTS), 1)
+    x = torch.zeros(4 * trials, max(eq25.COUNTS), 1)
     x[ids == owner, 0, 0] = value
-    data = ClientData(x, torch.zeros(4 * trials, max(COUNTS), dtype=torch.long), torch.tensor(COUNTS)[ids])
+    data = ClientData(x, torch.zeros(4 * trials, max(eq25.COUNTS), dtype=torch.long), torch.tensor(eq25.COUNTS)[ids])
     ctx = ClientContext(Linear(), seed, 0, ids, torch.arange(4 * trials))
     return alg.client_round(0, {"x": torch.zeros(1)}, {}, data, ctx).messages["dy"].double().reshape(trials, 4).sum(1)
 
@@ -217,15 +196,14 @@ def summed_updates(alg, owner: int, value: float, trials: int, seed: int) -> tor
 def test_the_eq_25_instance_run_through_client_round_has_the_exact_mu():
     """The third party's view of the instance above, measured: for each owner the coupled shift (same noise, the
     record present or zeroed) is Delta_o, and the sum's std over 4,000 copies sqrt(sum s_i^2) (within 5%)."""
-    alg = build(COUNTS, local_steps=1, sample_rate=1.0, noise_multiplier=3.0, trust="aggregator",
-                client_lr=LR, client_clip=CLIP, client_noise=NOISE)
-    delta = [alg.lr * g * c / n for g, c, n in zip(LR, CLIP, COUNTS)]
-    std = math.sqrt(sum((f * alg.shares.share * d) ** 2 for f, d in zip(NOISE, delta)))
+    alg = eq25.algorithm()
+    delta = eq25.sensitivities(alg)
+    std = math.sqrt(sum((f * alg.shares.share * d) ** 2 for f, d in zip(eq25.NOISE, delta)))
     for owner in range(4):
         shift = summed_updates(alg, owner, 1e3, 2, 9) - summed_updates(alg, owner, 0.0, 2, 9)
         assert shift.abs().tolist() == pytest.approx([delta[owner]] * 2, rel=1e-4)
     assert float(summed_updates(alg, 0, 0.0, 4000, 1).std()) == pytest.approx(std, rel=0.05)
-    assert max(delta) / std == pytest.approx(exact_mu(alg, "third_party"))
+    assert max(delta) / std == pytest.approx(eq25.exact_mu(alg, "third_party"))
 
 
 # -- fused local steps ---------------------------------------------------------------------------------------------

@@ -23,6 +23,12 @@ the noise of the whole cohort (z sqrt(n) per step) claims mu = sqrt(K) / (z sqrt
 (``move_locally=False``) evaluates all K gradients at x, so every noise draw of every client reaches the sum: (a)
 sqrt(K / n) / z = 0.1581, (b) sqrt(K / (n - 1)) / z = 0.1622, (c) sqrt(K) / z = 0.7071.
 
+DP-SCAFFOLD (Noble et al. 2022, Alg. 1) also sends dc = c_i+ - c_i, c_i+ the mean of the K noisy gradients. In its
+first round c = c_i = 0, so the local steps are FedAvg's and c_i+ = (x - y) / (K eta_l): dc = -dy / (K eta_l), a
+function of dy, and every observer's view is FedAvg's (a)-(c). SCAFFOLD-warm's warm rounds (4 / l of them) leave x
+unchanged (dy = 0) and send dc = the mean of K noisy gradients at x: FedSGD's -dy / (K eta_l), so FedSGD's (a)-(c)
+(``scaffold_view`` maps the messages to that dy; tests/privacy/test_worst_case_engine.py checks it on the engine).
+
 Clipping must not bind on the quadratic clients, or their erasure is partial and their updates non-Gaussian: their
 per-example gradient (y - x)/eta_l = -xi_{k-1} has std z 2C / b = 20 / b (C = 1, z = 10). With b = 20 (std 1 = C)
 it binds on about a third of the steps (measured: 6.7M of 19M per-example gradients), so FedAvg uses b = 120
@@ -60,14 +66,22 @@ class EngineInstance:
     clip: float = 1.0
     local_lr: float = 0.01
     records: int = 120
+    control_variates: bool = False
+    warm_rounds: int = 0
 
     @property
     def name(self) -> str:
+        if self.control_variates:
+            return "scaffold-warm" if self.warm_rounds else "scaffold"
         return "fedavg" if self.move_locally else "fedsgd"
 
 
 FEDAVG = EngineInstance(move_locally=True, records=120)
 FEDSGD = EngineInstance(move_locally=False, records=20)
+#: DP-SCAFFOLD's first round (c = c_i = 0) on FedAvg's instance, and SCAFFOLD-warm's first warm round (4 / l of
+#: them at l = 1) on FedSGD's: their messages are functions of the instance's dy (``scaffold_view``)
+SCAFFOLD = dataclasses.replace(FEDAVG, control_variates=True)
+SCAFFOLD_WARM = dataclasses.replace(FEDSGD, control_variates=True, warm_rounds=4)
 
 
 def analytic_mu(instance: EngineInstance, view: str) -> float:
@@ -78,9 +92,15 @@ def analytic_mu(instance: EngineInstance, view: str) -> float:
     if view == "owner":
         return math.sqrt(k) / z
     shares = n if view == "sum" else n - 1  # clients whose noise reaches the statistic
-    if instance.move_locally:  # the owner's K draws, one (the last) of every other client
+    if instance.move_locally and not instance.warm_rounds:  # the owner's K draws, one (the last) of every other one
         return k / (z * math.sqrt(k + shares - 1))
     return math.sqrt(k / shares) / z
+
+
+def scaffold_view(instance: EngineInstance, messages: dict) -> "torch.Tensor":
+    """The dy of FedAvg (SCAFFOLD's first round) or FedSGD (a warm round) that SCAFFOLD's dc determines:
+    -K eta_l dc (module docstring)."""
+    return -instance.local_steps * instance.local_lr * messages["dc"]
 
 
 def paper_mu(instance: EngineInstance, view: str) -> float:
@@ -146,7 +166,7 @@ class LinearQuadraticOracle:
 
 
 def build_algorithm(instance: EngineInstance):
-    """The ``LocalSGD`` of the instance (FedAvg or FedSGD, s = 1: every record in every step, no control variates)."""
+    """The ``LocalSGD`` of the instance (FedAvg, FedSGD or SCAFFOLD(-warm), s = 1: every record in every step)."""
     from dpfl.algorithms.local_sgd import LocalSGD
     from dpfl.engine.sampling import RecordSampler
     from dpfl.noise import GaussianMechanism
@@ -155,7 +175,8 @@ def build_algorithm(instance: EngineInstance):
     k = instance.local_steps
     algorithm = LocalSGD(local_steps=k, lr=instance.local_lr * sampler.rate * k, sampler=sampler,
                          mechanism=GaussianMechanism(instance.noise_multiplier), clip=instance.clip,
-                         move_locally=instance.move_locally, control_variates=False)
+                         move_locally=instance.move_locally, control_variates=instance.control_variates,
+                         warm_rounds=instance.warm_rounds)
     assert math.isclose(algorithm.local_lr, instance.local_lr)
     return algorithm
 
@@ -178,6 +199,12 @@ def run_round(instance: EngineInstance, trials: int, sign: float, seed: int):
 
     ``sign`` = +1 or -1: the owner's differing record has v = sign C. Returns (dy [trials, n, 1], oracle).
     """
+    messages, oracle = round_messages(instance, trials, sign, seed)
+    return messages["dy"], oracle
+
+
+def round_messages(instance: EngineInstance, trials: int, sign: float, seed: int):
+    """``run_round``'s round: (every message {dy[, dc]} [trials, n, 1], oracle)."""
     import torch
 
     from dpfl.engine.protocol import ClientContext, ClientData
@@ -195,7 +222,7 @@ def run_round(instance: EngineInstance, trials: int, sign: float, seed: int):
     ids = torch.arange(clients)
     out = algorithm.client_round(0, state.server, state.rows(ids), data, ClientContext(oracle, seed, 0, ids))
     assert len(out.events) == k
-    return out.messages["dy"].reshape(trials, n, 1).double(), oracle
+    return {key: value.reshape(trials, n, 1).double() for key, value in out.messages.items()}, oracle
 
 
 def _statistics(dy):
@@ -236,5 +263,6 @@ def measure(instance: EngineInstance, trials: int = 1200, coupled_trials: int = 
     return out
 
 
-__all__ = ["VIEWS", "EngineInstance", "FEDAVG", "FEDSGD", "analytic_mu", "paper_mu", "Measurement",
-           "LinearQuadraticOracle", "build_algorithm", "claimed_epsilon", "run_round", "measure"]
+__all__ = ["VIEWS", "EngineInstance", "FEDAVG", "FEDSGD", "SCAFFOLD", "SCAFFOLD_WARM", "analytic_mu", "paper_mu",
+           "scaffold_view", "Measurement", "LinearQuadraticOracle", "build_algorithm", "claimed_epsilon", "run_round",
+           "round_messages", "measure"]

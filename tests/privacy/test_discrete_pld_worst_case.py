@@ -1,15 +1,12 @@
 """Worst-case instances for the exact lattice PLDs of ``dpfl.accounting.discrete_pld``: the claim through the real
-accountants against the exact epsilon, computed here independently (Skellam pmfs summed from Poisson pmfs in
-mpmath at 40 digits, binomial pmfs from scipy, compositions as product distributions, the hockey-stick divergence
-summed over every outcome), and against the RDP bounds they replace."""
+accountants against the exact epsilon, computed independently by ``tests/helpers/lattice_exact.py`` (Skellam pmfs
+summed from Poisson pmfs in mpmath at 40 digits, binomial pmfs from scipy, compositions as product distributions, the
+hockey-stick divergence summed over every outcome), and against the RDP bounds they replace."""
 
 from __future__ import annotations
 
-import functools
 import logging
-import math
 
-import mpmath
 import numpy as np
 import pytest
 import torch
@@ -26,6 +23,7 @@ from dpfl.algorithms.dp_fedavg_joint import JointNoiseConfig
 from dpfl.algorithms.registry import Setting
 from dpfl.engine.sampling import ClientSampler
 from dpfl.experiments.noise_level import build_calibrated
+from lattice_exact import binomial_pairs, exact_epsilon, skellam_pairs, skellam_pmf
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -35,63 +33,6 @@ def claim(event, delta: float, name: str = "tightest", neighboring: str = "add_r
     accountant = accountants.make(name, NEIGHBORING[neighboring])
     accountant.compose(event)
     return accountant.get_epsilon(delta)
-
-
-@functools.lru_cache(maxsize=4)
-def skellam_values(variance: float, half: int) -> np.ndarray:
-    """P(Sk(lam, lam) = x) at x = -half..half, 2 lam = ``variance``: sum_n Pois(n + |x|; lam) Pois(n; lam), summed in
-    mpmath at 40 digits (by symmetry, at |x| only)."""
-    mpmath.mp.dps = 40
-    lam = mpmath.mpf(variance) / 2
-    terms = int(variance + 40 * math.sqrt(variance) + 80)
-    one_side = [float(mpmath.fsum(mpmath.exp(-2 * lam) * lam ** (2 * n + x)
-                                  / (mpmath.factorial(n) * mpmath.factorial(n + x)) for n in range(terms)))
-                for x in range(half + 1)]
-    return np.array(one_side[:0:-1] + one_side)
-
-
-def skellam_pmf(support: np.ndarray, variance: float, half: int = 60) -> np.ndarray:
-    """P(Sk(lam, lam) = x) at ``support`` (inside -half..half)."""
-    return skellam_values(variance, half)[support + half]
-
-
-def product(pmf: np.ndarray, times: int) -> np.ndarray:
-    """The pmf of ``times`` independent copies, flattened (every outcome of the composition)."""
-    out = pmf
-    for _ in range(times - 1):
-        out = np.outer(out, pmf).ravel()
-    return out
-
-
-def exact_epsilon(pairs, delta: float) -> float:
-    """The smallest eps with sum (P - e^eps Q)_+ <= delta for every (P, Q) of ``pairs`` (bisection, 1e-6)."""
-    def worst(eps):
-        return max(float(np.maximum(p - math.exp(eps) * q, 0).sum()) for p, q in pairs)
-    low, high = 0.0, 50.0
-    while high - low > 1e-6:
-        middle = (low + high) / 2
-        low, high = (middle, high) if worst(middle) > delta else (low, middle)
-    return high
-
-
-def skellam_pairs(variance: float, offsets, q: float, times: int, half: int = 40):
-    """Both directions of ``times`` compositions of one Skellam coordinate whose integer input is a rounding
-    mixture: ``offsets`` = ([(weight, integer) ...] under D, [...] under D'); the record Poisson-sampled at rate q
-    (mixture (1 - q) Q + q P under D), on -half..half + 10."""
-    support = np.arange(-half, half + 11)
-    noise = {}
-
-    def law(mixture):
-        total = np.zeros(len(support))
-        for weight, shift in mixture:
-            if shift not in noise:
-                noise[shift] = skellam_pmf(support - shift, variance)
-            total += weight * noise[shift]
-        return total
-
-    p, q_law = law(offsets[0]), law(offsets[1])
-    p = (1 - q) * q_law + q * p
-    return [(product(p, times), product(q_law, times)), (product(q_law, times), product(p, times))]
 
 
 # -- Skellam ---------------------------------------------------------------------------------------------------------
@@ -165,14 +106,6 @@ def test_one_epoch_over_forty_rounds_has_no_floor():
 
 
 # -- the binomial summation (P_vec) ----------------------------------------------------------------------------------
-def binomial_pairs(trials: int, shift: int, times: int):
-    """Both directions of ``times`` compositions of Bin(m, 1/2) + shift vs Bin(m, 1/2), on 0..m + shift."""
-    noise = stats.binom.pmf(np.arange(trials + 1), trials, 0.5)
-    p, q = np.zeros(trials + shift + 1), np.zeros(trials + shift + 1)
-    p[shift:], q[: trials + 1] = noise, noise
-    return [(product(p, times), product(q, times)), (product(q, times), product(p, times))]
-
-
 @pytest.mark.parametrize("trials, times, delta", [(60, 1, 1e-3), (60, 2, 1e-4), (6, 1, 0.2), (30, 3, 1e-3)])
 def test_binomial_claim_covers_the_exact_epsilon_and_is_within_a_tenth(trials, times, delta):
     """d = 1, g = 2, S = 2 (L = C = 1): clipped vectors -1 and 1 are rounded to 0 and 2 with no randomness, so the

@@ -23,24 +23,18 @@ import torch
 from scipy import stats
 
 import exact as ex
-from dpfl.accounting.ledger import PrivacyLedger
-from dpfl.accounting.observers import OTHER_SILO, SERVER, observer_events
-from dpfl.algorithms.isrl_svrg import SVRGConfig
-from dpfl.experiments.noise_level import build_calibrated
-from dpfl.algorithms.registry import Setting
-from worst_case import LinearQuadraticOracle
+import isrl_worst_case
 from dpfl.engine.protocol import ClientContext, ClientData
-from dpfl.engine.sampling import ClientSampler
+from isrl_worst_case import CLIP, DELTA, EPSILON, RECORDS, ROUNDS, claimed
+from worst_case import LinearQuadraticOracle
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 
-RECORDS, ROUNDS, CLIP, DELTA, EPSILON, TRIALS, ALPHA = 12, 4, 1.0, 1e-5, 1.0, 2000, 1e-4
+TRIALS, ALPHA = 2000, 1e-4
 
 
 def algorithm():
-    setting = Setting(client_rate=1.0, num_clients=1, train_counts=(RECORDS,), rounds=ROUNDS, delta=DELTA,
-                      epsilon=EPSILON)
-    return build_calibrated("isrl-prox-svrg", SVRGConfig(clip=CLIP, sample_rate=0.5, period=2), setting)
+    return isrl_worst_case.algorithm("isrl-prox-svrg")
 
 
 def transcript(alg, value: float, seed: int) -> torch.Tensor:
@@ -56,14 +50,6 @@ def transcript(alg, value: float, seed: int) -> torch.Tensor:
     return torch.stack(rounds, dim=1).double()
 
 
-def claimed(alg) -> dict[str, float]:
-    counts = torch.tensor([RECORDS])
-    cohort = ClientSampler(1, 1.0).cohort
-    rounds = [observer_events(alg.release(r, None, counts), cohort(r), "plain") for r in range(ROUNDS)]
-    ledger = PrivacyLedger((SERVER, OTHER_SILO), DELTA, None, None, "sound", alg.neighboring, alg.accountant)
-    return ledger.epsilon_after(rounds, [SERVER, OTHER_SILO])
-
-
 def test_the_claim_covers_the_snapshots_exact_gaussian_and_the_inner_noise_is_declared():
     alg = algorithm()
     z = alg.checkpoint.noise_multiplier
@@ -75,7 +61,8 @@ def test_the_claim_covers_the_snapshots_exact_gaussian_and_the_inner_noise_is_de
     std, n = float(snapshots.std()), snapshots.numel()
     low = 2 * 2 * CLIP / RECORDS / (std * math.sqrt((n - 1) / stats.chi2.ppf(ALPHA / 2, n - 1)))
     high = 2 * 2 * CLIP / RECORDS / (std * math.sqrt((n - 1) / stats.chi2.ppf(1 - ALPHA / 2, n - 1)))
-    truth = math.sqrt(2) / z
+    truth = isrl_worst_case.exact_mu("isrl-prox-svrg", alg)
+    assert truth == pytest.approx(math.sqrt(2) / z)
     assert low <= truth <= high, (low, truth, high)  # the snapshot noise is z 2C/n, as declared
     for r in (1, 3):  # the inner noise: z 4C/K with K = 6
         assert float(plus[:, r].std()) == pytest.approx(z * 4 * CLIP / 6, rel=0.1)

@@ -19,6 +19,7 @@ be run from theta = 0 and the rounds' messages are the transcript). All records 
 
 No other silo's noise is credited (ISRL-DP), so the server's and another silo's claim must both be at least the
 exact Gaussian epsilon of that mu (Dong, Roth, Su 2022), and the single-release claim of Prox-SGD is exactly it.
+The algorithms, their claims and mu are ``tests/helpers/isrl_worst_case.py`` (shared with benchmarks/tightness.py).
 """
 
 from __future__ import annotations
@@ -31,30 +32,13 @@ import torch
 from scipy import stats
 
 import exact as ex
-from dpfl.accounting.ledger import PrivacyLedger
-from dpfl.accounting.observers import OTHER_SILO, SERVER, observer_events
-from dpfl.algorithms.isrl import ISRLConfig, ISRLKeys
-from dpfl.algorithms.isrl_spider import SpiderConfig
-from dpfl.experiments.noise_level import build_calibrated
-from dpfl.algorithms.registry import Setting
-from worst_case import LinearQuadraticOracle
 from dpfl.engine.protocol import ClientContext, ClientData
-from dpfl.engine.sampling import ClientSampler
+from isrl_worst_case import CLIP, DELTA, EPSILON, ETA, RECORDS, ROUNDS, algorithm, claimed, exact_mu
+from worst_case import LinearQuadraticOracle
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 
-RECORDS, ROUNDS, CLIP, ETA, DELTA, EPSILON = 12, 4, 1.0, 0.1, 1e-5, 1.0
 TRIALS, ALPHA = 2000, 1e-4
-
-
-def algorithm(name: str):
-    setting = Setting(client_rate=1.0, num_clients=1, train_counts=(RECORDS,), rounds=ROUNDS, delta=DELTA,
-                      epsilon=EPSILON)
-    if name == "isrl-spider":
-        return build_calibrated(name, SpiderConfig(lr=ETA, clip=CLIP, sample_rate=1.0, period=2), setting)
-    if name == "isrl-spider-alt":
-        return build_calibrated(name, ISRLKeys(lr=ETA, clip=CLIP, sample_rate=1.0), setting)
-    return build_calibrated(name, ISRLConfig(lr=ETA, clip=CLIP, sample_rate=1.0, local_steps=2), setting)
 
 
 def transcript(alg, value: float, seed: int) -> torch.Tensor:
@@ -70,17 +54,6 @@ def transcript(alg, value: float, seed: int) -> torch.Tensor:
         (message,) = out.messages.values()
         rounds.append(message[:, 0].double())
     return torch.stack(rounds, dim=1)
-
-
-def claimed(alg) -> dict[str, float]:
-    counts = torch.tensor([RECORDS])
-    cohort = ClientSampler(1, 1.0).cohort
-    rounds = []
-    for r in range(ROUNDS):
-        release = alg.release(r, None, counts)
-        rounds.append(observer_events(release, release.cohort or cohort(r), "plain"))
-    ledger = PrivacyLedger((SERVER, OTHER_SILO), DELTA, None, None, "sound", alg.neighboring, alg.accountant)
-    return ledger.epsilon_after(rounds, [SERVER, OTHER_SILO])
 
 
 def interval(shift: float, sample: torch.Tensor) -> tuple[float, float]:
@@ -100,6 +73,7 @@ def test_prox_sgd_uses_each_record_in_one_round_and_claims_the_exact_gaussian():
     assert (plus - minus)[differs].abs().tolist() == pytest.approx([ETA * 2 * CLIP / 3] * TRIALS, rel=1e-5)
     used = plus[differs]  # the round that uses the record, per trial
     low, high = interval(ETA * 2 * CLIP / 3, used - used.mean())
+    assert exact_mu("isrl-prox-sgd", alg) == 1 / z
     assert low <= 1 / z <= high, (low, 1 / z, high)
     truth = ex.gdp_epsilon(1 / z, DELTA)
     for observer, eps in claimed(alg).items():
@@ -117,7 +91,8 @@ def test_the_baselines_compose_their_draws(name, steps):
                                                               rel=1e-5)
     total = plus.sum(1)
     low, high = interval(ROUNDS * steps * ETA * 2 * CLIP / RECORDS, total)
-    truth = math.sqrt(ROUNDS * steps) / z
+    truth = exact_mu(name, alg)
+    assert truth == pytest.approx(math.sqrt(ROUNDS * steps) / z)
     assert low <= truth <= high, (low, truth, high)
     for observer, eps in claimed(alg).items():
         assert eps >= ex.gdp_epsilon(truth, DELTA) * (1 - 1e-6), observer
@@ -134,7 +109,9 @@ def test_spider_composes_both_streams(name):
     assert shift == pytest.approx([2 * CLIP / RECORDS, 0, 2 * CLIP / RECORDS, 0], abs=1e-6)  # h_i, no step
     checkpoints = plus[:, 0] + plus[:, 2]
     low, high = interval(2 * 2 * CLIP / RECORDS, checkpoints)
-    truth = math.sqrt(2) / z1
+    truth = math.sqrt(2) / z1  # the linear instance: both checkpoint rounds
+    if name == "isrl-spider":
+        assert exact_mu(name, alg) == pytest.approx(truth)
     assert low <= truth <= high, (low, truth, high)
     # the difference rounds' noise: std z2 2 (2C) / n (no verified smoothness: B_r = 2C)
     assert float(plus[:, 1].std()) == pytest.approx(z2 * 2 * 2 * CLIP / RECORDS, rel=0.1)
@@ -180,6 +157,7 @@ def test_the_alternate_spider_is_tight_for_a_record_whose_gradient_flips():
     assert shift.tolist() == pytest.approx([full[0], -full[1], -full[2], full[3]], rel=1e-5)  # each at its sensitivity
     standardised = (plus * shift.sign() / torch.tensor(full, dtype=torch.float64)).sum(1)  # the likelihood ratio's axis
     low, high = interval(4 * 1.0, standardised)  # 4 rounds, each shifted by one sensitivity unit, std z each
+    assert exact_mu("isrl-spider-alt", alg) == pytest.approx(2 / z)
     assert low <= 2 / z <= high, (low, 2 / z, high)
     for observer, eps in claimed(alg).items():
         assert eps >= ex.gdp_epsilon(2 / z, DELTA) * (1 - 1e-6), observer

@@ -72,3 +72,20 @@ def test_oracle_clips_per_example_like_the_engine():
     torch.testing.assert_close(got, torch.tensor([[1.3, 0.4], [0.6, 0.8]]))
     assert oracle.clipped == 1
     torch.testing.assert_close(oracle.example_norms(theta, x, y, mask), torch.tensor([[2.0, 0.5], [1.0, 0.2]]))
+
+
+@pytest.mark.parametrize("instance, base", [(ei.SCAFFOLD, ei.FEDAVG), (ei.SCAFFOLD_WARM, ei.FEDSGD)],
+                         ids=lambda i: i.name)
+def test_scaffolds_messages_are_a_function_of_the_base_instances_dy(instance, base):
+    """DP-SCAFFOLD's first round (c = c_i = 0) and SCAFFOLD-warm's first warm round, on the same seed as FedAvg's and
+    FedSGD's instance: dc = -dy_base / (K eta_l) to float round-off, and dy is dy_base (SCAFFOLD) or 0 (a warm round),
+    so every observer sees a function of the base instance's dy: the same mu (``analytic_mu``)."""
+    messages, _ = ei.round_messages(instance, 4, 1.0, 7)
+    base_dy, _ = ei.run_round(base, 4, 1.0, 7)
+    torch.testing.assert_close(ei.scaffold_view(instance, messages), base_dy, rtol=1e-5, atol=1e-9)
+    if instance.warm_rounds:
+        assert torch.count_nonzero(messages["dy"]) == 0
+    else:
+        torch.testing.assert_close(messages["dy"], base_dy, rtol=0, atol=0)
+    for view in ei.VIEWS:
+        assert ei.analytic_mu(instance, view) == ei.analytic_mu(base, view)

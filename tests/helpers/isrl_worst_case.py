@@ -1,0 +1,80 @@
+"""The ISRL-DP algorithms' worst-case instances (Lowy et al. 2023): the algorithms, the ledger's claim and the exact mu
+of each instance; shared by tests/privacy/test_isrl_worst_case.py and tests/privacy/test_isrl_svrg_worst_case.py
+(which run every instance through the real ``client_round`` and measure its shift and noise) and
+benchmarks/tightness.py.
+
+One silo of n = 12 records with 1-D linear losses <theta, x_j> (gradient x_j at every theta); all records are 0 except
+the owner's, +C or -C on the two replace-one neighbours (a batch mean of K records moves by 2C/K, its sensitivity).
+R = 4 rounds, each calibrated to epsilon = 1 at delta = 1e-5 by the family's own ledger. The transcript's privacy
+is that of a 1-D Gaussian pair, mu-GDP (Dong, Roth, Su 2022, Cor. 2.13), with (``exact_mu``):
+
+* isrl-prox-sgd, K = floor(12 / 4) = 3 disjoint records per round: the record moves one round by eta 2C/K at noise
+  std z eta 2C/K, mu = 1/z (an observer that knows the permutation);
+* isrl-mb-sgd (s = 1) and isrl-local-sgd (s = 1, 2 local steps): every draw moves by its sensitivity, mu = sqrt(R K)/z;
+* isrl-spider (q = 2) and isrl-prox-svrg (Q = 2, s = 0.5): the checkpoint rounds 0 and 2 move by their sensitivity,
+  mu = sqrt(2)/z; the difference (inner) rounds carry no signal for a linear loss, but their noise is composed;
+* isrl-spider-alt: a record whose clipped gradient flips sign with the model moves every round, difference rounds
+  included, by its full sensitivity: mu = 2/z (``FlippingOracle`` of the test).
+
+No other silo's noise is credited (ISRL-DP), so the server's and another silo's claims are the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+
+from dpfl.accounting.ledger import PrivacyLedger
+from dpfl.accounting.observers import OTHER_SILO, SERVER, observer_events
+from dpfl.algorithms.isrl import ISRLConfig, ISRLKeys
+from dpfl.algorithms.isrl_spider import SpiderConfig
+from dpfl.algorithms.isrl_svrg import SVRGConfig
+from dpfl.algorithms.registry import Setting
+from dpfl.engine.sampling import ClientSampler
+from dpfl.experiments.noise_level import build_calibrated
+
+logging.getLogger("absl").setLevel(logging.ERROR)
+
+RECORDS, ROUNDS, CLIP, ETA, DELTA, EPSILON = 12, 4, 1.0, 0.1, 1e-5, 1.0
+#: every family of the module docstring, in its order
+NAMES = ("isrl-prox-sgd", "isrl-mb-sgd", "isrl-local-sgd", "isrl-spider", "isrl-spider-alt", "isrl-prox-svrg")
+
+
+def algorithm(name: str):
+    """The instance's algorithm ``name`` (one of ``NAMES``), calibrated to EPSILON over ROUNDS rounds."""
+    setting = Setting(client_rate=1.0, num_clients=1, train_counts=(RECORDS,), rounds=ROUNDS, delta=DELTA,
+                      epsilon=EPSILON)
+    if name == "isrl-spider":
+        return build_calibrated(name, SpiderConfig(lr=ETA, clip=CLIP, sample_rate=1.0, period=2), setting)
+    if name == "isrl-spider-alt":
+        return build_calibrated(name, ISRLKeys(lr=ETA, clip=CLIP, sample_rate=1.0), setting)
+    if name == "isrl-prox-svrg":
+        return build_calibrated(name, SVRGConfig(clip=CLIP, sample_rate=0.5, period=2), setting)
+    return build_calibrated(name, ISRLConfig(lr=ETA, clip=CLIP, sample_rate=1.0, local_steps=2), setting)
+
+
+def claimed(alg) -> dict[str, float]:
+    """The ledger's epsilon towards the server and another silo (plain boundary) after ROUNDS rounds."""
+    counts = torch.tensor([RECORDS])
+    cohort = ClientSampler(1, 1.0).cohort
+    rounds = []
+    for r in range(ROUNDS):
+        release = alg.release(r, None, counts)
+        rounds.append(observer_events(release, release.cohort or cohort(r), "plain"))
+    ledger = PrivacyLedger((SERVER, OTHER_SILO), DELTA, None, None, "sound", alg.neighboring, alg.accountant)
+    return ledger.epsilon_after(rounds, [SERVER, OTHER_SILO])
+
+
+def exact_mu(name: str, alg) -> float:
+    """mu of the transcript of ``name``'s instance (module docstring)."""
+    if name in ("isrl-spider", "isrl-spider-alt", "isrl-prox-svrg"):
+        z = alg.checkpoint.noise_multiplier
+        return (2.0 if name == "isrl-spider-alt" else math.sqrt(2)) / z
+    z = alg.steps.mechanism.noise_multiplier
+    draws = {"isrl-prox-sgd": 1, "isrl-mb-sgd": ROUNDS, "isrl-local-sgd": 2 * ROUNDS}[name]
+    return math.sqrt(draws) / z
+
+
+__all__ = ["RECORDS", "ROUNDS", "CLIP", "ETA", "DELTA", "EPSILON", "NAMES", "algorithm", "claimed", "exact_mu"]
