@@ -137,7 +137,7 @@ DEFAULT_NOISE = 1.0
 #: the largest share of a round's privacy (mu^2 in GDP) the default count_noise gives the clipped-bit count
 #: (module docstring): z_b >= z / sqrt(0.1) = 3.16 z, z_Delta <= 1.054 z
 COUNT_SHARE = 0.1
-#: Andrew et al.'s sigma_b = m / ANDREW_COHORT_DIVISOR, m the expected cohort (this family's default before issue 35)
+#: Andrew et al.'s sigma_b = m / ANDREW_COHORT_DIVISOR, m the expected cohort (the default where it leaves z_b > z)
 ANDREW_COHORT_DIVISOR = 20
 
 
