@@ -105,8 +105,7 @@ def test_four_batches_sound_is_below_the_paper_analysis_and_above_exact():
     """
     n, m, z = 8, 2, 0.5
     # the linear losses are convex and 0-smooth: any beta >= 1/4 admits eta = 0.5 <= 2/beta (every round contracts)
-    sound = pns.ProjectedNoisySGD(population=n, batch_size=m, horizon=n // m, mechanism=GaussianMechanism(z),
-                                  clip=1.0, radius=1e6, lr=0.5, smoothness=1.0)
+    sound = dataclasses.replace(shared.algorithm(n, m, z), smoothness=1.0)
     paper = dataclasses.replace(sound, analysis="paper")
     exact = exact_epsilon(1 / (z * math.sqrt(n)))
     assert exact == pytest.approx(2.943, abs=1e-3)
