@@ -3,6 +3,7 @@
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 from dp_accounting import dp_event
 
@@ -90,11 +91,18 @@ def test_sound_fedsgd_credits_every_step():
     assert ev[OTHER_SILO] == SC(G(2.0 * math.sqrt(7)), 3)
 
 
-def test_sound_poisson_cohort_credits_nothing_but_mixes():
+def test_sound_poisson_cohort_mixes_the_credit_over_its_members():
+    """A Poisson cohort: the plain server gets the owner's own steps; the third party and another silo the last
+    (additive) step credited with the Binomial number of other members' shares, mixed (a fixed cohort would credit a
+    fixed number); every one of them inside the participation mixture."""
+    from dpfl.accounting.events import LabelledMixtureDpEvent
+
     step = wor(100, 10, G(1.2))
     ev = observer_events(fedavg(step, 5), Cohort.poisson(40, 0.25))
-    assert ev[THIRD_PARTY] == ev[SERVER] == ev[OTHER_SILO] == ParticipationDpEvent(0.25, SC(step, 5))
-    assert 0 < epsilon(ev[THIRD_PARTY]) < epsilon(SC(step, 5))
+    assert ev[SERVER] == ParticipationDpEvent(0.25, SC(step, 5))
+    for observer in (THIRD_PARTY, OTHER_SILO):
+        assert ev[observer].probability == 0.25 and isinstance(ev[observer].event, LabelledMixtureDpEvent)
+    assert 0 < epsilon(ev[THIRD_PARTY]) <= epsilon(ev[OTHER_SILO]) < epsilon(ev[SERVER]) < epsilon(SC(step, 5))
 
 
 def test_poisson_records_with_a_fixed_cohort_are_accounted():
@@ -273,3 +281,53 @@ def test_the_server_noise_is_amplified_towards_observers_that_do_not_know_the_co
     assert observer_events(laplace, Cohort.poisson(100, 0.1), "trusted")[THIRD_PARTY] == \
         ParticipationDpEvent(0.1, SC(dp_event.LaplaceDpEvent(1.0), 1))
     assert observer_events(release, Cohort.fixed(10, 9), "trusted", knows_cohort=frozenset())[OTHER_SILO] == G(z)
+
+
+def test_poisson_share_counts_are_binned_at_their_smallest_count():
+    """K ~ Binomial(n, q) in bins that partition 0..n (the probabilities sum to 1), each charged its smallest k, the
+    credited variance 1 + k growing by at most SHARE_BIN_RATIO within a bin; the lower 1e-12 tail at k = 0; a cap (the
+    shares sure to reach a secure sum) bounds every k; small populations get one bin per k."""
+    from scipy import stats
+
+    from dpfl.accounting.observers import SHARE_BIN_RATIO, poisson_shares
+
+    small = poisson_shares(3, 0.5)
+    assert [k for _, k in small] == [0, 1, 2, 3]
+    assert [w for w, _ in small] == pytest.approx(stats.binom.pmf(range(4), 3, 0.5), abs=1e-15)
+    bins = poisson_shares(999, 0.05)
+    weights, ks = zip(*bins)
+    assert sum(weights) == pytest.approx(1.0, abs=1e-12) and list(ks) == sorted(set(ks))
+    assert ks[0] == 0 and weights[0] <= 1e-12 and stats.binom.cdf(ks[1] - 1, 999, 0.05) <= 1e-12
+    for (w, lo), (_, hi) in zip(bins[1:], bins[2:]):
+        assert (1 + hi - 1) <= SHARE_BIN_RATIO * (1 + lo) or hi == lo + 1
+        assert w == pytest.approx(stats.binom.cdf(hi - 1, 999, 0.05) - stats.binom.cdf(lo - 1, 999, 0.05), abs=1e-15)
+    assert max(k for _, k in poisson_shares(999, 0.05, cap=20)) == 20
+    assert poisson_shares(999, 0.05, cap=0) == ((1.0, 0),)
+
+
+def test_poisson_cohorts_credit_the_shares_of_the_members_they_have():
+    """Shares under Poisson: each observer of the sum is charged the labelled mixture over the Binomial count of the
+    other members (another silo removes its own: one client fewer), its RDP the log-sum of the credited curves and its
+    PLD the mixture of theirs; it survives the ledger's journal (event_to_dict / event_from_dict) and costs less than
+    the owner's own share alone."""
+    from dpfl.accounting.events import LabelledMixtureDpEvent, event_from_dict, event_to_dict
+    from dpfl.accounting.observers import poisson_shares
+    from dpfl.accounting.rdp import rdp_curve
+
+    z = 0.3
+    events = observer_events(Release((G(z),), (True,)), Cohort.poisson(40, 0.25), "secagg")
+    third = events[THIRD_PARTY]
+    assert isinstance(third, ParticipationDpEvent) and isinstance(third.event, LabelledMixtureDpEvent)
+    bins = poisson_shares(39, 0.25)
+    assert third.event.weights == tuple(w for w, _ in bins)
+    assert third.event.events == tuple(SC(G(z * math.sqrt(1 + k)), 1) if k else SC(G(z), 1) for _, k in bins)
+    assert events[OTHER_SILO].event.weights == tuple(w for w, _ in poisson_shares(38, 0.25))
+    assert event_from_dict(event_to_dict(third)) == third
+    orders = [2.0, 4.0, 8.0]
+    curves = [rdp_curve(e, orders) for e in third.event.events]
+    expected = np.log(sum(w * np.exp((np.asarray(orders) - 1) * c) for w, c in zip(third.event.weights, curves)))
+    assert rdp_curve(third.event, orders) == pytest.approx(expected / (np.asarray(orders) - 1), rel=1e-9)
+    alone = account(SC(ParticipationDpEvent(0.25, G(z)), 10), 1e-5, "pld", "modern", "zero_out").epsilon
+    mixed = account(SC(third, 10), 1e-5, "pld", "modern", "zero_out").epsilon
+    rdp = account(SC(third, 10), 1e-5, "rdp", "modern", "zero_out").epsilon
+    assert mixed < rdp and mixed < alone / 2

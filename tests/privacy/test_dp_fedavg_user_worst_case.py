@@ -147,15 +147,15 @@ def claimed(alg, boundary: str, sampling: str, analysis: str = "sound", cohort: 
 
 
 def tight(placement: str, sampling: str, boundary: str, observer: str) -> bool:
-    """Where the ledger charges exactly the instance: a plain server (the owner's own message), a fixed-size cohort's
-    sum (every share credited), server noise towards the third party and, under Poisson, towards another silo;
-    elsewhere the claim may sit above (another silo's unknown membership, or a Poisson cohort whose other shares the
-    ledger does not credit)."""
+    """Where the ledger charges exactly the instance: a plain server (the owner's own message), a cohort's sum (every
+    share credited; under Poisson the mixture over the number of other members, which the instance's observer
+    learns), server noise under Poisson; elsewhere the claim may sit above (another silo's unknown membership of a
+    fixed-size cohort, or dp_accounting's replace-one sampling without replacement for a secret fixed-size cohort)."""
     if observer == "server":
-        return boundary == "plain" or sampling == "fixed"
-    if placement == "server":  # fixed size, secret: dp_accounting's replace-one sampling without replacement
+        return True
+    if placement == "server":
         return sampling == "poisson"
-    return observer == "third_party" and sampling == "fixed"
+    return observer == "third_party" or sampling == "poisson"
 
 
 @pytest.mark.parametrize("placement, sampling, boundary, observer, cohort",

@@ -10,7 +10,8 @@ rounded to a grid, exact discrete Gaussian noise in grid units (Canonne, Kamath,
 
 ``ParticipationDpEvent`` is one round of a client-sampled federated algorithm seen from one record: the record's owner
 takes part with some probability, independently of the data, and then releases the inner event; otherwise the round
-does not depend on the record (see its docstring for its RDP and PLD).
+does not depend on the record (see its docstring for its RDP and PLD). ``LabelledMixtureDpEvent`` generalises it: a
+data-independent label, shown to the observer, picks one of several events.
 
 **One meaning of a noise multiplier.** Throughout dpfl a ``GaussianDpEvent(z)`` (``LaplaceDpEvent(b)``) means noise of
 standard deviation (scale) z times the l2 (l1) sensitivity *under the neighbouring relation it is accounted under*:
@@ -164,6 +165,33 @@ class ParticipationDpEvent(dp_event.DpEvent):
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
+class LabelledMixtureDpEvent(dp_event.DpEvent):
+    """A label k drawn with probability ``weights[k]``, independently of the data and shown to the observer, then
+    ``events[k]``: e.g. the number of other clients whose noise shares a Poisson cohort sums with the owner's
+    (``dpfl.accounting.observers``).
+
+    Given the label, the pair is the k-th event's; so the PLD is the mixture sum_k w_k PLD_k and the RDP is
+    log(sum_k w_k exp((a - 1) eps_k(a))) / (a - 1), both exact for an observer that sees the label and, by the joint
+    convexity of the hockey-stick divergence and of exp((a - 1) D_a), upper bounds for one that does not.
+    ``ParticipationDpEvent(p, e)`` is the mixture of (1 - p, p) over (no event, e).
+
+    Attributes:
+      weights: the labels' probabilities (a tuple summing to 1).
+      events: the event of each label (a tuple of the same length).
+    """
+
+    weights: tuple = attr.ib(converter=tuple)
+    events: tuple = attr.ib(converter=tuple)
+
+    def __attrs_post_init__(self):
+        if len(self.weights) != len(self.events) or not self.events:
+            raise ValueError(f"a labelled mixture needs one weight per event: {len(self.weights)} weights, "
+                             f"{len(self.events)} events")
+        if any(not 0 <= w <= 1 for w in self.weights) or abs(sum(self.weights) - 1) > 1e-9:
+            raise ValueError(f"weights = {self.weights}: probabilities summing to 1")
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
 class ProjectedStepDpEvent(dp_event.DpEvent):
     """Step t of Algorithm 1 of Asoodeh et al. (2021) seen by an observer of the released model only.
 
@@ -254,6 +282,8 @@ def non_private(event: dp_event.DpEvent) -> bool:
         return any(non_private(e) for e in event.events)
     if isinstance(event, dp_event.SelfComposedDpEvent):
         return non_private(event.event)
+    if isinstance(event, LabelledMixtureDpEvent):
+        return any(w > 0 and non_private(e) for w, e in zip(event.weights, event.events))
     return isinstance(event, dp_event.NonPrivateDpEvent)
 
 
@@ -267,6 +297,7 @@ def _registry() -> dict[str, type]:
     classes[DiscreteGaussianDpEvent.__name__] = DiscreteGaussianDpEvent
     classes[DisjointUnionDpEvent.__name__] = DisjointUnionDpEvent
     classes[ParticipationDpEvent.__name__] = ParticipationDpEvent
+    classes[LabelledMixtureDpEvent.__name__] = LabelledMixtureDpEvent
     classes[ProjectedStepDpEvent.__name__] = ProjectedStepDpEvent
     classes[BinomialSumDpEvent.__name__] = BinomialSumDpEvent
     return classes
@@ -309,5 +340,5 @@ def event_from_dict(d: dict) -> dp_event.DpEvent:
 
 
 __all__ = ["SkellamDpEvent", "DiscreteGaussianDpEvent", "BinomialSumDpEvent", "DisjointUnionDpEvent",
-           "ParticipationDpEvent", "ProjectedStepDpEvent", "skellam_l1_bound", "innermost", "EVENT_TYPES", "event_to_dict",
-           "event_from_dict"]
+           "ParticipationDpEvent", "LabelledMixtureDpEvent", "ProjectedStepDpEvent", "skellam_l1_bound", "innermost",
+           "EVENT_TYPES", "event_to_dict", "event_from_dict"]

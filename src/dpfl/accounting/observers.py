@@ -29,7 +29,10 @@ or a later one. Observers:
    otherwise: the worst owner with the weakest n_c - 1 shares); every other draw keeps the owner's own multiplier z. The
    aggregate is post-processing of (the owner's non-additive draws, the additive sums) together with the other
    clients' data and non-credited noise, which do not depend on the record.
-3. Poisson cohorts have a random size: a cohort may hold the owner alone, so no share is credited.
+3. Poisson cohorts have a random size: a cohort may hold the owner alone. The number K of other members is
+   Binomial(M - 1, q), independent of the owner's participation and of the data, so the round is the mixture over K
+   of the owner's draws credited with K shares (``LabelledMixtureDpEvent``, binned by ``poisson_shares``: exact for
+   an observer that learns K, an upper bound for one that does not).
 
 **Hidden iterates** (``released="final"``): a third party that sees only the model the run finally releases, of an
 algorithm whose rounds are steps of projected noisy SGD over disjoint batches (``Release.hidden``), is charged each
@@ -103,13 +106,16 @@ records), which an observer that does not know the cohort can still see.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
 import attr
+import numpy as np
 from dp_accounting import dp_event
 
-from dpfl.accounting.events import BinomialSumDpEvent, ParticipationDpEvent, ProjectedStepDpEvent, SkellamDpEvent
+from dpfl.accounting.events import (BinomialSumDpEvent, LabelledMixtureDpEvent, ParticipationDpEvent,
+                                    ProjectedStepDpEvent, SkellamDpEvent)
 from dpfl.errors import ConfigError
 
 THIRD_PARTY = "third_party"
@@ -372,15 +378,69 @@ def _composition_events(release: Release, cohort: Cohort, boundary: str, analysi
         if analysis == "paper" and release.paper == "heikkila":  # every draw credited (JOINT_PAPER_UNPROVEN)
             release = dataclasses.replace(release, additive=(True,) * len(release.step_events))
         own = release.own()
-        others = release.others(cohort)
-        aggregate = _participation(cohort.probability, release.credited(others))
+        aggregate = _participation(cohort.probability, _credited(release, cohort, 0))
         events = {
             THIRD_PARTY: aggregate,
             SERVER: aggregate if boundary == "secagg" else _participation(cohort.probability, own),
             OTHER_SILO: _participation(cohort.coalition_probability(release.colluders),
-                                       release.credited(max(others - release.colluders, 0))),
+                                       _credited(release, cohort, release.colluders)),
         }
     return {o: e for o, e in events.items() if o in observers_of(boundary)}
+
+
+#: K ~ Binomial below this lower tail mass is charged as no other share at all (``poisson_shares``)
+SHARE_COUNT_TAIL = 1e-12
+#: the largest ratio of the summed noise variances (1 + k_hi r^2) / (1 + k_lo r^2) within one bin of share counts
+SHARE_BIN_RATIO = 1.05
+
+
+def _credited(release: Release, cohort: Cohort, excluded: int) -> dp_event.DpEvent:
+    """The owner's draws with the other clients' shares credited to its additive draws (module docstring, "Noise
+    credit"), towards an observer that removes ``excluded`` clients' own shares: ``min_size - 1 - excluded`` others
+    for a cohort of fixed size; for a Poisson cohort, whose size is random, ``poisson_shares``."""
+    others = max(release.others(cohort) - excluded, 0)
+    poisson = dataclasses.replace(cohort, public=False) == Cohort.poisson(cohort.population, cohort.probability)
+    if not poisson or not 0 < cohort.probability < 1 or not any(release.additive):
+        return release.credited(others)
+    cap = None if release.contributors is None else max(release.contributors - 1 - excluded, 0)
+    bins = poisson_shares(cohort.population - 1 - excluded, cohort.probability, cap, release.sensitivity_ratio)
+    if len(bins) == 1:
+        return release.credited(bins[0][1])
+    return LabelledMixtureDpEvent(tuple(w for w, _ in bins), tuple(release.credited(k) for _, k in bins))
+
+
+@functools.lru_cache(maxsize=64)
+def poisson_shares(clients: int, rate: float, cap: int | None = None,
+                   ratio: float = 1.0) -> tuple[tuple[float, int], ...]:
+    """The other members' count K of a Poisson cohort that holds the owner, in bins: [(P(bin), the bin's smallest k)].
+
+    The other ``clients`` each take part with probability ``rate``, independently of the owner and of the data, so
+    K ~ Binomial(clients, rate), and the round is the mixture over K of the owner's draws credited with K shares
+    (``LabelledMixtureDpEvent``, exact for an observer that learns K, an upper bound for one that does not). Each bin
+    is charged its smallest k (fewer shares, less noise: a dominating pair for every k in it): k below the
+    ``SHARE_COUNT_TAIL`` quantile as k = 0 (no share), then bins within which the credited variance 1 + k r^2 (r the
+    sensitivity ratio) grows by at most ``SHARE_BIN_RATIO``, up to the upper ``SHARE_COUNT_TAIL`` quantile; k above
+    ``cap`` (the shares sure to reach a secure sum with dropouts) counts as ``cap``."""
+    from scipy import stats
+
+    top = clients if cap is None else min(clients, cap)
+    binomial = stats.binom(clients, rate)
+    low = min(int(binomial.ppf(SHARE_COUNT_TAIL)) if binomial.cdf(0) < SHARE_COUNT_TAIL else 0, top)
+    high = min(int(binomial.isf(SHARE_COUNT_TAIL)) + 1, top)
+    edges = [0] if low > 0 else []
+    k = low
+    while True:
+        edges.append(k)
+        if k >= high:
+            break
+        step = 1 + k * ratio * ratio
+        nxt = k + 1
+        while nxt < high and 1 + (nxt + 1) * ratio * ratio <= SHARE_BIN_RATIO * step:
+            nxt += 1
+        k = nxt
+    below = binomial.cdf(np.asarray(edges) - 1)  # P(K < edge)
+    masses = np.diff(np.append(below, 1.0))
+    return tuple((float(mass), edge) for mass, edge in zip(masses, edges))
 
 
 def _server_noised(release: Release, cohort: Cohort, events: dict, mcmahan: bool = False,
@@ -539,4 +599,4 @@ def _participation(probability: float, event: dp_event.DpEvent) -> dp_event.DpEv
 __all__ = ["OBSERVERS", "THIRD_PARTY", "SERVER", "OTHER_SILO", "BOUNDARIES", "ANALYSES", "PAPERS", "RELEASES",
            "PAPER_UNPROVEN", "JOINT_PAPER_UNPROVEN", "COHORT_SECRET", "COHORTS", "COHORT_UNKNOWN", "Cohort", "Release",
            "cohort_known_to", "local_steps_additive", "observer_events", "observers_of", "poisson_sampled_gaussian",
-           "secret_cohort_event", "scale_noise"]
+           "poisson_shares", "secret_cohort_event", "scale_noise"]

@@ -10,7 +10,7 @@ distributions by FFT and reads epsilon(delta) off the composition: tight up to t
 * ``ParticipationDpEvent(p, inner)`` is the mixture (1 - p) identity + p PLD(inner): with probability 1 - p the
   owner is absent and the privacy loss is 0, else it is the inner event's. This is the exact PLD of the pair where the
   observer learns whether the owner took part, which dominates any observer who does not (joint convexity of the
-  hockey-stick divergence);
+  hockey-stick divergence); ``LabelledMixtureDpEvent`` is likewise sum_k w_k PLD_k;
 * a restarted tree's epoch (``SingleEpochTreeAggregationDpEvent``, zero-out) is the Gaussian mechanism it is
   (``tree_as_gaussian``);
 * one coordinate of the Skellam mechanism (alone or Poisson-sampled) and of the binomial summation with p = 1/2
@@ -54,7 +54,7 @@ from dp_accounting.pld import pld_pmf, pld_privacy_accountant, privacy_loss_dist
 
 from dpfl.accounting import discrete_pld, pld_power
 from dpfl.accounting.conversion import rdp_to_epsilon
-from dpfl.accounting.events import ParticipationDpEvent
+from dpfl.accounting.events import LabelledMixtureDpEvent, ParticipationDpEvent
 from dpfl.accounting.rdp import composition_error, rdp_curve
 from dpfl.errors import ConfigError, check_range
 
@@ -296,7 +296,7 @@ def _unsupported(event, relation) -> str | None:
     """Why ``event`` has no PLD here (the offending sub-event), or None."""
     if isinstance(event, (dp_event.SelfComposedDpEvent, ParticipationDpEvent)):
         return _unsupported(event.event, relation)
-    if isinstance(event, dp_event.ComposedDpEvent):
+    if isinstance(event, (dp_event.ComposedDpEvent, LabelledMixtureDpEvent)):
         return next(filter(None, (_unsupported(e, relation) for e in event.events)), None)
     if discrete_pld.handles(event):
         return discrete_pld.unsupported(event, relation)
@@ -320,6 +320,12 @@ def _build(event, relation, interval):
                 return None
             total = total.compose(pld)
         return total
+    if isinstance(event, LabelledMixtureDpEvent):
+        mus = [gaussian_mu(e) for e in event.events]
+        if all(mu is not None for mu in mus):
+            return gaussian_mixture_pld(event.weights, mus, interval)
+        return _labelled_mixture([(w, _cached(e, relation, interval)) for w, e in zip(event.weights, event.events)
+                                  if w > 0])
     if isinstance(event, ParticipationDpEvent):
         inner = _cached(event.event, relation, interval)
         if inner is None:
@@ -332,6 +338,68 @@ def _build(event, relation, interval):
     if accountant._contains_non_dp_event:  # noqa: SLF001 (dp_accounting keeps this flag private)
         return None
     return accountant._pld  # noqa: SLF001
+
+
+#: the Gaussian privacy loss's tails beyond this mass go to infinity (upper) or to the lowest grid point (lower)
+GAUSSIAN_TAIL = 1e-16
+#: a labelled mixture's components of at most this weight are charged as infinite loss (``gaussian_mixture_pld``)
+NEGLIGIBLE_WEIGHT = 1e-12
+
+
+def gaussian_mu(event: dp_event.DpEvent) -> float | None:
+    """mu = sum_i 1 / (2 z_i^2) if ``event`` is Gaussian mechanisms composed (their privacy loss is N(mu, 2 mu), the
+    composition's too: Dong, Roth, Su 2022, Cor. 3.3, in dpfl's units, where ``GaussianDpEvent(z)`` is noise of z
+    times the distance between the neighbours' statistics under any relation); None otherwise."""
+    if isinstance(event, dp_event.GaussianDpEvent):
+        return 0.5 / event.noise_multiplier**2 if event.noise_multiplier > 0 else None
+    if isinstance(event, dp_event.SelfComposedDpEvent):
+        inner = gaussian_mu(event.event)
+        return None if inner is None else event.count * inner
+    if isinstance(event, dp_event.ComposedDpEvent):
+        parts = [gaussian_mu(e) for e in event.events]
+        return None if any(mu is None for mu in parts) else sum(parts)
+    return None
+
+
+def gaussian_mixture_pld(weights, mus, interval: float) -> privacy_loss_distribution.PrivacyLossDistribution:
+    """The PLD of the labelled mixture of Gaussian mechanisms (``LabelledMixtureDpEvent``): sum_k w_k N(mu_k, 2 mu_k),
+    the privacy loss of N(1, z_k^2) against N(0, z_k^2) given label k (symmetric: removal and addition alike),
+    discretised pessimistically: the mass of each cell ((j - 1) h, j h] at j h (the normal CDF's differences,
+    vectorised), the upper tail beyond ``GAUSSIAN_TAIL`` as infinite loss, the lower tail at the lowest point kept, and
+    a component of weight at most ``NEGLIGIBLE_WEIGHT`` wholly as infinite loss (it adds its weight to delta; kept, the
+    least-noise component of a far tail would widen the grid many times over). Rounding losses up only raises every
+    hockey-stick divergence: an upper bound at every epsilon."""
+    from scipy import stats
+
+    live = [(w, mu) for w, mu in zip(weights, mus) if w > NEGLIGIBLE_WEIGHT]
+    infinity = sum(w for w in weights if w <= NEGLIGIBLE_WEIGHT)
+    if not live:
+        return privacy_loss_distribution.PrivacyLossDistribution(
+            pld_pmf.DensePLDPmf(interval, 0, np.zeros(1), 1.0, pessimistic_estimate=True))
+    tail = stats.norm.isf(GAUSSIAN_TAIL)
+    lower = math.floor(min(mu - tail * (2 * mu) ** 0.5 for _, mu in live) / interval)
+    upper = math.ceil(max(mu + tail * (2 * mu) ** 0.5 for _, mu in live) / interval)
+    grid = np.arange(lower, upper + 1)
+    probs = np.zeros(grid.size)
+    for weight, mu in live:
+        cdf = stats.norm.cdf(grid * interval, loc=mu, scale=(2 * mu) ** 0.5)
+        cells = np.diff(cdf, prepend=0.0)  # (j - 1) h < L <= j h, and L <= lower h at the lowest point
+        probs += weight * cells
+        infinity += weight * float(stats.norm.sf(upper * interval, loc=mu, scale=(2 * mu) ** 0.5))
+    pmf = pld_pmf.DensePLDPmf(interval, int(lower), probs, infinity, pessimistic_estimate=True)
+    return privacy_loss_distribution.PrivacyLossDistribution(pmf)
+
+
+def _labelled_mixture(parts):
+    """sum_k w_k PLD_k (None if a part is not private), folded pairwise: w_1 P_1 + ... as
+    (W_k P + w_{k+1} P_{k+1}) / (W_k + w_{k+1})."""
+    if any(pld is None for _, pld in parts):
+        return None
+    (total_weight, total), *rest = parts
+    for weight, pld in rest:
+        total = total.compute_mixture(pld, total_weight / (total_weight + weight))
+        total_weight += weight
+    return total
 
 
 def _dp_accounting_reading(event, relation):

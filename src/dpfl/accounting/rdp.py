@@ -23,7 +23,8 @@ of dpfl's events (``dpfl.accounting.events``):
   does not vanish as the noise grows (its j >= 3 terms tend to 2 q^j C(a,j)): Noble et al.'s "saturation".
   Nesting works (the DP-SCAFFOLD third-party round: WOR(M, lM, SelfComposed(WOR(R, sR, Gaussian(z)), K))).
 * ``ParticipationDpEvent`` (the owner takes part with probability p) is the mixture bound
-  log(1 + p (exp((a - 1) eps_in(a)) - 1)) / (a - 1) of its inner curve, under the inner event's own relation;
+  log(1 + p (exp((a - 1) eps_in(a)) - 1)) / (a - 1) of its inner curve, under the inner event's own relation, and
+  ``LabelledMixtureDpEvent`` the same over several events, log(sum_k w_k exp((a - 1) eps_k(a))) / (a - 1);
 * ``DisjointUnionDpEvent`` (parallel composition over disjoint data) takes the pointwise maximum of its parts;
 * ``SkellamDpEvent``: Agarwal et al. 2021 at integer orders, interpolated as above at non-integer ones;
 * ``DiscreteGaussianDpEvent`` (``run.secure_noise``): a / (2 z_eff^2) at every order, its zCDP curve (Canonne,
@@ -60,7 +61,7 @@ from scipy.special import gammaln, logsumexp
 from dpfl.accounting.conversion import CONVERSIONS, rdp_to_epsilon
 from dpfl.accounting.binomial import binomial_sum_rdp, binomial_sum_tail
 from dpfl.accounting.events import (BinomialSumDpEvent, DiscreteGaussianDpEvent, DisjointUnionDpEvent,
-                                    ParticipationDpEvent, SkellamDpEvent, unsupported_part)
+                                    LabelledMixtureDpEvent, ParticipationDpEvent, SkellamDpEvent, unsupported_part)
 from dpfl.accounting.skellam import poisson_subsampled_rdp, skellam_rdp
 from dpfl.errors import ConfigError, check_range
 
@@ -119,7 +120,7 @@ def composition_error(event: dp_event.DpEvent, neighboring_relation=None) -> str
         return f"{event}: no subsampling bound for an approximately RDP event (a tail delta) here"
     if isinstance(event, (dp_event.SelfComposedDpEvent, ParticipationDpEvent)):
         return composition_error(event.event, neighboring_relation)
-    if isinstance(event, (dp_event.ComposedDpEvent, DisjointUnionDpEvent)):
+    if isinstance(event, (dp_event.ComposedDpEvent, DisjointUnionDpEvent, LabelledMixtureDpEvent)):
         return next(filter(None, (composition_error(e, neighboring_relation) for e in event.events)), None)
     if isinstance(event, dp_event.SampledWithoutReplacementDpEvent):
         if neighboring_relation not in (None, NeighborRel.REPLACE_ONE):
@@ -248,6 +249,8 @@ def _compute_curve(event, orders: np.ndarray, relation, bound: str) -> np.ndarra
         return participation_rdp(event.probability, _curve(event.event, orders, relation, bound), orders)
     if isinstance(event, DisjointUnionDpEvent):
         return np.max([_curve(e, orders, relation, bound) for e in event.events], axis=0, initial=0.0)
+    if isinstance(event, LabelledMixtureDpEvent):
+        return labelled_mixture_rdp(event.weights, [_curve(e, orders, relation, bound) for e in event.events], orders)
     if isinstance(event, dp_event.SampledWithoutReplacementDpEvent):
         return _sampled_without_replacement_curve(event, orders, bound)
     if isinstance(event, SkellamDpEvent):
@@ -280,6 +283,8 @@ def tail_delta(event: dp_event.DpEvent) -> float:
         return max((tail_delta(e) for e in event.events), default=0.0)
     if isinstance(event, ParticipationDpEvent):
         return event.probability * tail_delta(event.event)
+    if isinstance(event, LabelledMixtureDpEvent):
+        return sum(w * tail_delta(e) for w, e in zip(event.weights, event.events))
     return 0.0
 
 
@@ -361,6 +366,15 @@ def participation_rdp(probability: float, inner: np.ndarray, orders: np.ndarray)
     with np.errstate(invalid="ignore"):
         log_moment = np.logaddexp(math.log1p(-probability), math.log(probability) + (orders - 1) * inner)
     return log_moment / (orders - 1)
+
+
+def labelled_mixture_rdp(weights, curves, orders: np.ndarray) -> np.ndarray:
+    """RDP of ``LabelledMixtureDpEvent``: log(sum_k w_k exp((a - 1) eps_k(a))) / (a - 1), in log space (the label
+    shown: exact; hidden: an upper bound, by the joint convexity of exp((a - 1) D_a))."""
+    orders = np.asarray(orders, dtype=float)
+    terms = [math.log(w) + (orders - 1) * np.asarray(c, dtype=float) for w, c in zip(weights, curves) if w > 0]
+    with np.errstate(invalid="ignore"):
+        return np.logaddexp.reduce(terms, axis=0) / (orders - 1)
 
 
 def wang_subsampled_rdp(q: float, inner: np.ndarray) -> np.ndarray:
