@@ -26,9 +26,10 @@ def events(z=1.0, k=3, m=20, cohort=5, analysis="sound", first=None):
 
 
 def expected_epsilon(event_counts, delta=DELTA):
-    """The sound analysis of replace-one events sampled without replacement: RDP, modern conversion."""
+    """The sound analysis of replace-one Gaussians sampled without replacement: their PLD (the Poisson pair that
+    dominates them, ``pld.without_replacement_as_poisson``)."""
     composed = dp_event.ComposedDpEvent([dp_event.SelfComposedDpEvent(e, c) for e, c in event_counts])
-    return account(composed, delta, "rdp", "modern", "replace_one").epsilon
+    return account(composed, delta, "pld", "modern", "replace_one").epsilon
 
 
 def test_paper_analysis_is_the_papers_rdp_sum():
@@ -63,7 +64,7 @@ def recorded(ledger: PrivacyLedger, round_index: int, events, fingerprint=None) 
     return ledger.epsilon()
 
 
-def test_epsilon_equals_rdp_composition():
+def test_epsilon_equals_the_pld_composition():
     ledger = PrivacyLedger(OBSERVERS, DELTA)
     assert ledger.epsilon() == {o: 0.0 for o in OBSERVERS}
     ev = events()
