@@ -135,6 +135,22 @@ class DisjointUnionDpEvent(dp_event.DpEvent):
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
+class WorstOwnerDpEvent(dp_event.DpEvent):
+    """A round that releases ``events[o]`` about a record of client o (one part per client id), and ``bound``, an
+    event that dominates every part: the guarantee is the worst owner's, each owner's parts composed over the rounds
+    (``dpfl.accounting.owners``).
+
+    Attributes:
+      events: per client id, the round's event for a record of that client (a tuple, so the event stays hashable).
+      bound: one event at least as costly as every part, for every composition (the worst owner's noise at the
+        largest sampling ratio of any client).
+    """
+
+    events: tuple = attr.ib(converter=tuple)
+    bound: dp_event.DpEvent = attr.ib(factory=dp_event.NoOpDpEvent)
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
 class ParticipationDpEvent(dp_event.DpEvent):
     """The record's owner takes part with ``probability`` (drawn independently of the data) and then releases
     ``event``; when it does not take part, the output's distribution does not depend on the record.
@@ -300,6 +316,7 @@ def _registry() -> dict[str, type]:
     classes[LabelledMixtureDpEvent.__name__] = LabelledMixtureDpEvent
     classes[ProjectedStepDpEvent.__name__] = ProjectedStepDpEvent
     classes[BinomialSumDpEvent.__name__] = BinomialSumDpEvent
+    classes[WorstOwnerDpEvent.__name__] = WorstOwnerDpEvent
     return classes
 
 
@@ -340,5 +357,6 @@ def event_from_dict(d: dict) -> dp_event.DpEvent:
 
 
 __all__ = ["SkellamDpEvent", "DiscreteGaussianDpEvent", "BinomialSumDpEvent", "DisjointUnionDpEvent",
-           "ParticipationDpEvent", "LabelledMixtureDpEvent", "ProjectedStepDpEvent", "skellam_l1_bound", "innermost",
+           "ParticipationDpEvent", "LabelledMixtureDpEvent", "ProjectedStepDpEvent", "WorstOwnerDpEvent",
+           "skellam_l1_bound", "innermost",
            "EVENT_TYPES", "event_to_dict", "event_from_dict"]

@@ -38,6 +38,10 @@ differ from the self-composition's, so the numbers would differ from those a fre
 at the composed size costs what the one FFT of the self-composition costs. The numbers are those of a fresh ledger
 composing from scratch, exactly (tests/accounting/test_ledger_fresh.py).
 
+A round that declares what it releases about a record of each client (``events.WorstOwnerDpEvent``: clients whose
+sampling ratios, weights or noise differ) is accounted per owner: epsilon is the largest over the clients of the
+composition of their own parts (``dpfl.accounting.owners``, which leaves out dominated clients).
+
 ``epsilon_composition`` answers, beside it, what composing every round's iterate would cost the same observers (an
 event that describes a hidden iterate, ``ProjectedStepDpEvent``, carries that event): the baseline a run that
 hides its iterates is compared with. It is a report only; each observer's epsilon, and its budget, is its own
@@ -55,7 +59,7 @@ from typing import Iterable
 
 from dp_accounting import dp_event
 
-from dpfl.accounting import accountants
+from dpfl.accounting import accountants, owners
 from dpfl.accounting.accountant import NEIGHBORING
 from dpfl.accounting.conversion import CONVERSIONS
 from dpfl.accounting.events import ProjectedStepDpEvent, event_from_dict, event_to_dict
@@ -292,8 +296,15 @@ class PrivacyLedger:
             return math.inf
         memo_key = (self.accountant_names[observer], tuple(composed))
         if memo_key not in self._memo:
-            self._memo[memo_key] = self._accountant(observer, composed).get_epsilon(self.delta)
+            self._memo[memo_key] = max(self._accountant(observer, owner).get_epsilon(self.delta)
+                                       for owner in self._owners(composed))
         return self._memo[memo_key]
+
+    def _owners(self, composed: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
+        """The compositions of the owners whose worst epsilon is the claim (``owners.owner_compositions``: one per
+        distinct client where rounds declare per-owner events, else ``composed`` itself)."""
+        compositions = owners.owner_compositions([(self._events[key], count) for key, count in composed])
+        return [[(self._key(event), count) for event, count in composition] for composition in compositions]
 
     def accountants(self) -> dict[str, str]:
         """The accountant that answers for each observer's composition so far (for "tightest", the one it chose)."""
@@ -304,7 +315,10 @@ class PrivacyLedger:
         composition as its epsilon is (ledger.json names it at every save)."""
         memo_key = ("chosen", self.accountant_names[observer], tuple(composed))
         if memo_key not in self._memo:
-            self._memo[memo_key] = accountants.chosen_name(self._accountant(observer, composed))
+            per_owner = self._owners(composed)
+            worst = per_owner[0] if len(per_owner) == 1 else max(
+                per_owner, key=lambda owner: self._epsilon_of(observer, owner))
+            self._memo[memo_key] = accountants.chosen_name(self._accountant(observer, worst))
         return self._memo[memo_key]
 
     def hides_iterates(self) -> bool:

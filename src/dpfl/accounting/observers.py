@@ -115,7 +115,7 @@ import numpy as np
 from dp_accounting import dp_event
 
 from dpfl.accounting.events import (BinomialSumDpEvent, LabelledMixtureDpEvent, ParticipationDpEvent,
-                                    ProjectedStepDpEvent, SkellamDpEvent)
+                                    ProjectedStepDpEvent, SkellamDpEvent, WorstOwnerDpEvent)
 from dpfl.errors import ConfigError
 
 THIRD_PARTY = "third_party"
@@ -242,6 +242,12 @@ class Release:
         clients' (record sampling around the noise, in units of the record's sensitivity on what the server noises):
         what the observers of the server's output are charged instead of the clients' draws (module docstring); the
         simulator checks the server's draws against them. Empty: the server draws nothing.
+      owner: the client whose record this release describes (its draws at its own noise, ``credited_variance`` for
+        it alone); None: the worst owner over ``shares``.
+      owners: per client id o, the release of a record of client o (``owner`` = o), when clients' sampling ratios or
+        noise differ: every observer is then charged a ``WorstOwnerDpEvent`` of their events, this release's own
+        (the worst owner's noise at the largest ratio) as its bound, and the ledger accounts each owner
+        (``dpfl.accounting.owners``). Empty: this release holds for every owner.
     """
 
     step_events: tuple
@@ -255,6 +261,8 @@ class Release:
     shares: tuple = ()
     assumes: tuple = ()
     server_events: tuple = ()
+    owner: int | None = None
+    owners: tuple = ()
 
     def __post_init__(self):
         object.__setattr__(self, "step_events", tuple(self.step_events))
@@ -262,6 +270,13 @@ class Release:
         object.__setattr__(self, "additive", tuple(bool(a) for a in self.additive))
         object.__setattr__(self, "shares", tuple((float(s), float(d)) for s, d in self.shares))
         object.__setattr__(self, "assumes", tuple(self.assumes))
+        object.__setattr__(self, "owners", tuple(self.owners))
+        if self.owners and (self.server_events or self.hidden is not None
+                            or any(r.owner != o for o, r in enumerate(self.owners))):
+            raise ValueError("per-owner releases are indexed by client id (owners[o].owner == o), for releases "
+                             "without server noise or hidden iterates")
+        if self.owner is not None and not 0 <= self.owner < len(self.shares):
+            raise ValueError(f"owner = {self.owner}: a client id among the {len(self.shares)} shares")
         if any(not (s > 0 and d > 0) for s, d in self.shares):
             raise ValueError(f"shares = {self.shares}: noise stds and sensitivities are positive")
         if len(self.step_events) != len(self.additive):
@@ -293,19 +308,22 @@ class Release:
     def credited_variance(self, others: int) -> float:
         """The variance k = ``others`` more clients' shares add at least, in units of the owner's (z Delta)^2: k r^2,
         or with ``shares`` min_o (s_o^2 + the k smallest s_j^2 of j != o) / (z Delta_o)^2 - 1 (the worst owner, the
-        weakest k others the cohort can hold)."""
+        weakest k others the cohort can hold), over o = ``owner`` alone where it is given (its draws at its own
+        z = s_o / Delta_o)."""
         if not self.shares:
             return others * self.sensitivity_ratio**2
         if others >= len(self.shares):
             raise ValueError(f"{others} other shares credited, but only {len(self.shares)} clients")
-        z = min(s / d for s, d in self.shares)
+        z = min(s / d for s, d in self.shares) if self.owner is None else \
+            self.shares[self.owner][0] / self.shares[self.owner][1]
         variances = sorted(s * s for s, _ in self.shares)
         weakest, next_one = sum(variances[:others]), variances[others]
 
         def others_of(std: float) -> float:  # the k smallest variances without the owner's own
             return weakest - std * std + next_one if std * std <= variances[others - 1] else weakest
 
-        return min((s * s + (others_of(s) if others else 0.0)) / (z * d) ** 2 for s, d in self.shares) - 1
+        candidates = self.shares if self.owner is None else self.shares[self.owner:self.owner + 1]
+        return min((s * s + (others_of(s) if others else 0.0)) / (z * d) ** 2 for s, d in candidates) - 1
 
     def own(self) -> dp_event.DpEvent:
         """Every draw at the owner's own noise (what the owner's message alone releases)."""
@@ -362,6 +380,9 @@ def observer_events(
         raise ConfigError("privacy.release", released, f"one of {list(RELEASES)}")
     knows = cohort_known_to(boundary) if knows_cohort is None else frozenset(knows_cohort) | {SERVER}
     events = _composition_events(release, cohort, boundary, analysis)
+    if release.owners:  # each owner's events, this release's as their bound (``dpfl.accounting.owners``)
+        per_owner = [_composition_events(r, cohort, boundary, analysis) for r in release.owners]
+        return {o: WorstOwnerDpEvent(tuple(owner[o] for owner in per_owner), bound) for o, bound in events.items()}
     if release.server_events:
         events.update(_server_noised(release, cohort, events, analysis == "paper" and release.paper == "mcmahan",
                                      knows))

@@ -13,6 +13,9 @@ distributions by FFT and reads epsilon(delta) off the composition: tight up to t
   hockey-stick divergence); ``LabelledMixtureDpEvent`` is likewise sum_k w_k PLD_k;
 * a restarted tree's epoch (``SingleEpochTreeAggregationDpEvent``, zero-out) is the Gaussian mechanism it is
   (``tree_as_gaussian``);
+* a batch of b of n records drawn without replacement around the Gaussian mechanism
+  (``SampledWithoutReplacementDpEvent(n, b, GaussianDpEvent(z))``, replace-one) is the Poisson-subsampled Gaussian at
+  rate b / n under add/remove (``without_replacement_as_poisson``, derived there);
 * one coordinate of the Skellam mechanism (alone or Poisson-sampled) and of the binomial summation with p = 1/2
   have their exact PLDs on the integer lattice (``dpfl.accounting.discrete_pld``, the rounding charged);
 * every other event is handed to dp_accounting's ``PLDAccountant`` (Gaussian, Laplace, discrete Laplace, randomized
@@ -37,8 +40,9 @@ min_a eps(a) + log(1/tau) / (a - 1) (the classic conversion at delta = tau, Miro
 tau; dp_accounting truncates the same tails (Doroshenko et al. 2022) when it sizes its convolutions. ``pld_of``
 refuses (``PldTooLargeError``, which names the RDP accountant) an event whose estimate exceeds ``MAX_POINTS``.
 
-Not supported: sampling without replacement (use the RDP accountant, ``accountant="rdp"``), dpfl's disjoint-union
-events, Skellam and binomial events of several coordinates (``dpfl.accounting.discrete_pld`` says why).
+Not supported: sampling without replacement around anything but one Gaussian (use the RDP accountant,
+``accountant="rdp"``), dpfl's disjoint-union events, Skellam and binomial events of several coordinates
+(``dpfl.accounting.discrete_pld`` says why).
 """
 
 from __future__ import annotations
@@ -292,8 +296,42 @@ def tree_as_gaussian(event: dp_event.SingleEpochTreeAggregationDpEvent) -> dp_ev
     return dp_event.GaussianDpEvent(event.noise_multiplier / math.sqrt(tree_depth(int(max(steps)))))
 
 
+def without_replacement_as_poisson(event: dp_event.SampledWithoutReplacementDpEvent) -> dp_event.DpEvent | None:
+    """``PoissonSampledDpEvent(b / n, GaussianDpEvent(z))``, to be read under add/remove, for a batch of b of n
+    records drawn without replacement around ``GaussianDpEvent(z)`` under replace-one; None for any other inner event.
+
+    Derivation (Balle, Barthe, Gaboardi 2018, Thm 10, "advanced joint convexity"; the dominating pair is Zhu, Dong,
+    Wang 2022, Prop. 30). Let the neighbours differ in record k and gamma = b / n. Coupling the two batches on the same
+    index set, M(D) = (1 - gamma) A + gamma B and M(D') = (1 - gamma) A + gamma B', where A (batches without k) is the
+    same under both, and every component of B, and of B', is a replace-one neighbour of a component of A (swap k for a
+    uniform index outside the batch) and of each other. Theorem 10 bounds the hockey-stick divergence, in either
+    order, by gamma H_{e^eps}(B || (1 - beta) A + beta B') <= gamma delta_G(eps), with
+    e^eps = 1 + (e^eps' - 1) / gamma and delta_G the profile of the Gaussian with multiplier z (shift 1, std z, in
+    units of the replace-one sensitivity). That is exactly the profile of the pair ((1 - gamma) N(0, z^2) +
+    gamma N(1, z^2), N(0, z^2)): H_{e^eps'}((1 - gamma) Q + gamma P || Q) = gamma H_{e^eps}(P || Q). dp_accounting's
+    add/remove PLD of the Poisson-subsampled Gaussian is that pair, taken in both orders (the larger delta of the two,
+    which only adds), so its epsilon bounds the batch's. It is attained: a client whose other records all have the
+    clipped gradient -C, the differing record +C against -C, releases this pair (``tests/helpers/exact.py``,
+    ``without_replacement_pair``), so nothing tighter holds for every dataset."""
+    if not isinstance(event.event, dp_event.GaussianDpEvent):
+        return None
+    n, b = event.source_dataset_size, event.sample_size
+    if b >= n:
+        return event.event
+    return dp_event.PoissonSampledDpEvent(b / n, event.event) if b > 0 else dp_event.NoOpDpEvent()
+
+
+def _without_replacement_gaussian(event, relation) -> bool:
+    """Whether ``event`` is a Gaussian sampled without replacement under replace-one
+    (``without_replacement_as_poisson``)."""
+    return (relation == NeighborRel.REPLACE_ONE and isinstance(event, dp_event.SampledWithoutReplacementDpEvent)
+            and without_replacement_as_poisson(event) is not None)
+
+
 def _unsupported(event, relation) -> str | None:
     """Why ``event`` has no PLD here (the offending sub-event), or None."""
+    if _without_replacement_gaussian(event, relation):
+        return None
     if isinstance(event, (dp_event.SelfComposedDpEvent, ParticipationDpEvent)):
         return _unsupported(event.event, relation)
     if isinstance(event, (dp_event.ComposedDpEvent, LabelledMixtureDpEvent)):
@@ -333,6 +371,8 @@ def _build(event, relation, interval):
         return inner.compute_mixture(privacy_loss_distribution.identity(interval), event.probability)
     if discrete_pld.handles(event):
         return discrete_pld.pld(event, interval)
+    if _without_replacement_gaussian(event, relation):
+        return _cached(without_replacement_as_poisson(event), NeighborRel.ADD_OR_REMOVE_ONE, interval)
     accountant = pld_privacy_accountant.PLDAccountant(relation, interval)
     accountant.compose(_dp_accounting_reading(event, relation))
     if accountant._contains_non_dp_event:  # noqa: SLF001 (dp_accounting keeps this flag private)
@@ -422,4 +462,5 @@ def _dp_accounting_reading(event, relation):
 
 
 __all__ = ["VALUE_DISCRETIZATION_INTERVAL", "MAX_POINTS", "PldTooLargeError", "supports", "estimated_points", "check_target",
-           "tractable", "pld_of", "pld_epsilon", "epsilon_for_delta", "pld_delta", "tree_depth", "tree_as_gaussian"]
+           "tractable", "pld_of", "pld_epsilon", "epsilon_for_delta", "pld_delta", "tree_depth", "tree_as_gaussian",
+           "without_replacement_as_poisson"]

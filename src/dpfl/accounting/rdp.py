@@ -26,6 +26,7 @@ of dpfl's events (``dpfl.accounting.events``):
   log(1 + p (exp((a - 1) eps_in(a)) - 1)) / (a - 1) of its inner curve, under the inner event's own relation, and
   ``LabelledMixtureDpEvent`` the same over several events, log(sum_k w_k exp((a - 1) eps_k(a))) / (a - 1);
 * ``DisjointUnionDpEvent`` (parallel composition over disjoint data) takes the pointwise maximum of its parts;
+* ``WorstOwnerDpEvent`` outside a ledger (which accounts each owner: ``dpfl.accounting.owners``) is its ``bound``;
 * ``SkellamDpEvent``: Agarwal et al. 2021 at integer orders, interpolated as above at non-integer ones;
 * ``DiscreteGaussianDpEvent`` (``run.secure_noise``): a / (2 z_eff^2) at every order, its zCDP curve (Canonne,
   Kamath, Steinke 2020; ``discrete_gaussian_rdp``). Sampled, it goes through the general bounds above and below
@@ -61,7 +62,8 @@ from scipy.special import gammaln, logsumexp
 from dpfl.accounting.conversion import CONVERSIONS, rdp_to_epsilon
 from dpfl.accounting.binomial import binomial_sum_rdp, binomial_sum_tail
 from dpfl.accounting.events import (BinomialSumDpEvent, DiscreteGaussianDpEvent, DisjointUnionDpEvent,
-                                    LabelledMixtureDpEvent, ParticipationDpEvent, SkellamDpEvent, unsupported_part)
+                                    LabelledMixtureDpEvent, ParticipationDpEvent, SkellamDpEvent, WorstOwnerDpEvent,
+                                    unsupported_part)
 from dpfl.accounting.skellam import poisson_subsampled_rdp, skellam_rdp
 from dpfl.errors import ConfigError, check_range
 
@@ -120,6 +122,8 @@ def composition_error(event: dp_event.DpEvent, neighboring_relation=None) -> str
         return f"{event}: no subsampling bound for an approximately RDP event (a tail delta) here"
     if isinstance(event, (dp_event.SelfComposedDpEvent, ParticipationDpEvent)):
         return composition_error(event.event, neighboring_relation)
+    if isinstance(event, WorstOwnerDpEvent):
+        return composition_error(event.bound, neighboring_relation)
     if isinstance(event, (dp_event.ComposedDpEvent, DisjointUnionDpEvent, LabelledMixtureDpEvent)):
         return next(filter(None, (composition_error(e, neighboring_relation) for e in event.events)), None)
     if isinstance(event, dp_event.SampledWithoutReplacementDpEvent):
@@ -251,6 +255,8 @@ def _compute_curve(event, orders: np.ndarray, relation, bound: str) -> np.ndarra
         return np.max([_curve(e, orders, relation, bound) for e in event.events], axis=0, initial=0.0)
     if isinstance(event, LabelledMixtureDpEvent):
         return labelled_mixture_rdp(event.weights, [_curve(e, orders, relation, bound) for e in event.events], orders)
+    if isinstance(event, WorstOwnerDpEvent):  # outside a ledger, which accounts each owner (``dpfl.accounting.owners``)
+        return _curve(event.bound, orders, relation, bound)
     if isinstance(event, dp_event.SampledWithoutReplacementDpEvent):
         return _sampled_without_replacement_curve(event, orders, bound)
     if isinstance(event, SkellamDpEvent):
@@ -285,6 +291,8 @@ def tail_delta(event: dp_event.DpEvent) -> float:
         return event.probability * tail_delta(event.event)
     if isinstance(event, LabelledMixtureDpEvent):
         return sum(w * tail_delta(e) for w, e in zip(event.weights, event.events))
+    if isinstance(event, WorstOwnerDpEvent):
+        return tail_delta(event.bound)
     return 0.0
 
 

@@ -44,8 +44,20 @@ Both are solved against the run's own ledger towards the server (``calibration``
 route, ``dpfl.experiments.noise_level``), Laplace's to the same precision as the Gaussian's (1e-4 above m / eps_i).
 
 Per-client budgets (``client_epsilons``) give per-client noise, each solved as if every client had that budget
-(``Calibration.budgets``); the ledger then charges every round with the least private client's event (the smallest
-multiplier at the largest sampling ratio), an upper bound for every client.
+(``Calibration.budgets``).
+
+**The worst owner** (Gaussian). Clients differ in their sampling ratio r_o = floor(q d_o) / d_o and, in the units
+of the sum the server divides, in their sensitivity w_o = d_o Delta_o and noise std s_o = z_o w_o. A record of
+client o is released, towards an observer of the sum over the clients S (S = {o} for the server that sees each
+message), as the batch of floor(q d_o) of d_o records sampled without replacement around the Gaussian of
+multiplier sqrt(sum_{j in S} s_j^2) / w_o: its own ratio with its own sensitivity against the others' noise as it
+is in the sum (Zhou et al.'s Eq. 3 weights d_i scale both of client i's terms). Each reply declares that event per
+owner (``Release.owners``; the others' noise credited as ``Release.credited_variance`` does for owner o: the
+weakest shares the cohort can hold) and the ledger charges the worst owner, max_o of the composition of owner o's
+replies (``dpfl.accounting.owners``), an upper bound for every client, exact for the worst one when each part is.
+The old single event, the smallest multiplier at the largest ratio of ANY client, combines two owners (on 7
+records among nine of 4, q = 0.26: the 7-record owner's noise, the 4-record owners' ratio 1/4 instead of 1/7) and
+stays as the bound the ledger falls back to beyond ``owners.MAX_OWNERS`` distinct clients.
 """
 
 from __future__ import annotations
@@ -178,18 +190,21 @@ class FedSGDDPC(Algorithm):
         return State({"x": x0.clone()})
 
     def release(self, round_index: int, state: State, counts: torch.Tensor) -> Release:
-        """One reply at the least private client's noise (in units of its sensitivity), at the largest sampling
-        ratio; charged in the rounds where the schedule makes a new most-replies count. The Gaussian reply is
-        additive, credited in the units of the released sum (``weighted_shares``); Laplace shares do not sum to a
-        Laplace, so every observer is charged the owner's own reply."""
+        """One reply, charged in the rounds where the schedule makes a new most-replies count. Laplace: at the least
+        private client's noise (in units of its sensitivity); Laplace shares do not sum to a Laplace, so every
+        observer is charged the owner's own reply. Gaussian: per owner (``Release.owners``, module docstring), its own
+        multiplier z_o at its own ratio floor(q d_o) / d_o, additive, credited in the units of the released sum
+        (``weighted_shares``); the least multiplier at the largest ratio of any client as their bound."""
         event = self._mechanism().event
         cohort = Cohort.scheduled(len(counts), self.cohort_size, self.cohort_size,
                                   self.schedule.charged[round_index] if round_index < len(self.schedule.charged)
                                   else True)
         if self.mechanism == "laplace":  # pure DP by basic composition, no credit for record sampling
             return Release((event,), (True,), cohort=cohort)
-        return Release((self.sampler.event(event, counts),), (True,), cohort=cohort,
-                       shares=self.weighted_shares(counts))
+        shares = self.weighted_shares(counts)
+        owners = tuple(Release((self.sampler.event(GaussianMechanism(float(z)).event, counts[o:o + 1]),), (True,),
+                               cohort=cohort, shares=shares, owner=o) for o, z in enumerate(self.noise.tolist()))
+        return Release((self.sampler.event(event, counts),), (True,), cohort=cohort, shares=shares, owners=owners)
 
     def weighted_shares(self, counts: torch.Tensor) -> tuple[tuple[float, float], ...]:
         """Every client's (noise std, sensitivity) in the units of the sum the server divides (``Release.shares``):
