@@ -230,6 +230,19 @@ class PrivacyLedger:
         return {o: self._epsilon_of(o, self._tally(o, [self._key(events[o]) for _, events, _ in done]))
                 for o in self.observers}
 
+    def epsilon_curve(self, rounds: Iterable[int] | None = None) -> dict[int, dict[str, float]]:
+        """{round: epsilon towards each observer as it stood when that round was last composed} (``epsilon_through``)
+        for each of ``rounds`` (default: every round recorded, in order): the whole per-round curve of a run whose
+        results report epsilon at some rounds only (run.epsilon_every). Each round costs one accounting per observer,
+        the same a fresh ledger's report of it costs, and gives the same number. ConfigError for a round never
+        composed."""
+        recorded = sorted(self._latest)
+        chosen = recorded if rounds is None else list(rounds)
+        for round_index in chosen:
+            if round_index not in self._latest:
+                raise ConfigError("rounds", round_index, f"a round the ledger recorded: {_spans(recorded)}")
+        return {round_index: self.epsilon_through(round_index) for round_index in chosen}
+
     def epsilon_after(self, rounds: Iterable[dict[str, dp_event.DpEvent]],
                       observers: Iterable[str] | None = None) -> dict[str, float]:
         """Epsilon towards each of ``observers`` (default all) if ``rounds`` (one event per observer each) were
@@ -423,6 +436,17 @@ def _extend(runs: list, key: str) -> None:
         runs[-1][1] += 1
     else:
         runs.append([key, 1])
+
+
+def _spans(rounds: list[int]) -> str:
+    """"1..5, 8" for [1, 2, 3, 4, 5, 8] (sorted); "none" for []."""
+    spans: list[list[int]] = []
+    for r in rounds:
+        if spans and r == spans[-1][1] + 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ", ".join(f"{a}..{b}" if a != b else str(a) for a, b in spans) or "none"
 
 
 def _invalid_ledger(path: Path, problem: str) -> RunDirectoryError:

@@ -8,9 +8,10 @@ observer as of that round, nonfinite_examples (the examples whose gradient norm 
 gave them weight 0, in the rounds since the previous entry; absent where the client work ran elsewhere), and
 gradient_mapping for an algorithm with a prox step, clip (the round's l2 clip) for one whose clip is server state
 (dp-fedavg-user's C_t): ``RoundMetrics``; a round
-replayed after a resume reports its own epsilon), "final" (the same keys plus delta, for the model after the last
-round done, with the epsilon of every round the ledger records: after a resume stopped mid-replay, also the rounds
-recorded before the crash), "privacy" (accountant, conversion, observers, what each sees, the budget per observer,
+replayed after a resume reports its own epsilon; a row off run.epsilon_every's schedule has "epsilon": null,
+``dpfl.engine.epsilon_schedule``), "final" (the same keys plus delta, for the model after the last round done, with
+the epsilon of every round the ledger records: after a resume stopped mid-replay, also the rounds recorded before the
+crash; always computed when the run ends or stops, null while it runs where its last row's is), "privacy" (accountant, conversion, observers, what each sees, the budget per observer,
 how the boundary is "enforced" (real protocol, simulated, declared), where the "noise" comes from (a secret key, or
 the research mode's run.noise_seed); "events_per_round": each observer's event of round "events_round", the last
 round done as the ledger charged it, or the first round as it will be charged when none is done: one round's events,
@@ -74,15 +75,20 @@ def reported_events(sim: Simulation) -> tuple[int, dict]:
     return sim.next_round, done
 
 
-def results_of(sim: Simulation, config: RunConfig, archived: list[dict] = ()) -> dict:
+def results_of(sim: Simulation, config: RunConfig, archived: list[dict] = (), exact: bool = True) -> dict:
     """The run's results so far (the module docstring lists the keys); ``archived``: the spend of the runs archived
-    in its directory (``archive.archived_spend``)."""
+    in its directory (``archive.archived_spend``). ``exact``: final's epsilon is computed (the end of a run, a stop);
+    False (the write after each evaluated round): computed only where the last row reports epsilon (free then: the
+    ledger remembers it) or runs are archived (their total with this run), else null like the row's
+    (``dpfl.engine.epsilon_schedule``)."""
     done = sim.history[-1] if sim.history and sim.history[-1].round == sim.next_round else None
     final = (done or sim.evaluate()).to_dict()  # the model after the last round done
-    final["epsilon"] = {o: None if math.isinf(e) else e for o, e in sim.ledger.epsilon().items()}  # all spent so far
+    accounted = exact or bool(archived) or final["epsilon"] is not None
+    if accounted:  # all spent so far
+        final["epsilon"] = {o: None if math.isinf(e) else e for o, e in sim.ledger.epsilon().items()}
     final["delta"] = sim.ledger.delta
     events_round, events = reported_events(sim)
-    if sim.ledger.hides_iterates():  # beside the last-iterate epsilon: what releasing every iterate would cost
+    if accounted and sim.ledger.hides_iterates():  # beside the last-iterate epsilon: what releasing every iterate costs
         final["epsilon_composition"] = {o: None if math.isinf(e) else e
                                         for o, e in sim.ledger.epsilon_composition().items()}
     archive = {"archived": {"runs": list(archived), "with_this_run": with_archived(final["epsilon"], final["delta"],
