@@ -5,10 +5,10 @@ DP-FedAvg workload and every registered family's minimal config (tests/algorithm
     python benchmarks/ledger_cost.py user budgeted       # cases whose name contains any of these words
     python benchmarks/ledger_cost.py --before /tmp/old/src user   # each case also with another checkout's dpfl
 
-A round is what ``dpfl run`` does per round at the default run.eval_every = 1: ``Simulation.step`` (the ledger's
-record, ledger.json saved before the noise, the cohort's work), ``Simulation.evaluate`` (the metrics, with epsilon
-towards every observer where run.epsilon_every schedules it: every round in a checkout before that key), the
-checkpoint where due (the ledger's summary) and results.json, in a run directory, on one CPU thread. The ledger's time is the time spent in the
+A round is what ``dpfl run`` does per round at the default run.eval_every = 1: ``Simulation.step`` (the ledger's record,
+ledger.json saved before the noise, the cohort's work), ``Simulation.evaluate`` (the metrics, with epsilon towards every
+observer where run.epsilon_every schedules it: every round in a checkout before that key), the checkpoint where due (the
+ledger's summary) and results.json, in a run directory, on one CPU thread. The ledger's time is the time spent in the
 ``PrivacyLedger`` methods the simulator calls (outermost calls only). Columns: the ledger's share of the first round
 (the round events' PLDs or RDP curves are built there), of the later rounds and of all rounds, the mean round with
 and without the ledger's time, the process's resident memory after the build and

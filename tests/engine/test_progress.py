@@ -55,7 +55,7 @@ def test_heartbeat_is_silent_when_quick_then_one_line_every_few_seconds(monkeypa
 
 
 def test_an_update_without_epsilon_shows_the_latest_reported_with_its_round(monkeypatch):
-    """Off run.epsilon_every's schedule an evaluation reports no epsilon: the line keeps the latest, saying its round."""
+    """Off run.epsilon_every's schedule an evaluation reports no epsilon: the line keeps the latest and its round."""
     monkeypatch.setattr(progress_module, "LINE_EVERY_S", 0.0)
     out = io.StringIO()
     bar = Progress(4, 0, stream=out)

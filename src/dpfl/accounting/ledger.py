@@ -26,17 +26,17 @@ moments and transform kept (``dpfl.accounting.pld_power``: dp_accounting's numbe
 answer depends on the order of the events (``accountants.ORDERED``: the last-iterate accountant, for runs that release
 only their final model) is fed the runs of equal consecutive events in order instead.
 
-Epsilon is computed when it is read, once per composition and observer (remembered per composition): ``record``
-accounts only the observers a budget names (the others' epsilon is not needed to decide the round), and not even those
-at every round: a check also finds the budget's headroom, how many more rounds of the same event the budget allows
-(``_repeats_within_budget``: the composition doubled, else a bisection), and the rounds within it are admitted
-without accounting (sound because the true epsilon never falls as mechanisms are added; the derivation is there), so
-T equal rounds cost O(log^2 T) compositions, and a new event or a new budget is checked again. ``epsilon`` accounts
-the others when first asked; ``to_dict(summary=False)``, the journal a round saves before its noise, asks nobody. Composing incrementally (the composition so far
-convolved with the new round's PLD, or count-fold events by repeated doubling) is not done: its truncation and rounding
-differ from the self-composition's, so the numbers would differ from those a fresh ledger reports, and a convolution
-at the composed size costs what the one FFT of the self-composition costs. The numbers are those of a fresh ledger
-composing from scratch, exactly (tests/accounting/test_ledger_fresh.py).
+Epsilon is computed when it is read, once per composition and observer (remembered per composition): ``record`` accounts
+only the observers a budget names (the others' epsilon is not needed to decide the round), and not even those at every
+round: a check also finds the budget's headroom, how many more rounds of the same event the budget allows
+(``_repeats_within_budget``: the composition doubled, else a bisection), and the rounds within it are admitted without
+accounting (sound because the true epsilon never falls as mechanisms are added; the derivation is there), so T equal
+rounds cost O(log^2 T) compositions, and a new event or a new budget is checked again. ``epsilon`` accounts the others
+when first asked; ``to_dict(summary=False)``, the journal a round saves before its noise, asks nobody. Composing
+incrementally (the composition so far convolved with the new round's PLD, or count-fold events by repeated doubling) is
+not done: its truncation and rounding differ from the self-composition's, so the numbers would differ from those a fresh
+ledger reports, and a convolution at the composed size costs what the one FFT of the self-composition costs. The numbers
+are those of a fresh ledger composing from scratch, exactly (tests/accounting/test_ledger_fresh.py).
 
 ``epsilon_composition`` answers, beside it, what composing every round's iterate would cost the same observers (an
 event that describes a hidden iterate, ``ProjectedStepDpEvent``, carries that event): the baseline a run that

@@ -351,7 +351,8 @@ def _gaussian_leaf(event, relation, interval):
         return identity.compose(gaussian_pld.gaussian_pld(event.noise_multiplier, 1.0, relation, interval))
     if isinstance(event, dp_event.PoissonSampledDpEvent) and isinstance(event.event, dp_event.GaussianDpEvent) \
             and 0 < event.sampling_probability <= 1 and event.event.noise_multiplier > 0:
-        sampled = gaussian_pld.gaussian_pld(event.event.noise_multiplier, event.sampling_probability, relation, interval)
+        sampled = gaussian_pld.gaussian_pld(event.event.noise_multiplier, event.sampling_probability, relation,
+                                            interval)
         return identity.compose(sampled.self_compose(1))
     return None
 

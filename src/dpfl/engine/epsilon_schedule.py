@@ -1,11 +1,11 @@
 """Which evaluated rounds carry epsilon (``run.epsilon_every``): epsilon is computed where it is read.
 
-Every round's privacy is charged to the ledger before the round draws its noise, whatever this schedule says (a
-budget is checked there, ``dpfl.accounting.ledger``); what the schedule decides is only which results.json rows, progress
-lines and TensorBoard points *report* epsilon. Reporting it costs one accounting per observer (a PLD self-composition
-by FFT, or an RDP curve), which on a small model is most of a round (about 15 ms a round at 1000 users, against 9 ms of
-training), so a row off the schedule carries ``"epsilon": null`` (the whole dict: distinct from
-``{observer: null}``, an infinite epsilon) and its readers skip it.
+Every round's privacy is charged to the ledger before the round draws its noise, whatever this schedule says (a budget
+is checked there, ``dpfl.accounting.ledger``); what the schedule decides is only which results.json rows, progress lines
+and TensorBoard points *report* epsilon. Reporting it costs one accounting per observer (a PLD self-composition by FFT,
+or an RDP curve), which on a small model is most of a round (about 15 ms a round at 1000 users, against 9 ms of
+training), so a row off the schedule carries ``"epsilon": null`` (the whole dict: distinct from ``{observer: null}``, an
+infinite epsilon) and its readers skip it.
 
 * ``"auto"`` (the default): rounds 1, 2, 4, 8, ... (powers of two: the curve's shape at a cost of log2 T accountings),
   every checkpoint round (multiples of run.checkpoint_every: the checkpoint's ledger.json computes each observer's

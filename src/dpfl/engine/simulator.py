@@ -65,15 +65,15 @@ DIVERGED_LOSS = 1e4
 class RoundMetrics:
     """One evaluation: the train objective (loss plus the algorithm's regulariser), the test accuracy, epsilon per
     observer (None, for the whole dict, where the evaluation does not report it: ``dpfl.engine.epsilon_schedule``;
-    {observer: None} is an infinite epsilon), and for a composite objective F0 + f1 with a prox step (an algorithm with ``composite`` = (f1, eta)) the
-    squared norm of the gradient mapping G_eta(w) = (w - prox_{eta f1}(w - eta grad F0(w))) / eta, Lowy et al.'s
-    (2023, Sec. 1) stationarity measure (``Regularizer.gradient_mapping``), on the pooled train data. Like the train
-    loss it reads the data: an evaluation metric of the simulation, never sent to a client nor released.
-    ``nonfinite_examples``: how many real examples the clipped sums of the rounds since the previous evaluation gave
-    weight 0 because their gradient norm was not finite (``dpfl.engine.clipping``: each contributed the zero vector,
-    inside the clip's ball, so the privacy argument is unchanged); None where the client work ran elsewhere
-    (``Simulation.workers``). ``clip``: the l2 clip the round used, for an algorithm whose clip is server state
-    (``Algorithm.clip_of``: dp-fedavg-user's C_t); None where it reports none."""
+    {observer: None} is an infinite epsilon), and for a composite objective F0 + f1 with a prox step (an algorithm
+    with ``composite`` = (f1, eta)) the squared norm of the gradient mapping G_eta(w) = (w - prox_{eta f1}(w - eta
+    grad F0(w))) / eta, Lowy et al.'s (2023, Sec. 1) stationarity measure (``Regularizer.gradient_mapping``), on the
+    pooled train data. Like the train loss it reads the data: an evaluation metric of the simulation, never sent to
+    a client nor released. ``nonfinite_examples``: how many real examples the clipped sums of the rounds since the
+    previous evaluation gave weight 0 because their gradient norm was not finite (``dpfl.engine.clipping``: each
+    contributed the zero vector, inside the clip's ball, so the privacy argument is unchanged); None where the
+    client work ran elsewhere (``Simulation.workers``). ``clip``: the l2 clip the round used, for an algorithm whose
+    clip is server state (``Algorithm.clip_of``: dp-fedavg-user's C_t); None where it reports none."""
 
     round: int
     train_loss: float | None  # None: not measured (an ``Evaluator`` without training records)

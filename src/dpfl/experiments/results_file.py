@@ -1,30 +1,28 @@
 """results.json: what a run reports, and its writer.
 
-results.json is written (atomically) after every evaluated round and when the run ends, so a crash or Ctrl-C leaves
-the latest results. It holds "config", "data" (where the data came from and how it was made,
-``FederatedDataset.info``: its source (for a file: path, format, sha256, columns or arrays), classes, partition,
-split, preprocessing), "rounds" (one entry per evaluated round: round, test_accuracy, train_loss, epsilon per
-observer as of that round, nonfinite_examples (the examples whose gradient norm was not finite, so that the clip
-gave them weight 0, in the rounds since the previous entry; absent where the client work ran elsewhere), and
-gradient_mapping for an algorithm with a prox step, clip (the round's l2 clip) for one whose clip is server state
-(dp-fedavg-user's C_t): ``RoundMetrics``; a round
-replayed after a resume reports its own epsilon; a row off run.epsilon_every's schedule has "epsilon": null,
-``dpfl.engine.epsilon_schedule``), "final" (the same keys plus delta, for the model after the last round done, with
-the epsilon of every round the ledger records: after a resume stopped mid-replay, also the rounds recorded before the
-crash; always computed when the run ends or stops, null while it runs where its last row's is), "privacy" (accountant, conversion, observers, what each sees, the budget per observer,
-how the boundary is "enforced" (real protocol, simulated, declared), where the "noise" comes from (a secret key, or
-the research mode's run.noise_seed); "events_per_round": each observer's event of round "events_round", the last
-round done as the ledger charged it, or the first round as it will be charged when none is done: one round's events,
-not the run's, which an algorithm that charges a record once (isrl-prox-sgd) spends in round 1; for an algorithm
-that reports them, "noise_multipliers", the multipliers its noise is drawn at, solved for privacy.epsilon or given),
-"status"
-("running": the run has not ended, or its process died (resume it); "finished": it ran all its rounds; "stopped":
-see "stopped_by"), "wall_seconds" (the time in the round loop over the whole run, across resumes), "session_seconds"
-(this process's part of it), "stopped_reason" and "stopped_by" (what stopped the run early: "budget", "diverged",
-"interrupted"; null when it did not) and, when the directory holds runs archived by ``restart``, "archived" (their
-spend, and the total with this run: ``dpfl.experiments.archive``), and for a run evaluated elsewhere than on its own
-data (``Simulation.evaluator``), "evaluation" (where its metrics come from, whether epsilon covers them; a metric
-not measured is null).
+results.json is written (atomically) after every evaluated round and when the run ends, so a crash or Ctrl-C leaves the
+latest results. It holds "config", "data" (where the data came from and how it was made, ``FederatedDataset.info``: its
+source (for a file: path, format, sha256, columns or arrays), classes, partition, split, preprocessing), "rounds" (one
+entry per evaluated round: round, test_accuracy, train_loss, epsilon per observer as of that round, nonfinite_examples
+(the examples whose gradient norm was not finite, so that the clip gave them weight 0, in the rounds since the previous
+entry; absent where the client work ran elsewhere), and gradient_mapping for an algorithm with a prox step, clip (the
+round's l2 clip) for one whose clip is server state (dp-fedavg-user's C_t): ``RoundMetrics``; a round replayed after a
+resume reports its own epsilon; a row off run.epsilon_every's schedule has "epsilon": null,
+``dpfl.engine.epsilon_schedule``), "final" (the same keys plus delta, for the model after the last round done, with the
+epsilon of every round the ledger records: after a resume stopped mid-replay, also the rounds recorded before the crash;
+always computed when the run ends or stops, null while it runs where its last row's is), "privacy" (accountant,
+conversion, observers, what each sees, the budget per observer, how the boundary is "enforced" (real protocol,
+simulated, declared), where the "noise" comes from (a secret key, or the research mode's run.noise_seed);
+"events_per_round": each observer's event of round "events_round", the last round done as the ledger charged it, or the
+first round as it will be charged when none is done: one round's events, not the run's, which an algorithm that charges
+a record once (isrl-prox-sgd) spends in round 1; for an algorithm that reports them, "noise_multipliers", the
+multipliers its noise is drawn at, solved for privacy.epsilon or given), "status" ("running": the run has not ended, or
+its process died (resume it); "finished": it ran all its rounds; "stopped": see "stopped_by"), "wall_seconds" (the time
+in the round loop over the whole run, across resumes), "session_seconds" (this process's part of it), "stopped_reason"
+and "stopped_by" (what stopped the run early: "budget", "diverged", "interrupted"; null when it did not) and, when the
+directory holds runs archived by ``restart``, "archived" (their spend, and the total with this run:
+``dpfl.experiments.archive``), and for a run evaluated elsewhere than on its own data (``Simulation.evaluator``),
+"evaluation" (where its metrics come from, whether epsilon covers them; a metric not measured is null).
 """
 
 from __future__ import annotations
