@@ -38,6 +38,9 @@ not done: its truncation and rounding differ from the self-composition's, so the
 ledger reports, and a convolution at the composed size costs what the one FFT of the self-composition costs. The numbers
 are those of a fresh ledger composing from scratch, exactly (tests/accounting/test_ledger_fresh.py).
 
+``epsilon_curve`` gives epsilon after any recorded round (``epsilon_through``: what the round reported when it ran),
+the whole curve of a run whose results report epsilon at some rounds only (``dpfl.engine.epsilon_schedule``).
+
 ``epsilon_composition`` answers, beside it, what composing every round's iterate would cost the same observers (an
 event that describes a hidden iterate, ``ProjectedStepDpEvent``, carries that event): the baseline a run that
 hides its iterates is compared with. It is a report only; each observer's epsilon, and its budget, is its own

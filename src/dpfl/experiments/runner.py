@@ -39,9 +39,9 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
 def run_with_ledger(config: dict, out_dir: str | Path | None = None, progress: bool = False,
                     resume: bool = False, restart: bool = False, workers=None, supplied: Supplied = NOTHING,
                     dataset: FederatedDataset | None = None, evaluator=None) -> tuple[dict, PrivacyLedger]:
-    """Runs ``config`` and returns its results and its privacy ledger (its journal gives epsilon after any round:
-    ``PrivacyLedger.epsilon_curve``) (also written to out_dir/results.json after every evaluated round and
-    at the end, when out_dir is given).
+    """Runs ``config`` and returns its results (also written to out_dir/results.json after every evaluated round and
+    at the end, when out_dir is given) and its privacy ledger (whose journal gives epsilon after any round:
+    ``PrivacyLedger.epsilon_curve``).
 
     out_dir (``check_writable``, then, holding its lock for the whole run, ``run_lock.run_lock``: refused if another
     run holds it, ``check_resumable`` or ``check_free``) and then the config's ranges (``resolve``) are checked before
