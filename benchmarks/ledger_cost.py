@@ -5,9 +5,10 @@ DP-FedAvg workload and every registered family's minimal config (tests/algorithm
     python benchmarks/ledger_cost.py user budgeted       # cases whose name contains any of these words
     python benchmarks/ledger_cost.py --before /tmp/old/src user   # each case also with another checkout's dpfl
 
-A round is what ``dpfl run`` does per round at the default run.eval_every = 1: ``Simulation.step`` (the ledger's
-record, ledger.json saved before the noise, the cohort's work) and ``Simulation.evaluate`` (the metrics, with epsilon
-towards every observer), in a run directory, on one CPU thread. The ledger's time is the time spent in the
+A round is what ``dpfl run`` does per round at the default run.eval_every = 1: ``Simulation.step`` (the ledger's record,
+ledger.json saved before the noise, the cohort's work), ``Simulation.evaluate`` (the metrics, with epsilon towards every
+observer where run.epsilon_every schedules it: every round in a checkout before that key), the checkpoint where due (the
+ledger's summary) and results.json, in a run directory, on one CPU thread. The ledger's time is the time spent in the
 ``PrivacyLedger`` methods the simulator calls (outermost calls only). Columns: the ledger's share of the first round
 (the round events' PLDs or RDP curves are built there), of the later rounds and of all rounds, the mean round with
 and without the ledger's time, the process's resident memory after the build and
@@ -17,6 +18,7 @@ at its peak (``ru_maxrss``).
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
 import resource
@@ -24,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 USER_LEVEL = ["algorithm.name='dp-fedavg-user'", "data.name='synthetic'", "data.num_clients=1000",
               "data.samples_per_client=50", "model.name='logreg'", "algorithm.client_sampling='poisson'",
@@ -72,6 +75,8 @@ def measure(case: str) -> dict:
 
     from dpfl.accounting.ledger import PrivacyLedger
     from dpfl.experiments.config import load_config
+    from dpfl.experiments.resolved import resolve
+    from dpfl.experiments.results_file import ResultsFile, results_of
     from dpfl.experiments.runner import build_simulation
 
     torch.set_num_threads(1)
@@ -95,7 +100,9 @@ def measure(case: str) -> dict:
         if hasattr(PrivacyLedger, name):
             setattr(PrivacyLedger, name, timed(getattr(PrivacyLedger, name)))
     with tempfile.TemporaryDirectory() as out:
-        sim = build_simulation(load_config(path, [*overrides, f"algorithm.rounds={rounds}", "run.threads=1"]), out)
+        config = load_config(path, [*overrides, f"algorithm.rounds={rounds}", "run.threads=1"])
+        sim, resolved = build_simulation(config, out), resolve(config)
+        results_file, mid_run = ResultsFile(Path(out) / "results.json"), _mid_run(results_of)
         built_mb = _rss_mb()
         round_s, ledger_s = [], []
         for _ in range(rounds):
@@ -106,11 +113,28 @@ def measure(case: str) -> dict:
                 if type(err).__name__ != "BudgetExceededError":
                     raise
                 break
-            sim.evaluate()
+            sim.history.append(_evaluate(sim, rounds))
+            if sim.next_round % sim.checkpoint_every == 0 or sim.next_round == rounds:
+                sim.save_checkpoint()
+            results_file.write(results_of(sim, resolved, **mid_run))
             round_s.append(time.perf_counter() - started)
             ledger_s.append(spent[0])
     return {"case": case, "rounds": len(round_s), "round_s": round_s, "ledger_s": ledger_s, "built_mb": built_mb,
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def _evaluate(sim, rounds: int):
+    """``Simulation.run``'s evaluation: epsilon where run.epsilon_every schedules it (every round before that key)."""
+    try:
+        from dpfl.engine.epsilon_schedule import epsilon_due
+    except ImportError:
+        return sim.evaluate()
+    return sim.evaluate(epsilon_due(sim.next_round, rounds, sim.epsilon_every, sim.checkpoint_every))
+
+
+def _mid_run(results_of) -> dict:
+    """The runner's keywords for results.json written after an evaluated round (none before ``exact``)."""
+    return {"exact": False} if "exact" in inspect.signature(results_of).parameters else {}
 
 
 def _rss_mb() -> float:

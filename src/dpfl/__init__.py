@@ -10,7 +10,8 @@ may move):
   TOML path, a dict of sections or a ``load_config`` result; ``model`` any torch module, ``loss`` a per-example loss,
   ``data`` arrays (x, y[, client ids]) or a ``FederatedDataset``.
 * ``build(...) -> Simulation``: the same run, to drive round by round.
-* ``Results``: ``.final``, ``.rounds``, ``.privacy``, ``.epsilon``, ``.to_dict()`` (= results.json).
+* ``Results``: ``.final``, ``.rounds``, ``.privacy``, ``.epsilon``, ``.to_dict()`` (= results.json), and
+  ``.epsilon_curve(rounds)``, epsilon after every round from the run's ledger; ``Results.load(run directory)``.
 * ``account(...)``: epsilon of an event or of the Gaussian mechanism.
 * ``calibrate(...)``: the noise for a target epsilon, in two forms told apart by the first argument:
   ``calibrate(config, *, target_epsilon, model=None, loss=None, data=None)`` solves a run's noise against its own

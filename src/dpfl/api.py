@@ -20,7 +20,7 @@ from dpfl.errors import ConfigError, check_target_epsilon
 from dpfl.experiments.assembly import build_simulation
 from dpfl.experiments.calibrated import Calibrated, calibrate_config
 from dpfl.experiments.config import SCHEMA, SECTIONS, load_config, read_toml
-from dpfl.experiments.runner import run_experiment
+from dpfl.experiments.runner import run_with_ledger
 from dpfl.experiments.supplied import SECTION, Supplied
 from dpfl.results import Results
 
@@ -55,8 +55,8 @@ def run(config=None, *, model=None, loss=None, data=None, out: str | Path | None
     if out is not None and not isinstance(out, (str, os.PathLike)):
         raise ConfigError("out", out, "the run directory as a str or pathlib.Path, or None (no run directory)")
     supplied = Supplied.of(model, loss, data)
-    return Results(run_experiment(resolve_config(config, supplied), out, progress=progress, resume=resume,
-                                  restart=restart, supplied=supplied))
+    return Results(*run_with_ledger(resolve_config(config, supplied), out, progress=progress, resume=resume,
+                                    restart=restart, supplied=supplied))
 
 
 def build(config=None, *, model=None, loss=None, data=None):

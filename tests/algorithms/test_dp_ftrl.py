@@ -89,7 +89,7 @@ def test_the_server_draws_one_node_per_round_from_its_stream_and_releases_the_no
 
 
 def test_the_ledger_charges_each_epochs_tree_at_its_first_round_and_a_budget_stops_before_an_epoch():
-    sim = simulation("algorithm.noise_multiplier=2.0")
+    sim = simulation("algorithm.noise_multiplier=2.0", "run.epsilon_every=1")
     sim.run(8)
     tree = dp_event.SelfComposedDpEvent(dp_event.SingleEpochTreeAggregationDpEvent(2.0, 4), 1)
     for round_number in range(1, 9):

@@ -82,6 +82,9 @@ def test_user_module_on_user_arrays(user_run):
     assert results.final["round"] == 2 and [r["round"] for r in results.rounds] == [1, 2]
     assert set(results.final["epsilon"]) == {"third_party", "server", "other_silo"} == set(results.privacy["observers"])
     assert 0 < results.epsilon["third_party"] < float("inf")
+    curve = results.epsilon_curve()  # from the run's ledger: every round, the rows' numbers where they carry one
+    assert sorted(curve) == [1, 2] and curve[2] == results.epsilon and curve[1] == results.rounds[0]["epsilon"]
+    assert dpfl.Results.load(out).epsilon_curve([1]) == {1: curve[1]}
     assert results.to_dict() == json.loads((out / "results.json").read_text())
     assert results.config["model"] == {"name": "custom"} and results.config["data"]["name"] == "arrays"
     supplied = json.loads((out / "run.json").read_text())["config"]["supplied"]

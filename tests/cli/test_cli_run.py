@@ -5,6 +5,7 @@ import json
 import pytest
 
 from dpfl.cli import main
+from dpfl.results import Results
 from dpfl.engine.keys import KEY_FILE, load_key
 from dpfl.experiments import run_directory
 from dpfl.experiments.demo import DEMO_SETTINGS, run_demo
@@ -44,14 +45,19 @@ def test_run_writes_results_with_the_promised_keys(config, tmp_path, capsys):
     assert main(["run", str(config), "--out", str(out), "--no-progress"]) == 0
     results = json.loads((out / "results.json").read_text())
     assert [r["round"] for r in results["rounds"]] == list(range(1, 9))
-    for entry in results["rounds"] + [results["final"]]:
+    # run.epsilon_every = "auto": powers of two, the checkpoints (every 3rd round) and the last; null elsewhere
+    assert [r["round"] for r in results["rounds"] if r["epsilon"] is not None] == [1, 2, 3, 4, 6, 8]
+    reported = [r for r in results["rounds"] if r["epsilon"] is not None]
+    for entry in reported + [results["final"]]:
         assert set(entry) >= {"round", "test_accuracy", "train_loss", "epsilon"}
         assert set(entry["epsilon"]) >= {"third_party", "server"}
         assert 0 < entry["epsilon"]["third_party"] <= entry["epsilon"]["server"]
+    curve = Results.load(out).epsilon_curve()  # every round, from the journal: the rows' numbers exactly
+    assert sorted(curve) == list(range(1, 9)) and all(curve[r["round"]] == r["epsilon"] for r in reported)
     assert results["final"]["delta"] == 1e-4  # the largest power of ten at most 1 / (10 N), N = 6 x 80
     assert results["wall_seconds"] > 0 and results["privacy"]["conversion"] == "modern"
     assert results["privacy"]["analysis"] == "sound" and results["privacy"]["unproven"] == []
-    eps = [r["epsilon"]["third_party"] for r in results["rounds"]]
+    eps = [curve[r]["third_party"] for r in sorted(curve)]
     assert eps == sorted(eps)  # privacy spent only grows
     assert (out / "ledger.json").exists() and (out / "checkpoint.pt").exists()
     assert "test accuracy" in capsys.readouterr().out

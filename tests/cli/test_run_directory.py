@@ -357,7 +357,7 @@ def test_replayed_rounds_report_their_own_epsilon(config, finished, tmp_path, mo
     to 4), free, and results.json reports for each the epsilon it had the first time, as the uninterrupted run's
     results.json does (before, each replayed round reported the ledger's latest: round 4's epsilon was round 5's)."""
     out = tmp_path / "run"
-    every = ("--set", f"run.checkpoint_every={checkpoint_every}")
+    every = ("--set", f"run.checkpoint_every={checkpoint_every}", "--set", "run.epsilon_every=1")  # every row's
     step = Simulation.step
 
     def dies(sim):

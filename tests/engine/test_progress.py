@@ -52,3 +52,16 @@ def test_heartbeat_is_silent_when_quick_then_one_line_every_few_seconds(monkeypa
     for k in range(6):
         beat(k, 10 - k)
     assert out.getvalue().splitlines() == ["noise 2 -> epsilon 8", "noise 4 -> epsilon 6"]
+
+
+def test_an_update_without_epsilon_shows_the_latest_reported_with_its_round(monkeypatch):
+    """Off run.epsilon_every's schedule an evaluation reports no epsilon: the line keeps the latest and its round."""
+    monkeypatch.setattr(progress_module, "LINE_EVERY_S", 0.0)
+    out = io.StringIO()
+    bar = Progress(4, 0, stream=out)
+    bar.update(1, 0.5, {"third_party": 0.25})
+    bar.update(2, 0.5, None)
+    bar.update(3, None, None)
+    assert out.getvalue().splitlines() == ["round 1/4, test accuracy 0.5000, epsilon third_party=0.25",
+                                           "round 2/4, test accuracy 0.5000, epsilon (round 1) third_party=0.25",
+                                           "round 3/4, epsilon (round 1) third_party=0.25"]

@@ -553,6 +553,17 @@ def _eval_every(p):
     assert [m.round for m in p.sim.run(4)] == [2, 4]
 
 
+def _epsilon_every(p):  # every 3rd evaluation and the last report epsilon, the others null; "auto" (the base's):
+    # powers of two, the checkpoints (every 10th) and the last. The numbers: those of the journal's curve exactly
+    assert p.sim.epsilon_every == 3 and p.base.epsilon_every == "auto"
+    history = p.sim.run(7)
+    assert [m.round for m in history] == list(range(1, 8))
+    assert [m.round for m in history if m.epsilon is not None] == [3, 6, 7]
+    curve = p.sim.ledger.epsilon_curve()
+    assert all(m.epsilon == curve[m.round] for m in history if m.epsilon is not None)
+    assert [m.round for m in p.base.run(7) if m.epsilon is not None] == [1, 2, 4, 7]
+
+
 def _checkpoint_every(p):
     sim = build_simulation(p.config, p.tmp_path / "run")
     assert sim.checkpoint_every == 3
@@ -897,6 +908,7 @@ TABLE: dict[str, list[Row]] = {
     "run.noise_seed": [Row("5", _noise_seed)],
     "run.eval_every": [Row("2", _eval_every)],
     "run.checkpoint_every": [Row("3", _checkpoint_every)],
+    "run.epsilon_every": [Row("3", _epsilon_every)],
     "run.memory_mb": [Row("2", _memory_mb)],
     "run.threads": [Row(_other_threads, _threads)],
     "run.device": [Row("'cpu'", _device)],

@@ -26,17 +26,20 @@ moments and transform kept (``dpfl.accounting.pld_power``: dp_accounting's numbe
 answer depends on the order of the events (``accountants.ORDERED``: the last-iterate accountant, for runs that release
 only their final model) is fed the runs of equal consecutive events in order instead.
 
-Epsilon is computed when it is read, once per composition and observer (remembered per composition): ``record``
-accounts only the observers a budget names (the others' epsilon is not needed to decide the round), and not even those
-at every round: a check also finds the budget's headroom, how many more rounds of the same event the budget allows
-(``_repeats_within_budget``: the composition doubled, else a bisection), and the rounds within it are admitted
-without accounting (sound because the true epsilon never falls as mechanisms are added; the derivation is there), so
-T equal rounds cost O(log^2 T) compositions, and a new event or a new budget is checked again. ``epsilon`` accounts
-the others when first asked; ``to_dict(summary=False)``, the journal a round saves before its noise, asks nobody. Composing incrementally (the composition so far
-convolved with the new round's PLD, or count-fold events by repeated doubling) is not done: its truncation and rounding
-differ from the self-composition's, so the numbers would differ from those a fresh ledger reports, and a convolution
-at the composed size costs what the one FFT of the self-composition costs. The numbers are those of a fresh ledger
-composing from scratch, exactly (tests/accounting/test_ledger_fresh.py).
+Epsilon is computed when it is read, once per composition and observer (remembered per composition): ``record`` accounts
+only the observers a budget names (the others' epsilon is not needed to decide the round), and not even those at every
+round: a check also finds the budget's headroom, how many more rounds of the same event the budget allows
+(``_repeats_within_budget``: the composition doubled, else a bisection), and the rounds within it are admitted without
+accounting (sound because the true epsilon never falls as mechanisms are added; the derivation is there), so T equal
+rounds cost O(log^2 T) compositions, and a new event or a new budget is checked again. ``epsilon`` accounts the others
+when first asked; ``to_dict(summary=False)``, the journal a round saves before its noise, asks nobody. Composing
+incrementally (the composition so far convolved with the new round's PLD, or count-fold events by repeated doubling) is
+not done: its truncation and rounding differ from the self-composition's, so the numbers would differ from those a fresh
+ledger reports, and a convolution at the composed size costs what the one FFT of the self-composition costs. The numbers
+are those of a fresh ledger composing from scratch, exactly (tests/accounting/test_ledger_fresh.py).
+
+``epsilon_curve`` gives epsilon after any recorded round (``epsilon_through``: what the round reported when it ran),
+the whole curve of a run whose results report epsilon at some rounds only (``dpfl.engine.epsilon_schedule``).
 
 A round that declares what it releases about a record of each client (``events.WorstOwnerDpEvent``: clients whose
 sampling ratios, weights or noise differ) is accounted per owner: epsilon is the largest over the clients of the
@@ -233,6 +236,19 @@ class PrivacyLedger:
         done = self._journal[: position + 1]
         return {o: self._epsilon_of(o, self._tally(o, [self._key(events[o]) for _, events, _ in done]))
                 for o in self.observers}
+
+    def epsilon_curve(self, rounds: Iterable[int] | None = None) -> dict[int, dict[str, float]]:
+        """{round: epsilon towards each observer as it stood when that round was last composed} (``epsilon_through``)
+        for each of ``rounds`` (default: every round recorded, in order): the whole per-round curve of a run whose
+        results report epsilon at some rounds only (run.epsilon_every). Each round costs one accounting per observer,
+        the same a fresh ledger's report of it costs, and gives the same number. ConfigError for a round never
+        composed."""
+        recorded = sorted(self._latest)
+        chosen = recorded if rounds is None else list(rounds)
+        for round_index in chosen:
+            if round_index not in self._latest:
+                raise ConfigError("rounds", round_index, f"a round the ledger recorded: {_spans(recorded)}")
+        return {round_index: self.epsilon_through(round_index) for round_index in chosen}
 
     def epsilon_after(self, rounds: Iterable[dict[str, dp_event.DpEvent]],
                       observers: Iterable[str] | None = None) -> dict[str, float]:
@@ -437,6 +453,17 @@ def _extend(runs: list, key: str) -> None:
         runs[-1][1] += 1
     else:
         runs.append([key, 1])
+
+
+def _spans(rounds: list[int]) -> str:
+    """"1..5, 8" for [1, 2, 3, 4, 5, 8] (sorted); "none" for []."""
+    spans: list[list[int]] = []
+    for r in rounds:
+        if spans and r == spans[-1][1] + 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ", ".join(f"{a}..{b}" if a != b else str(a) for a, b in spans) or "none"
 
 
 def _invalid_ledger(path: Path, problem: str) -> RunDirectoryError:

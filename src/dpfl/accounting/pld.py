@@ -18,8 +18,10 @@ distributions by FFT and reads epsilon(delta) off the composition: tight up to t
   rate b / n under add/remove (``without_replacement_as_poisson``, derived there);
 * one coordinate of the Skellam mechanism (alone or Poisson-sampled) and of the binomial summation with p = 1/2
   have their exact PLDs on the integer lattice (``dpfl.accounting.discrete_pld``, the rounding charged);
-* every other event is handed to dp_accounting's ``PLDAccountant`` (Gaussian, Laplace, discrete Laplace, randomized
-  response, mixtures of Gaussians, Poisson sampling around Gaussian or Laplace).
+* a Gaussian and a Poisson-subsampled Gaussian are dp_accounting's PLDs built with their connect-the-dots grid
+  computed at once (``dpfl.accounting.gaussian_pld``: the same numbers, 10-30x faster: a run's first round);
+* every other event is handed to dp_accounting's ``PLDAccountant`` (Laplace, discrete Laplace, randomized response,
+  mixtures of Gaussians, Poisson sampling around Laplace).
 
 **Replace-one Gaussians.** dpfl's convention (``dpfl.accounting.events``): ``GaussianDpEvent(z)`` under replace-one
 neighbouring has std z times the replace-one sensitivity (the distance between the statistic on the two datasets).
@@ -56,7 +58,7 @@ import numpy as np
 from dp_accounting import dp_event, privacy_accountant
 from dp_accounting.pld import pld_pmf, pld_privacy_accountant, privacy_loss_distribution
 
-from dpfl.accounting import discrete_pld, pld_power
+from dpfl.accounting import discrete_pld, gaussian_pld, pld_power
 from dpfl.accounting.conversion import rdp_to_epsilon
 from dpfl.accounting.events import LabelledMixtureDpEvent, ParticipationDpEvent
 from dpfl.accounting.rdp import composition_error, rdp_curve
@@ -67,8 +69,9 @@ NeighborRel = privacy_accountant.NeighboringRelation
 #: Grid step of the discretised privacy losses (see the module docstring).
 VALUE_DISCRETIZATION_INTERVAL = 1e-4
 
-#: The most grid points a PLD may span (``estimated_points``). Building a Gaussian leaf costs 2-5 us per point on one
-#: core (dp_accounting's connect-the-dots loop), so a PLD within it takes at most about 10 s.
+#: The most grid points a PLD may span (``estimated_points``). Building a leaf in dp_accounting's connect-the-dots loop
+#: costs 2-5 us per point on one core, so a PLD within it takes at most about 10 s (a Gaussian leaf, built by
+#: ``gaussian_pld``, 10-30x less; its self-compositions' FFTs, 16 bytes a point, stay).
 MAX_POINTS = 2_000_000
 #: Tail mass below which losses need no grid points (dp_accounting's truncation of self-compositions).
 TAIL_MASS = 1e-15
@@ -373,8 +376,12 @@ def _build(event, relation, interval):
         return discrete_pld.pld(event, interval)
     if _without_replacement_gaussian(event, relation):
         return _cached(without_replacement_as_poisson(event), NeighborRel.ADD_OR_REMOVE_ONE, interval)
+    reading = _dp_accounting_reading(event, relation)
+    gaussian = _gaussian_leaf(reading, relation, interval)
+    if gaussian is not None:
+        return gaussian
     accountant = pld_privacy_accountant.PLDAccountant(relation, interval)
-    accountant.compose(_dp_accounting_reading(event, relation))
+    accountant.compose(reading)
     if accountant._contains_non_dp_event:  # noqa: SLF001 (dp_accounting keeps this flag private)
         return None
     return accountant._pld  # noqa: SLF001
@@ -440,6 +447,22 @@ def _labelled_mixture(parts):
         total = total.compute_mixture(pld, total_weight / (total_weight + weight))
         total_weight += weight
     return total
+
+
+def _gaussian_leaf(event, relation, interval):
+    """dp_accounting's ``PLDAccountant``'s PLD of a private Gaussian or Poisson-subsampled Gaussian event, as it
+    composes one into its identity PLD (the subsampled one self-composed once, as it does), with the mechanism's PLD
+    built by ``gaussian_pld`` (its connect-the-dots grid at once: the same numbers, 10-30x faster); None for any
+    other event (dp_accounting builds it)."""
+    identity = privacy_loss_distribution.identity(interval)
+    if isinstance(event, dp_event.GaussianDpEvent) and event.noise_multiplier > 0:
+        return identity.compose(gaussian_pld.gaussian_pld(event.noise_multiplier, 1.0, relation, interval))
+    if isinstance(event, dp_event.PoissonSampledDpEvent) and isinstance(event.event, dp_event.GaussianDpEvent) \
+            and 0 < event.sampling_probability <= 1 and event.event.noise_multiplier > 0:
+        sampled = gaussian_pld.gaussian_pld(event.event.noise_multiplier, event.sampling_probability, relation,
+                                            interval)
+        return identity.compose(sampled.self_compose(1))
+    return None
 
 
 def _dp_accounting_reading(event, relation):

@@ -71,8 +71,8 @@ def configure(commands) -> None:
     run.add_argument("--resume", action="store_true",
                      help="continue the run in DIR (from checkpoint.pt, or from the first round without one, keeping "
                           "ledger.json); the config may differ only in algorithm.rounds (not for an algorithm whose "
-                          "noise is calibrated to the rounds, e.g. fedsgd-dpc), privacy.budget, run.eval_every and "
-                          "run.checkpoint_every")
+                          "noise is calibrated to the rounds, e.g. fedsgd-dpc), privacy.budget, run.eval_every, "
+                          "run.epsilon_every and run.checkpoint_every")
     run.add_argument("--restart", action="store_true",
                      help="move the run already in DIR to DIR/archive/<UTC time>/ and start over (without it, a new "
                           "run into a directory that holds one is refused)")

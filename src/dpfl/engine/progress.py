@@ -10,7 +10,8 @@ LINE_EVERY_S = 5.0
 
 
 class Progress:
-    """Reports rounds done, test accuracy and epsilon per observer.
+    """Reports rounds done, test accuracy and epsilon per observer: the latest epsilon reported, with its round when
+    it is not this round's (an evaluation off run.epsilon_every's schedule reports none: ``epsilon_schedule``).
 
     On a terminal (stderr is a tty) a tqdm bar; otherwise one line per ``LINE_EVERY_S`` seconds, and the round the
     run ended at (its last round, or the round a stop came after: ``close`` prints it if it was not printed), so that
@@ -24,6 +25,7 @@ class Progress:
         self._bar = None
         self._last = -float("inf")
         self._unprinted = None  # the arguments of the latest update when its line was not printed
+        self._epsilon: tuple[int, dict] | None = None  # (round, epsilon) of the latest update that reported epsilon
         if enabled and getattr(self.stream, "isatty", lambda: False)():
             from tqdm.auto import tqdm
 
@@ -33,7 +35,11 @@ class Progress:
         self.done = round_done
         if not self.enabled:
             return
-        eps = ", ".join(f"{o}={_fmt(e)}" for o, e in (epsilon or {}).items())
+        if epsilon is not None:
+            self._epsilon = (round_done, epsilon)
+        reported, shown = self._epsilon or (round_done, {})
+        eps = ("" if reported == round_done else f"(round {reported}) ") + \
+            ", ".join(f"{o}={_fmt(e)}" for o, e in shown.items()) if shown else ""
         if self._bar is not None:
             self._bar.update(round_done - self._bar.n)
             if accuracy is not None:

@@ -47,6 +47,7 @@ from dpfl.engine import checkpoint, keys
 from dpfl.engine.boundary import Boundary
 from dpfl.engine.cohort_round import CohortRows, Records, client_work, run_cohort
 from dpfl.engine.device import on_device, stream_identity
+from dpfl.engine.epsilon_schedule import epsilon_due
 from dpfl.engine.grads import CohortGradients, memory_per_example
 from dpfl.engine.progress import Progress
 from dpfl.engine.protocol import Algorithm, ClientOutput
@@ -63,20 +64,21 @@ DIVERGED_LOSS = 1e4
 @dataclass
 class RoundMetrics:
     """One evaluation: the train objective (loss plus the algorithm's regulariser), the test accuracy, epsilon per
-    observer, and for a composite objective F0 + f1 with a prox step (an algorithm with ``composite`` = (f1, eta)) the
-    squared norm of the gradient mapping G_eta(w) = (w - prox_{eta f1}(w - eta grad F0(w))) / eta, Lowy et al.'s
-    (2023, Sec. 1) stationarity measure (``Regularizer.gradient_mapping``), on the pooled train data. Like the train
-    loss it reads the data: an evaluation metric of the simulation, never sent to a client nor released.
-    ``nonfinite_examples``: how many real examples the clipped sums of the rounds since the previous evaluation gave
-    weight 0 because their gradient norm was not finite (``dpfl.engine.clipping``: each contributed the zero vector,
-    inside the clip's ball, so the privacy argument is unchanged); None where the client work ran elsewhere
-    (``Simulation.workers``). ``clip``: the l2 clip the round used, for an algorithm whose clip is server state
-    (``Algorithm.clip_of``: dp-fedavg-user's C_t); None where it reports none."""
+    observer (None, for the whole dict, where the evaluation does not report it: ``dpfl.engine.epsilon_schedule``;
+    {observer: None} is an infinite epsilon), and for a composite objective F0 + f1 with a prox step (an algorithm
+    with ``composite`` = (f1, eta)) the squared norm of the gradient mapping G_eta(w) = (w - prox_{eta f1}(w - eta
+    grad F0(w))) / eta, Lowy et al.'s (2023, Sec. 1) stationarity measure (``Regularizer.gradient_mapping``), on the
+    pooled train data. Like the train loss it reads the data: an evaluation metric of the simulation, never sent to
+    a client nor released. ``nonfinite_examples``: how many real examples the clipped sums of the rounds since the
+    previous evaluation gave weight 0 because their gradient norm was not finite (``dpfl.engine.clipping``: each
+    contributed the zero vector, inside the clip's ball, so the privacy argument is unchanged); None where the
+    client work ran elsewhere (``Simulation.workers``). ``clip``: the l2 clip the round used, for an algorithm whose
+    clip is server state (``Algorithm.clip_of``: dp-fedavg-user's C_t); None where it reports none."""
 
     round: int
     train_loss: float | None  # None: not measured (an ``Evaluator`` without training records)
     test_accuracy: float | None
-    epsilon: dict
+    epsilon: dict | None
     gradient_mapping: float | None = None
     nonfinite_examples: int | None = None
     clip: float | None = None
@@ -126,6 +128,9 @@ class Simulation:
     memory_budget_bytes: int = 512 * 2**20
     checkpoint_dir: Path | None = None
     checkpoint_every: int = 10
+    #: which evaluations ``run`` reports epsilon at (run.epsilon_every, ``dpfl.engine.epsilon_schedule``); the bare
+    #: Simulation's default, 1, reports it at every evaluation (a config's default is "auto")
+    epsilon_every: int | str = 1
     release: str = ""  # sha256 of the run's release config (see dpfl.experiments.run_directory.release_config)
     data: dict = field(default_factory=dict)  # the data's provenance (FederatedDataset.info), for results.json
     #: where the cohort's client work runs: None, in this process (``in_process``); otherwise a callable with its
@@ -243,11 +248,11 @@ class Simulation:
     def _divergence_hint(self) -> str:
         return self.algorithm.divergence_hint(self.train.counts)
 
-    def evaluate(self) -> RoundMetrics:
+    def evaluate(self, epsilon: bool = True) -> RoundMetrics:
         """The metrics of the model after the rounds done, with epsilon as it stood after the last of them (a round
-        replayed after a resume reports its own epsilon, not that of rounds the ledger recorded after it), and the
-        examples the clip zeroed since the previous evaluation and the clip of the last round (when run in this
-        process; ``RoundMetrics``)."""
+        replayed after a resume reports its own epsilon, not that of rounds the ledger recorded after it; with
+        ``epsilon`` False, None: no accounting), and the examples the clip zeroed since the previous evaluation and
+        the clip of the last round (when run in this process; ``RoundMetrics``)."""
         x = self.model
         if self.evaluator is None:
             loss, _ = self.grads.mean_loss_and_accuracy(x, self.train.flat_chunks())  # a piece at a time: 10^5
@@ -257,7 +262,8 @@ class Simulation:
             (loss, accuracy), mapping = self.evaluator(self, x), None
         if loss is not None:
             loss += self.algorithm.regulariser(x)
-        eps = {o: (None if e == float("inf") else e) for o, e in self.ledger.epsilon_through(self.next_round).items()}
+        eps = {o: (None if e == float("inf") else e)
+               for o, e in self.ledger.epsilon_through(self.next_round).items()} if epsilon else None
         zeroed = self.grads.take_nonfinite_examples() if self.workers is None else None  # one read a round
         return RoundMetrics(self.next_round, loss, accuracy, eps, mapping, zeroed, self._round_clip)
 
@@ -278,8 +284,9 @@ class Simulation:
         checkpoint_dir) and returns with ``interrupted`` and ``stop_signal`` set and ``stopped_reason`` saying so (a
         second one raises ``RunAborted`` at once: ``stop_signal.StopOnSignal``).
         ``on_evaluated(self)`` is called after each evaluated round, once its metrics are in ``history`` and its
-        checkpoint (if due) is written (the runner writes results.json there). A negative or fractional ``rounds`` is
-        refused (``ConfigError``); one at most the rounds done returns [] at once."""
+        checkpoint (if due) is written (the runner writes results.json there). An evaluation reports epsilon where
+        ``epsilon_every`` schedules it (``epsilon_schedule.epsilon_due``), else None. A negative or fractional
+        ``rounds`` is refused (``ConfigError``); one at most the rounds done returns [] at once."""
         if isinstance(rounds, numbers.Integral) and not isinstance(rounds, bool):
             rounds = int(rounds)  # a numpy integer too
         rounds = check_range("rounds", rounds, 0, integer=True)
@@ -302,7 +309,8 @@ class Simulation:
                         break
                     metrics = None
                     if self.next_round % self.eval_every == 0 or self.next_round == rounds:
-                        metrics = self.evaluate()
+                        metrics = self.evaluate(epsilon_due(self.next_round, rounds, self.epsilon_every,
+                                                            self.checkpoint_every))
                         if metrics.train_loss is not None and not metrics.train_loss <= DIVERGED_LOSS:  # NaN too
                             what = ("is not finite" if not math.isfinite(metrics.train_loss) else
                                     f"is {metrics.train_loss:.3g}, above {DIVERGED_LOSS:g} (a uniform guess scores "

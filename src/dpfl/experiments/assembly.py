@@ -84,7 +84,7 @@ def assemble(config: RunConfig, out_dir: Path | None = None, workers=None, noise
         train, test, CohortGradients(model.to(device), loss=supplied.loss), algorithm, clients, ledger, seed=key,
         run_id=run_id, secret=run.noise_seed is None, boundary=boundary, eval_every=run.eval_every,
         memory_budget_bytes=chunk_budget_bytes(device, run.memory_budget_bytes), device=device,
-        checkpoint_dir=out_dir, checkpoint_every=run.checkpoint_every,
+        checkpoint_dir=out_dir, checkpoint_every=run.checkpoint_every, epsilon_every=run.epsilon_every,
         release=release_hash(config.raw, config.algorithm.spec), data=dataset.info,
         workers=None if workers is None else workers(config, dataset, delta), evaluator=evaluator,
         calibration=calibration_report(config.algorithm.spec, config.algorithm.name, config.algorithm.section,

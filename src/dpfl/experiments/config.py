@@ -142,6 +142,11 @@ SCHEMA: dict[str, dict[str, tuple]] = {
                                                        "where reported, clip (C_t), at step = the round (needs the "
                                                        "tensorboard package: pip install 'dpfl[tensorboard]'; None: "
                                                        "none)"),
+        "epsilon_every": ((int, str), "auto", None, "the evaluated rounds whose results carry epsilon (each costs an "
+                                                    "accounting per observer; the others carry null): 'auto' = "
+                                                    "rounds 1, 2, 4, 8, ..., every checkpoint and the last; k = every "
+                                                    "k-th round and the last (1: every round); the final epsilon is "
+                                                    "always computed"),
     },
 }
 

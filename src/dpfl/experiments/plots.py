@@ -8,7 +8,8 @@ party, server, other silo, ...). A panel per observer, not a line style per obse
 different observers, and of different runs towards one observer, are often equal or nearly so (the demo's two
 algorithms spend the same privacy: six coinciding lines in one panel), and a panel each keeps every observer's
 curves apart and on their own scale. A run has one colour and marker in every panel (earlier runs drawn wider,
-underneath later ones, so coinciding curves both stay visible), named once in the legend below the figure.
+underneath later ones, so coinciding curves both stay visible), named once in the legend below the figure. An
+epsilon panel draws the rows that report epsilon (run.epsilon_every's schedule: a row off it has "epsilon": null).
 ``dpfl.experiments.tradeoff_plot`` draws the privacy-utility view of many runs."""
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def observers_of(results: dict[str, dict]) -> list[str]:
     for result in results.values():
         names = list(result.get("privacy", {}).get("observers", []))
         for entry in [*result["rounds"], result["final"]]:
-            names += list(entry.get("epsilon", {}))
+            names += list(entry.get("epsilon") or {})  # null: a row off run.epsilon_every's schedule
         seen += [n for n in names if n not in seen]
     known = [o for o in OBSERVER_ORDER if o in seen]
     return known + [o for o in seen if o not in OBSERVER_ORDER]
@@ -108,11 +109,13 @@ def draw_runs(results: dict[str, dict], title: str = ""):
         for ax, key in zip(panels[2:], optional):
             if any(key in r for r in result["rounds"]):
                 ax.plot(rounds, [measured(r.get(key)) for r in result["rounds"]], **style)
+        reported = [r for r in result["rounds"] if r.get("epsilon") is not None]  # run.epsilon_every's rows
+        eps_style = {**style, "markevery": _markevery(len(reported), i, len(results))}
         for ax, observer in zip(eps_axes, observers):
-            eps = [r["epsilon"].get(observer) for r in result["rounds"]]
+            eps = [r["epsilon"].get(observer) for r in reported]
             if any(e is not None for e in eps):
-                ax.plot(rounds, [measured(e) for e in eps], **style)
-            elif observer in result["final"].get("epsilon", {}):
+                ax.plot([r["round"] for r in reported], [measured(e) for e in eps], **eps_style)
+            elif observer in (result["final"].get("epsilon") or {}):
                 never[observer].append(label)  # epsilon is infinite towards this observer (no privacy towards it)
     panels[0].set(title="Test accuracy", ylabel="test accuracy")
     panels[1].set(title="Train loss", ylabel="train objective" + (" (log scale)" if losses and min(losses) > 0 else ""))

@@ -108,6 +108,7 @@ class RunOptions:
     secure_noise: bool = False
     secure_noise_bits: int = 9
     tensorboard: str | None = None
+    epsilon_every: int | str = "auto"
 
     @property
     def grid_bits(self) -> int | None:

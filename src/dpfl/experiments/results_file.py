@@ -1,30 +1,30 @@
 """results.json: what a run reports, and its writer.
 
-results.json is written (atomically) after every evaluated round and when the run ends, so a crash or Ctrl-C leaves
-the latest results. It holds "config", "data" (where the data came from and how it was made,
-``FederatedDataset.info``: its source (for a file: path, format, sha256, columns or arrays), classes, partition,
-split, preprocessing), "rounds" (one entry per evaluated round: round, test_accuracy, train_loss, epsilon per
-observer as of that round, nonfinite_examples (the examples whose gradient norm was not finite, so that the clip
-gave them weight 0, in the rounds since the previous entry; absent where the client work ran elsewhere), and
-gradient_mapping for an algorithm with a prox step, clip (the round's l2 clip) for one whose clip is server state
-(dp-fedavg-user's C_t): ``RoundMetrics``; a round
-replayed after a resume reports its own epsilon), "final" (the same keys plus delta, for the model after the last
-round done, with the epsilon of every round the ledger records: after a resume stopped mid-replay, also the rounds
-recorded before the crash), "privacy" (accountant, conversion, observers, what each sees, the budget per observer,
-how the boundary is "enforced" (real protocol, simulated, declared), where the "noise" comes from (a secret key, or
-the research mode's run.noise_seed); "events_per_round": each observer's event of round "events_round", the last
-round done as the ledger charged it, or the first round as it will be charged when none is done: one round's events,
-not the run's, which an algorithm that charges a record once (isrl-prox-sgd) spends in round 1; for an algorithm
-that reports them, "noise_multipliers", the multipliers its noise is drawn at, solved for privacy.epsilon or given;
-"calibration": for a run whose noise was solved for privacy.epsilon, the target, the observers it bounds (whose
-epsilon is at most the target), the boundary they stand behind and the level solved, else null), "status"
-("running": the run has not ended, or its process died (resume it); "finished": it ran all its rounds; "stopped":
-see "stopped_by"), "wall_seconds" (the time in the round loop over the whole run, across resumes), "session_seconds"
-(this process's part of it), "stopped_reason" and "stopped_by" (what stopped the run early: "budget", "diverged",
-"interrupted"; null when it did not) and, when the directory holds runs archived by ``restart``, "archived" (their
-spend, and the total with this run: ``dpfl.experiments.archive``), and for a run evaluated elsewhere than on its own
-data (``Simulation.evaluator``), "evaluation" (where its metrics come from, whether epsilon covers them; a metric
-not measured is null).
+results.json is written (atomically) after every evaluated round and when the run ends, so a crash or Ctrl-C leaves the
+latest results. It holds "config", "data" (where the data came from and how it was made, ``FederatedDataset.info``: its
+source (for a file: path, format, sha256, columns or arrays), classes, partition, split, preprocessing), "rounds" (one
+entry per evaluated round: round, test_accuracy, train_loss, epsilon per observer as of that round, nonfinite_examples
+(the examples whose gradient norm was not finite, so that the clip gave them weight 0, in the rounds since the previous
+entry; absent where the client work ran elsewhere), and gradient_mapping for an algorithm with a prox step, clip (the
+round's l2 clip) for one whose clip is server state (dp-fedavg-user's C_t): ``RoundMetrics``; a round replayed after a
+resume reports its own epsilon; a row off run.epsilon_every's schedule has "epsilon": null,
+``dpfl.engine.epsilon_schedule``), "final" (the same keys plus delta, for the model after the last round done, with the
+epsilon of every round the ledger records: after a resume stopped mid-replay, also the rounds recorded before the crash;
+always computed when the run ends or stops, null while it runs where its last row's is), "privacy" (accountant,
+conversion, observers, what each sees, the budget per observer, how the boundary is "enforced" (real protocol,
+simulated, declared), where the "noise" comes from (a secret key, or the research mode's run.noise_seed);
+"events_per_round": each observer's event of round "events_round", the last round done as the ledger charged it, or the
+first round as it will be charged when none is done: one round's events, not the run's, which an algorithm that charges
+a record once (isrl-prox-sgd) spends in round 1; for an algorithm that reports them, "noise_multipliers", the
+multipliers its noise is drawn at, solved for privacy.epsilon or given; "calibration": for a run whose noise was solved
+for privacy.epsilon, the target, the observers it bounds (whose epsilon is at most the target), the boundary they
+stand behind and the level solved, else null), "status" ("running": the run has not ended, or
+its process died (resume it); "finished": it ran all its rounds; "stopped": see "stopped_by"), "wall_seconds" (the time
+in the round loop over the whole run, across resumes), "session_seconds" (this process's part of it), "stopped_reason"
+and "stopped_by" (what stopped the run early: "budget", "diverged", "interrupted"; null when it did not) and, when the
+directory holds runs archived by ``restart``, "archived" (their spend, and the total with this run:
+``dpfl.experiments.archive``), and for a run evaluated elsewhere than on its own data (``Simulation.evaluator``),
+"evaluation" (where its metrics come from, whether epsilon covers them; a metric not measured is null).
 """
 
 from __future__ import annotations
@@ -75,15 +75,20 @@ def reported_events(sim: Simulation) -> tuple[int, dict]:
     return sim.next_round, done
 
 
-def results_of(sim: Simulation, config: RunConfig, archived: list[dict] = ()) -> dict:
+def results_of(sim: Simulation, config: RunConfig, archived: list[dict] = (), exact: bool = True) -> dict:
     """The run's results so far (the module docstring lists the keys); ``archived``: the spend of the runs archived
-    in its directory (``archive.archived_spend``)."""
+    in its directory (``archive.archived_spend``). ``exact``: final's epsilon is computed (the end of a run, a stop);
+    False (the write after each evaluated round): computed only where the last row reports epsilon (free then: the
+    ledger remembers it) or runs are archived (their total with this run), else null like the row's
+    (``dpfl.engine.epsilon_schedule``)."""
     done = sim.history[-1] if sim.history and sim.history[-1].round == sim.next_round else None
     final = (done or sim.evaluate()).to_dict()  # the model after the last round done
-    final["epsilon"] = {o: None if math.isinf(e) else e for o, e in sim.ledger.epsilon().items()}  # all spent so far
+    accounted = exact or bool(archived) or final["epsilon"] is not None
+    if accounted:  # all spent so far
+        final["epsilon"] = {o: None if math.isinf(e) else e for o, e in sim.ledger.epsilon().items()}
     final["delta"] = sim.ledger.delta
     events_round, events = reported_events(sim)
-    if sim.ledger.hides_iterates():  # beside the last-iterate epsilon: what releasing every iterate would cost
+    if accounted and sim.ledger.hides_iterates():  # beside the last-iterate epsilon: what releasing every iterate costs
         final["epsilon_composition"] = {o: None if math.isinf(e) else e
                                         for o, e in sim.ledger.epsilon_composition().items()}
     archive = {"archived": {"runs": list(archived), "with_this_run": with_archived(final["epsilon"], final["delta"],

@@ -15,13 +15,13 @@ A run directory holds
   ``dpfl.experiments.archive``).
 
 The release config is everything that decides what a round releases: the config minus the run-only keys
-(``RUN_ONLY_KEYS``: how many rounds, the budget, how often to evaluate and checkpoint, where TensorBoard's events go,
-the device: a run resumes on another device, where its replayed rounds draw other noise and are charged again,
-``Simulation._fingerprint``), except those the algorithm's release depends on (its spec's ``release_keys``, and the
-rounds whenever its noise is solved for privacy.epsilon, a total budget over them). A resume continues the run only
-with the same release config (``check_resumable``: so a replayed round can never draw the same noise onto a
-different computation) and never forgets privacy already spent; a new run never overwrites a directory that holds
-one (``check_free``; a restart archives it first).
+(``RUN_ONLY_KEYS``: how many rounds, the budget, how often to evaluate, report epsilon and checkpoint, where
+TensorBoard's events go, the device: a run resumes on another device, where its replayed rounds draw other noise and are
+charged again, ``Simulation._fingerprint``), except those the algorithm's release depends on (its spec's
+``release_keys``, and the rounds whenever its noise is solved for privacy.epsilon, a total budget over them). A resume
+continues the run only with the same release config (``check_resumable``: so a replayed round can never draw the same
+noise onto a different computation) and never forgets privacy already spent; a new run never overwrites a directory
+that holds one (``check_free``; a restart archives it first).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from dpfl.engine.keys import KEY_FILE, fresh_key, load_key
 from dpfl.errors import RunDirectoryError, json_problem
 
 RUN_ONLY_KEYS = ("algorithm.rounds", "privacy.budget", "run.eval_every", "run.checkpoint_every", "run.device",
-                 "run.tensorboard")
+                 "run.tensorboard", "run.epsilon_every")
 
 
 def release_config(config: dict, spec: registry.AlgorithmSpec | None = None) -> dict:

@@ -15,6 +15,7 @@ import secrets
 import sys
 from pathlib import Path
 
+from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.data import FederatedDataset
 from dpfl.errors import ConfigError, RunInterrupted
 from dpfl.experiments.archive import archive_run, archived_spend
@@ -31,8 +32,16 @@ from dpfl.experiments.tensorboard_log import TensorBoardLog
 def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bool = False,
                    resume: bool = False, restart: bool = False, workers=None, supplied: Supplied = NOTHING,
                    dataset: FederatedDataset | None = None, evaluator=None) -> dict:
+    """``run_with_ledger``'s results alone."""
+    return run_with_ledger(config, out_dir, progress, resume, restart, workers, supplied, dataset, evaluator)[0]
+
+
+def run_with_ledger(config: dict, out_dir: str | Path | None = None, progress: bool = False,
+                    resume: bool = False, restart: bool = False, workers=None, supplied: Supplied = NOTHING,
+                    dataset: FederatedDataset | None = None, evaluator=None) -> tuple[dict, PrivacyLedger]:
     """Runs ``config`` and returns its results (also written to out_dir/results.json after every evaluated round and
-    at the end, when out_dir is given).
+    at the end, when out_dir is given) and its privacy ledger (whose journal gives epsilon after any round:
+    ``PrivacyLedger.epsilon_curve``).
 
     out_dir (``check_writable``, then, holding its lock for the whole run, ``run_lock.run_lock``: refused if another
     run holds it, ``check_resumable`` or ``check_free``) and then the config's ranges (``resolve``) are checked before
@@ -80,7 +89,7 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
 
         def evaluated(s) -> None:  # after each evaluated round: results.json, TensorBoard's events
             if results_file is not None:
-                results_file.write(results_of(s, resolved, archived))
+                results_file.write(results_of(s, resolved, archived, exact=False))
             if board is not None:
                 board.write(s.history[-1].to_dict())
 
@@ -94,7 +103,7 @@ def run_experiment(config: dict, out_dir: str | Path | None = None, progress: bo
             results_file.write(results)
         if sim.interrupted:
             raise RunInterrupted(sim.next_round, sim.stop_signal)
-        return results
+        return results, sim.ledger
 
 
-__all__ = ["run_experiment", "build_simulation"]
+__all__ = ["run_experiment", "run_with_ledger", "build_simulation"]

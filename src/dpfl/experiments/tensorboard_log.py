@@ -3,12 +3,12 @@ users look for them (``torch.utils.tensorboard.SummaryWriter``; the optional ``t
 ``dpfl[tensorboard]`` extra).
 
 A round's scalars are those of its results.json row (``RoundMetrics.to_dict``), under the same names, at step = the
-round (numbered from 1, as results.json numbers it): ``test_accuracy``, ``train_loss``, ``epsilon/<observer>`` for
-each observer, and, where the row carries them, ``clip`` (an adaptive clip's C_t) and ``gradient_mapping``. A value
-results.json holds as null is not written: a metric not measured, or an infinite epsilon (no privacy towards that
-observer; TensorBoard has no honest point for it). The events are flushed after every round, so TensorBoard shows a
-run while it runs. A resumed run appends to DIR (a new event file); a round replayed after a stop before its
-checkpoint is written again at the same step.
+round (numbered from 1, as results.json numbers it): ``test_accuracy``, ``train_loss``, ``epsilon/<observer>`` for each
+observer, and, where the row carries them, ``clip`` (an adaptive clip's C_t) and ``gradient_mapping``. A value
+results.json holds as null is not written: a metric not measured, an infinite epsilon (no privacy towards that observer;
+TensorBoard has no honest point for it), or a row's whole epsilon off run.epsilon_every's schedule. The events are
+flushed after every round, so TensorBoard shows a run while it runs. A resumed run appends to DIR (a new event file); a
+round replayed after a stop before its checkpoint is written again at the same step.
 
 Nothing here touches privacy: the scalars are what results.json already reports.
 """
@@ -45,7 +45,7 @@ def _missing(directory: str) -> ConfigError:
 def round_scalars(row: dict) -> dict[str, float]:
     """{tag: value} of one results.json row (module docstring)."""
     scalars = {key: float(row[key]) for key in SCALARS if row.get(key) is not None}
-    scalars.update({f"epsilon/{observer}": float(eps) for observer, eps in row.get("epsilon", {}).items()
+    scalars.update({f"epsilon/{observer}": float(eps) for observer, eps in (row.get("epsilon") or {}).items()
                     if eps is not None})
     return scalars
 

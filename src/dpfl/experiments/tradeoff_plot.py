@@ -31,7 +31,7 @@ def tradeoff_points(results: dict[str, dict], observer: str) -> tuple[list[tuple
     points, notes = [], []
     for label, result in results.items():
         final = result["final"]
-        if observer not in final.get("epsilon", {}):
+        if observer not in (final.get("epsilon") or {}):  # null: a running run off its epsilon schedule
             continue
         epsilon, accuracy = final["epsilon"][observer], final.get("test_accuracy")
         if epsilon is None:

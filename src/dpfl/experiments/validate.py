@@ -17,6 +17,7 @@ from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.algorithms import registry
 from dpfl.engine.boundary import Boundary
 from dpfl.engine.device import resolve_device
+from dpfl.engine.epsilon_schedule import check_epsilon_every
 from dpfl.engine.sampling import ClientSampler
 from dpfl.errors import ConfigError, check_delta, check_range, check_target_epsilon
 from dpfl.models import check_model_keys
@@ -36,6 +37,7 @@ def validate(config: RunConfig) -> None:
     for key, value in (("eval_every", run.eval_every), ("checkpoint_every", run.checkpoint_every),
                        ("memory_mb", run.memory_mb)):
         check_range(f"run.{key}", value, 1, integer=True)
+    check_epsilon_every(run.epsilon_every)
     if run.threads is not None:
         check_range("run.threads", run.threads, 1, integer=True)
     resolve_device(run.device)

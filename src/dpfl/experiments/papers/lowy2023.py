@@ -189,12 +189,10 @@ def run_one(setup: Setup, delta: float, name: str, epsilon: float | None, lr: fl
     started = time.perf_counter()
     sim = build_simulation(load_config(None, overrides))
     history = sim.run(setup.rounds)
-    if not history:  # diverged before its first evaluation: the grid point's error is the worst, 1
-        spent = {o: e for o, e in sim.ledger.epsilon().items() if e is not None}
-        final = SimpleNamespace(test_accuracy=0.0, train_loss=math.inf)
-    else:
-        final = history[-1]
-        spent = {observer: e for observer, e in final.epsilon.items() if e is not None}
+    # every round's spend (the last evaluation reports epsilon only where run.epsilon_every schedules it); finite only
+    spent = {observer: e for observer, e in sim.ledger.epsilon().items() if math.isfinite(e)}
+    # diverged before its first evaluation: the grid point's error is the worst, 1
+    final = history[-1] if history else SimpleNamespace(test_accuracy=0.0, train_loss=math.inf)
     loss = final.train_loss if math.isfinite(final.train_loss) else float("inf")
     row = {"setup": setup.label, "algorithm": name, "epsilon": target, "lr": lr, "clip": clip,
            "params": _params_text(params), "seed": seed, "test_error": 1.0 - final.test_accuracy, "train_loss": loss,
