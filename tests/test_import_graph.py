@@ -15,10 +15,10 @@ SOURCE = Path(__file__).resolve().parents[1] / "src"
 
 #: Each part of dpfl and the layer it sits in: a part imports only parts of lower layers (and itself).
 LAYERS = {
-    "dpfl.errors": 0, "dpfl.counts": 0, "dpfl.results": 0,
+    "dpfl.errors": 0, "dpfl.counts": 0,
     "dpfl.durable": 1, "dpfl.data": 1, "dpfl.models": 1,
     "dpfl.accounting": 2, "dpfl.exact_noise": 2,
-    "dpfl.noise": 3,
+    "dpfl.noise": 3, "dpfl.results": 3,  # Results reads a run's ledger (epsilon_curve)
     "dpfl.protocols": 4,
     "dpfl.engine": 5,
     "dpfl.algorithms": 6, "dpfl.audit": 6, "dpfl.planning": 6,
