@@ -18,6 +18,7 @@ NAMES = ("isrl-spider", "isrl-mb-sgd", "isrl-local-sgd")
 ORDER = ["isrl-spider"] * 2 + ["isrl-mb-sgd"] * 2 + ["isrl-local-sgd"] * 2 + ["isrl-spider", "fedsgd", "fedavg"]
 
 
+@pytest.mark.slow  # 18 calibrated runs: 1-6 minutes on 2 cores; the grid and the skips are checked below by default
 def test_quick_mode_runs_both_settings_and_writes_every_run_the_tuned_tables_and_the_figures(tmp_path, capsys):
     out = tmp_path / "out"
     result = lowy2023.main(["--out", str(out), "--quick", "--setting", "both", "--algorithms", ",".join(NAMES)])
