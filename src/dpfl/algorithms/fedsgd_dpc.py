@@ -80,6 +80,9 @@ MECHANISMS = ("laplace", "gaussian")
 SELECTIONS = {"random": "fixed", "round-robin": "round_robin"}
 SCHEDULES = ("constant", "inverse")
 AGGREGATIONS = ("normalized", "paper")
+#: the most clients whose releases are declared per owner (each owner's release holds every client's share, so the
+#: declaration grows with the square of the clients; the ledger reads at most ``owners.MAX_OWNERS`` distinct ones)
+PER_OWNER_CLIENTS = 64
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,8 @@ class FedSGDDPC(Algorithm):
         private client's noise (in units of its sensitivity); Laplace shares do not sum to a Laplace, so every
         observer is charged the owner's own reply. Gaussian: per owner (``Release.owners``, module docstring), its own
         multiplier z_o at its own ratio floor(q d_o) / d_o, additive, credited in the units of the released sum
-        (``weighted_shares``); the least multiplier at the largest ratio of any client as their bound."""
+        (``weighted_shares``); the least multiplier at the largest ratio of any client as their bound, which is all
+        a federation of more than ``PER_OWNER_CLIENTS`` clients is charged (sound, not per owner)."""
         event = self._mechanism().event
         cohort = Cohort.scheduled(len(counts), self.cohort_size, self.cohort_size,
                                   self.schedule.charged[round_index] if round_index < len(self.schedule.charged)
@@ -202,6 +206,8 @@ class FedSGDDPC(Algorithm):
         if self.mechanism == "laplace":  # pure DP by basic composition, no credit for record sampling
             return Release((event,), (True,), cohort=cohort)
         shares = self.weighted_shares(counts)
+        if len(counts) > PER_OWNER_CLIENTS:  # each owner's release holds every share: quadratic in the clients
+            return Release((self.sampler.event(event, counts),), (True,), cohort=cohort, shares=shares)
         owners = tuple(Release((self.sampler.event(GaussianMechanism(float(z)).event, counts[o:o + 1]),), (True,),
                                cohort=cohort, shares=shares, owner=o) for o, z in enumerate(self.noise.tolist()))
         return Release((self.sampler.event(event, counts),), (True,), cohort=cohort, shares=shares, owners=owners)
