@@ -150,11 +150,11 @@ def tight(placement: str, sampling: str, boundary: str, observer: str) -> bool:
     """Where the ledger charges exactly the instance: a plain server (the owner's own message), a cohort's sum (every
     share credited; under Poisson the mixture over the number of other members, which the instance's observer
     learns), server noise under Poisson; elsewhere the claim may sit above (another silo's unknown membership of a
-    fixed-size cohort, or dp_accounting's replace-one sampling without replacement for a secret fixed-size cohort)."""
+    fixed-size cohort)."""
     if observer == "server":
         return True
-    if placement == "server":
-        return sampling == "poisson"
+    if placement == "server":  # fixed size: another silo's own membership (n/(M - 1) for every round)
+        return sampling == "poisson" or observer == "third_party"
     return observer == "third_party" or sampling == "poisson"
 
 
