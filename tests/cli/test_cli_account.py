@@ -72,12 +72,6 @@ BAD = [
     ),
     (["calibrate", "gaussian", "--target-epsilon", "0", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "1"],
      "target_epsilon = 0.0", "(0, inf)"),
-    (
-        ["account", "gaussian", "--noise-multiplier", "1", "--sampling", "fixed", "--sampling-rate", "0.01",
-         "--steps", "10", "--delta", "1e-5", "--accountant", "pld"],
-        "accountant = 'pld'",
-        "'rdp'",
-    ),
     (["account", "laplace", "--scale", "0", "--sensitivity", "1", "--steps", "1"], "scale = 0.0", "(0, inf)"),
     (["account", "laplace", "--scale=1", "--sensitivity=1", "--steps=1", "--accountant=rdp"], "delta = None", "(0, 1)"),
 ]  # fmt: skip

@@ -54,7 +54,7 @@ def test_noise_meets_the_target_in_a_real_run_and_less_noise_does_not(config, tm
     out = calibrate(capsys, config, "--target-epsilon", "2")
     assert out["observer"] == "third_party" and out["rounds"] == 4 and out["noise_key"] == "algorithm.noise_multiplier"
     assert (out["analysis"], out["conversion"], out["neighboring"], out["accountant"]) == (
-        "sound", "modern", "replace_one", "rdp")
+        "sound", "modern", "replace_one", "pld")  # fixed-size batches: the Gaussian's dominating Poisson pair
     assert out["delta"] == 1e-4  # the largest power of ten at most 1 / (10 N), N = 10 x 80
     noise = out["noise_multiplier"]
     real = run_epsilon(capsys, config, tmp_path, "at", f"algorithm.noise_multiplier={noise!r}")

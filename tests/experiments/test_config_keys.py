@@ -354,10 +354,10 @@ def _delta(p):  # the default for N = 6 x 24 = 144 training records: the largest
 
 
 def _budget_number(p):  # a number is the third party's budget; the run stops before the round that exceeds it
-    assert p.sim.ledger.budget == {"third_party": 3.0}
-    p.sim.run(4)  # epsilon towards a third party is 2.28, 2.89, 3.31, 3.64 after rounds 1-4 (delta 1e-4)
+    assert p.sim.ledger.budget == {"third_party": 1.9}
+    p.sim.run(4)  # epsilon towards a third party is 1.526, 1.798, 1.998, 2.166 after rounds 1-4 (delta 1e-4)
     assert "privacy.budget.third_party" in p.sim.stopped_reason and p.sim.next_round == 2
-    assert 0 < p.sim.ledger.epsilon()["third_party"] <= 3.0
+    assert 0 < p.sim.ledger.epsilon()["third_party"] <= 1.9
 
 
 def _budget_table(p):
@@ -845,7 +845,7 @@ TABLE: dict[str, list[Row]] = {
     "algorithm.noise_multiplier": [Row("3.0", _noise_multiplier)],
     "algorithm.clip_heuristic": [Row("'median-nonprivate'", _clip_heuristic)],
     "privacy.delta": [Row("1e-3", _delta)],
-    "privacy.budget": [Row("3.0", _budget_number), Row("{server = 7.0}", _budget_table)],
+    "privacy.budget": [Row("1.9", _budget_number), Row("{server = 7.0}", _budget_table)],
     "privacy.epsilon": [Row("2.0", _epsilon)],
     "algorithm.mechanism": [Row("'gaussian'", _mechanism, base=DPC_EPS)],
     "algorithm.clients_per_round": [Row("2", _clients_per_round, base=DPC_EPS)],
