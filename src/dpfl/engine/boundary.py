@@ -79,8 +79,8 @@ class Boundary:
         if shuffle == "real" and name != "shuffler":
             raise ConfigError("privacy.boundary", name, "'shuffler' with privacy.shuffler = 'real'")
         self.name, self.secure, self.released, self.shuffle = name, secure, released, shuffle
-        self.knows_cohort = cohort_known_to(self.seen_as, cohort)
         self.cohort = cohort
+        cohort_known_to(self.seen_as, cohort)  # a bad privacy.cohort is refused here, naming the key
 
     @property
     def observers(self) -> tuple[str, ...]:
@@ -101,6 +101,11 @@ class Boundary:
         if self.name == "trusted":
             return "declared: the server is trusted (no server epsilon), it receives every message in the clear"
         return "nothing to enforce: the server is charged every message it receives"
+
+    @property
+    def knows_cohort(self) -> frozenset[str]:
+        """The observers that know who takes part in each round (``observers.cohort_known_to``)."""
+        return cohort_known_to(self.seen_as, self.cohort)
 
     @property
     def seen_as(self) -> str:
