@@ -18,8 +18,8 @@ def one_torch_thread():
 def _one_torch_thread_everywhere():
     """The whole default run uses one torch thread (as runs do, run.threads unset): on a busy 2-core machine a second
     OpenMP thread made the suite take over 50 minutes. The default run is spread over one pytest-xdist worker process
-    per core (pyproject.toml's ``-n auto``); this session fixture runs in each worker, so the workers together use
-    one thread per core and do not oversubscribe it."""
+    per logical core (pyproject.toml's ``-n logical``); this session fixture runs in each worker, so the workers
+    together use one thread per core and do not oversubscribe it."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
