@@ -32,7 +32,7 @@ most one j(t) in P lies in the window (t - b, t], so row t moves by at most |c_{
 public schedule, not by the data. Adaptive composition of Gaussian mechanisms (Dong, Roth, Su 2022, Cor. 3.3) adds
 their mu^2:
 
-    mu^2 = sum_t c_{t-j(t)}^2 / (z^2 ||c||^2) = sum_{j in P} (sum_{k < min(b, T-j+1)} c_k^2) / (z^2 ||c||^2) <= |P| / z^2,
+    mu^2 = sum_t c_{t-j(t)}^2 / (z ||c||)^2 = sum_{j in P} (sum_{k < min(b, T-j+1)} c_k^2) / (z ||c||)^2 <= |P| / z^2,
 
 equality when no participation lies in the last b - 1 rounds. Non-adaptively this is the Frobenius bound
 ||C D||_F^2 = sum_{i,j in P} (C^T C)_{ij} <d_i, d_j> = sum_{j in P} ||C e_j||^2 ||d_j||^2 (columns at least b apart

@@ -13,7 +13,7 @@ triangular ones): A g + B nu = B (C g + nu), nu_t ~ N(0, (z Delta)^2 I) one fres
 only through C g + nu, a Gaussian mechanism (B is post-processing). The released model is FTRL with the quadratic
 regulariser around the anchor x_a (Kairouz et al. 2021, Algorithm 1 without momentum):
 
-    x_t = x_a - (eta / n) (A g + B nu)_t,   i.e.   x_t = x_{t-1} - (eta / n) (g_t + e_t),   e_t = (B nu)_t - (B nu)_{t-1},
+    x_t = x_a - (eta / n) (A g + B nu)_t,  i.e.  x_t = x_{t-1} - (eta / n) (g_t + e_t),  e_t = (B nu)_t - (B nu)_{t-1},
 
 n = floor(l M) the public cohort size. What differs between the mechanisms is the factor: how the round's noise e_t
 follows from the fresh draw nu_t and the server's record of its earlier draws (``round_noise``), the sensitivity
