@@ -56,7 +56,8 @@ def test_the_sensitivity_is_sqrt_k_column_norms_for_participations_b_apart_and_m
 
     def sensitivity(rounds: list[int]) -> float:
         columns = C[:, rounds]
-        return max(np.linalg.norm(columns @ np.array(signs)) for signs in itertools.product((-1, 1), repeat=len(rounds)))
+        signs = itertools.product((-1, 1), repeat=len(rounds))
+        return max(np.linalg.norm(columns @ np.array(d)) for d in signs)
 
     assert sensitivity([0, 4, 8, 12]) == pytest.approx(2 * norm, rel=1e-12)
     assert sensitivity([2, 6, 10, 14]) == pytest.approx(math.sqrt(3 * norm**2 + 1 + 0.25), rel=1e-12)  # 14: 2 rows

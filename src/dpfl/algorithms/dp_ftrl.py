@@ -21,7 +21,8 @@ Algorithm 1 without momentum; the tree restarts each epoch: the paper's "restart
 public cohort size. The clients' side and the FTRL step are those of every prefix-sum factorization
 (``dpfl.algorithms.noisy_prefix_sums``, shared with BandMF); the tree is the factor. Only one node of the
 decomposition of [1, tau] is new in round tau: the node of level v(tau) (the trailing zero bits of tau) that ends at
-tau; the decomposition of tau - 1 had, instead, the nodes of levels < v(tau) below it. So the server draws ONE node per round, nu_tau ~ N(0, (z C)^2 I), and steps
+tau; the decomposition of tau - 1 had, instead, the nodes of levels < v(tau) below it. So the server draws ONE
+node per round, nu_tau ~ N(0, (z C)^2 I), and steps
 
     x_t = x_{t-1} - (eta / n) (g_tau + nu_tau - sum_{l < v(tau)} nu^(l)),
 
