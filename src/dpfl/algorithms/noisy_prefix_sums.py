@@ -25,6 +25,7 @@ both.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass, field
 
 import torch
@@ -57,22 +58,22 @@ class PrefixSumFtrl(Algorithm):
 
     # -- what a factorization names --------------------------------------------------------------------------------
     @property
+    @abstractmethod
     def draw_event(self) -> dp_event.DpEvent:
         """The event each round's fresh draw is declared (and reported) as."""
-        raise NotImplementedError
 
     @property
+    @abstractmethod
     def draw_sensitivity(self) -> float:
         """Delta: the fresh draw's std is z Delta."""
-        raise NotImplementedError
 
+    @abstractmethod
     def noise_state(self, x0: torch.Tensor) -> dict[str, torch.Tensor]:
         """The server's record of its own earlier draws at the start (beside x)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def round_noise(self, round_index: int, draw: torch.Tensor, server: dict) -> tuple[torch.Tensor, dict]:
         """(e_t, the updated record) from round t's fresh draw nu_t and the record in ``server``."""
-        raise NotImplementedError
 
     # -- the protocol -------------------------------------------------------------------------------------------
     def init_state(self, x0: torch.Tensor, num_clients: int) -> State:
