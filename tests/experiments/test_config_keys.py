@@ -54,6 +54,9 @@ ISRL = ("algorithm.name='isrl-prox-sgd'", "data.num_clients=6", "data.samples_pe
 ISRL_LOCAL = (*ISRL, "algorithm.name='isrl-local-sgd'")
 ISRL_SPIDER = (*ISRL, "algorithm.name='isrl-spider'", "algorithm.rounds=6")
 ISRL_SVRG = (*ISRL, "algorithm.name='isrl-prox-pl-svrg'", "algorithm.rounds=6")
+#: A tiny BandMF run: one client of 6 a round in round robin, so a client's rounds are 6 apart (default b = 6).
+BANDMF = ("algorithm.name='bandmf'", "data.num_clients=6", "data.samples_per_client=30", "algorithm.rounds=4",
+          "algorithm.client_rate=0.2", "algorithm.noise_multiplier=1.0")
 #: A tiny SDP Prox-SGD run (P_vec's noise bits calibrated to privacy.epsilon; 3 rounds over 24 train records).
 SDP = ("algorithm.name='sdp-prox-sgd'", "data.num_clients=6", "data.samples_per_client=30", "algorithm.rounds=3",
        "algorithm.client_rate=0.5", "privacy.epsilon=4.0")
@@ -445,6 +448,12 @@ def _period(p):  # q = 3: checkpoints in rounds 1 and 4 (z1), differences betwee
     assert "GaussianDpEvent(noise_multiplier=%r)" % sim.checkpoint.noise_multiplier in str(events[0])
     assert "GaussianDpEvent(noise_multiplier=%r)" % sim.difference.noise_multiplier in str(events[1])
     assert sim.checkpoint.noise_multiplier != sim.difference.noise_multiplier
+
+
+def _bands(p):  # b = 3 bands of the banded square root (default: the separation, 6); the server keeps b - 1 w's
+    assert p.sim.algorithm.coefficients == (1.0, 0.5, 0.375) and p.base.algorithm.bands == 6
+    p.sim.run(2)
+    assert tuple(p.sim.state.server["recent"].shape) == (2, p.sim.state.server["x"].shape[0])
 
 
 def _svrg_period(p):  # one run of Alg. 1, a snapshot every Q = 2 rounds (default Q = 5)
@@ -874,6 +883,7 @@ TABLE: dict[str, list[Row]] = {
     "algorithm.period": [Row("3", _period, base=ISRL_SPIDER), Row("2", _svrg_period, ("algorithm.restarts=1",),
                                                                       base=ISRL_SVRG)],
     "algorithm.restarts": [Row("2", _restarts, base=ISRL_SVRG)],
+    "algorithm.bands": [Row("3", _bands, base=BANDMF)],
     "privacy.analysis": [Row("'paper'", _analysis)],
     "privacy.conversion": [Row("'classic'", _conversion)],
     "privacy.boundary": [Row("'trusted'", _boundary_trusted), Row("'secagg'", _boundary_secagg)],

@@ -1,10 +1,13 @@
-"""DP-FTRL's linear worst case (Kairouz et al. 2021's tree aggregation, restarted every epoch), run through the real
-engine, and its exact privacy: shared by tests/algorithms/test_dp_ftrl.py and benchmarks/tightness.py.
+"""DP-FTRL's linear worst case (Kairouz et al. 2021's tree aggregation, restarted every epoch), and BandMF's
+(Choquette-Choo et al. 2023, the banded square root of Kalinin and Lampert 2024), run through the real engine, and
+their exact privacy: shared by tests/algorithms/test_dp_ftrl.py, tests/algorithms/test_bandmf.py and
+benchmarks/tightness.py.
 
 Every record is x = 1 labelled 1 under the loss -<w_0, x> y, so every client's update is the constant -2 clipped to
 -C e_0 whatever the model (one step of lr 2, C = 1); the owner's (client 0) is 0 on its zero-out neighbour (labels 0:
 the null client). The released models are then a linear Gaussian mechanism x = x_0 - (eta/n)(A s + G nu),
-nu ~ N(0, (z C)^2 I) the T nodes the server draws, G the oracle's own reading of the tree (``release_noise_matrix``).
+nu ~ N(0, (z C)^2 I) the T nodes the server draws, G the oracle's own reading of the tree (``release_noise_matrix``);
+for BandMF G = A C^{-1} of the strategy C (``band_noise_matrix``), nu ~ N(0, (z ||c|| C)^2 I).
 The shift between the neighbours is measured through the engine with common random numbers (the same noise key), so
 the exact privacy of all T models is mu-GDP (Dong, Roth, Su 2022, Cor. 2.13) with mu = ||Sigma^{-1/2} shift||,
 Sigma = (eta z C / n)^2 G G^T: the Mahalanobis length of the shift (a Gaussian pair with a common covariance is, after
@@ -48,12 +51,14 @@ def worst_case_data(clients: int, owner_label: int) -> FederatedDataset:
     return FederatedDataset(arrays, arrays, 2, "worst-case", {})
 
 
-def worst_case_run(boundary: str, sampling: str, owner_label: int, rounds: int):
-    """x_1..x_T of a run of K = 1 step of lr 2 (every update -2 clipped to C = 1, the owner's 0 on the neighbour)."""
+def worst_case_run(boundary: str, sampling: str, owner_label: int, rounds: int, name: str = "dp-ftrl",
+                   **algorithm):
+    """x_1..x_T of a run of K = 1 step of lr 2 (every update -2 clipped to C = 1, the owner's 0 on the neighbour);
+    ``algorithm``: further [algorithm] keys of ``name``."""
     model = nn.Linear(1, 2, bias=False)
     nn.init.zeros_(model.weight)
-    config = {"algorithm": {"name": "dp-ftrl", "rounds": rounds, "client_rate": 0.25, "client_sampling": sampling,
-                            "noise_multiplier": 0.8, "lr": 2.0, "sample_rate": 1.0, "global_lr": 0.5},
+    config = {"algorithm": {"name": name, "rounds": rounds, "client_rate": 0.25, "client_sampling": sampling,
+                            "noise_multiplier": 0.8, "lr": 2.0, "sample_rate": 1.0, "global_lr": 0.5, **algorithm},
               "privacy": {"boundary": boundary}, "run": {"noise_seed": 5, "seed": 3}}
     sim = dpfl.build(config, model=model, loss=linear_loss, data=worst_case_data(8, owner_label))
     trajectory = []
@@ -86,10 +91,34 @@ def worst_case_mu(boundary: str, sampling: str, rounds: int):
     shift = with_owner - null_owner
     scale = alg.global_lr / alg.cohort_size
     G = release_noise_matrix(alg.epoch, rounds)
-    covariance = (scale * alg.noise_multiplier * alg.clip) ** 2 * G @ G.T
-    mu = math.sqrt(shift @ np.linalg.solve(covariance, shift))
+    mu = linear_mu(shift, scale * alg.noise_multiplier * alg.clip, G)
+    return sim, mu, np.linalg.solve(G, shift / (scale * alg.clip))
+
+
+def linear_mu(shift: np.ndarray, std: float, G: np.ndarray) -> float:
+    """mu = ||Sigma^{-1/2} shift||, Sigma = std^2 G G^T: the exact GDP of a release whose noise is std G nu,
+    nu ~ N(0, I), and whose mean moves by ``shift`` between the neighbours (module docstring)."""
+    return math.sqrt(shift @ np.linalg.solve(std**2 * G @ G.T, shift))
+
+
+def band_noise_matrix(coefficients: tuple[float, ...], rounds: int) -> np.ndarray:
+    """G = A C^{-1} [T, T]: BandMF's x_t noise is -(eta / n) (G nu)_t, C the lower-triangular banded Toeplitz matrix
+    with c_k on its k-th subdiagonal, A the prefix sums: the oracle's dense inverse, not the engine's recurrence."""
+    C = sum(c * np.eye(rounds, k=-k) for k, c in enumerate(coefficients))
+    return np.tril(np.ones((rounds, rounds))) @ np.linalg.inv(C)
+
+
+def bandmf_worst_case_mu(boundary: str, rounds: int, **algorithm):
+    """(the run with the owner, mu of its T released models, the owner's move of C g in units of C: its columns) of
+    BandMF under round robin (the owner, client 0, in rounds 1, 1 + M / n, ...)."""
+    sim, with_owner = worst_case_run(boundary, "round_robin", 1, rounds, "bandmf", **algorithm)
+    _, null_owner = worst_case_run(boundary, "round_robin", 0, rounds, "bandmf", **algorithm)
+    alg = sim.algorithm
+    shift, scale = with_owner - null_owner, alg.global_lr / alg.cohort_size
+    G = band_noise_matrix(alg.coefficients, rounds)
+    mu = linear_mu(shift, scale * alg.noise_multiplier * alg.draw_sensitivity, G)
     return sim, mu, np.linalg.solve(G, shift / (scale * alg.clip))
 
 
 __all__ = ["decomposition", "linear_loss", "worst_case_data", "worst_case_run", "release_noise_matrix",
-           "worst_case_mu"]
+           "worst_case_mu", "linear_mu", "band_noise_matrix", "bandmf_worst_case_mu"]

@@ -18,9 +18,11 @@ every node adds N(0, (z C)^2 I) to the sum of its leaves) and releases
 
 with x_a the model at the epoch's start (FTRL with the quadratic regulariser ||x - x_a||^2 / (2 eta), the paper's
 Algorithm 1 without momentum; the tree restarts each epoch: the paper's "restart" variant) and n = floor(l M) the
-public cohort size. Only one node of the decomposition of [1, tau] is new in round tau: the node of level v(tau) (the
-trailing zero bits of tau) that ends at tau; the decomposition of tau - 1 had, instead, the nodes of levels < v(tau)
-below it. So the server draws ONE node per round, nu_tau ~ N(0, (z C)^2 I), and steps
+public cohort size. The clients' side and the FTRL step are those of every prefix-sum factorization
+(``dpfl.algorithms.noisy_prefix_sums``, shared with BandMF); the tree is the factor. Only one node of the
+decomposition of [1, tau] is new in round tau: the node of level v(tau) (the trailing zero bits of tau) that ends at
+tau; the decomposition of tau - 1 had, instead, the nodes of levels < v(tau) below it. So the server draws ONE
+node per round, nu_tau ~ N(0, (z C)^2 I), and steps
 
     x_t = x_{t-1} - (eta / n) (g_tau + nu_tau - sum_{l < v(tau)} nu^(l)),
 
@@ -73,13 +75,11 @@ from dp_accounting import dp_event
 
 from dpfl.accounting.observers import OTHER_SILO, THIRD_PARTY, Cohort, Release
 from dpfl.accounting.pld import tree_depth
-from dpfl.accounting.units import USER_LEVEL
+from dpfl.algorithms.noisy_prefix_sums import PrefixSumFtrl, PrefixSumFtrlConfig, check_section, shared_fields
 from dpfl.algorithms.registry import AlgorithmSpec, Calibration, Setting, register
-from dpfl.engine.boundary import Delivery
-from dpfl.engine.protocol import Algorithm, ClientContext, ClientData, ClientOutput, ServerContext, State
-from dpfl.engine.sampling import ClientSampler, RecordSampler
-from dpfl.errors import ConfigError, check_noise_multiplier, check_range
-from dpfl.noise import gaussian_noise
+from dpfl.engine.protocol import State
+from dpfl.engine.sampling import ClientSampler
+from dpfl.errors import ConfigError, check_range
 
 NAME = "dp-ftrl"
 #: the client samplers under which every client takes part in at most one round of each epoch's tree
@@ -96,21 +96,12 @@ def node_level(position: int) -> int:
 
 
 @dataclass(frozen=True)
-class DpFtrl(Algorithm):
-    """DP-FTRL with a tree restarted every epoch (see the module docstring)."""
+class DpFtrl(PrefixSumFtrl):
+    """DP-FTRL with a tree restarted every epoch (see the module docstring): a prefix-sum FTRL
+    (``dpfl.algorithms.noisy_prefix_sums``) whose factor is the tree."""
 
-    local_steps: int  # K
-    lr: float  # the client's local step
-    sampler: RecordSampler  # each local step's minibatch
-    clip: float  # C, the bound on each client's update
-    noise_multiplier: float  # z, each node's std over C
-    global_lr: float  # eta
-    population: int  # M
-    cohort_size: int  # n = floor(l M), the public divisor of the sum
     epoch: int  # E, the rounds of one tree
 
-    neighboring = "zero_out"
-    privacy_unit = USER_LEVEL
     assumptions = {"participation": "every client takes part in at most one round of each epoch's tree (disjoint "
                                      "batches, or round robin with the cohort size dividing the clients)"}
 
@@ -124,10 +115,19 @@ class DpFtrl(Algorithm):
         """The whole epoch's release: dp_accounting's restarted-tree event (module docstring)."""
         return dp_event.SingleEpochTreeAggregationDpEvent(self.noise_multiplier, self.epoch)
 
-    # -- the protocol -------------------------------------------------------------------------------------------
-    def init_state(self, x0: torch.Tensor, num_clients: int) -> State:
-        """x, and ``nodes`` [D, P]: the noise of the current decomposition's node at each level (0 where none)."""
-        return State({"x": x0.clone(), "nodes": torch.zeros(self.depth, x0.shape[0], dtype=x0.dtype)})
+    @property
+    def draw_event(self) -> dp_event.DpEvent:
+        """Each node is declared as the event of its tree."""
+        return self.tree_event
+
+    @property
+    def draw_sensitivity(self) -> float:
+        """A node's sum moves by at most C."""
+        return self.clip
+
+    def noise_state(self, x0: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``nodes`` [D, P]: the noise of the current decomposition's node at each level (0 where none)."""
+        return {"nodes": torch.zeros(self.depth, x0.shape[0], dtype=x0.dtype)}
 
     def release(self, round_index: int, state: State | None, counts: torch.Tensor) -> Release:
         """The clients' updates unnoised (what a server behind a plain or secure-aggregation boundary sees); the
@@ -137,71 +137,29 @@ class DpFtrl(Algorithm):
                        cohort=Cohort.scheduled(self.population, self.cohort_size, 1, first),
                        server_events=(self.tree_event,))
 
-    def examples_per_client(self, counts: torch.Tensor) -> int:
-        return int(self.sampler.batch_sizes(counts).max())
-
-    def message_bound(self, counts: torch.Tensor) -> dict[str, float]:
-        """Every coordinate of an update clipped to norm C is at most C in magnitude."""
-        return {"u": self.clip}
-
-    def client_round(self, round_index: int, server: dict, clients: dict, data: ClientData,
-                     ctx: ClientContext) -> ClientOutput:
-        """K local SGD steps from x, then u_i = clip_C(x - y_i): {u}. The server state may carry a leading row
-        axis (one server state per row: ``dpfl.engine.protocol``)."""
-        x = server["x"]
-        n, P = data.counts.shape[0], x.shape[-1]
-        keys = ctx.streams("records").uniform([(self.local_steps, int(c)) for c in data.counts.tolist()])
-        divisor = self.sampler.divisor(data.counts).to(x.dtype).unsqueeze(1)
-        start = x.expand(n, P)
-        y = start.clone()
-        for k in range(self.local_steps):
-            indices, mask = self.sampler.sample(data.counts, keys[:, k])
-            xb, yb = data.batch(indices)
-            y = y - self.lr * ctx.grads.clipped_sum(y, xb, yb, mask, None) / divisor
-        return ClientOutput({"u": clip_rows(start - y, self.clip)}, {}, [dp_event.NonPrivateDpEvent()])
-
-    def server_update(self, round_index: int, server: dict, delivered: Delivery, ctx: ServerContext) -> dict:
-        """Round tau = t mod E + 1 of the epoch's tree: draws the node nu of level v(tau), steps x by -eta/n (g_tau +
-        nu - the nodes of levels < v(tau)) and keeps nu at its level, clearing those below (module docstring);
-        row-wise where the state carries a leading row axis."""
-        x, nodes = server["x"], server["nodes"]
+    def round_noise(self, round_index: int, draw: torch.Tensor, server: dict) -> tuple[torch.Tensor, dict]:
+        """Round tau = t mod E + 1 of the epoch's tree: the drawn node nu of level v(tau) replaces the nodes of levels
+        < v(tau), so e_tau = nu - their sum; nu is kept at its level and those below are cleared (module docstring).
+        The tree restarts at each epoch's first round."""
+        nodes = server["nodes"]
         position = round_index % self.epoch + 1
         if position == 1:  # a new epoch: the tree restarts at the released x
             nodes = torch.zeros_like(nodes)
         level = node_level(position)
-        normals = ctx.streams("server_noise").normal(tuple(x.shape[-1:])).reshape(-1, x.shape[-1])
-        rows = normals.shape[0]
-        node = gaussian_noise(dp_event.GaussianDpEvent(self.noise_multiplier), torch.full((rows,), self.clip),
-                              normals.to(x.dtype), normals).reshape(x.shape)
-        ctx.drew(self.tree_event)
-        total = delivered.sum("u") if delivered.count else torch.zeros_like(x)
-        step = total + node - nodes[..., :level, :].sum(-2)
         kept = nodes.clone()
         kept[..., :level, :] = 0
-        kept[..., level, :] = node
-        return {"x": x - (self.global_lr / self.cohort_size) * step, "nodes": kept}
+        kept[..., level, :] = draw
+        return draw - nodes[..., :level, :].sum(-2), {"nodes": kept}
 
     def divergence_hint(self, counts: torch.Tensor) -> str:
         return ("lower algorithm.global_lr or algorithm.lr (each round moves x by eta / n times the round's node "
                 f"noise of std z C = {self.noise_multiplier * self.clip:.3g} and the nodes it replaces)")
 
 
-def clip_rows(v: torch.Tensor, bound: float) -> torch.Tensor:
-    """clip_C(v) = v min(1, C / ||v||) row-wise (the last axis)."""
-    norm = v.norm(dim=-1, keepdim=True)
-    return v * torch.clamp(bound / norm.clamp(min=torch.finfo(v.dtype).tiny), max=1.0)
-
-
 @dataclass(frozen=True)
-class DpFtrlConfig:
+class DpFtrlConfig(PrefixSumFtrlConfig):
     """The ``[algorithm]`` keys of dp-ftrl (beyond name, rounds, client_rate and client_sampling)."""
 
-    local_steps: int = field(default=1, metadata={"help": "K, local SGD steps of each client per round", "min": 1})
-    sample_rate: float = field(default=0.5, metadata={"help": "s, each local step's minibatch is floor(s n_i) records"})
-    lr: float = field(default=0.5, metadata={"help": "the client's local SGD step size"})
-    global_lr: float = field(default=1.0, metadata={"help": "eta, the FTRL step: x_t = x_a - eta (noisy prefix sum of "
-                                                            "the clipped updates) / n"})
-    clip: float = field(default=1.0, metadata={"help": "C, the l2 bound on each client's whole update (user level)"})
     noise_multiplier: float | None = field(default=None, metadata={
         "help": f"z, each tree node's noise std is z C (default: calibrated to privacy.epsilon, else {DEFAULT_NOISE})"})
 
@@ -229,19 +187,9 @@ def _epoch(config: DpFtrlConfig, setting: Setting) -> ClientSampler:
 def build(name: str, config: DpFtrlConfig, setting: Setting) -> DpFtrl:
     if name != NAME:
         raise ConfigError("algorithm.name", name, f"{NAME!r}")
-    if setting.analysis != "sound":
-        raise ConfigError("privacy.analysis", setting.analysis, f"'sound' for {NAME!r} (the paper analysis is Noble "
-                                                                "et al.'s, for DP-SCAFFOLD)")
-    check_range("algorithm.local_steps", config.local_steps, 1, integer=True)
-    check_range("algorithm.lr", config.lr, 0.0, low_open=True)
-    check_range("algorithm.global_lr", config.global_lr, 0.0, low_open=True)
-    check_range("algorithm.clip", config.clip, 0.0, low_open=True)
-    if config.noise_multiplier is not None:
-        check_noise_multiplier("algorithm.noise_multiplier", config.noise_multiplier)
+    check_section(NAME, config, setting)
     clients = _epoch(config, setting)
-    z = setting.noise_multiplier(config.noise_multiplier, DEFAULT_NOISE)
-    return DpFtrl(local_steps=config.local_steps, lr=config.lr, sampler=RecordSampler(config.sample_rate, "fixed"),
-                  clip=config.clip, noise_multiplier=z, global_lr=config.global_lr, population=clients.num_clients,
+    return DpFtrl(**shared_fields(config, setting, DEFAULT_NOISE), population=clients.num_clients,
                   cohort_size=clients.cohort_size, epoch=clients.epoch)
 
 
@@ -260,5 +208,5 @@ register(AlgorithmSpec(
     calibration=Calibration(lambda name, config, setting: (THIRD_PARTY, OTHER_SILO), initial_noise),
 ))
 
-__all__ = ["NAME", "SAMPLINGS", "DEFAULT_NOISE", "tree_depth", "node_level", "DpFtrl", "clip_rows", "DpFtrlConfig",
+__all__ = ["NAME", "SAMPLINGS", "DEFAULT_NOISE", "tree_depth", "node_level", "DpFtrl", "DpFtrlConfig",
            "build", "initial_noise"]

@@ -273,7 +273,7 @@ BUILTIN = ("dpfl.algorithms.local_sgd", "dpfl.algorithms.fedsgd_dpc", "dpfl.algo
            "dpfl.algorithms.dp_fedavg_user",
            "dpfl.algorithms.projected_noisy_sgd", "dpfl.algorithms.isrl", "dpfl.algorithms.isrl_spider",
            "dpfl.algorithms.isrl_svrg", "dpfl.algorithms.sdp", "dpfl.algorithms.sdp_spider",
-           "dpfl.algorithms.dp_ftrl")
+           "dpfl.algorithms.dp_ftrl", "dpfl.algorithms.bandmf")
 
 
 def _load_builtin() -> None:
