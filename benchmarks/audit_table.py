@@ -99,7 +99,7 @@ def rows(names, trials: int, local_steps: int, delta: float, settings, canary: s
                                          release=config["privacy"]["release"])
                 seconds = time.perf_counter() - started
                 for observer, found_at in results.items():
-                    result[observer, rounds] = (found_at.claimed_epsilon, found_at.bound.epsilon, seconds)
+                    result[observer, rounds] = (found_at.claimed_epsilon, found_at.lower_bound, seconds)
             found = {o: [(planned[o], *result[o, planned[o]]) for planned in wanted] for o in observers}
             yield label, steps, trials, found
 

@@ -31,13 +31,15 @@ def test_the_plan_aims_where_a_claim_understating_mu_by_half_is_exceeded_by_the_
 
 
 def test_rounds_are_planned_from_each_rounds_own_claim_towards_each_observer():
-    """examples/audit_fedsgd.toml (10 clients, z = 1) at 2000 runs: the owner's message (plain server) is one release
-    at mu = 1 (2.32), past the planned claim already: the floor of 4 rounds (``MIN_ROUNDS``; 2 under a limit of 2);
-    the third party and another silo see the sum of 10 (mu 0.32) or of 9 (mu 0.33): 7 rounds each. A one-pass
-    algorithm's later rounds release nothing: 1, floor or not."""
+    """examples/audit_fedsgd.toml (10 clients, z = 1) at 2000 runs: every round's event is Gaussian, so the plan aims
+    at the GDP fit's best margin (mu about 2.5, ``plan.best_claim`` with gaussian): the owner's message (plain server)
+    is one release at mu = 1 (2.32) a round: 7 rounds (mu 2.65; 2 under a limit of 2); the third party and another
+    silo see the sum of 10 (mu 0.32) or of 9 (mu 0.33): the limit of 32 rounds. A one-pass algorithm's later rounds
+    release nothing: 1, floor or not."""
     sim = build_simulation(load_config("examples/audit_fedsgd.toml", ["run.noise_seed=0"]))
     planned = {o: plan.planned_rounds(sim, o, 2000) for o in ("server", "third_party", "other_silo")}
-    assert planned == {"server": plan.MIN_ROUNDS, "third_party": 7, "other_silo": 7} and plan.MIN_ROUNDS == 4
+    assert planned == {"server": 7, "third_party": plan.ROUND_LIMIT, "other_silo": plan.ROUND_LIMIT}
+    assert plan.best_claim(2000, DELTA, gaussian=True) == pytest.approx(gdp_epsilon(2.5, DELTA), rel=0.1)
     assert plan.planned_rounds(sim, "server", 2000, limit=2) == 2
     assert 1.7 < runs.claimed_epsilon(sim, "third_party", rounds=7) < 2.0
     assert plan.planned_rounds(sim, "third_party", 2000, limit=4) == 4  # the limit binds
@@ -71,12 +73,13 @@ def test_cli_plans_the_rounds(tmp_path, capsys):
 
 def test_the_planned_audit_catches_a_ledger_that_composes_the_rounds_as_one(make_sim):
     """A composition bug (R rounds charged as one) is invisible in one round, which is where the margin alone plans
-    the owner's server (one release at mu = 1, claim 2.32, past the best claim): the floor of 4 rounds makes it a 2x
-    understatement of mu. One client, z = 1, 1000 runs per world: 4 rounds find 2.59 (fixed seed), above the one
-    round's 2.32 and below the 4 rounds' true claim 6.00 (at R = 1, the old plan, no bound can exceed 2.32)."""
+    the owner's server by the (eps, delta) margin alone (one release at mu = 1, claim 2.32, past its best claim); the
+    GDP fit's margin (Gaussian rounds) plans 6 rounds at 1000 runs (mu 2.45, above the floor of 4), a 2.45x
+    understatement of mu. One client, z = 1, 1000 runs per world: the bound is above the one round's 2.32 and below
+    the 6 rounds' true claim (at R = 1 no bound can exceed 2.32)."""
     sim = make_sim(1.0, DELTA, 1)
     rounds = plan.planned_rounds(sim, "server", 1000)
-    assert rounds == plan.MIN_ROUNDS
+    assert rounds == 6
     negatives, positives = runs.run_trials(sim, "server", 1000, rounds=rounds)
     one_round, composed = runs.claimed_epsilon(sim, "server"), runs.claimed_epsilon(sim, "server", rounds=rounds)
     found = {claim: bounds.many_run_lower_bound(negatives, positives, DELTA, claimed_epsilon=claim).epsilon

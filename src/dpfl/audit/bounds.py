@@ -24,7 +24,10 @@ scores followed the mu-GDP pair of an epsilon eps_j (Dong, Roth, Su 2022, "Gauss
 against N(mu_j, 1) with (eps_j, delta) on its curve, exact for a single Gaussian release), for eps_j = claim / d,
 d in ``CLAIM_DIVISORS`` = 1, 2, 4, 8, 16. The rank planned at the claim is the strongest where the claim is tight; a
 claim far above the truth plans it deep in the tail, where a mechanism far more private than claimed never passes
-it, and the ranks planned at its fractions see that mechanism's bulk. A grid rank whose expected bound under its own
+it, and the ranks planned at its fractions see that mechanism's bulk. A claim of 0 (the ledger says nothing leaks)
+has no mu to plan from, and any bound above 0 violates it: its grid is planned as that of one release at mu =
+``ZERO_CLAIM_MU`` = 1 (2.32 at delta 1e-2, down to its sixteenth), where a leak of that order or a fraction of it
+shows. A grid rank whose expected bound under its own
 plan is 0 (too few trials for that epsilon) and a repeated rank are dropped. Each rate of every kept test (two
 tests, A and B, per rank, two rates each) is bounded at its own level, the levels summing to alpha (Bonferroni: all
 hold together with probability >= 1 - alpha): the rank planned at the claim gets ``CLAIM_SHARE`` = 1/2 of alpha (all
@@ -114,9 +117,16 @@ def _expected_bounds(mu: float, n0: int, n1: int, delta: float, alpha: float) ->
     """Test A's bound at every rank k = 1..n0 at the expected error counts of N(0, 1) negatives against N(mu, 1)
     positives, each rate bounded at level ``alpha``: the threshold's expected quantile is k / (n0 + 1), its expected
     false negatives n1 Phi(T - mu)."""
-    k = np.arange(1, n0 + 1)
+    return _epsilon(*expected_rates(mu, n0, n1, alpha), delta)
+
+
+def expected_rates(mu: float, n0: int, n1: int, alpha: float, ranks=None) -> tuple[np.ndarray, np.ndarray]:
+    """(FPR, FNR) upper bounds of test A at ``ranks`` (default every rank k = 1..n0), each at level ``alpha``, at the
+    expected error counts of N(0, 1) negatives against N(mu, 1) positives: the threshold's expected quantile is
+    k / (n0 + 1), its expected false negatives n1 Phi(T - mu)."""
+    k = np.arange(1, n0 + 1) if ranks is None else np.asarray(ranks)
     false_neg = n1 * stats.norm.cdf(stats.norm.isf(k / (n0 + 1)) - mu)
-    return _epsilon(clopper_pearson_upper(k - 1, n0, alpha), clopper_pearson_upper(false_neg, n1, alpha), delta)
+    return clopper_pearson_upper(k - 1, n0, alpha), clopper_pearson_upper(false_neg, n1, alpha)
 
 
 def planned_rank(mu: float, n0: int, n1: int, delta: float, alpha: float) -> int:
@@ -126,6 +136,8 @@ def planned_rank(mu: float, n0: int, n1: int, delta: float, alpha: float) -> int
 
 #: The grid of planned ranks: ranks planned at claim / d for these d (module docstring).
 CLAIM_DIVISORS = (1, 2, 4, 8, 16)
+#: A claim of 0 plans its grid as the claim of this mu would (one Gaussian release at noise multiplier 1).
+ZERO_CLAIM_MU = 1.0
 #: The share of the level spent on the rank planned at the claim itself (the rest is split over the others).
 CLAIM_SHARE = 0.5
 
@@ -143,6 +155,8 @@ def planned_ranks(claimed_epsilon: float, n0: int, n1: int, delta: float,
     """(rank, level) of every test planned for ``claimed_epsilon`` (module docstring), the levels summing to
     ``alpha``; a function of the claim, the numbers of runs, delta and alpha alone (never of the scores)."""
     nominal = _levels(len(CLAIM_DIVISORS), alpha)
+    if not claimed_epsilon > 0:  # a claim of 0: any leak is a violation; plan the grid at one release's claim
+        claimed_epsilon = gdp_epsilon(ZERO_CLAIM_MU, delta)
     kept: list[int] = []
     for j, divisor in enumerate(CLAIM_DIVISORS):
         expected = _expected_bounds(claimed_mu(claimed_epsilon / divisor, delta), n0, n1, delta, nominal[j])
@@ -164,14 +178,21 @@ def expected_lower_bound(claimed_epsilon: float, n0: int, n1: int, delta: float,
                      for k, level in planned_ranks(float(claimed_epsilon), n0, n1, delta, alpha)))
 
 
-def _rank_test(negatives: np.ndarray, positives: np.ndarray, rank: int, delta: float, alpha: float):
-    """Test A of the module docstring at rank ``rank``: (eps, threshold, false positives, false negatives)."""
+def rank_rates(negatives: np.ndarray, positives: np.ndarray, rank: int, alpha: float):
+    """Test A of the module docstring at rank ``rank``: (threshold, false positives, false negatives, FPR upper
+    bound, FNR upper bound), each bound at level ``alpha``."""
     threshold = float(np.sort(negatives)[negatives.size - rank])
     false_pos, false_neg = _error_counts(negatives, positives, np.array([threshold]))
-    fpr_ub = clopper_pearson_upper(rank - 1, negatives.size, alpha)  # the order statistic's law (module docstring)
-    fnr_ub = clopper_pearson_upper(false_neg, positives.size, alpha)
-    eps = np.maximum(_epsilon(fpr_ub, fnr_ub, delta), _epsilon(fnr_ub, fpr_ub, delta))
-    return float(eps[0]), threshold, int(false_pos[0]), int(false_neg[0])
+    fpr_ub = float(clopper_pearson_upper(rank - 1, negatives.size, alpha))  # the order statistic's law
+    fnr_ub = float(clopper_pearson_upper(false_neg, positives.size, alpha)[0])
+    return threshold, int(false_pos[0]), int(false_neg[0]), fpr_ub, fnr_ub
+
+
+def _rank_test(negatives: np.ndarray, positives: np.ndarray, rank: int, delta: float, alpha: float):
+    """Test A of the module docstring at rank ``rank``: (eps, threshold, false positives, false negatives)."""
+    threshold, false_pos, false_neg, fpr_ub, fnr_ub = rank_rates(negatives, positives, rank, alpha)
+    eps = max(float(_epsilon(fpr_ub, fnr_ub, delta)), float(_epsilon(fnr_ub, fpr_ub, delta)))
+    return eps, threshold, false_pos, false_neg
 
 
 def fewest_runs(delta: float, confidence: float) -> int:
@@ -282,7 +303,7 @@ def one_run_lower_bound(m: int, r: int, v: int, delta: float = 0.0, confidence: 
     return low
 
 
-__all__ = ["clopper_pearson", "clopper_pearson_upper", "claimed_mu", "planned_rank", "planned_ranks", "CLAIM_DIVISORS",
-           "CLAIM_SHARE", "fewest_runs", "expected_lower_bound", "LowerBound",
+__all__ = ["clopper_pearson", "clopper_pearson_upper", "claimed_mu", "expected_rates", "rank_rates", "planned_rank", "planned_ranks", "CLAIM_DIVISORS",
+           "ZERO_CLAIM_MU", "CLAIM_SHARE", "fewest_runs", "expected_lower_bound", "LowerBound",
            "many_run_lower_bound", "roc_curve",
            "one_run_p_value", "one_run_lower_bound"]

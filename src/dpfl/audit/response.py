@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from dpfl.audit.trials import TrialFailure
 from dpfl.engine.boundary import Delivery
 from dpfl.engine.protocol import ClientContext, ClientData, ServerContext
 from dpfl.errors import ConfigError
@@ -72,6 +73,10 @@ def probe(sim, target, round_index: int, client: int = 0, probes: int = 4):
                                          ClientContext(world.grads, seed, t, rows, streams))
         except NotImplementedError as err:  # the canary's oracle cannot give what the algorithm asked for
             raise no_canary_path(algorithm, str(err)) from None
+        except ConfigError:
+            raise
+        except Exception as error:  # the algorithm broke under the canary: a failed audit (``TrialFailure``)
+            raise TrialFailure(f"round {t} of the canary's probe: {type(error).__name__}: {error}") from error
         delivered = 1 if out.messages else 0  # a round that contacts nobody (randomly stopped) delivers nothing
         return out, algorithm.server_update(t, server, Delivery(dict(out.messages), delivered, population),
                                             ServerContext(seed, t, torch.arange(probes)))  # paired, as the clients

@@ -91,7 +91,8 @@ def audit_figure(result: AuditResult | OneRunResult):
                  f"{result.correct} of {result.guesses} guesses right, {result.canaries} canaries")
         return roc_figure(negatives, positives, claimed_epsilon=result.claimed_epsilon, delta=result.delta,
                           confidence=result.confidence, label=label, title=title)
-    title = (f"{result.observer}: lower bound {result.bound.epsilon:.3g} ({result.bound.confidence:.0%})\n"
+    gdp = f", GDP mu >= {result.gdp.mu:.3g}" if result.gdp is not None else ""
+    title = (f"{result.observer}: lower bound {result.lower_bound:.3g} ({result.bound.confidence:.0%}{gdp})\n"
              f"{result.trials} trials, {result.rounds} round(s)")
     return roc_figure(result.negatives, result.positives, claimed_epsilon=result.claimed_epsilon, delta=result.delta,
                       confidence=result.bound.confidence, label=f"{result.score} score ({result.canary} canary)",

@@ -39,6 +39,7 @@ the canary's own (clipped by construction) message.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -51,8 +52,9 @@ from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.units import USER_LEVEL
 from dpfl.accounting.observers import THIRD_PARTY
 from dpfl.audit import bounds, canary, distinguisher, response
+from dpfl.audit import gdp as gdp_bounds
 from dpfl.audit.response import no_canary_path
-from dpfl.audit.trials import World, run_world
+from dpfl.audit.trials import TrialFailure, World, run_world
 from dpfl.engine.cohort_round import CohortRows, Records, run_cohort
 from dpfl.errors import ConfigError
 
@@ -65,7 +67,7 @@ class AuditResult:
     observer: str
     claimed_epsilon: float
     delta: float
-    bound: bounds.LowerBound
+    bound: bounds.LowerBound | None  # None for a failed audit
     trials: int
     method: str
     seconds: float
@@ -76,18 +78,38 @@ class AuditResult:
     rounds: int = 1
     release: str = "every_round"
     randomiser_input: float | None = None
+    gdp: gdp_bounds.GdpBound | None = None  # the GDP bound, where every audited round's event is Gaussian
+    failure: str | None = None  # what a trial raised (``trials.TrialFailure``); the audit then has no scores
+
+    @property
+    def lower_bound(self) -> float:
+        """The audit's bound: the larger of the (eps, delta) rank test's and the GDP fit's (both from the same
+        confidence events, ``dpfl.audit.gdp``); 0 for a failed audit (it has no scores)."""
+        if self.failure is not None:
+            return 0.0
+        return max(self.bound.epsilon, self.gdp.epsilon if self.gdp is not None else 0.0)
+
+    @property
+    def strength(self) -> float | None:
+        """bound / claim: on correct code, the fraction of the claim the audit certifies (what a pass means); None
+        for a claim of 0 or infinity."""
+        return self.lower_bound / self.claimed_epsilon if 0 < self.claimed_epsilon < math.inf else None
 
     @property
     def violated(self) -> bool:
-        """The bound above the claim, or a local randomiser's input outside the clip's ball (the claim's premise)."""
-        return self.bound.epsilon > self.claimed_epsilon or not canary.within_clip(self.randomiser_input)
+        """The bound above the claim, a local randomiser's input outside the clip's ball (the claim's premise), or
+        a trial that raised (the audited code broke under the canary)."""
+        return (self.failure is not None or self.lower_bound > self.claimed_epsilon
+                or not canary.within_clip(self.randomiser_input))
 
     def to_dict(self) -> dict:
-        return {"observer": self.observer, "claimed_epsilon": self.claimed_epsilon, "delta": self.delta,
-                "lower_bound": self.bound.epsilon, "confidence": self.bound.confidence, "trials": self.trials,
-                "method": self.method, "canary": self.canary, "score": self.score, "rounds": self.rounds,
-                "release": self.release, "violated": self.violated,
-                "test": {k: v for k, v in self.bound.to_dict().items() if k not in ("lower_bound", "confidence")},
+        found = {"lower_bound": None, "failure": self.failure} if self.failure is not None else {
+            "lower_bound": self.lower_bound, "strength": self.strength, "confidence": self.bound.confidence,
+            "test": {k: v for k, v in self.bound.to_dict().items() if k != "confidence"},
+            **({"gdp": self.gdp.to_dict()} if self.gdp is not None else {})}
+        return {"observer": self.observer, "claimed_epsilon": self.claimed_epsilon, "delta": self.delta, **found,
+                "trials": self.trials, "method": self.method, "canary": self.canary, "score": self.score,
+                "rounds": self.rounds, "release": self.release, "violated": self.violated,
                 **randomiser_input_summary(self.randomiser_input), "seconds": self.seconds}
 
 
@@ -293,17 +315,27 @@ def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, rounds: 
                           "thousands)")
     started = time.perf_counter()
     target = make_canary(sim, canary_kind, scale)
-    scores = run_trials_all(sim, observers, trials, rounds=rounds, canary_kind=canary_kind, score=score,
-                            release=release, scale=scale, silo_weight=silo_weight, progress=progress, target=target)
+    results, claimed, delta = {}, claims(sim, claim_events, rounds), sim.ledger.delta
+    try:
+        scores = run_trials_all(sim, observers, trials, rounds=rounds, canary_kind=canary_kind, score=score,
+                                release=release, scale=scale, silo_weight=silo_weight, progress=progress,
+                                target=target)
+    except TrialFailure as failure:  # reported as a failed (violated) audit, not a crash
+        none = np.zeros(0)
+        return {o: AuditResult(o, claimed[o], delta, None, trials, "runs", time.perf_counter() - started, none, none,
+                               canary_kind, score, rounds, release, target.largest_input, failure=str(failure))
+                for o in observers}
     seconds = time.perf_counter() - started
-    results, claimed = {}, claims(sim, claim_events, rounds)
     for observer in observers:
         negatives, positives = scores[observer]
         claim = claimed[observer]
-        bound = bounds.many_run_lower_bound(negatives, positives, sim.ledger.delta, confidence,
-                                            claimed_epsilon=claim)
-        results[observer] = AuditResult(observer, claim, sim.ledger.delta, bound, trials, "runs", seconds, negatives,
-                                        positives, canary_kind, score, rounds, release, target.largest_input)
+        bound = bounds.many_run_lower_bound(negatives, positives, delta, confidence, claimed_epsilon=claim)
+        gaussian = gdp_bounds.claimed_gdp_mu([(sim.round_privacy(t) if claim_events is None else claim_events)[observer]
+                                              for t in range(rounds)]) is not None
+        fit = gdp_bounds.gdp_lower_bound(negatives, positives, delta, confidence, claimed_epsilon=claim) \
+            if gaussian else None
+        results[observer] = AuditResult(observer, claim, delta, bound, trials, "runs", seconds, negatives, positives,
+                                        canary_kind, score, rounds, release, target.largest_input, fit)
     return results
 
 

@@ -14,6 +14,10 @@ trial's messages are delivered through the run's boundary (a real stage, such as
 protocol, collects each trial's rows on its own), and the server step runs once per delivered count (all trials of
 a fixed cohort at once).
 
+A round that raises anything but a ConfigError (the audited code broke under the canary: a shape its ghost clipping
+did not expect, a NaN it refuses) becomes a ``TrialFailure`` naming the round, the world and the error, which the
+audit reports as a failed audit rather than crashing on.
+
 After each round the caller's ``observe`` gets a ``RoundView`` (each trial's server state before and after, and the
 round's message rows) and reads from it what its observer sees (``dpfl.audit.distinguisher``).
 """
@@ -29,6 +33,12 @@ import numpy as np
 import torch
 
 from dpfl.engine.cohort_round import CohortRows, Records, run_cohort
+from dpfl.errors import ConfigError
+
+class TrialFailure(RuntimeError):
+    """A trial's round raised (not a ConfigError: the configuration was accepted): the audited code cannot run with
+    the canary, which the audit reports as a failure naming the round, the world and the error, not a crash."""
+
 
 #: Spawn-key tag of the trials' cohort seeds (distinct from the run's own streams).
 _COHORT_KEY = 0xA0D17
@@ -109,8 +119,14 @@ def run_world(sim, world: World, index: int, trials: int, rounds: int, observe: 
         trial_of_row = torch.repeat_interleave(torch.arange(trials), torch.tensor([c.numel() for c in members]))
         rows = CohortRows(clients, trial_of_row * population + clients, (index * trials + trial_of_row) * population
                           + clients, trials, trial_of_row, index * trials + torch.arange(trials))
-        outcome = run_cohort(algorithm, sim.boundary, release, t, sim.seed, population, server, states, rows, records,
-                             sim.chunk_size(max(rows.size, 1)))
+        try:
+            outcome = run_cohort(algorithm, sim.boundary, release, t, sim.seed, population, server, states, rows,
+                                 records, sim.chunk_size(max(rows.size, 1)))
+        except ConfigError:
+            raise
+        except Exception as error:  # the algorithm broke under the canary: the audit reports it (``TrialFailure``)
+            raise TrialFailure(f"round {t} of world {index} ({'canary' if index else 'neighbour'}): "
+                               f"{type(error).__name__}: {error}") from error
         observe(RoundView(t, server, outcome.server, outcome.messages, trial_of_row, clients,
                           torch.bincount(trial_of_row, minlength=trials), trials, outcome.sums))
         server = outcome.server
@@ -120,4 +136,4 @@ def run_world(sim, world: World, index: int, trials: int, rounds: int, observe: 
     return server
 
 
-__all__ = ["World", "RoundView", "cohorts", "run_world"]
+__all__ = ["TrialFailure", "World", "RoundView", "cohorts", "run_world"]

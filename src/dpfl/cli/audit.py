@@ -4,7 +4,10 @@
 ``--method runs``: runs R rounds (default 1; ``auto``: ``dpfl.audit.plan``) of the config's algorithm N times with a canary and N times with its
 neighbour (``dpfl.audit.runs``), and prints the observer's claimed epsilon for those R rounds beside a lower bound on
 epsilon that holds with the given confidence. A lower bound above the claim means the claim is wrong. Progress goes to
-stderr for long audits.
+stderr for long audits. Where every audited round's event is Gaussian the bound is the larger of the (eps, delta)
+rank test's and the Gaussian-DP fit's (``dpfl.audit.gdp``); ``strength`` = bound / claim says what a pass means (on
+correct code, the fraction of the claim the audit certifies). A trial that raises (the algorithm broke under the
+canary) is reported as a failed, violated audit naming the round and the error (``failure``), not a crash.
 ``--method one-run``: ONE run of round 0 with M Dirac canaries, each included with probability 1/2; R guesses (half
 on the highest scores, half on the lowest) and the Steinke-Nasr-Jagielski bound.
 Both write DIR/audit.json and the ROC curve with its Clopper-Pearson band beside the claim's boundary (DIR/roc.png, or
@@ -108,7 +111,8 @@ def _audit(args) -> None:
                             progress=args.progress or args.trials * rounds >= LONG_AUDIT)
     out.mkdir(parents=True, exist_ok=True)
     summary = result.to_dict()
-    summary["roc"] = str(write_audit_figure(result, Path(args.roc) if args.roc else out / "roc.png"))
+    if getattr(result, "failure", None) is None:  # a failed audit has no scores to draw
+        summary["roc"] = str(write_audit_figure(result, Path(args.roc) if args.roc else out / "roc.png"))
     (out / "audit.json").write_text(json.dumps(summary, indent=2) + "\n")
     print_result(summary, args.json)
 
