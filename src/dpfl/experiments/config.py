@@ -159,6 +159,16 @@ MODEL_KEYS: dict[str, dict[str, tuple]] = {
         "hidden": (list, [200], None, "hidden layer widths"),
         "activation": (str, "relu", ("relu", "tanh", "sigmoid", "elu"), "hidden activation"),
     },
+    "lstm": {
+        "embedding": (int, 8, None, "lstm: the token embedding's width (McMahan et al. 2017: 8)"),
+        "units": (int, 256, None, "lstm: each LSTM layer's units (McMahan et al. 2017: 256)"),
+        "layers": (int, 2, None, "stacked layers: LSTM layers (McMahan et al. 2017: 2) or transformer blocks"),
+    },
+    "transformer": {
+        "d_model": (int, 64, None, "transformer: the width of its embeddings and blocks"),
+        "layers": (int, 2, None, "stacked layers: LSTM layers (McMahan et al. 2017: 2) or transformer blocks"),
+        "heads": (int, 4, None, "transformer: attention heads per block (a divisor of d_model)"),
+    },
     "custom": {},  # a torch module handed to dpfl.run(config, model=...): a config alone cannot name one
 }
 MODEL_DEFAULT = "logreg"
