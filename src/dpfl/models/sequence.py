@@ -31,6 +31,18 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+def normal(*shape: int, std: float = 1.0) -> torch.Tensor:
+    """A tensor of N(0, std^2) draws (torch's global generator, seeded by run.seed), or its shape alone on the meta
+    device (a memory estimate), where torch's normal_ would first import its compiler (seconds, once a process)."""
+    tensor = torch.empty(*shape)
+    return tensor if tensor.is_meta else nn.init.normal_(tensor, std=std)
+
+
+def embedding_layer(vocabulary: int, width: int) -> nn.Embedding:
+    """nn.Embedding(vocabulary, width) with its N(0, 1) initial weights drawn by ``normal``."""
+    return nn.Embedding(vocabulary, width, _weight=normal(vocabulary, width))
+
+
 def token_ids(x: torch.Tensor) -> torch.Tensor:
     """Records of float32 token ids as the int64 indices an embedding takes."""
     return x.long()
@@ -69,7 +81,7 @@ class NextTokenLSTM(nn.Module):
 
     def __init__(self, vocabulary: int, embedding: int = 8, units: int = 256, layers: int = 2):
         super().__init__()
-        self.embedding = nn.Embedding(vocabulary, embedding)
+        self.embedding = embedding_layer(vocabulary, embedding)
         self.layers = nn.ModuleList(LSTMLayer(embedding if k == 0 else units, units) for k in range(layers))
         self.output = nn.Linear(units, vocabulary)
 
@@ -121,8 +133,8 @@ class CausalTransformer(nn.Module):
 
     def __init__(self, vocabulary: int, length: int, d_model: int = 64, layers: int = 2, heads: int = 4):
         super().__init__()
-        self.embedding = nn.Embedding(vocabulary, d_model)
-        self.position = nn.Parameter(torch.randn(length, d_model) * 0.02)
+        self.embedding = embedding_layer(vocabulary, d_model)
+        self.position = nn.Parameter(normal(length, d_model, std=0.02))
         self.blocks = nn.ModuleList(Block(d_model, heads) for _ in range(layers))
         self.norm = nn.LayerNorm(d_model)
         self.output = nn.Linear(d_model, vocabulary)
@@ -135,4 +147,4 @@ class CausalTransformer(nn.Module):
         return self.output(self.norm(h[..., -1, :]))
 
 
-__all__ = ["NextTokenLSTM", "CausalTransformer", "LSTMLayer", "token_ids"]
+__all__ = ["NextTokenLSTM", "CausalTransformer", "LSTMLayer", "embedding_layer", "normal", "token_ids"]
