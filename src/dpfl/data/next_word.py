@@ -210,17 +210,21 @@ def synthetic_users(users: int, *, words: int = 2000, topics: int = 10, sentence
     sentences (between ``sentences[0]`` and ``sentences[1]``, uniformly) has one topic drawn from it and 1 + a
     Poisson(``mean_length`` - 1) tokens. Seeded by ``seed``; the same seed writes the same text."""
     rng = np.random.default_rng(seed)
-    law = zipf(words, exponent)
+    cumulative = np.cumsum(zipf(words, exponent))
+
+    def ranks(n: int) -> np.ndarray:  # n draws of Zipf's law (inverse transform: the law's cdf is computed once)
+        return np.minimum(np.searchsorted(cumulative, rng.random(n), side="right"), words - 1)
+
     orders = np.stack([rng.permutation(words) for _ in range(topics)])
     names = np.array([f"w{k}" for k in range(words)])
     for u in range(users):
-        mixture = rng.dirichlet(np.full(topics, concentration))
+        mixture = np.cumsum(rng.dirichlet(np.full(topics, concentration)))
         text = []
         for _ in range(int(rng.integers(sentences[0], sentences[1] + 1))):
             n = 1 + int(rng.poisson(mean_length - 1))
-            common = rng.choice(words, n, p=law)
-            topical = orders[rng.choice(topics, p=mixture)][rng.choice(words, n, p=law)]
-            text.append(" ".join(names[np.where(rng.random(n) < 0.5, common, topical)]))
+            topic = min(int(np.searchsorted(mixture, rng.random(), side="right")), topics - 1)
+            chosen = np.where(rng.random(n) < 0.5, ranks(n), orders[topic][ranks(n)])
+            text.append(" ".join(names[chosen]))
         yield f"u{u}", text
 
 
