@@ -11,6 +11,7 @@ import pytest
 
 import dpfl
 from dpfl.data import stacked
+from dpfl.data.footprint import TOKEN_BYTES, data_footprint
 from dpfl.data.next_word import BOS, EOS, OOV, PAD, synthetic_users, windows, write_jsonl
 from dpfl.data.sources import build_dataset
 from dpfl.errors import ConfigError
@@ -119,3 +120,13 @@ def test_the_lstm_trains_on_next_word_and_a_memory_mapped_copy_runs_the_same(tex
     assert direct.status == mapped.status == "finished"
     assert [r["test_accuracy"] for r in direct.rounds] == [r["test_accuracy"] for r in mapped.rounds]
     assert direct.epsilon == mapped.epsilon and direct.data["source"]["sequence_length"] == 6
+
+
+def test_the_memory_estimate_bounds_the_tokens_by_the_text(tmp_path):
+    """At most one token per 2 bytes of text: TOKEN_BYTES each while counted, then 3 copies of a record (20 float32
+    ids and an int64 label) each."""
+    path = write_jsonl(tmp_path / "text.jsonl", USERS)
+    tokens = path.stat().st_size // 2
+    estimate = data_footprint({"name": "next-word", "path": str(path), "sequence_length": 20, "num_clients": None,
+                               "samples_per_client": None, "test_fraction": None})
+    assert estimate.peak_bytes == tokens * TOKEN_BYTES + 3 * tokens * (4 * 20 + 8) and estimate.features == 20

@@ -28,7 +28,6 @@ import math
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 def normal(*shape: int, std: float = 1.0) -> torch.Tensor:
