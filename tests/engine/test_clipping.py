@@ -110,9 +110,10 @@ def test_normal_records_give_what_they_gave_before(name, strategy):
 
 def unclipped(grads, theta, x, y, mask):
     """The former clipped sum where every factor min(1, C / ||g||) is 1: each strategy's sum with weights = mask, the
-    ghost strategy's after its norms (which materialise a convolution's per-example gradient for the sum to read)."""
+    vmap strategy's over its per-example gradients (its clip None takes one gradient per client instead), the ghost
+    strategy's after its norms (which materialise a convolution's per-example gradient for the sum to read)."""
     if grads.strategy == "vmap":
-        return grads.clipped_sum(theta, x, y, mask, None)
+        return torch.einsum("cb,cbp->cp", mask, grads._per_example_grads(theta, x, y))
     with full_float32_matmuls():
         layers = ghost.backward(grads.model, grads.unflatten(theta), x, y, mask)
         ghost.sq_norms(layers, CLIENTS)

@@ -24,6 +24,7 @@ from dp_accounting import dp_event
 
 from dpfl.accounting.events import DiscreteGaussianDpEvent
 from dpfl.algorithms import registry
+from dpfl.data.next_word import synthetic_users, write_jsonl
 from dpfl.data.public import PUBLIC
 from dpfl.errors import ConfigError
 from dpfl.experiments import config as config_module
@@ -69,7 +70,7 @@ def write_own_files(folder: Path) -> None:
     """own.csv: 360 records; x0 (the record's index), x1, label (2 classes), outcome (3 classes), site (0, 1, 2 with
     SITE_SIZES records, in order), part ('test' for every 4th record). wide.csv: the same with three more features.
     own.npz: 360 records of 4 features, 2 classes, 6 clients, no split; six.npz: the same with 6 features. (BASE
-    trims every client to 30 records.)"""
+    trims every client to 30 records.) text.jsonl: next-word's JSON lines of 6 users over 40 words."""
     n = sum(SITE_SIZES)
     rng = np.random.default_rng(0)
     x1 = rng.standard_normal(n).round(3)
@@ -81,6 +82,7 @@ def write_own_files(folder: Path) -> None:
         (folder / name).write_text("\n".join(",".join(map(str, r)) for r in [header, *rows]) + "\n")
     for name, features in (("own.npz", 4), ("six.npz", 6)):
         np.savez(folder / name, x=rng.standard_normal((n, features)), y=np.arange(n) % 2, client=np.arange(n) % 6)
+    write_jsonl(folder / "text.jsonl", synthetic_users(6, words=40, sentences=(2, 3), mean_length=4, seed=0))
 
 
 @pytest.fixture(autouse=True)
@@ -280,6 +282,35 @@ def _hidden(p):
 def _activation(p):
     modules = list(p.sim.grads.model.modules())
     assert any(isinstance(m, nn.Tanh) for m in modules) and not any(isinstance(m, nn.ReLU) for m in modules)
+
+
+def _vocabulary(p):  # the 20 most frequent words, against all 24 the training sentences use (of 40)
+    assert p.sim.data["preprocessing"][0]["size"] == 20 and p.base.data["preprocessing"][0]["size"] == 24
+
+
+def _sequence_length(p):
+    assert p.sim.train.feature_shape == (5,) and p.base.train.feature_shape == (20,)
+
+
+def _embedding(p):
+    assert p.sim.grads.model.embedding.embedding_dim == 3 and p.base.grads.model.embedding.embedding_dim == 8
+
+
+def _units(p):
+    assert [layer.units for layer in p.sim.grads.model.layers] == [6, 6]
+    assert [layer.units for layer in p.base.grads.model.layers] == [8, 8]
+
+
+def _layers(p):
+    assert len(p.sim.grads.model.layers) == 1 and len(p.base.grads.model.layers) == 2
+
+
+def _d_model(p):
+    assert p.sim.grads.model.embedding.embedding_dim == 8 and p.base.grads.model.embedding.embedding_dim == 16
+
+
+def _heads(p):
+    assert p.sim.grads.model.blocks[0].attention.heads == 8 and p.base.grads.model.blocks[0].attention.heads == 2
 
 
 def _algorithm_name(p):  # dp-scaffold: control variates, no warm-up, private
@@ -703,6 +734,12 @@ def _skellam_scale(p):  # a coarse scale (64 integer units per unit of gradient)
 USER = ("algorithm.name='dp-fedavg-user'", "data.num_clients=10", "data.samples_per_client=30",
         "algorithm.client_rate=0.4", "algorithm.rounds=3", "algorithm.noise_multiplier=1.0")
 ADAPTIVE = ("algorithm.target_quantile=0.5", "algorithm.count_noise=5.0")
+#: A tiny user-level run on next-word's JSON lines (write_own_files' text.jsonl), with small sequence models.
+SEQUENCE = ("algorithm.name='dp-fedavg-user'", "algorithm.client_rate=0.5", "algorithm.rounds=2",
+            "algorithm.noise_multiplier=1.0")
+NEXT_WORD = ("data.name='next-word'", f"data.path='{OWN}/text.jsonl'")
+LSTM = (*NEXT_WORD, "model.name='lstm'", "model.units=8")
+TRANSFORMER = (*NEXT_WORD, "model.name='transformer'", "model.d_model=16", "model.heads=2")
 
 
 def _server_step(sim, total: float) -> float:
@@ -840,6 +877,13 @@ TABLE: dict[str, list[Row]] = {
     "model.hidden": [Row("[7, 5]", _hidden, MLP[:1])],
     "model.bias": [Row("false", _bias)],
     "model.activation": [Row("'tanh'", _activation, MLP)],
+    "data.vocabulary": [Row("20", _vocabulary, NEXT_WORD, base=SEQUENCE)],
+    "data.sequence_length": [Row("5", _sequence_length, NEXT_WORD, base=SEQUENCE)],
+    "model.embedding": [Row("3", _embedding, LSTM, base=SEQUENCE)],
+    "model.units": [Row("6", _units, LSTM, base=SEQUENCE)],
+    "model.layers": [Row("1", _layers, LSTM, base=SEQUENCE)],
+    "model.d_model": [Row("8", _d_model, TRANSFORMER, base=SEQUENCE)],
+    "model.heads": [Row("8", _heads, TRANSFORMER, base=SEQUENCE)],
     "algorithm.name": [Row("'dp-scaffold'", _algorithm_name)],
     "algorithm.rounds": [Row("3", _rounds)],
     "algorithm.client_rate": [Row("1.0", _client_rate)],
@@ -1046,7 +1090,7 @@ def test_every_example_loads_and_runs_to_a_finite_epsilon(path, tmp_path):
 
 # -- the user's own data: keys that apply to some data.name only, data.path ----------------------------------------
 @pytest.mark.parametrize("overrides, field, users", [
-    (["data.path='x.csv'"], "data.path", str(["npz", "csv", "clients", *PUBLIC])),
+    (["data.path='x.csv'"], "data.path", str(["npz", "csv", "clients", "next-word", *PUBLIC])),
     (["data.name='npz'", "data.path='x.npz'", "data.label_column='y'"], "data.label_column", "['csv']"),
     (["data.name='digits'", "data.split_column='part'"], "data.split_column", "['csv']"),
     (["data.name='csv'", "data.path='x.csv'", "data.alpha=1.0"], "data.alpha", "['synthetic']"),

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from dpfl.data import stacked, synthetic
 from dpfl.data.federated import TEST_FRACTION
 from dpfl.data.files import shape_of
+from dpfl.data.next_word import files_of as next_word_files
 from dpfl.data.memory_limit import MemoryLimit, available_memory, size
 from dpfl.data.public import NATURAL, PUBLIC
 from dpfl.data.public import shape_of as public_shape_of
@@ -56,6 +57,7 @@ from dpfl.errors import ConfigError
 #: Records, features and classes of the packaged data sets (scikit-learn's digits and breast cancer).
 PACKAGED = {"digits": (1797, 64, 10), "breast_cancer": (569, 30, 2)}
 HEADROOM = 0.9  # the share of the available memory the data may take
+TOKEN_BYTES = 60  # a short Python str (49 bytes + its characters) and its pointer in a sentence's list
 CSV_FIELD_BYTES = 72  # a short Python str (49 bytes + its characters), its pointer and its share of the row list
 
 
@@ -88,6 +90,8 @@ def data_footprint(data: dict) -> Footprint:
         return Footprint(int(m * per_client), m, r, f, per_client)
     if name in PUBLIC:
         return _public_footprint(data)
+    if name == "next-word":
+        return _next_word_footprint(data)
     if name == "clients":  # memory-mapped: the counts (and the labels, as they are checked) are read
         shape = stacked.shape_of(data["path"])
         m = shape["clients"]
@@ -143,6 +147,19 @@ def _public_footprint(data: dict) -> Footprint:
                copies + padded * (2 if data["scale"] != 1 else 1),  # data.scale: the tensors before and after
                copies + padded + flat)  # the dataset and the simulator's flat copy
     return Footprint(int(peak), m, largest, f, peak / max(m, 1))
+
+
+def _next_word_footprint(data: dict) -> Footprint:
+    """next-word's estimate from its files' sizes (``next_word.py``): a token takes at least 2 bytes of text (a
+    character and a space), so at most B / 2 tokens and as many records; the sentences are kept as Python strings
+    while the vocabulary is counted (``TOKEN_BYTES`` each), then each record is L float32 ids and an int64 label,
+    stacked per client and copied flat for evaluation (clients taken equal: a skewed population pads more)."""
+    paths, _ = next_word_files(data["path"])
+    tokens = sum(p.stat().st_size for p in paths) // 2
+    record = 4 * data["sequence_length"] + 8
+    m = data["num_clients"] or 1
+    peak = tokens * TOKEN_BYTES + 3 * tokens * record
+    return Footprint(int(peak), m, math.ceil(tokens / m), data["sequence_length"], peak / m)
 
 
 def check_data_memory(data: dict, limit: MemoryLimit | None = None) -> Footprint:

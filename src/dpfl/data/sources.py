@@ -7,6 +7,8 @@
   by a client-id array / column, split at random or as the file marks it.
 * ``mnist``, ``fashion_mnist``, ``femnist``, ``cifar10``, ``shakespeare``: the papers' public data sets, read from
   their published files in a local folder, never downloaded (``public.py``).
+* ``next-word``: per-user text in JSON lines (data.path), one client per user, next-word records over a vocabulary
+  of the most frequent words (``next_word.py``).
 * ``clients``: a folder of stacked client arrays that ``dpfl.data.stacked.save`` wrote (data.path), memory-mapped
   (``stacked.py``): its clients, split and preprocessing are those it was written with.
 * ``arrays``: records a Python caller hands ``dpfl.run(config, data=...)`` (``files.federate_arrays``, like an npz's
@@ -23,6 +25,7 @@ from sklearn import datasets as sklearn_datasets
 
 from dpfl.data.federated import TEST_FRACTION, FederatedDataset
 from dpfl.data.files import load_csv, load_npz
+from dpfl.data.next_word import SEQUENCE_LENGTH, VOCABULARY, build_next_word
 from dpfl.data.pooled import check_common, federate, require_natural
 from dpfl.data.preprocess import rescale
 from dpfl.data.public import NATURAL, PUBLIC, build_public
@@ -30,9 +33,9 @@ from dpfl.data.stacked import load as load_stacked
 from dpfl.data.synthetic import synthetic_dataset
 from dpfl.errors import ConfigError, check_range
 
-DATASETS = ("synthetic", "digits", "breast_cancer", "npz", "csv", *PUBLIC, "clients", "arrays")
+DATASETS = ("synthetic", "digits", "breast_cancer", "npz", "csv", *PUBLIC, "next-word", "clients", "arrays")
 #: Sources whose records may come with their clients (then data.num_clients may be left unset).
-OWN_CLIENTS = ("npz", "csv", "clients", "arrays", *NATURAL)
+OWN_CLIENTS = ("npz", "csv", "clients", "arrays", "next-word", *NATURAL)
 SYNTHETIC_SAMPLES_PER_CLIENT = 5000  # R of DP-SCAFFOLD's synthetic experiments (Noble et al. 2022)
 _SKLEARN_LOADERS = {"digits": sklearn_datasets.load_digits, "breast_cancer": sklearn_datasets.load_breast_cancer}
 
@@ -56,6 +59,8 @@ def build_dataset(
     scale: float = 1.0,
     labels: str = "original",
     bounds=None,
+    vocabulary: int = VOCABULARY,
+    sequence_length: int = SEQUENCE_LENGTH,
 ) -> FederatedDataset:
     """The federated dataset a config's ``data.*`` keys describe.
 
@@ -74,7 +79,8 @@ def build_dataset(
     (``files.bounded``). Last, every feature is multiplied by ``scale``, a public constant (``preprocess.rescale``).
     The public data sets (``public.py``) are read from the folder ``path`` (default: ``$DPFL_DATA/<name>``, else
     ``~/.dpfl/data/<name>``), partitioned like the packaged sets or by their writers, their own split kept unless
-    ``test_fraction`` is given.
+    ``test_fraction`` is given. ``next-word`` reads the JSON lines at ``path``, one client per user, its sentences
+    split by ``test_fraction`` (``next_word.py``: ``vocabulary`` words kept, records of ``sequence_length`` tokens).
     """
     if name not in DATASETS:
         raise ConfigError("data.name", name, f"one of {DATASETS}")
@@ -101,6 +107,15 @@ def build_dataset(
             test_fraction=TEST_FRACTION if test_fraction is None else test_fraction,
             standardize_scope=standardize,
         ), scale)
+    if name == "next-word":
+        fixed = {"data.samples_per_client": (samples_per_client, None), "data.standardize": (standardize, "none"),
+                 "data.scale": (scale, 1.0)}
+        for field, (value, default) in fixed.items():
+            if value != default:
+                raise ConfigError(field, value, f"{default!r} for data.name = 'next-word' (its records are token ids "
+                                                "of each user's sentences, one client per user)")
+        return build_next_word(path, vocabulary=vocabulary, sequence_length=sequence_length, num_clients=num_clients,
+                               test_fraction=test_fraction, seed=seed)
     if name == "clients":
         return _stored(path, num_clients, samples_per_client, test_fraction, standardize, scale)
     if bounds is not None and name not in ("npz", "csv"):

@@ -172,10 +172,12 @@ class CohortGradients:
                     return ghost.weighted_sum(layers, mask, clean=False)
                 weights, nonfinite = self._weights(clip, ghost.sq_norms(layers, y.shape[0]).sqrt(), mask)
                 return ghost.weighted_sum(layers, weights, clean=nonfinite)
+        if clip is None:  # sum_j mask_j grad l_j = grad sum_j mask_j l_j: one gradient per client, none per example
+            return self._in_chunks(lambda theta, x, y, mask, _: self._client_grads(theta, x, y, mask),
+                                   theta, x, y, mask, None, per_example=False)
+
         def clipped(theta, x, y, mask, clip):
             g = self._per_example_grads(theta, x, y)  # [clients, batch, P]
-            if clip is None:
-                return torch.einsum("cb,cbp->cp", mask, g)
             weights, nonfinite = self._weights(clip, _norms(g, norm), mask)
             return torch.einsum("cb,cbp->cp", weights, finite_or_zero(g, in_place=True) if nonfinite else g)
 
@@ -203,19 +205,20 @@ class CohortGradients:
         return self._in_chunks(lambda theta, x, y, mask, _: _norms(self._per_example_grads(theta, x, y), norm) * mask,
                                theta, x, y, mask, None)
 
-    def clients_per_call(self, theta: torch.Tensor, x: torch.Tensor) -> int:
+    def clients_per_call(self, theta: torch.Tensor, x: torch.Tensor, per_example: bool = True) -> int:
         """How many clients one vmap call takes: all of them on a GPU or without ``chunk_bytes``; on the CPU as many
-        as have per-example gradients [clients, batch, P] within ``chunk_bytes`` (at least one)."""
+        as have per-example gradients [clients, batch, P] (``per_example``; else one gradient [clients, P]) within
+        ``chunk_bytes`` (at least one)."""
         clients = theta.shape[0]
         if self.chunk_bytes is None or theta.device.type != "cpu":
             return clients
-        per_client = theta.element_size() * max(x.shape[1], 1) * self.num_params
+        per_client = theta.element_size() * (max(x.shape[1], 1) if per_example else 1) * self.num_params
         return max(1, min(clients, self.chunk_bytes // per_client))
 
-    def _in_chunks(self, compute, theta, x, y, mask, clip) -> torch.Tensor:
+    def _in_chunks(self, compute, theta, x, y, mask, clip, per_example: bool = True) -> torch.Tensor:
         """``compute(theta, x, y, mask, clip)`` on chunks of ``clients_per_call`` clients, concatenated (one call when
         the cohort fits; a [clients] ``clip`` is split with them)."""
-        size = self.clients_per_call(theta, x)
+        size = self.clients_per_call(theta, x, per_example)
         if size >= theta.shape[0]:
             return compute(theta, x, y, mask, clip)
         per_client = isinstance(clip, torch.Tensor) and clip.dim() > 0
@@ -229,8 +232,18 @@ class CohortGradients:
             return self.loss(logits, y.unsqueeze(0)).sum()
         return F.cross_entropy(logits, y.unsqueeze(0))
 
-    def _summed_loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The loss summed over examples (logits [N, C], y [N])."""
+    def _client_grads(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """[clients, P]: each client's gradient of its masked loss sum, sum_j mask_j l(theta_i; x_ij, y_ij)."""
+        def masked_loss(theta, x, y, mask):
+            return self._summed_loss(functional_call(self.model, self.unflatten(theta), (x,)), y, mask)
+
+        return vmap(grad(masked_loss))(theta, x, y, mask)
+
+    def _summed_loss(self, logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The loss summed over examples (logits [N, C], y [N]), each weighted by ``mask`` [N] when given."""
+        if mask is not None:
+            losses = self.loss(logits, y) if self.loss is not None else F.cross_entropy(logits, y, reduction="none")
+            return (mask * losses).sum()
         if self.loss is not None:
             return self.loss(logits, y).sum()
         return F.cross_entropy(logits, y, reduction="sum")

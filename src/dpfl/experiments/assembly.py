@@ -32,7 +32,7 @@ from dpfl.experiments.resolved import DEFAULT_THREADS, PrivacyConfig, RunConfig,
 from dpfl.experiments.run_directory import release_hash, run_key
 from dpfl.experiments.supplied import NOTHING, Supplied
 from dpfl.experiments.validate import check_warm_rounds
-from dpfl.models import build_model
+from dpfl.models import build_model, token_records
 
 
 def build_simulation(config: dict, out_dir: Path | None = None, workers=None, noise_key: int | None = None,
@@ -121,7 +121,8 @@ def build_initial_model(config: RunConfig, dataset: FederatedDataset, device: st
         return supplied.model
     torch.manual_seed(config.run.seed)  # model initialisation
     with torch.device(device) if device is not None else contextlib.nullcontext():
-        return build_model(config.model.name, dataset.train.feature_shape, dataset.num_classes, **config.model.options)
+        return build_model(config.model.name, dataset.train.feature_shape, dataset.num_classes,
+                           tokens=token_records(dataset.info), **config.model.options)
 
 
 def build_clients(config: RunConfig, dataset: FederatedDataset) -> ClientSampler:

@@ -76,6 +76,10 @@ SCHEMA: dict[str, dict[str, tuple]] = {
                                                         "data's own split: data.split_column, an npz 'split' array, "
                                                         "a public data set's test files)"),
         "seed": (int, 0, None, "the data's seed"),
+        "vocabulary": (int, 10_000, None, "next-word: the tokens kept, besides pad, oov, bos and eos (TFF's "
+                                          "StackOverflow: 10,000): the folder's vocabulary.txt's first ones, else the "
+                                          "training text's most frequent (not private)"),
+        "sequence_length": (int, 20, None, "next-word: the tokens before the predicted one that a record holds"),
     },
     "privacy": {
         "delta": (_OPTIONAL_NUMBER, None, None, "delta (None: the largest power of ten at most 1/(10 N), N the "
@@ -159,6 +163,16 @@ MODEL_KEYS: dict[str, dict[str, tuple]] = {
         "hidden": (list, [200], None, "hidden layer widths"),
         "activation": (str, "relu", ("relu", "tanh", "sigmoid", "elu"), "hidden activation"),
     },
+    "lstm": {
+        "embedding": (int, 8, None, "lstm: the token embedding's width (McMahan et al. 2017: 8)"),
+        "units": (int, 256, None, "lstm: each LSTM layer's units (McMahan et al. 2017: 256)"),
+        "layers": (int, 2, None, "stacked layers: LSTM layers (McMahan et al. 2017: 2) or transformer blocks"),
+    },
+    "transformer": {
+        "d_model": (int, 64, None, "transformer: the width of its embeddings and blocks"),
+        "layers": (int, 2, None, "stacked layers: LSTM layers (McMahan et al. 2017: 2) or transformer blocks"),
+        "heads": (int, 4, None, "transformer: attention heads per block (a divisor of d_model)"),
+    },
     "custom": {},  # a torch module handed to dpfl.run(config, model=...): a config alone cannot name one
 }
 MODEL_DEFAULT = "logreg"
@@ -167,7 +181,9 @@ MODEL_DEFAULT = "logreg"
 DATA_KEYS: dict[str, tuple[str, ...]] = {
     "alpha": ("synthetic",),
     "beta": ("synthetic",),
-    "path": ("npz", "csv", "clients", *PUBLIC),
+    "path": ("npz", "csv", "clients", "next-word", *PUBLIC),
+    "vocabulary": ("next-word",),
+    "sequence_length": ("next-word",),
     "bounds": ("npz", "csv", "arrays"),
     "label_column": ("csv",),
     "client_column": ("csv",),
@@ -336,7 +352,10 @@ def _resolve_data(data: dict, given: dict) -> None:
         raise ConfigError("data.path", data["path"], f"the path of the {source} file (data.name = {source!r})")
     if source == "clients" and not data["path"]:
         raise ConfigError("data.path", data["path"], "the folder of stacked client arrays (data.name = 'clients')")
-    own_clients = source in ("npz", "arrays", "clients") or \
+    if source == "next-word" and not data["path"]:
+        raise ConfigError("data.path", data["path"], "the .jsonl file, or the folder of them, of data.name = "
+                                                     "'next-word'")
+    own_clients = source in ("npz", "arrays", "clients", "next-word") or \
         (source == "csv" and data["client_column"] is not None) or \
         (source in NATURAL and data["partition"] in (None, "natural"))
     if data["num_clients"] is None and not own_clients:

@@ -118,7 +118,8 @@ def reference() -> str:
             "`logreg` and `mlp` take records of any shape (an image's pixels, flattened); the CNNs take images: "
             "records [C, H, W] or [H, W] (an npz's `x` [N, C, H, W] or [N, H, W]), or a square number of flat "
             "features, read as one-channel images (digits: 64 = 8 x 8); `femnist-cnn` needs at least 4 x 4 pixels, "
-            "`papernot-cnn` at least 16 x 16. `custom` stands for a torch module handed to "
+            "`papernot-cnn` at least 16 x 16. `lstm` and `transformer` take sequences of token ids, from data that "
+            "declares them (`shakespeare`, `next-word`; docs/data.md). `custom` stands for a torch module handed to "
             "`dpfl.run(config, model=...)` in Python (README, \"Python API\"), which a config alone cannot name.", ""]
     rows = []
     for key in dict.fromkeys(k for keys in MODEL_KEYS.values() for k in keys):

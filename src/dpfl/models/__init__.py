@@ -4,8 +4,10 @@
 ``F`` means the same), a one-channel image ``(H, W)`` or an image ``(C, H, W)``. The dense models (``logreg``,
 ``mlp``) read any shape as its flat pixels; the CNNs read images: ``(C, H, W)`` as it is, ``(H, W)`` as one channel,
 and ``F`` flat features only when F is a square, as the pixels of a one-channel ``sqrt(F) x sqrt(F)`` image row by
-row (scikit-learn's digits: 64 = 8 x 8). A model that cannot take the data's shape raises a ConfigError naming
-``model.name``.
+row (scikit-learn's digits: 64 = 8 x 8). The sequence models (``lstm``, ``transformer``: ``sequence.py``) read records
+``(L,)`` of token ids below ``num_classes`` (the vocabulary), and only from data that declares them so (``tokens``:
+a data set whose provenance records a ``sequence_length``, Shakespeare's and next-word's; ``token_records``). A model
+that cannot take the data's shape raises a ConfigError naming ``model.name``.
 """
 
 from __future__ import annotations
@@ -16,9 +18,14 @@ import torch
 import torch.nn as nn
 
 from dpfl.errors import ConfigError
+from dpfl.models.sequence import CausalTransformer, NextTokenLSTM
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "elu": nn.ELU}
-MODELS = ("logreg", "mlp", "femnist-cnn", "papernot-cnn")
+SEQUENCE_MODELS = ("lstm", "transformer")
+MODELS = ("logreg", "mlp", "femnist-cnn", "papernot-cnn", *SEQUENCE_MODELS)
+#: The sequence models' size keys and their defaults (McMahan et al. 2017's LSTM; a small transformer).
+SEQUENCE_KEYS = {"lstm": {"embedding": 8, "units": 256, "layers": 2},
+                 "transformer": {"d_model": 64, "layers": 2, "heads": 4}}
 #: ``model.name`` of a torch module a Python caller hands ``dpfl.run(config, model=...)``; ``build_model`` refuses it.
 CUSTOM = "custom"
 
@@ -136,11 +143,26 @@ class MLP(nn.Sequential):
         super().__init__(*layers, nn.Linear(width, num_classes))
 
 
-def check_model_keys(name: str, hidden=(200,), activation: str = "relu") -> None:
+def token_records(info: dict) -> bool:
+    """Whether a data set's records are token ids (``FederatedDataset.info``): its source records a
+    ``sequence_length`` (Shakespeare's LEAF files, next-word's JSON lines, and a stored folder written from either)."""
+    source = info.get("source")
+    return isinstance(source, dict) and "sequence_length" in source
+
+
+def check_model_keys(name: str, hidden=(200,), activation: str = "relu", **sizes) -> None:
     """Raises ConfigError for a [model] value out of its range; what depends on the data (its features' shape) is
-    checked when the model is built on it."""
+    checked when the model is built on it. ``sizes``: a sequence model's ``SEQUENCE_KEYS``."""
     if name not in (*MODELS, CUSTOM):
         raise ConfigError("model.name", name, f"one of {[*MODELS, CUSTOM]}")
+    if name in SEQUENCE_KEYS:
+        for key, value in sizes.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"model.{key}", value, "a positive integer")
+        if name == "transformer" and sizes.get("d_model", 64) % sizes.get("heads", 4):
+            raise ConfigError("model.heads", sizes.get("heads", 4), f"a divisor of model.d_model = "
+                                                                    f"{sizes.get('d_model', 64)} (each head takes "
+                                                                    "d_model / heads of it)")
     if name != "mlp":
         return
     if activation not in ACTIVATIONS:
@@ -149,14 +171,33 @@ def check_model_keys(name: str, hidden=(200,), activation: str = "relu") -> None
         raise ConfigError("model.hidden", list(hidden), "a non-empty list of positive integers")
 
 
+def _sequence_model(name: str, features: tuple[int, ...], num_classes: int, tokens: bool, sizes: dict) -> nn.Module:
+    """``lstm`` or ``transformer`` for records of ``features`` token ids (module docstring), or the refusal."""
+    if not tokens or len(features) != 1:
+        raise ConfigError("model.name", name, f"a model for the data's records of shape {list(features)}: {name} "
+                                              "takes sequences of token ids [L], the next token's id their label "
+                                              "and the classes the vocabulary, from data that declares them "
+                                              "(data.name 'shakespeare' or 'next-word', or a 'clients' folder "
+                                              "written from them); in Python, hand the module itself to "
+                                              "dpfl.run(config, model=dpfl.models.NextTokenLSTM(vocabulary))")
+    sizes = {**SEQUENCE_KEYS[name], **sizes}
+    if name == "lstm":
+        return NextTokenLSTM(num_classes, sizes["embedding"], sizes["units"], sizes["layers"])
+    return CausalTransformer(num_classes, features[0], sizes["d_model"], sizes["layers"], sizes["heads"])
+
+
 def build_model(name: str, features: int | tuple[int, ...], num_classes: int, hidden=(200,),
-                activation: str = "relu", bias: bool = True) -> nn.Module:
-    """The model ``name`` for records of shape ``features`` (an int: flat features) and ``num_classes`` classes."""
-    check_model_keys(name, hidden, activation)
+                activation: str = "relu", bias: bool = True, tokens: bool = False, **sizes) -> nn.Module:
+    """The model ``name`` for records of shape ``features`` (an int: flat features) and ``num_classes`` classes;
+    ``tokens``: whether the records are token ids (``token_records``), which the sequence models need; ``sizes``
+    their ``SEQUENCE_KEYS``."""
+    check_model_keys(name, hidden, activation, **sizes)
     if name == CUSTOM:
         raise ConfigError("model.name", name, f"one of {list(MODELS)}: {CUSTOM!r} stands for a torch module handed "
                                               "to dpfl.run(config, model=...) in Python, which a config alone cannot "
                                               "name")
+    if name in SEQUENCE_KEYS:
+        return _sequence_model(name, feature_shape_of(features), num_classes, tokens, sizes)
     if name == "logreg":
         return LogisticRegression(features, num_classes, bias)
     if name == "femnist-cnn":
