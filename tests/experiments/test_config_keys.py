@@ -1048,7 +1048,8 @@ def _warm_rounds(config: dict) -> int:
     if spec.cohort is not None or spec.noise_key is None:  # built from the data (own cohort, calibrated noise)
         return 0  # ... and no family of that kind has warm-up rounds
     section = spec.config(**{k: algo[k] for k in spec.keys(algo["name"])})
-    return getattr(spec.build(algo["name"], section, registry.Setting(algo["client_rate"])), "warm_rounds", 0)
+    return getattr(spec.build(algo["name"], section, registry.Setting(algo["client_rate"], algo["client_sampling"])),
+                   "warm_rounds", 0)
 
 
 def _shrunk(path: Path) -> dict:
