@@ -461,7 +461,7 @@ def _gaussian_leaf(event, relation, interval):
             and 0 < event.sampling_probability <= 1 and event.event.noise_multiplier > 0:
         sampled = gaussian_pld.gaussian_pld(event.event.noise_multiplier, event.sampling_probability, relation,
                                             interval)
-        return identity.compose(sampled.self_compose(1))
+        return identity.compose(pld_power.self_compose(sampled, 1))  # sampled.self_compose(1), bit for bit
     return None
 
 
