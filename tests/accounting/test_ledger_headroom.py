@@ -68,8 +68,8 @@ def test_the_run_stops_at_the_round_a_check_of_every_round_stops_it(accountant, 
 
 
 def test_equal_rounds_are_accounted_at_rounds_1_3_7_15_31_63_only(monkeypatch):
-    """Round n + 1 after a check finds the composition doubled within budget (n more rounds free): 64 rounds cost
-    two accountings at rounds 1, 3, 7, 15, 31 and 63 (the round, and the composition doubled), not 64."""
+    """Round n + 1 finds the composition doubled (2n + 2 rounds) within budget, which admits it and n + 1 more: 64
+    rounds cost one accounting at each of rounds 1, 3, 7, 15, 31 and 63 (the composition doubled only), not 64."""
     ledger = PrivacyLedger(OBSERVERS, DELTA, {"third_party": 1e6}, neighboring="add_remove", accountant="rdp")
     built = counting(ledger, monkeypatch)
     checked = []
@@ -78,10 +78,10 @@ def test_equal_rounds_are_accounted_at_rounds_1_3_7_15_31_63_only(monkeypatch):
         ledger.record(t, gaussian(8.0))
         if len(built) > before:
             checked.append(t)
-    assert checked == [1, 3, 7, 15, 31, 63] and built == ["third_party"] * 12
+    assert checked == [1, 3, 7, 15, 31, 63] and built == ["third_party"] * 6
     for read in (2, 6, 14, 30, 62):  # the doubled compositions are remembered: reading them accounts nothing
         assert ledger.epsilon_through(read)["third_party"] > 0
-    assert built.count("third_party") == 12
+    assert built.count("third_party") == 6
 
 
 def test_a_new_event_or_a_new_budget_is_checked_again(monkeypatch):

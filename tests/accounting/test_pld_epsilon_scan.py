@@ -62,3 +62,13 @@ def test_a_pld_without_dp_accountings_private_layout_is_read_by_its_own_method()
     from dpfl.accounting.pld import epsilon_for_delta
 
     assert epsilon_for_delta(SimpleNamespace(get_epsilon_for_delta=lambda delta: 1.25), 1e-5) == 1.25
+
+
+@pytest.mark.parametrize("exp_is_libm", [True, False])
+def test_numpys_exp_where_it_is_the_c_librarys_gives_the_same_epsilon(exp_is_libm, monkeypatch):
+    """The scan's e^{-l} from numpy where the probe finds it is the C library's, else from math.exp
+    (``pld._EXP_IS_LIBM``): dp_accounting's epsilon bit for bit either way."""
+    distribution = PLDS["50 sampled steps"]()
+    monkeypatch.setattr(pld, "_EXP_IS_LIBM", exp_is_libm and pld._numpy_exp_is_libm())
+    for delta in (1e-6, 1e-3):
+        assert pld.epsilon_for_delta(distribution, delta) == distribution.get_epsilon_for_delta(delta)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from dp_accounting import dp_event
 from dp_accounting.pld import pld_pmf
-from scipy import fft
+from scipy import fft, special
 
 from dpfl.accounting import pld, pld_power
 from dpfl.accounting.events import ParticipationDpEvent
@@ -89,3 +89,26 @@ def test_the_kept_transforms_hold_at_most_their_budget(monkeypatch):
             lengths = [m.fft_length for m in pld_power._MOMENTS.values() if m.transform is not None]
             assert sum(lengths) <= 300_000 or len(lengths) == 1, lengths  # beyond the budget: only the one in use
     assert max(m.fft_length for m in pld_power._MOMENTS.values()) > 100_000  # the budget held two at most
+
+
+@pytest.mark.parametrize("name", EVENTS)
+def test_the_fast_moments_are_within_a_hundredth_of_their_tolerance_of_scipys(name):
+    for pmf in pmfs(base_pld(name)):
+        probs = pmf._probs
+        orders = np.concatenate((np.arange(-20, 0), np.arange(1, 21))) / len(probs)
+        exact = [special.logsumexp(np.arange(len(probs)) * order, b=probs) for order in orders]
+        assert np.max(np.abs(pld_power._fast_log_mgfs(probs) - exact)) < pld_power.MOMENT_TOLERANCE / 100
+
+
+def test_a_bound_near_an_integer_takes_the_exact_moment(monkeypatch):
+    """With a tolerance so wide that every bound is near an integer, every order's moment is scipy's (dp_accounting's
+    own path), and the composition is still dp_accounting's bit for bit; with the default, none is needed here."""
+    base = base_pld("poisson")
+    pld_power.self_compose(base, 7)
+    assert all(not pld_power._MOMENTS[p].exact_log_mgfs for p in pmfs(base))
+    monkeypatch.setattr(pld_power, "MOMENT_TOLERANCE", 1e6)
+    ours, theirs = pld_power.self_compose(base, 9), base.self_compose(9)
+    assert all(len(pld_power._MOMENTS[p].exact_log_mgfs) == 40 for p in pmfs(base))
+    for mine, reference in zip(pmfs(ours), pmfs(theirs)):
+        assert (mine._lower_loss, mine._infinity_mass) == (reference._lower_loss, reference._infinity_mass)
+        assert np.array_equal(mine._probs, reference._probs)

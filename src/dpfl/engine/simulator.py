@@ -418,7 +418,7 @@ def declare_round(algorithm: Algorithm, boundary: Boundary, clients: ClientSampl
 def _numbered_from_one(ledger: PrivacyLedger) -> PrivacyLedger:
     """``ledger`` with its journal numbered from 1; a ledger written before rounds were numbered from 1 for users has
     a round 0 (every run's journal starts at its first round) and is renumbered, so its rounds keep their privacy."""
-    data = ledger.to_dict()
+    data = ledger.to_dict(summary=False)  # the journal: no accounting
     if all(entry["round"] != 0 for entry in data["journal"]):
         return ledger
     for entry in data["journal"]:
