@@ -287,17 +287,20 @@ def sdp_rows(quick: bool) -> list[Row]:
 
 def isrl_rows(quick: bool) -> list[Row]:
     """The ISRL-DP family (Lowy et al. 2023): one silo of 12 records, linear losses, R = 4 rounds calibrated to
-    epsilon = 1 (tests/helpers/isrl_worst_case.py); no other silo's noise is credited, so the server and another silo
-    see the same transcript."""
+    epsilon = 1 (tests/helpers/isrl_worst_case.py), and for the SPIDER recursion a record whose gradient flips with
+    the model (its difference rounds carry no signal under linear losses); no other silo's noise is credited, so the
+    server and another silo see the same transcript."""
     rows = []
     for name in isrl_worst_case.NAMES[:1] if quick else isrl_worst_case.NAMES:
         alg = isrl_worst_case.algorithm(name)
-        mu = isrl_worst_case.exact_mu(name, alg)
-        truth = gdp_epsilon(mu, isrl_worst_case.DELTA)
-        instance = "a record whose gradient flips with the model" if name == "isrl-spider-alt" else "linear losses"
-        for observer, claim in isrl_worst_case.claimed(alg).items():
-            rows.append(Row(name, "sound", observer, f"n=12 R=4 eps=1 d=1e-5, {instance}", claim, truth,
-                            f"mu-GDP, mu = {mu:.4f} (engine-measured); one silo, no cohort to know"))
+        flips = {"isrl-spider": (False, True), "isrl-spider-alt": (True,)}.get(name, (False,))
+        for flipping in flips:
+            mu = isrl_worst_case.exact_mu(name, alg, flipping)
+            truth = gdp_epsilon(mu, isrl_worst_case.DELTA)
+            instance = "a record whose gradient flips with the model" if flipping else "linear losses"
+            for observer, claim in isrl_worst_case.claimed(alg).items():
+                rows.append(Row(name, "sound", observer, f"n=12 R=4 eps=1 d=1e-5, {instance}", claim, truth,
+                                f"mu-GDP, mu = {mu:.4f} (engine-measured); one silo, no cohort to know"))
     return rows
 
 

@@ -6,6 +6,8 @@ the floor(s n_i) records with the smallest keys, a Poisson batch the records wit
 ``ClientStreams(seed, t, [i], "noise").normal((K, P))``.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -524,3 +526,25 @@ def test_clip_heuristic_names():
     with pytest.warns(UserWarning):
         alg = build_local_sgd("dp-fedavg", section, client_rate=0.5)
     assert alg.clip_heuristic == "median-nonprivate" and alg.step_noise_event == dp_event.NonPrivateDpEvent()
+
+
+def test_unequal_clients_declare_each_owners_release_and_the_paper_charges_the_bound():
+    """Batches of floor(0.3 n_i): 1 of 5 records (sensitivity 2C) and 3 of 10 (2C/3). Each owner's release is its own
+    ratio with the others' shares in units of its own variance: the owner of 5 is credited 9 (1/3)^2 = 1, an owner of
+    10 gets 1 share of 9 (the 5-record client's) and 8 of 1: 17; equal clients declare one release; the paper's
+    accountant charges the bound."""
+    from dpfl.accounting.events import WorstOwnerDpEvent
+    from dpfl.accounting.observers import Cohort, observer_events
+
+    alg = build_local_sgd("dp-fedsgd", LocalSGDConfig(local_steps=1, sample_rate=0.3, noise_multiplier=2.0), 1.0)
+    assert alg.release(0, None, torch.tensor([10] * 10)).owners == ()
+    release = alg.release(0, None, torch.tensor([5] + [10] * 9))
+    assert [(e.source_dataset_size, e.sample_size) for e in (r.step_events[0] for r in release.owners[:2])] == \
+        [(5, 1), (10, 3)]
+    assert release.step_events[0].sample_size / release.step_events[0].source_dataset_size == 0.3  # the bound
+    assert release.owners[0].credited_variance(9) == pytest.approx(1.0)
+    assert release.owners[1].credited_variance(9) == pytest.approx(17.0)
+    cohort = Cohort.fixed(10, 10)
+    assert isinstance(observer_events(release, cohort)["third_party"], WorstOwnerDpEvent)
+    assert observer_events(release, cohort, analysis="paper") == observer_events(
+        dataclasses.replace(release, owners=()), cohort, analysis="paper")

@@ -1,5 +1,5 @@
 """The accounting CLI never hangs or surprises: PLDs too large to build switch to RDP (saying so) or are refused with
-what to use instead; --sampling fixed picks the accountant that supports it; dp_accounting's warnings are summarised
+what to use instead; --sampling fixed answers by PLD as a run's ledger does; dp_accounting's warnings are summarised
 once; `account dp-scaffold` validates its rounds like the others."""
 
 import json
@@ -59,13 +59,28 @@ def test_calibrating_to_a_huge_epsilon_finishes_by_rdp(capsys, built_plds):
     assert out["noise_multiplier"] == rdp["noise_multiplier"]
 
 
-def test_fixed_sampling_with_the_default_accountant_uses_rdp_and_says_so(capsys):
-    argv = ["account", "gaussian", "--noise-multiplier", "1", "--sampling", "fixed", "--sampling-rate", "0.01",
-            "--dataset-size", "1000", "--steps", "10", "--delta", "1e-5"]
+def test_fixed_sampling_with_the_default_accountant_is_the_runs_pld(capsys):
+    """--sampling fixed defaults to PLD (the dominating Poisson pair of Balle, Barthe, Gaboardi 2018, Thm 10), the
+    number a run's ledger reports on the same setting: dp-fedavg, every client in each of T = 2 rounds of K = 2 steps,
+    batches of 8 of 40 records, z = 1.5; the server sees each client's update, so the owner's 4 noisy steps alone.
+    RDP (Wang et al. 2019) on request, and larger."""
+    import dpfl
+
+    config = {"data": {"name": "synthetic", "num_clients": 2, "samples_per_client": 50, "seed": 0},
+              "model": {"name": "logreg"},
+              "algorithm": {"name": "dp-fedavg", "rounds": 2, "local_steps": 2, "client_rate": 1.0,
+                            "sample_rate": 0.2, "noise_multiplier": 1.5},
+              "privacy": {"delta": 1e-5, "boundary": "plain"}, "run": {"seed": 0}}
+    simulation = dpfl.build(config)
+    simulation.run(2)
+    argv = ["account", "gaussian", "--noise-multiplier", "1.5", "--sampling", "fixed", "--sampling-rate", "0.2",
+            "--dataset-size", "40", "--steps", "4", "--delta", "1e-5"]
     out, _ = run_json(capsys, argv)
     rdp, _ = run_json(capsys, [*argv, "--accountant", "rdp"])
-    assert (out["accountant"], out["neighboring"]) == ("rdp", "replace_one") and out["epsilon"] == rdp["epsilon"]
-    assert "--sampling fixed" in out["note"] and "only by RDP" in out["note"]
+    assert (out["accountant"], out["neighboring"], "note" in out) == ("pld", "replace_one", False)
+    assert out["epsilon"] == pytest.approx(simulation.ledger.epsilon()["server"], rel=1e-9)
+    assert out["epsilon"] == pytest.approx(1.7704, abs=1e-4)
+    assert rdp["accountant"] == "rdp" and rdp["epsilon"] > 1.5 * out["epsilon"]
 
 
 def test_dp_accounting_warnings_are_summarised_once(capsys):

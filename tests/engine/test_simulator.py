@@ -382,10 +382,18 @@ def test_unequal_clients_get_only_the_noise_credit_their_sensitivities_allow():
     grads = CohortGradients(build_model("logreg", 3, 2))
     algorithm = local_sgd("dp-fedavg", 0.5, local_steps=2, sample_rate=0.5, noise=3.0)
     sim = Simulation(train, train, grads, algorithm, ClientSampler(4, 0.5), PrivacyLedger(OBSERVERS, 1e-3))
-    # Participation(l, Composed[SelfComposed(own step, K - 1), SelfComposed(SampledWOR(n, b, Gaussian(z credit)), 1)])
-    last_step = sim.round_privacy()[THIRD_PARTY].event.events[-1].event
-    credit = last_step.event.noise_multiplier / 3.0
-    assert credit == pytest.approx(math.sqrt(1 + 1 * 0.25**2))  # cohort of 2, ratio 1/4
+    # per owner o (WorstOwnerDpEvent), and the single bound: Participation(l, Composed[SelfComposed(own step, K - 1),
+    # SelfComposed(SampledWOR(n, b, Gaussian(z credit)), 1)]), the credit of one other share (a cohort of 2)
+    declared = sim.round_privacy()[THIRD_PARTY]
+
+    def credit(event):
+        return event.event.events[-1].event.event.noise_multiplier / 3.0
+
+    assert credit(declared.bound) == pytest.approx(math.sqrt(1 + 1 * 0.25**2))  # the weakest share, ratio 1/4
+    # each owner the smallest other share in units of its own: the owner of 40 records (sensitivity 1/20) 1/10's,
+    # 1 + 2^2; an owner of 20 (1/10) 1/20's, 1 + 1/4; the owner of 10 (1/5) 1/20's, 1 + 1/16, as the bound
+    assert [credit(e) for e in declared.events] == pytest.approx([math.sqrt(5), math.sqrt(1.25), math.sqrt(1 + 1 / 16),
+                                                                  math.sqrt(1.25)])
 
 
 # -- fingerprints, resume checks, Ctrl-C, divergence messages ------------------------------------------------------

@@ -157,7 +157,8 @@ def gaussian_event(
       steps: integer >= 1.
       sampling: ``poisson`` (each record independently with probability ``sampling_rate``; add/remove neighbouring),
         ``fixed`` (a batch of exactly ``sampling_rate`` x ``dataset_size`` records drawn without replacement; this is
-        analysed under REPLACE-ONE neighbouring only, and only by the RDP accountant), or ``none`` (every record).
+        analysed under REPLACE-ONE neighbouring only: PLD by its dominating Poisson pair, RDP by Wang et al. 2019), or
+        ``none`` (every record).
       sampling_rate: in (0, 1]; required for ``poisson`` and ``fixed``, must be omitted (or 1) for ``none``.
       dataset_size: ``fixed`` only, integer >= 1. The batch is ceil(``sampling_rate`` x ``dataset_size``) (rounding
         up is conservative). Omitted, it is ``DEFAULT_FIXED_DATASET_SIZE`` (10^9): RDP bounds for sampling without

@@ -380,7 +380,8 @@ def observer_events(
         raise ConfigError("privacy.release", released, f"one of {list(RELEASES)}")
     knows = cohort_known_to(boundary) if knows_cohort is None else frozenset(knows_cohort) | {SERVER}
     events = _composition_events(release, cohort, boundary, analysis)
-    if release.owners:  # each owner's events, this release's as their bound (``dpfl.accounting.owners``)
+    if release.owners and analysis == "sound":  # each owner's events, this release's as their bound
+        # (``dpfl.accounting.owners``); the papers' accountants charge one event per round, this release's
         per_owner = [_composition_events(r, cohort, boundary, analysis) for r in release.owners]
         return {o: WorstOwnerDpEvent(tuple(owner[o] for owner in per_owner), bound) for o, bound in events.items()}
     if release.server_events:

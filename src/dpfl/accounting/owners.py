@@ -34,6 +34,10 @@ from dpfl.accounting.events import ParticipationDpEvent, WorstOwnerDpEvent
 
 #: The most distinct, undominated owners whose compositions are accounted one by one (``owner_compositions``).
 MAX_OWNERS = 16
+#: The most clients whose releases an algorithm declares per owner (``observers.Release.owners``: each owner's release
+#: holds every client's share, so the declaration grows with the square of the clients; the ledger reads at most
+#: ``MAX_OWNERS`` distinct ones); beyond, the single bound.
+PER_OWNER_CLIENTS = 64
 
 
 def part(event: dp_event.DpEvent, owner: int | None) -> dp_event.DpEvent:
@@ -119,4 +123,5 @@ def _dominates(b: list, a: list) -> bool:
     return all(ca == cb and dominated(ea, eb) for (ea, ca), (eb, cb) in zip(a, b))
 
 
-__all__ = ["MAX_OWNERS", "WorstOwnerDpEvent", "dominated", "owner_compositions", "owners_in", "part"]
+__all__ = ["MAX_OWNERS", "PER_OWNER_CLIENTS", "WorstOwnerDpEvent", "dominated", "owner_compositions", "owners_in",
+           "part"]

@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 import torch
 
 from dpfl.accounting.observers import SERVER, Cohort, Release
+from dpfl.accounting.owners import PER_OWNER_CLIENTS
 from dpfl.algorithms.registry import AlgorithmSpec, Calibration, Setting, register
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import GaussianMechanism, LaplaceMechanism
@@ -80,9 +81,6 @@ MECHANISMS = ("laplace", "gaussian")
 SELECTIONS = {"random": "fixed", "round-robin": "round_robin"}
 SCHEDULES = ("constant", "inverse")
 AGGREGATIONS = ("normalized", "paper")
-#: the most clients whose releases are declared per owner (each owner's release holds every client's share, so the
-#: declaration grows with the square of the clients; the ledger reads at most ``owners.MAX_OWNERS`` distinct ones)
-PER_OWNER_CLIENTS = 64
 
 
 @dataclass(frozen=True)

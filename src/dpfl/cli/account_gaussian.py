@@ -1,11 +1,13 @@
 """`dpfl account gaussian`: epsilon of the (sampled) Gaussian mechanism composed over steps (DP-SGD, DP-FedAvg).
 
 ``--sampling fixed`` (a batch of exactly rate x dataset records, without replacement) is analysed under replace-one
-neighbouring, and only by the RDP accountant; ``poisson`` and ``none`` under add/remove. The output says which.
-Without ``--sampling`` it is ``poisson`` when a ``--sampling-rate`` is given and ``none`` (the plain Gaussian
-mechanism, every record in every step) when not.
-Without ``--accountant`` the answer is PLD's, or RDP's where PLD cannot answer (fixed-size sampling, or a PLD too large
-to build in seconds), with a ``note`` saying so.
+neighbouring, ``poisson`` and ``none`` under add/remove; the output says which. Without ``--sampling`` it is
+``poisson`` when a ``--sampling-rate`` is given and ``none`` (the plain Gaussian mechanism, every record in every step)
+when not.
+Without ``--accountant`` the answer is PLD's, as a run's ledger computes it: for fixed-size batches the pair that
+dominates a Gaussian sampled without replacement (Balle, Barthe, Gaboardi 2018, Thm 10;
+``pld.without_replacement_as_poisson``); RDP's (Wang et al. 2019 for fixed-size batches) with ``--accountant rdp``, or
+where the PLD would be too large to build in seconds, with a ``note`` saying so.
 """
 
 from __future__ import annotations
@@ -18,9 +20,6 @@ from dpfl.errors import check_noise_multiplier
 NAME = "gaussian"
 HELP = "epsilon of the Gaussian mechanism with Poisson, fixed-size or no sampling, composed over steps"
 
-#: Why the default accountant (pld) does not analyse ``--sampling fixed``.
-FIXED_NEEDS_RDP = "--sampling fixed (without replacement, replace-one) is analysed only by RDP (Wang et al. 2019)"
-
 
 def add_mechanism_arguments(parser) -> None:
     """Arguments shared with `dpfl calibrate gaussian`: sampling, steps, delta, accountant, conversion."""
@@ -32,7 +31,7 @@ def add_mechanism_arguments(parser) -> None:
     parser.add_argument("--steps", type=int, required=True, help="number of compositions (steps or rounds)")
     parser.add_argument("--delta", type=float, required=True, help="target delta in (0, 1)")
     parser.add_argument("--accountant", choices=ACCOUNTANTS, default=None,
-                        help="default pld (tight), or rdp where pld cannot answer (--sampling fixed, or epsilons so "
+                        help="default pld (tight, as a run's ledger), or rdp where pld cannot answer (epsilons so "
                              "large that the PLD would take minutes): the output's note says so")
     parser.add_argument("--conversion", choices=CONVERSIONS, default="classic", help="RDP -> DP conversion (rdp)")
 
@@ -60,7 +59,7 @@ def accounted(args, compute):
     def run(accountant):
         return compute((args.delta, accountant, args.conversion, neighboring(sampling_of(args))))
 
-    return with_default_accountant(run, args.accountant, FIXED_NEEDS_RDP if sampling_of(args) == "fixed" else None)
+    return with_default_accountant(run, args.accountant)
 
 
 def configure(parser) -> None:

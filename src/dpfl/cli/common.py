@@ -92,17 +92,14 @@ def collected_warnings(python_warnings: bool = True):
         absl.setLevel(level)
 
 
-def with_default_accountant(compute, accountant: str | None, pld_cannot: str | None = None):
+def with_default_accountant(compute, accountant: str | None):
     """``(compute(accountant), note)``. With no accountant named, PLD (the tight default), or RDP where PLD cannot
-    answer: ``pld_cannot`` says why before anything is computed (e.g. fixed-size sampling), and a PLD too large to
-    build (``pld.PldTooLargeError``) says why when the search meets it; ``note`` (None for PLD) states the switch. A
-    named accountant is used as it is (PLD then refuses such events with its own error)."""
+    answer: a PLD too large to build (``pld.PldTooLargeError``) says why when the search meets it; ``note`` (None for
+    PLD) states the switch. A named accountant is used as it is (PLD then refuses such events with its own error)."""
     from dpfl.accounting.pld import PldTooLargeError
 
     if accountant is not None:
         return compute(accountant), None
-    if pld_cannot is not None:
-        return compute("rdp"), f"accountant rdp, not the default pld: {pld_cannot}"
     try:
         return compute("pld"), None
     except PldTooLargeError as err:
