@@ -111,3 +111,17 @@ def test_the_sweep_finds_no_divergence():
     sweep = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sweep)
     assert sweep.main(["--rounds", "3", "--names", "dp-fedavg,dp-fedsgd,dp-scaffold,dp-scaffold-warm"]) == 0
+
+
+def test_a_divergence_stops_naming_the_round_and_the_knobs_and_keeps_the_privacy_spent(tmp_path):
+    config = {"data": {"num_clients": 5, "samples_per_client": 20},
+              "algorithm": {"name": "dp-fedavg", "rounds": 3, "local_steps": 2, "lr": 1e200}}
+    results = dpfl.run(config, out=tmp_path / "run")
+    reason = results.to_dict()["stopped_reason"]
+    assert results.status == "stopped" and results.stopped_by == "diverged" and reason.startswith("round 1: ")
+    for knob in ("algorithm.lr (now 1e+200)", "algorithm.global_lr (now 1)", "algorithm.noise_multiplier (now 1;",
+                 "privacy.epsilon", "algorithm.clip (now 1)"):
+        assert knob in reason, (knob, reason)
+    written = dpfl.Results.load(tmp_path / "run")
+    assert written.to_dict()["stopped_reason"] == reason and written.ledger.compositions == 1
+    assert 0 < written.epsilon["third_party"] < math.inf
