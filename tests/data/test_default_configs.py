@@ -1,7 +1,7 @@
 """Defaults that train (issue 35): a config naming only the data (and its path), the model and a private name of the
 local-SGD family, at a few clients, trains from round 1 on every built-in data set and format, through ``dpfl.run``:
-no divergence stop, and a train loss below the untrained model's. Before, sigma_g = 60 and eta0 = 1 (Noble et al. 2022's synthetic
-setting) diverged at round 1 on digits and MNIST.
+no divergence stop, and a train loss below the untrained model's. Before, sigma_g = 60 and eta0 = 1 (Noble et al.
+2022's synthetic setting) diverged at round 1 on digits and MNIST.
 
 The runs are small (a few clients, 2 rounds) to keep each under a few seconds; the records of the file formats are
 learnable (each class a bright band of its own rows, written by the tests' own writers of the real formats), so a

@@ -60,12 +60,13 @@ from dpfl.errors import ConfigError, check_noise_multiplier, check_range
 CLIP_HEURISTICS = ("fixed", "median-nonprivate")
 #: sigma_g when neither algorithm.noise_multiplier nor privacy.epsilon is given: z = 1, DP-SGD's usual multiplier (Abadi
 #: et al. 2016), as dp-fedavg-user and dp-ftrl use: a first run's value, not a paper's. Noble et al. (2022, Sec. 5)'s
-#: sigma_g = 60 trains their synthetic data but diverges at round 1 on digits, breast_cancer, MNIST, FEMNIST and CIFAR-10
-#: files (benchmarks/default_sweep.py); the items that reproduce their paper pin it. The privacy accounting is the same
-#: at any z: only the multiplier charged changes.
+#: sigma_g = 60 trains their synthetic data but diverges at round 1 on digits, breast_cancer, MNIST, FEMNIST and
+#: CIFAR-10 files (benchmarks/default_sweep.py); the items that reproduce their paper pin it. The privacy accounting is
+#: the same at any z: only the multiplier charged changes.
 DEFAULT_NOISE = 1.0
 #: eta0 when algorithm.lr is not given: Noble et al.'s eta0 = 1 diverges at z = 1 too on digits (its features are
-#: pixels 0..16); eta0 = 0.1 (a local step eta0 / (s K) = 0.01 at the defaults) trains there (benchmarks/default_sweep.py)
+#: pixels 0..16); eta0 = 0.1 (a local step eta0 / (s K) = 0.01 at the defaults) trains there
+#: (benchmarks/default_sweep.py)
 DEFAULT_LR = 0.1
 
 
