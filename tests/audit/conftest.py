@@ -15,7 +15,8 @@ def overrides(noise: float, delta: float, clients: int = 1, *extra) -> list[str]
     return [f"data.num_clients={clients}", "data.samples_per_client=20", "algorithm.name='dp-fedsgd'",
             "algorithm.local_steps=1", "algorithm.sample_rate=1.0", "algorithm.client_rate=1.0",
             f"algorithm.noise_multiplier={noise!r}", f"privacy.delta={delta!r}", "algorithm.rounds=1",
-            "algorithm.weight_decay=0.0", "run.noise_seed=0", *extra]  # reproducible trials, as `dpfl audit`
+            "algorithm.lr=1.0", "algorithm.weight_decay=0.0",  # eta0 as before issue 35's default (0.1)
+            "run.noise_seed=0", *extra]  # reproducible trials, as `dpfl audit`
 
 
 @pytest.fixture

@@ -141,8 +141,9 @@ def test_what_the_secure_mode_does_not_cover_is_refused_naming_the_key(overrides
 
 
 def test_z_out_of_the_samplers_range_names_the_largest_grid_exponent():
-    """dpfl's default z = 60 fits the default k = 9 (z 2^9 = 30720); z = 100 needs k <= 8 (z 2^9 = 51200 > 3.9e4)."""
-    resolve(load_config(None, ["algorithm.name='dp-scaffold'", "run.secure_noise=true"]))
+    """Noble et al.'s z = 60 fits the default k = 9 (z 2^9 = 30720); z = 100 needs k <= 8 (z 2^9 = 51200 > 3.9e4)."""
+    resolve(load_config(None, ["algorithm.name='dp-scaffold'", "algorithm.noise_multiplier=60.0",
+                               "run.secure_noise=true"]))
     with pytest.raises(ConfigError, match="at most 8 for the noise multiplier z = 100"):
         resolve(load_config(None, ["algorithm.name='dp-scaffold'", "algorithm.noise_multiplier=100.0",
                                    "run.secure_noise=true"]))

@@ -139,7 +139,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "secure_noise_bits": (int, 9, None, "k of run.secure_noise: the grid step is 2^-k of the sensitivity "
                                              "(rounded up to a power of two); the noise multiplier charged is "
                                              "z 2^k / (2^k + sqrt(d)) for d parameters; z 2^k must stay below about "
-                                             "3.9e4 (z <= 76 at k = 9, dpfl's z = 60 included; "
+                                             "3.9e4 (z <= 76 at k = 9, Noble et al.'s z = 60 included; "
                                              "z <= 2.4 at k = 14)"),
         "tensorboard": ((str, type(None)), None, None, "a directory for TensorBoard event files: each evaluated "
                                                        "round's test_accuracy, train_loss, epsilon/<observer> and, "

@@ -1,0 +1,130 @@
+"""Defaults that train (issue 35): a config naming only the data (and its path), the model and a private name of the
+local-SGD family, at a few clients, trains from round 1 on every built-in data set and format, through ``dpfl.run``:
+no divergence stop, and a train loss below the untrained model's. Before, sigma_g = 60 and eta0 = 1 (Noble et al.
+2022's synthetic setting) diverged at round 1 on digits and MNIST.
+
+The runs are small (a few clients, 2 rounds) to keep each under a few seconds; the records of the file formats are
+learnable (each class a bright band of its own rows, written by the tests' own writers of the real formats), so a
+trained model must beat the untrained one. benchmarks/default_sweep.py runs the full grid (every name, data set and
+model at the data's own sizes); its slow test is below."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dpfl
+from dpfl.algorithms.local_sgd import DEFAULT_LR, DEFAULT_NOISE
+
+from .conftest import py2_pickle, write_leaf, write_mnist
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def banded_images(n: int, shape: tuple[int, ...], classes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """n uint8 images of ``shape`` (rows on axis -2): dim noise, and the rows of band ``label mod 7`` (of 7 bands)
+    bright; labels cycle over ``classes``."""
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, 64, (n, *shape), dtype=np.uint8)
+    labels = np.arange(n) % classes
+    rows = shape[-2] // 7
+    for i, label in enumerate(labels):
+        band = label % 7
+        images[i, ..., band * rows:(band + 1) * rows, :] = 255
+    return images, labels
+
+
+def write_banded_mnist(folder: Path) -> Path:
+    records = {split: banded_images(n, (28, 28), 7, seed) for split, n, seed in (("train", 240, 0), ("test", 60, 1))}
+    write_mnist(folder, {split: (x, y.astype(np.uint8)) for split, (x, y) in records.items()})
+    return folder
+
+
+def write_banded_cifar(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, seed in [*((f"data_batch_{i}", i) for i in range(1, 6)), ("test_batch", 9)]:
+        x, y = banded_images(48, (3, 32, 32), 7, seed)
+        batch = {b"batch_label": name.encode(), b"labels": [int(v) for v in y], b"data": x.reshape(48, 3072),
+                 b"filenames": [b"img_%d.png" % i for i in range(48)]}
+        (folder / name).write_bytes(py2_pickle(batch))
+    return folder
+
+
+def write_banded_femnist(folder: Path) -> Path:
+    for split, n, seed in (("train", 24, 0), ("test", 6, 1)):
+        users = {}
+        for writer in range(8):
+            x, y = banded_images(n, (28, 28), 7, seed * 100 + writer)
+            users[f"f{writer:04d}_{writer:02d}"] = ((x.reshape(n, 784) / 255).tolist(), [int(v) for v in y])
+        write_leaf(folder / split, f"all_data_0_{split}_9.json", users)
+    return folder
+
+
+#: (data.name, model.name, what else the tiny run sets besides the three names): the packaged data sets at a few
+#: clients; the file formats at the clients their files make.
+CASES = {
+    "synthetic": ("logreg", ["data.num_clients=10", "data.samples_per_client=100"]),
+    "digits": ("femnist-cnn", ["data.num_clients=10"]),
+    "breast_cancer": ("logreg", ["data.num_clients=5"]),
+    "mnist": ("mlp", ["data.num_clients=10"]),
+    "femnist": ("femnist-cnn", []),
+    "cifar10": ("logreg", ["data.num_clients=10"]),
+}
+WRITERS = {"mnist": write_banded_mnist, "femnist": write_banded_femnist, "cifar10": write_banded_cifar}
+
+
+def test_the_local_sgd_defaults_are_a_first_runs_not_a_papers():
+    assert (DEFAULT_NOISE, DEFAULT_LR) == (1.0, 0.1)
+    config = dpfl.load_config(None, ["algorithm.name='dp-fedavg'"])["algorithm"]
+    assert config["lr"] == 0.1 and config["noise_multiplier"] is None
+    assert dpfl.build({"algorithm": {"name": "dp-fedavg"}, "data": {"num_clients": 5, "samples_per_client": 20}}) \
+        .algorithm.mechanism.noise_multiplier == 1.0
+
+
+@pytest.mark.parametrize("data, name", [(data, "dp-fedavg") for data in CASES] + [("digits", "dp-scaffold")])
+def test_a_minimal_config_trains_from_round_one(tmp_path, data, name):
+    model, tiny = CASES[data]
+    settings = [f"data.name='{data}'", f"model.name='{model}'", f"algorithm.name='{name}'", "algorithm.rounds=2",
+                "algorithm.client_rate=0.5", *tiny]
+    if data in WRITERS:
+        settings.append(f"data.path='{WRITERS[data](tmp_path / data)}'")
+    config = dpfl.load_config(None, settings)
+    untrained = dpfl.build(config).evaluate(epsilon=False).train_loss
+    results = dpfl.run(config)
+    losses = [r["train_loss"] for r in results.rounds]
+    assert results.status == "finished" and results.stopped_by is None, results.to_dict().get("stopped_reason")
+    assert len(losses) == 2 and all(math.isfinite(v) for v in losses)
+    assert losses[-1] < untrained, (losses, untrained)
+    assert math.isfinite(results.epsilon["third_party"])
+
+
+@pytest.mark.slow
+def test_the_sweep_finds_no_divergence_on_digits():
+    """benchmarks/default_sweep.py on digits (100 clients of about 14 records, features 0..16) with every model it
+    fits, 3 rounds: at sigma_g = 60, eta0 = 1 every cell diverged at round 1. (Still open: breast_cancer's raw
+    features, up to 4254, diverge without data.scale; the sweep's small random-pixel files, 8 records a client,
+    drift up by 0.1-0.2 nats in 3 rounds.)"""
+    spec = importlib.util.spec_from_file_location("default_sweep", ROOT / "benchmarks" / "default_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    assert sweep.main(["--rounds", "3", "--names", "dp-fedavg,dp-scaffold", "--data", "digits"]) == 0
+
+
+def test_a_divergence_stops_naming_the_round_and_the_knobs_and_keeps_the_privacy_spent(tmp_path):
+    config = {"data": {"num_clients": 5, "samples_per_client": 20},
+              "algorithm": {"name": "dp-fedavg", "rounds": 3, "local_steps": 2, "lr": 1e200}}
+    results = dpfl.run(config, out=tmp_path / "run")
+    reason = results.to_dict()["stopped_reason"]
+    assert results.status == "stopped" and results.stopped_by == "diverged" and reason.startswith("round 1: ")
+    for knob in ("algorithm.lr (now 1e+200)", "algorithm.global_lr (now 1)", "algorithm.noise_multiplier (now 1;",
+                 "privacy.epsilon", "algorithm.clip (now 1)"):
+        assert knob in reason, (knob, reason)
+    written = dpfl.Results.load(tmp_path / "run")
+    assert written.to_dict()["stopped_reason"] == reason and written.ledger.compositions == 1
+    assert 0 < written.epsilon["third_party"] < math.inf
