@@ -208,9 +208,14 @@ def _step_rounds(by: dict, rounds: dict, higher: bool = False) -> tuple[str, flo
 TABLE_1_SIGMA_LDP = {1: 0.69, 10: 0.90, 50: 1.18}
 
 
-def plot_rounds(accuracies: dict, settings: dict, path: Path) -> None:
-    """The paper's Fig. 2: the best test accuracy over each training run (mean over the seeds) against the number of
-    FL rounds, 1 local step and 1 local epoch; one panel per analysis, Skellam solid and Gaussian dashed."""
+#: What ``plot_rounds`` draws: the paper's Fig. 2 measure, or the final training loss (log scale)
+BEST_ACCURACY, FINAL_LOSS = "best test accuracy over the run", "final training loss"
+
+
+def plot_rounds(values: dict, settings: dict, path: Path, measure: str = BEST_ACCURACY) -> None:
+    """The layout of the paper's Fig. 2: ``measure`` (mean over the seeds; the paper's is the best test accuracy
+    over each training run) against the number of FL rounds, 1 local step and 1 local epoch; one panel per analysis,
+    Skellam solid and Gaussian dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -222,14 +227,16 @@ def plot_rounds(accuracies: dict, settings: dict, path: Path) -> None:
     for ax, analysis in zip(axes[0], ANALYSES):
         for noise, style in zip(settings["noises"], ("-", "--")):
             for k, variant in enumerate(ROUNDS_VARIANTS):
-                by = accuracies[noise][analysis][variant]
+                by = values[noise][analysis][variant]
                 ax.plot(sorted(by), [by[t] for t in sorted(by)], style, color=f"C{k}", marker="o", ms=3,
                         label=f"{variant}, {noise}")
         ax.set_xscale("log")
+        if measure == FINAL_LOSS:
+            ax.set_yscale("log")
         ax.set_xlabel("FL rounds")
         ax.set_title(f"{settings['data']}, eps = {settings['epsilon']:g}, {analysis} analysis", fontsize=9)
         ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("best test accuracy over the run")
+    axes[0][0].set_ylabel(measure)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
