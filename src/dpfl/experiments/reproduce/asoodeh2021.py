@@ -88,8 +88,8 @@ def _utility(settings: dict, folder: Path) -> dict:
                                     "z_last by Theorem 2 (privacy.analysis = 'paper'), z_composition by dpfl's "
                                     "sound accountant"))
                     rows.append(Row(f"{data}, m = {batch}, rho = {radius:g}, eps = {eps:g}: test accuracy, last "
-                                    "iterate / composition", None, f"{acc_f:.3f} / {acc_c:.3f}", None, None,
-                                    "the paper states a bound (Cor. 1), no experiment"))
+                                    "iterate / composition", None, None, f"{acc_f:.3f} / {acc_c:.3f}", None,
+                                    "the paper states a bound (Cor. 1), no experiment; noise as in the row above"))
     return {"rows": rows, "cells": cells}
 
 
