@@ -12,6 +12,7 @@ import pytest
 from dpfl.accounting.theory import dp_to_zcdp_rho
 from dpfl.experiments.papers import lowy2023, zhou2021
 from dpfl.experiments.reproduce.heikkila2024 import rounds_to_match
+from dpfl.experiments.reproduce.lowy2023 import paired, relative_improvement
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -48,6 +49,30 @@ def test_the_whole_budget_per_stream_is_labelled_and_its_ledger_spends_more_than
         lowy2023.run_one(setup, delta, "isrl-spider", 1.5, 1.0, 0.1, {}, 0, "paper")
 
 
+def test_spider_at_period_1_is_mb_sgd_run_for_run_and_its_grids_include_it():
+    """Lowy et al. (2023), Sec. 4: FedProx-SPIDER with q = 1 is MB-SGD, so q = 1 belongs in SPIDER's tuning grid."""
+    setup, delta = _breast_cancer(6)
+    for seed, (lr, clip) in enumerate(((1.0, 0.1), (0.3, 1.0))):
+        spider = lowy2023.run_one(setup, delta, "isrl-spider", 1.5, lr, clip, {"period": 1}, seed)
+        mb_sgd = lowy2023.run_one(setup, delta, "isrl-mb-sgd", 1.5, lr, clip, {}, seed)
+        assert spider["test_error"] == mb_sgd["test_error"]
+        assert spider["train_loss"] == pytest.approx(mb_sgd["train_loss"], rel=1e-3)
+    assert 1 in lowy2023.ALGORITHMS["isrl-spider"].tuned["period"] and 1 in lowy2023.SETTINGS["digits"]["periods"]
+
+
+def test_the_improvement_is_relative_as_the_paper_computes_it_and_paired_by_split():
+    # errors 0.2 -> 0.1 (50%) and 0.1 -> 0.1 (0%): the mean of the percentages, 25%, not the points' 5
+    assert relative_improvement([0.2, 0.1], [0.1, 0.1]) == pytest.approx(25.0)
+    runs = [{"setup": "s", "algorithm": a, "epsilon": 1.0, "lr": lr, "clip": 1.0, "params": "", "seed": seed,
+             "test_error": e}
+            for a, lr, errors in (("isrl-mb-sgd", 0.1, (0.30, 0.20)), ("isrl-mb-sgd", 1.0, (0.9, 0.9)),
+                                  ("isrl-spider", 1.0, (0.25, 0.19)))
+            for seed, e in enumerate(errors)]
+    summary = lowy2023.tuned(runs)
+    (mean, se), = paired(runs, summary, "s", "isrl-mb-sgd", [1.0])
+    assert mean == pytest.approx(3.0) and se == pytest.approx(2.0)  # differences 5 and 1 points
+
+
 def test_the_least_training_loss_iterate_is_the_round_of_least_loss_and_leaves_the_last_as_it_is():
     setup, delta = _breast_cancer(6)
     last = lowy2023.run_one(setup, delta, "isrl-mb-sgd", 1.5, 1.0, 0.1, {}, 0)
@@ -79,3 +104,5 @@ def test_a_data_portion_trims_every_client_to_the_same_records():
 def test_rounds_of_a_local_step_to_match_a_local_epoch():
     losses = {"1 local step": {1: 2.0, 3: 1.5, 10: 1.0, 30: 0.6}, "1 local epoch": {1: 1.2, 3: 0.9, 10: 0.5}}
     assert rounds_to_match(losses) == [(1, 10), (3, 30), (10, None)]
+    accuracies = {"1 local step": {1: 0.2, 3: 0.5, 10: 0.7, 30: 0.8}, "1 local epoch": {1: 0.6, 3: 0.8, 10: 0.9}}
+    assert rounds_to_match(accuracies, higher=True) == [(1, 10), (3, 30), (10, None)]

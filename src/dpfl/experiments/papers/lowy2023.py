@@ -76,9 +76,10 @@ def _itself(name: str, **tuned) -> Plan:
 
 
 #: The algorithms of the experiment and their grids (beside ``--lrs`` and ``--clips``); ``--periods`` replaces every
-#: "period" grid.
+#: "period" grid. SPIDER's includes q = 1, where FedProx-SPIDER is MB-SGD (the paper, Sec. 4: "FedProx-SPIDER
+#: generalizes MB-SGD (take q = 1)"; dpfl's isrl-spider at period 1 gives isrl-mb-sgd's test error run for run).
 ALGORITHMS: dict[str, Plan] = {
-    "isrl-spider": _itself("isrl-spider", period=(2, 5)),
+    "isrl-spider": _itself("isrl-spider", period=(1, 2, 5)),
     "isrl-spider-alt": _itself("isrl-spider-alt"),  # its period is 2 (Alg. 11 in communication rounds)
     "isrl-mb-sgd": Plan(("fedsgd", None)),
     "isrl-local-sgd": Plan(("fedavg", None)),
@@ -135,7 +136,7 @@ SETTINGS = {
     "digits": dict(
         data=("data.name='digits'", "data.partition='parity_pairs'", "data.labels='parity'", "data.scale=0.0625",
               "model.name='mlp'", "model.hidden=[64]"),
-        num_clients=25, rounds=(25, 50), cohorts=(12, 25), lrs=(0.1, 0.3, 1.0), clips=(0.3, 1.0), periods=(2,),
+        num_clients=25, rounds=(25, 50), cohorts=(12, 25), lrs=(0.1, 0.3, 1.0), clips=(0.3, 1.0), periods=(1, 2),
         nonprivate="every point's step size and clip chosen by the least mean TEST error (non-private tuning); pixels "
                    "scaled by the public constant 1/16 (private); no PCA (the paper's is fitted on the data: not "
                    "private)"),
@@ -350,7 +351,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lrs", type=_numbers, help="the step-size grid (default: the setting's)")
     p.add_argument("--clips", type=_numbers, help="the clip grid (default: the setting's)")
     p.add_argument("--periods", type=_integers, help="every 'period' grid (default: the setting's: breast cancer "
-                                                     "ALGORITHMS', digits 2)")
+                                                     "ALGORITHMS', digits 1,2)")
     p.add_argument("--rounds", type=_integers, help="R (default: the setting's, breast cancer 50, digits 25,50)")
     p.add_argument("--cohorts", type=_integers, help="digits' M (default 12,25)")
     p.add_argument("--local-steps", type=int, default=5, help="K of Local SGD (default 5)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from dpfl.experiments.reproduce.heikkila2024 import PAPER, ROUNDS_VARIANTS, UNPROVEN, plot_rounds
+from dpfl.experiments.reproduce.heikkila2024 import FINAL_LOSS, PAPER, ROUNDS_VARIANTS, UNPROVEN, plot_rounds
 from dpfl.experiments.reproduce.item import REPRODUCED, Item, Row
 
 
@@ -59,7 +59,7 @@ def _compute(settings: dict, folder: Path) -> dict:
     plot_rounds({settings["noise"]: {a: {v: dict(zip(settings["rounds"], loss[(a, v)])) for v in ROUNDS_VARIANTS}
                                      for a in ANALYSES}},
                 {"noises": [settings["noise"]], "data": "51 heterogeneous clients", "epsilon": settings["epsilon"]},
-                folder / "figure.png")
+                folder / "figure.png", FINAL_LOSS)
     return {"rows": rows, "runs": runs, "accuracy": {f"{a}, {v}": x for (a, v), x in accuracy.items()}}
 
 

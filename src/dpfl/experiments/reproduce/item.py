@@ -59,6 +59,13 @@ def agrees(paper: float, ours: float, digits: int) -> bool:
     return round(ours, digits) == round(paper, digits) or abs(ours - paper) <= 0.5 * 10 ** -digits + 1e-12
 
 
+def about(paper: float, ours: float, tolerance: float) -> bool:
+    """A size the paper states as "about ``paper``" (a gap read off its curves, printed in words), matched when
+    ``ours`` is within ``tolerance`` of it: the one rule of every such claim, each row naming its tolerance (a direction
+    alone is matched by the rows that state a direction)."""
+    return abs(ours - paper) <= tolerance + 1e-12
+
+
 def fmt(value: Any, digits: int = 3) -> str:
     """A value as a report prints it: None as an en dash, a float to ``digits`` significant digits (scientific below
     1e-3), a bool as holds / does not hold, anything else as its text."""

@@ -7,13 +7,18 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from dpfl.experiments.reproduce.item import DIFFERS, REPRODUCED, Item, Row
+from dpfl.experiments.reproduce.item import DIFFERS, REPRODUCED, Item, Row, about
 
 PAPER = "Noble, Bellet, Dieuleveut (2022)"
 UNPROVEN = ("the paper's accountant is unproven for general losses (a record-level subsampling bound applied to "
             "client sampling; the cohort's noise credited to every local step): the sound analysis is dpfl's default")
 
 SOUND = "sound: two steps of the paper's accountant are unproven (item noble2022-epsilon)"
+#: The tolerance (points of test accuracy) of every accuracy gap the paper states as "about x" (read off its curves)
+GAP_TOLERANCE = 5.0
+#: App. D.3.1 on Fig. 3: "an average difference of 10% in the accuracy for these two algorithms [DP-SCAFFOLD-warm,
+#: DP-FedAvg] over the various heterogeneity settings"
+STATED_GAP = 10.0
 
 #: (label, (M, R_train, l, s, sigma_g, T, K), the paper's third-party epsilon as printed)
 EPSILONS = [
@@ -150,13 +155,17 @@ def _fig1(settings: dict, folder: Path) -> dict:
         results[name] = run_experiment(config, folder / name, progress=False)
     plot_runs(results, folder / "figure.png", title="DP-SCAFFOLD-warm vs DP-FedAvg, synthetic (5, 5)")
     scaffold, fedavg = (results[n]["final"] for n in settings["algorithms"])
-    gap = scaffold["test_accuracy"] - fedavg["test_accuracy"]
+    gap = 100 * (scaffold["test_accuracy"] - fedavg["test_accuracy"])
     rows = [Row("final test accuracy, DP-SCAFFOLD-warm", None, f"{scaffold['test_accuracy']:.3f}", None, None,
                 "the paper plots curves (Fig. 1) without printing the final values"),
             Row("final test accuracy, DP-FedAvg", None, f"{fedavg['test_accuracy']:.3f}", None, None,
                 "as above"),
-            Row("DP-SCAFFOLD-warm ahead of DP-FedAvg under heterogeneity (accuracy gap)", "about 0.10",
-                f"{gap:+.3f}", None, gap > 0, "the same noise in both runs (research mode), so the gap is paired")]
+            Row("DP-SCAFFOLD-warm ahead of DP-FedAvg under heterogeneity", "holds", gap > 0, None, gap > 0,
+                "the same noise in both runs (research mode), so the gap is paired"),
+            Row(f"the accuracy gap of DP-SCAFFOLD-warm over DP-FedAvg (points; within {GAP_TOLERANCE:g})",
+                f"about {STATED_GAP:g}", f"{gap:+.1f}", None, about(STATED_GAP, gap, GAP_TOLERANCE),
+                "the paper's 10 points average Fig. 3's three heterogeneity levels (App. D.3.1); this run is (5, 5) "
+                "only, the most heterogeneous (noble2022-fig1-grid averages all three)")]
     for observer in ("third_party", "server", "other_silo"):
         rows.append(Row(f"eps towards the {observer.replace('_', ' ')}, DP-SCAFFOLD-warm (delta "
                         f"{scaffold['delta']:.2g})", None, f"{scaffold['epsilon'][observer]:.4f}", None, None,
@@ -177,8 +186,9 @@ ITEMS = [
          "authors' own script also gives: the paper's sigma_g = 160 row repeats its sigma_g = 80 row; the test "
          "accuracies of Table 1 are not rerun", _table1_settings, _table1),
     Item("noble2022-fig1", PAPER, "Fig. 1: DP-SCAFFOLD-warm against DP-FedAvg on synthetic (5, 5) data",
-         "Fig. 1 and Sec. 5 (curves; the gap of about 10 points is stated in the text)", REPRODUCED,
-         "DP-SCAFFOLD-warm ends ahead of DP-FedAvg under heterogeneity, with the same noise; quick: dpfl demo's "
-         "scaled-down workload (full: the paper's M = 100 x 5,000, T = 400)", _fig1_settings, _fig1,
+         "Fig. 1 and App. D.3.1 (curves; the gap of about 10 points is stated in the text)", DIFFERS,
+         "DP-SCAFFOLD-warm ends ahead of DP-FedAvg under heterogeneity, with the same noise, as the paper says, but "
+         "by 19.8 points at (5, 5), not about 10 (within 5; the paper's 10 average three heterogeneity levels); "
+         "quick: dpfl demo's scaled-down workload (full: the paper's M = 100 x 5,000, T = 400)", _fig1_settings, _fig1,
          substitute="40 clients of 1,000 records, 100 rounds, sigma_g = 20", research_mode=True),
 ]

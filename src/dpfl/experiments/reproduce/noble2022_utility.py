@@ -16,8 +16,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from dpfl.experiments.reproduce.item import DIFFERS, REPRODUCED, Item, Row
-from dpfl.experiments.reproduce.noble2022 import PAPER, TABLE_1
+from dpfl.experiments.reproduce.item import DIFFERS, Item, Row, about
+from dpfl.experiments.reproduce.noble2022 import GAP_TOLERANCE, PAPER, STATED_GAP, TABLE_1
 
 #: Test accuracy (%, mean and std over 3 runs) of DP-SCAFFOLD, sigma_g -> (K = 1, 5, 10, 20, 40), eps = 3, l = 0.05,
 #: s = 0.2: Table 1 at (alpha, beta) = (5, 5), Table 4 (App. D.3.2) at (0, 0). The T of each cell is ``TABLE_1``'s.
@@ -35,6 +35,9 @@ ACCURACY = {
 }
 TABLE_OF = {"5,5": "Table 1", "0,0": "Table 4"}
 LOCAL_STEPS = (1, 5, 10, 20, 40)
+#: Sec. 5 on its lowest heterogeneity level, where the claims hold as at the others
+STILL_HETEROGENEOUS = ("the paper: '(alpha, beta) = (0, 0) still creates heterogeneity and does not lead to i.i.d. "
+                       "data across users' (Sec. 5); its gap is 'over the various heterogeneity settings' (App. D.3.1)")
 SCALED = ("scaled-down data (fewer records per user: the same noise weighs more against each gradient), one seed, "
           "eta0 = 1 untuned (the paper tunes eta0 per algorithm by 5-fold CV), a fixed clip C = 1 (the paper clips at "
           "the batch's median norm, not private)")
@@ -237,10 +240,15 @@ def _grid(settings: dict, folder: Path) -> dict:
             gap = final[f"{het}|{k}|dp-fedavg"] - final[f"{het}|{k}|dp-scaffold-warm"]
             acc = accuracy[f"{het}|{k}|dp-scaffold-warm"] - accuracy[f"{het}|{k}|dp-fedavg"]
             rows.append(Row(f"({het.replace(',', ', ')}), K = {k}: DP-SCAFFOLD-warm below DP-FedAvg (log10 train-loss "
-                            "gap; test accuracy gap, Fig. 3)", "holds" if het != "0,0" else None,
-                            f"{gap:+.2f}; {acc:+.3f}", None, gap > 0 if het != "0,0" else None,
-                            "" if het != "0,0" else "(0, 0) is the paper's lowest heterogeneity, where it claims no "
-                                                    "gap"))
+                            "gap; test accuracy gap, Fig. 3)", "holds", f"{gap:+.2f}; {acc:+.3f}", None, gap > 0,
+                            STILL_HETEROGENEOUS if het == "0,0" else ""))
+    gaps = [100 * (accuracy[f"{h}|{k}|dp-scaffold-warm"] - accuracy[f"{h}|{k}|dp-fedavg"])
+            for h in settings["heterogeneity"] for k in settings["local_steps"]]
+    mean = statistics.fmean(gaps)
+    rows.append(Row(f"the test accuracy gap of DP-SCAFFOLD-warm over DP-FedAvg, mean over the heterogeneity levels and "
+                    f"K (points; within {GAP_TOLERANCE:g})", f"about {STATED_GAP:g}", f"{mean:+.1f}", None,
+                    about(STATED_GAP, mean, GAP_TOLERANCE), "App. D.3.1: 'an average difference of 10% in the "
+                                                            "accuracy ... over the various heterogeneity settings'"))
     first = f"{settings['heterogeneity'][0]}|{settings['local_steps'][0]}|dp-scaffold-warm"
     rows.append(Row(f"eps towards a third party of every run (delta = {runs[0]['final']['delta']:.2g}; sigma_g = "
                     f"{settings['noise_multiplier']:g}, T = {settings['rounds']}, K = {settings['local_steps'][0]})",
@@ -291,9 +299,10 @@ ITEMS = [
          research_mode=True),
     Item("noble2022-fig1-grid", PAPER, "Figs. 1 and 3: log10(F(x_t) - F(x*)) of the private algorithms on synthetic "
          "(0, 0), (1, 1), (5, 5) data, K = 50 and 100", "Figs. 1 and 3 (curves), Sec. 5 and App. D.3.1 (the gap is "
-         "stated in the text)", REPRODUCED,
+         "stated in the text)", DIFFERS,
          "DP-SCAFFOLD-warm ends below DP-FedAvg in train loss and above it in test accuracy at every heterogeneity "
-         "and K, and the gap grows with K, as the paper says; F(x*) from an L-BFGS fit (gradient norm below 1e-6); "
+         "and K, (0, 0) included, and the train-loss gap grows with K, as the paper says; but the accuracy gap "
+         "averages 16.3 points, not about 10 (within 5); F(x*) from an L-BFGS fit (gradient norm below 1e-6); "
          "quick: one seed", _grid_settings, _grid,
          substitute="40 users of 1,000 records, T = 100, sigma_g = 20, one seed", research_mode=True),
 ]

@@ -28,7 +28,10 @@ def render(items: list[Item], results: dict[str, dict], quick: bool, figures: st
              "Columns: the paper's value; dpfl's under the **sound analysis** (dpfl's default: every epsilon a proven "
              "upper bound); dpfl's under **the paper's analysis** (`privacy.analysis = \"paper\"`) where the paper's "
              "privacy argument differs from the sound one; whether they match (– where the paper prints no number "
-             "to match); and why they differ. A claim the paper states in words is matched on its direction.",
+             "to match); and why they differ. A claim the paper states in words is matched on its direction; a size it "
+             "states as \"about x\" (read off its curves) is matched within the tolerance its row names, the same "
+             "for every such claim (5 points for Noble et al.'s accuracy gaps). A row marked as dpfl's extension "
+             "is dpfl's own question, not a claim of the paper, and has nothing to match.",
              "", f"Training runs are in the {RESEARCH_MODE}.", "",
              "`dpfl reproduce --list` lists the items and their status; `dpfl reproduce ITEM [--quick] [--out DIR]` "
              "runs one and writes its results.json, table.md and figure under DIR/ITEM/<sha256 of its settings>/ "
