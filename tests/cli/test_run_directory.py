@@ -140,7 +140,7 @@ def test_a_refused_resume_names_every_key_that_differs(config, finished, capsys)
     assert run(config, finished, "--resume", "--set", "algorithm.clip=3.0", "--set", "data.seed=1",
                "--set", "algorithm.lr=0.5") == 2
     err = capsys.readouterr().err
-    assert "algorithm.clip = 1.0, this config has 3.0 (and algorithm.lr = 1.0 -> 0.5; data.seed = 0 -> 1)" in err
+    assert "algorithm.clip = 1.0, this config has 3.0 (and algorithm.lr = 0.1 -> 0.5; data.seed = 0 -> 1)" in err
     assert files(finished) == before
 
 

@@ -138,7 +138,7 @@ def test_a_run_with_one_huge_record_releases_a_finite_model_and_reports_the_coun
     y = (x[:, 0] > 0).long()
     x[7] = 1e20
     config = {"algorithm": {"name": "dp-fedavg", "rounds": 2, "client_rate": 1.0, "local_steps": 3,
-                            "sample_rate": 1.0, "noise_multiplier": 1.0, "clip": 1.0},
+                            "sample_rate": 1.0, "noise_multiplier": 1.0, "clip": 1.0, "lr": 1.0},
               "data": {"num_clients": 4}, "run": {"noise_seed": 0}}
     results = dpfl.run(config, data=(x.numpy(), y.numpy()), out=tmp_path / "run")
     assert results.status == "finished"

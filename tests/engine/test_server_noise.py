@@ -12,7 +12,7 @@ import torch
 from dp_accounting import dp_event
 
 from dpfl.accounting.events import ParticipationDpEvent
-from dpfl.audit.trials import World, run_world
+from dpfl.audit.trials import TrialFailure, World, run_world
 from dpfl.accounting.observers import OTHER_SILO, SERVER, THIRD_PARTY, Cohort, Release, observer_events
 from dpfl.engine import randomness
 from dpfl.engine.boundary import Delivery
@@ -177,8 +177,9 @@ def test_the_audits_trials_give_each_trial_its_own_server_noise_and_check_it(cen
     plain = simulation("algorithm.client_rate=1.0", "algorithm.noise_multiplier=0.0", noise_key=noisy.seed)
     if declared is not None:
         noisy.algorithm = Declaring(noisy.algorithm, declared)
-        with pytest.raises(DpflError, match="drawn by the server"):
+        with pytest.raises(TrialFailure, match="drawn by the server") as caught:  # the audit reports it, naming it
             run_world(noisy, World(noisy.train.x, noisy.train.y, noisy.grads), 1, 3, 1, lambda view: None)
+        assert isinstance(caught.value.__cause__, DpflError)
         return
     with_noise, without = (run_world(sim, World(sim.train.x, sim.train.y, sim.grads), 1, 3, 1, lambda view: None)["x"]
                            for sim in (noisy, plain))
