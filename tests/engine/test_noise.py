@@ -105,8 +105,8 @@ def test_noise_is_drawn_only_from_an_event():
     """Defect 9 of the soundness review: the noise's scale comes from the declared event in one place. No module of
     dpfl other than noise.py may draw Gaussian, Laplace, Skellam (Poisson) or binomial noise (a second place could drift
     from its event); engine/randomness.py draws the clients' standard streams, which it never scales, and exact_noise.py
-    holds the exact integer samplers, which only noise.py may call. A model's initial weights drawn through torch.nn.init
-    (models/sequence.py) are not noise of a mechanism."""
+    holds the exact integer samplers, which only noise.py may call. A model's initial weights drawn through
+    torch.nn.init (models/sequence.py) are not noise of a mechanism."""
     import pathlib
     import re
 

@@ -32,7 +32,8 @@ import torch.nn as nn
 
 def normal(*shape: int, std: float = 1.0) -> torch.Tensor:
     """A tensor of N(0, std^2) draws (torch's global generator, seeded by run.seed), or its shape alone on the meta
-    device (a memory estimate), where torch's in-place normal draw would first import its compiler (seconds, once a process)."""
+    device (a memory estimate), where torch's in-place normal draw would first import its compiler (seconds, once a
+    process)."""
     tensor = torch.empty(*shape)
     return tensor if tensor.is_meta else nn.init.normal_(tensor, std=std)
 
