@@ -135,9 +135,9 @@ class LocalSGD(Algorithm):
     def release(self, round_index: int, state: State, counts: torch.Tensor) -> Release:
         """K draws of the record-level step event (record sampling around the Gaussian, for the client with the
         largest sampling ratio), with ``additive_steps``; r = min/max client sensitivity. When clients differ (their
-        sampling ratios or sensitivities), per owner too (``owners.declare_owners``): a record
-        of client o is released by o's own K draws at o's own ratio, its additive draws credited with the others'
-        shares in the units of the averaged messages. Client j's message carries noise z Delta_j (one multiplier z),
+        sampling ratios or sensitivities), per owner too (``owners.declare_owners``): a record of client o is
+        released by o's own K draws at o's own ratio, its additive draws credited with the others' shares in the
+        units of the averaged messages. Client j's message carries noise z Delta_j (one multiplier z),
         Delta_j proportional to 1 / divisor_j, so the shares are (1 / divisor_j, 1 / divisor_j): only their ratios
         enter the credit, (Delta_o^2 + the k smallest Delta_j^2) / Delta_o^2 - 1 in units of the owner's variance
         (``Release.credited_variance``); the release above, the least credit at the largest ratio, bounds them all
