@@ -143,6 +143,9 @@ def test_client_specific_learning_rates_are_credited_the_noise_of_eq_24(analysis
     assert share == pytest.approx(1.0)
     eq_24 = share * math.sqrt(1 + 1 / 4 + 1 / 16 + 1)
     third_party = events(alg, [100] * 4, analysis)["third_party"]
+    if analysis == "sound":  # each owner's release declared; with equal f_i the worst owner's (l = 1) is the bound
+        assert third_party.events[0] == third_party.events[3] == third_party.bound
+        third_party = third_party.bound
     assert last_multiplier(third_party) == pytest.approx(eq_24)
     if analysis == "sound":
         assert third_party.events[0].event.event.noise_multiplier == pytest.approx(share)
@@ -171,6 +174,27 @@ def test_client_specific_clips_and_shares_are_never_credited_more_than_the_worst
     alg = eq25.algorithm(analysis, trust)
     truth = ex.gdp_epsilon(eq25.exact_mu(alg, observer), DELTA)
     assert truth * (1 - 1e-6) <= eq25.claimed_epsilon(alg, observer, analysis) <= truth * (1 + 1e-4)
+
+
+def test_each_owner_is_charged_its_own_share_before_the_last_step_and_its_own_credit_on_it():
+    """Eq. 25's instance with S = 2 (q = 1): owner o's first draw at its own f_o sigma', its last credited with the
+    others' shares (``owner_mu``), where the single bound took the least f_i with the worst owner's credit
+    (``bound_mu``): third party 3.8268 -> 3.6196, never below what a linear loss attains (1.7371). Equal clients
+    declare no owners (the bound is each one's release)."""
+    alg = eq25.algorithm(steps=2)
+    release = alg.release(0, None, torch.tensor(eq25.COUNTS))
+    assert [[e.event for e in r.step_events] for r in release.owners] == [
+        [dp_event.GaussianDpEvent(f / min(eq25.NOISE) * alg.mechanism.noise_multiplier)] * 2 for f in eq25.NOISE]
+    cohort = ClientSampler(len(eq25.COUNTS), 1.0).cohort(0)
+    single = observer_events(dataclasses.replace(release, owners=()), cohort, "secagg", "sound")["third_party"]
+    ledger = PrivacyLedger(("third_party",), DELTA, None, None, "sound", alg.neighboring, "pld")
+    bound = ledger.epsilon_after([{"third_party": single}], ["third_party"])["third_party"]
+    claim = eq25.claimed_epsilon(alg, "third_party")
+    assert claim == pytest.approx(ex.gdp_epsilon(eq25.owner_mu(alg), DELTA), rel=1e-4)
+    assert bound == pytest.approx(ex.gdp_epsilon(eq25.bound_mu(alg), DELTA), rel=1e-4)
+    assert (ex.gdp_epsilon(eq25.linear_mu(alg), DELTA), claim, bound) == pytest.approx((1.7371, 3.6196, 3.8268),
+                                                                                        abs=1e-4)
+    assert build((50,) * 5, local_steps=3, client_noise=[2.0] * 5).release(0, None, torch.tensor([50] * 5)).owners == ()
 
 
 class Linear:

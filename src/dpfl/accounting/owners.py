@@ -23,14 +23,23 @@ left, every ``WorstOwnerDpEvent`` is read as its ``bound`` (sound, one compositi
 then costs no more accounting than before).
 
 An accountant that meets a ``WorstOwnerDpEvent`` outside a ledger charges its ``bound`` (``dpfl.accounting.rdp``).
+
+The algorithms' side is ``declare_owners``: a round's single-bound ``Release`` with one release per owner beside it
+(``Release.owners``), each the bound's with the owner's own draws and the shares credited for that owner alone.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Callable
 
 import attr
 from dp_accounting import dp_event
 
 from dpfl.accounting.events import ParticipationDpEvent, WorstOwnerDpEvent
+
+if TYPE_CHECKING:
+    from dpfl.accounting.observers import Release
 
 #: The most distinct, undominated owners whose compositions are accounted one by one (``owner_compositions``).
 MAX_OWNERS = 16
@@ -118,10 +127,28 @@ def owner_compositions(composed: list[tuple[dp_event.DpEvent, int]]) -> list[lis
     return kept
 
 
+def declare_owners(bound: "Release", own_steps: Callable[[int], tuple], shares: tuple) -> "Release":
+    """``bound`` with each owner's release (``Release.owners``): client o's is ``bound``'s with ``own_steps(o)``
+    (its draws at its own noise and sampling ratio) and ``shares`` (every client's (noise std, sensitivity) of an
+    additive draw, in the units of the released aggregate) credited for owner o alone (``Release.owner``). ``bound``
+    alone when it holds for every owner (every owner's draws are its draws and every share is the same) or beyond
+    ``PER_OWNER_CLIENTS`` = ``len(shares)`` clients (each owner's release holds every share: quadratic in the
+    clients). Sound whenever ``bound`` dominates every owner's release, which the ledger then charges for the
+    owner's records (module docstring)."""
+    if len(shares) > PER_OWNER_CLIENTS:
+        return bound
+    steps = [tuple(own_steps(o)) for o in range(len(shares))]
+    if all(s == bound.step_events for s in steps) and len(set(shares)) == 1:
+        return bound
+    owners = tuple(dataclasses.replace(bound, step_events=s, sensitivity_ratio=1.0, shares=shares, owner=o, owners=())
+                   for o, s in enumerate(steps))
+    return dataclasses.replace(bound, owners=owners)
+
+
 def _dominates(b: list, a: list) -> bool:
     """Whether composition ``b`` dominates composition ``a`` part by part (the same counts)."""
     return all(ca == cb and dominated(ea, eb) for (ea, ca), (eb, cb) in zip(a, b))
 
 
-__all__ = ["MAX_OWNERS", "PER_OWNER_CLIENTS", "WorstOwnerDpEvent", "dominated", "owner_compositions", "owners_in",
-           "part"]
+__all__ = ["MAX_OWNERS", "PER_OWNER_CLIENTS", "WorstOwnerDpEvent", "declare_owners", "dominated", "owner_compositions",
+           "owners_in", "part"]

@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 import torch
 
 from dpfl.accounting.observers import SERVER, Cohort, Release
-from dpfl.accounting.owners import PER_OWNER_CLIENTS
+from dpfl.accounting.owners import declare_owners
 from dpfl.algorithms.registry import AlgorithmSpec, Calibration, Setting, register
 from dpfl.engine.boundary import Delivery
 from dpfl.noise import GaussianMechanism, LaplaceMechanism
@@ -196,19 +196,17 @@ class FedSGDDPC(Algorithm):
         observer is charged the owner's own reply. Gaussian: per owner (``Release.owners``, module docstring), its own
         multiplier z_o at its own ratio floor(q d_o) / d_o, additive, credited in the units of the released sum
         (``weighted_shares``); the least multiplier at the largest ratio of any client as their bound, which is all
-        a federation of more than ``PER_OWNER_CLIENTS`` clients is charged (sound, not per owner)."""
+        a federation of more than ``owners.PER_OWNER_CLIENTS`` clients is charged (sound, not per owner)."""
         event = self._mechanism().event
         cohort = Cohort.scheduled(len(counts), self.cohort_size, self.cohort_size,
                                   self.schedule.charged[round_index] if round_index < len(self.schedule.charged)
                                   else True)
         if self.mechanism == "laplace":  # pure DP by basic composition, no credit for record sampling
             return Release((event,), (True,), cohort=cohort)
-        shares = self.weighted_shares(counts)
-        if len(counts) > PER_OWNER_CLIENTS:  # each owner's release holds every share: quadratic in the clients
-            return Release((self.sampler.event(event, counts),), (True,), cohort=cohort, shares=shares)
-        owners = tuple(Release((self.sampler.event(GaussianMechanism(float(z)).event, counts[o:o + 1]),), (True,),
-                               cohort=cohort, shares=shares, owner=o) for o, z in enumerate(self.noise.tolist()))
-        return Release((self.sampler.event(event, counts),), (True,), cohort=cohort, shares=shares, owners=owners)
+        shares, noise = self.weighted_shares(counts), self.noise.tolist()
+        bound = Release((self.sampler.event(event, counts),), (True,), cohort=cohort, shares=shares)
+        return declare_owners(
+            bound, lambda o: (self.sampler.event(GaussianMechanism(noise[o]).event, counts[o:o + 1]),), shares)
 
     def weighted_shares(self, counts: torch.Tensor) -> tuple[tuple[float, float], ...]:
         """Every client's (noise std, sensitivity) in the units of the sum the server divides (``Release.shares``):

@@ -47,6 +47,26 @@ The implementation is ``LocalSGD`` (FedAvg without control variates, Poisson rec
 step and the share sigma_i as its mechanism's noise multiplier; only the release and the share sizing are new.
 Clients with different n_i have different sensitivities C / (q n_i) (the appendix's client-specific learning rates
 gamma / (q n_i) on the clipped sum): the sum is credited for the worst owner and the weakest shares, which is sound.
+
+**Each owner's release** (``Release.owners``, ``dpfl.accounting.owners``). A record x lives on one client o, and in
+round t only o's message depends on x: every other client j starts from the released theta^(t-1) and runs on its own
+records and its own noise. The observer of the aggregate sees M_o + sum_{j != o} M_j, and each M_j is
+U_j + gamma_S g_j xi_{j,S}: a part U_j computed from j's data and j's first S - 1 shares, and j's last share, a
+Gaussian independent of U_j, of x and of o's draws (nothing is computed after it: Heikkilä et al. 2024, Sec. 4, whose
+Thm 4.7 credits every step; only the last is credited here, see "sound" above). So the view is a post-processing
+(adding the independent sum of the U_j) of M_o + N, N the Gaussian of the k others' last shares the observer cannot
+subtract, and M_o + N is the adaptive composition of o's S steps: the first S - 1 Poisson(q)-subsampled Gaussians at
+o's own multiplier sigma_o = f_o sigma' in units of Delta_o (releasing them is more than the sum shows), the last at
+sqrt(s_o^2 + sum_{j in K} s_j^2) / Delta_o (``Release.credited_variance`` for owner o, K the weakest k others the
+cohort can hold, as dropouts and colluders choose). None of this uses that o is the worst client: it bounds each
+owner's records by that owner's own S draws, and a record stays on its client, so T rounds charge owner o the
+composition of its own releases and the run's epsilon is the worst owner's. The single release above (z = min_i
+sigma_i on every step, the worst owner's credit on the last, the largest fused rate) dominates every owner's and is
+what the paper's analysis and federations beyond ``owners.PER_OWNER_CLIENTS`` clients are charged. It is the worst
+owner's own release unless two owners' worsts combine: with equal f_i every owner's first S - 1 draws are the bound's
+and the bound's last is the worst owner's credit (any n_i, g_i, C_i), and with S = 1 there is only that last draw;
+so the owners gain over the bound when f_i (``client_noise``) differ and S > 1. Skellam shares keep the bound.
+
 The appendix's relaxations (per-step and per-client learning rates, per-client clips and shares, fused local steps)
 and their accounting: ``dpfl.algorithms.joint_relaxations``.
 """
@@ -57,12 +77,15 @@ import math
 from dataclasses import dataclass
 
 import torch
+from dp_accounting import dp_event
 
 from dpfl.accounting.observers import OTHER_SILO, SERVER, THIRD_PARTY, Release
+from dpfl.accounting.owners import declare_owners
 from dpfl.algorithms.joint_relaxations import FUSED_UNPROVEN, ClientRelaxations
 from dpfl.algorithms.local_sgd import LocalSGD
 from dpfl.engine.protocol import ClientContext, ClientData, ClientOutput, State
 from dpfl.errors import ConfigError, check_noise_multiplier, check_range
+from dpfl.noise import GaussianMechanism
 
 TRUST = ("aggregator", "clients", "coalition", "local")
 #: per trust setting, the (observer, boundary) whose epsilon privacy.epsilon bounds (module docstring)
@@ -155,13 +178,25 @@ class JointNoise(LocalSGD):
 
     def release(self, round_index: int, state: State, counts: torch.Tensor) -> Release:
         """S draws of Gaussian(z), z = min_i sigma_i, sampled as a (fused) step samples (the last additive), with the
-        shares' contributors, colluders and ratios (``joint_relaxations``), under Heikkilä et al.'s paper analysis."""
+        shares' contributors, colluders and ratios (``joint_relaxations``), under Heikkilä et al.'s paper analysis;
+        with Gaussian shares, per owner too (module docstring, "Each owner's release"): owner o's S draws at its own
+        z f_o / min_i f_i, sampled as its own k_o fused steps, its last credited for o alone."""
         relaxed = self.relaxations
         step = relaxed.sampler(self.sampler).event(self.step_noise_event, counts)
-        return Release((step,) * self.local_steps, self.additive_steps, contributors=self.shares.contributors,
-                       colluders=max(self.shares.untrusted, 1), paper="heikkila",
-                       shares=relaxed.shares(self.shares.share, self.sampler, counts),
-                       assumes=FUSED_UNPROVEN if relaxed.fuses else ())
+        shares = relaxed.shares(self.shares.share, self.sampler, counts)
+        bound = Release((step,) * self.local_steps, self.additive_steps, contributors=self.shares.contributors,
+                        colluders=max(self.shares.untrusted, 1), paper="heikkila", shares=shares,
+                        assumes=FUSED_UNPROVEN if relaxed.fuses else ())
+        if not isinstance(self.step_noise_event, dp_event.GaussianDpEvent):  # Skellam shares: the single bound
+            return bound
+        _, _, noise, fused = relaxed.rows(torch.arange(len(counts)))
+        own = (noise / min(relaxed.noise) * self.mechanism.noise_multiplier).tolist()  # sigma_o, z at the least f_i
+
+        def own_steps(o: int) -> tuple:
+            event = GaussianMechanism(own[o]).event
+            return (relaxed.sampler(self.sampler, int(fused[o])).event(event, counts[o:o + 1]),) * self.local_steps
+
+        return declare_owners(bound, own_steps, shares)
 
     def client_round(self, round_index: int, server: dict, clients: dict, data: ClientData,
                      ctx: ClientContext) -> ClientOutput:

@@ -105,9 +105,11 @@ class ClientRelaxations:
     def fuses(self) -> bool:
         return max(self.fused) > 1
 
-    def sampler(self, sampler: RecordSampler) -> RecordSampler:
-        """The record sampling of a fused step, for the worst client: in some of k batches w.p. 1 - (1 - q)^k."""
-        return RecordSampler(1 - (1 - sampler.rate) ** max(self.fused), sampler.scheme) if self.fuses else sampler
+    def sampler(self, sampler: RecordSampler, fused: int | None = None) -> RecordSampler:
+        """The record sampling of a step that fuses ``fused`` = k local steps (default: the worst client's k): in some
+        of k batches w.p. 1 - (1 - q)^k."""
+        k = max(self.fused) if fused is None else fused
+        return RecordSampler(1 - (1 - sampler.rate) ** k, sampler.scheme) if k > 1 else sampler
 
     def own_multiplier(self, share: float) -> float:
         """z = min_i sigma_i: every client's own draw has at least this multiplier."""

@@ -49,7 +49,7 @@ import torch
 from dp_accounting import dp_event
 
 from dpfl.accounting.observers import OBSERVERS, Release, local_steps_additive
-from dpfl.accounting.owners import PER_OWNER_CLIENTS
+from dpfl.accounting.owners import declare_owners
 from dpfl.algorithms.registry import AlgorithmSpec, Calibration, Setting, register
 from dpfl.engine.boundary import Delivery
 from dpfl.engine.client_table import ClientTable
@@ -135,9 +135,9 @@ class LocalSGD(Algorithm):
     def release(self, round_index: int, state: State, counts: torch.Tensor) -> Release:
         """K draws of the record-level step event (record sampling around the Gaussian, for the client with the
         largest sampling ratio), with ``additive_steps``; r = min/max client sensitivity. When clients differ (their
-        sampling ratios or sensitivities), per owner too (``Release.owners``, at most ``PER_OWNER_CLIENTS``): a record
-        of client o is released by o's own K draws at o's own ratio, its additive draws credited with the others'
-        shares in the units of the averaged messages. Client j's message carries noise z Delta_j (one multiplier z),
+        sampling ratios or sensitivities), per owner too (``owners.declare_owners``): a record of client o is
+        released by o's own K draws at o's own ratio, its additive draws credited with the others' shares in the
+        units of the averaged messages. Client j's message carries noise z Delta_j (one multiplier z),
         Delta_j proportional to 1 / divisor_j, so the shares are (1 / divisor_j, 1 / divisor_j): only their ratios
         enter the credit, (Delta_o^2 + the k smallest Delta_j^2) / Delta_o^2 - 1 in units of the owner's variance
         (``Release.credited_variance``); the release above, the least credit at the largest ratio, bounds them all
@@ -145,15 +145,9 @@ class LocalSGD(Algorithm):
         step = self.sampler.event(self.step_noise_event, counts)
         divisors = self.sampler.divisor(counts)  # sensitivity_j is proportional to 1 / divisor_j
         bound = Release((step,) * self.local_steps, self.additive_steps, float(divisors.min() / divisors.max()))
-        if len(counts) > PER_OWNER_CLIENTS:
-            return bound
-        own = [self.sampler.event(self.step_noise_event, counts[o:o + 1]) for o in range(len(counts))]
-        if all(e == step for e in own) and bound.sensitivity_ratio == 1:  # every owner's release is this one
-            return bound
-        shares = tuple((1 / float(d), 1 / float(d)) for d in divisors)
-        owners = tuple(Release((e,) * self.local_steps, self.additive_steps, shares=shares, owner=o)
-                       for o, e in enumerate(own))
-        return dataclasses.replace(bound, owners=owners)
+        return declare_owners(
+            bound, lambda o: (self.sampler.event(self.step_noise_event, counts[o:o + 1]),) * self.local_steps,
+            tuple((1 / float(d), 1 / float(d)) for d in divisors))
 
     def examples_per_client(self, counts: torch.Tensor) -> int:
         """The largest minibatch of a local step (what memory chunking must hold per client)."""
