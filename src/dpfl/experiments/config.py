@@ -8,8 +8,8 @@ sources they name. Values are canonical after loading (an integer given for a fl
 ``data.path`` is made absolute: against the config file's folder for a path written in the file, so that a config and
 its data move together, and against the current directory for one given with ``--set``, as a shell path would be;
 ``data.num_clients`` and ``data.test_fraction`` left unset are 100 and 0.2 unless the data may bring its own clients
-or split; ``data.scale`` left unset is the data set's public default, ``sources.default_scale``). Range checks live where the values
-are used (samplers, algorithms, data builders), which name the same keys.
+or split; ``data.scale`` left unset is the data set's public default, ``sources.default_scale``). Range checks live
+where the values are used (samplers, algorithms, data builders), which name the same keys.
 """
 
 from __future__ import annotations
