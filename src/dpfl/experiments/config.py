@@ -8,8 +8,8 @@ sources they name. Values are canonical after loading (an integer given for a fl
 ``data.path`` is made absolute: against the config file's folder for a path written in the file, so that a config and
 its data move together, and against the current directory for one given with ``--set``, as a shell path would be;
 ``data.num_clients`` and ``data.test_fraction`` left unset are 100 and 0.2 unless the data may bring its own clients
-or split). Range checks live where the values
-are used (samplers, algorithms, data builders), which name the same keys.
+or split; ``data.scale`` left unset is the data set's public default, ``sources.default_scale``). Range checks live
+where the values are used (samplers, algorithms, data builders), which name the same keys.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dpfl.algorithms import registry
 from dpfl.data.federated import NUM_CLIENTS, TEST_FRACTION
 from dpfl.data.library import DATA_ENV, DEFAULT_ROOT
 from dpfl.data.public import NATURAL, PUBLIC
-from dpfl.data.sources import DATASETS
+from dpfl.data.sources import DATASETS, default_scale
 from dpfl.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -66,8 +66,10 @@ SCHEMA: dict[str, dict[str, tuple]] = {
                                                              "number's parity, even = 1 and odd = 0 (mapped after "
                                                              "data.partition)"),
         "standardize": (str, "none", ("none", "client", "pooled"), "non-private preprocessing, if not 'none'"),
-        "scale": (_NUMBER, 1.0, None, "a public constant multiplying every feature (e.g. 1/16 for digits' pixels "
-                                      "0..16): data-independent, so private"),
+        "scale": (_OPTIONAL_NUMBER, None, None, "a public constant multiplying every feature (e.g. 1/16 for digits' "
+                                                "pixels 0..16): data-independent, so private (None: the data set's "
+                                                "public default, 1e-3 for breast_cancer's raw features, documented up "
+                                                "to 4254; 1 for every other source and for standardised features)"),
         "bounds": ((dict, list, type(None)), None, None, "npz / csv: public [low, high] per feature, known without "
                                                          "looking at the data ({column = [low, high], ...}, a list of "
                                                          "one pair per feature, or one pair for all): clipped, then "
@@ -342,7 +344,8 @@ def _resolve_data(data: dict, given: dict) -> None:
     clients or split: an npz file's 'client' and 'split' arrays, which only the file tells, a stacked clients
     folder, a csv's data.client_column and data.split_column (a split column decides every client's test records
     and leaves no room for a test_fraction), a public data set's test files (kept unless data.test_fraction is set) and the writers of
-    those that have them (unless data.partition names a scheme)."""
+    those that have them (unless data.partition names a scheme); fills ``scale`` with the data set's public default
+    (``sources.default_scale``: a constant of the config, not of the records)."""
     source = data["name"]
     for key, sources in DATA_KEYS.items():
         if key in given and source not in sources:
@@ -368,6 +371,8 @@ def _resolve_data(data: dict, given: dict) -> None:
                           "and that split is kept as it is")
     if data["test_fraction"] is None and not own_split:
         data["test_fraction"] = TEST_FRACTION
+    if data["scale"] is None:
+        data["scale"] = default_scale(source, data["standardize"])
 
 
 def key_schema(algorithm: str, model: str) -> dict[str, dict[str, tuple]]:
