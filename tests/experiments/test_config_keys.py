@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 from dp_accounting import dp_event
 
-from dpfl.accounting.events import DiscreteGaussianDpEvent
+from dpfl.accounting.events import DiscreteGaussianDpEvent, WorstOwnerDpEvent
 from dpfl.algorithms import registry
 from dpfl.data.next_word import synthetic_users, write_jsonl
 from dpfl.data.public import PUBLIC
@@ -653,7 +653,9 @@ def _other_threads() -> str:
 
 
 def _credited(event) -> float:
-    """The noise multiplier of the last (additive) draw of a joint-noise round's event."""
+    """The noise multiplier of the last (additive) draw of a joint-noise round's event (the single bound of a round
+    that also declares each owner's release)."""
+    event = event.bound if isinstance(event, WorstOwnerDpEvent) else event
     last = event.events[-1].event if isinstance(event, dp_event.ComposedDpEvent) else event.event
     return _inner(last).noise_multiplier
 

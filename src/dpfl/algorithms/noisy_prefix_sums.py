@@ -130,7 +130,9 @@ class PrefixSumFtrlConfig:
     local_steps: int = field(default=1, metadata={"help": "K, local SGD steps of each client per round", "min": 1})
     sample_rate: float = field(default=0.5, metadata={"help": "s, each local step's minibatch is floor(s n_i) records"})
     lr: float = field(default=0.5, metadata={"help": "the client's local SGD step size"})
-    global_lr: float = field(default=1.0, metadata={"help": "eta, the FTRL step: x_t = x_a - eta (noisy prefix sum of "
+    #: eta = 0.1 by default: at 1, a minimal config on digits diverges within 3 rounds at z = 1 (each round moves x by
+    #: eta / n times noise of std about z C); at 0.1 it trains (benchmarks/default_sweep.py)
+    global_lr: float = field(default=0.1, metadata={"help": "eta, the FTRL step: x_t = x_a - eta (noisy prefix sum of "
                                                             "the clipped updates) / n"})
     clip: float = field(default=1.0, metadata={"help": "C, the l2 bound on each client's whole update (user level)"})
     noise_multiplier: float | None = None
