@@ -13,8 +13,8 @@ the rounds weighted by the square of their shift-to-noise ratio, and its two wor
 with mu = sqrt(sum_t d_t^2 / sigma_t^2): exactly the composed Gaussian-DP parameter (Dong, Roth, Su 2022). The plain
 sum sum_t s_t (equal factors) is that test only when every round has the same d_t / sigma_t; otherwise its mu,
 (sum_t 1) / sqrt(sum_t sigma_t^2 / d_t^2), is lower, and a round of little noise drowns in the others' (two rounds
-at ratios 2 and 0.25: mu 0.50 against 2.02). Rounds whose ratios differ: the count channel of adaptive clipping
-(dp-fedavg-user), DP-FTRL's tree nodes, any noise schedule. A learning rate that decays with t does not make them
+at ratios 2 and 0.25: mu 0.50 against 2.02). Rounds whose ratios differ: any noise schedule, e.g. isrl-spider's
+checkpoint rounds (z1) against its difference rounds (z2). A learning rate that decays with t does not make them
 differ: it scales the shift and the noise alike.
 
 **Where the ratios come from.** The declared event of each round towards the observer (``Simulation.round_privacy``):
@@ -26,7 +26,8 @@ plain sum, bit for bit). Where some round's event is not a composition of Gaussi
 mixture), declares nothing (mu_t = 0: a round the observer is not charged for, which a bug could still leak in) or
 infinity (no noise), the factors are 1: the plain sum. The event's mu_t composes a round's local steps, which for an
 observer of the last step alone overstates the round's ratio; with rounds of one configuration the factors are
-equal regardless.
+equal regardless. A view whose noise varies across rounds that declare the same event (DP-FTRL's moves: differences
+of tree-node sums) keeps equal factors.
 
 **Honesty.** The factors are fixed from the run's declared release before any audited run (never from the audited
 claim, ``claim_events``, which may be the bug under test), so the score stays a fixed function of the observer's view:
