@@ -4,7 +4,8 @@ the canary's gradient; black-box, minus the canary's loss on the released model.
 The views follow the run's boundary and release policy (``dpfl.accounting.observers``, ``dpfl.engine.boundary``):
 
 * ``third_party``: the released global models. Under ``privacy.release = "every_round"`` every iterate, and the
-  score sums the rounds' scores (each move x_{t+1} - x_t against the canary's gradient at x_t); under ``"final"``
+  score sums the rounds' scores (each move x_{t+1} - x_t against the canary's gradient at x_t, each round weighted
+  by its likelihood-ratio factor, ``dpfl.audit.likelihood_ratio``); under ``"final"``
   only the last model: the score is that of x_R - x_0 at the public initial model x_0.
 * ``server`` (``server_view``): plain boundary: the canary client's own messages (dy, and SCAFFOLD's dc), 0 in a
   round where it is not in the cohort (the server knows the cohort, so that is a fixed, uninformative value); secure

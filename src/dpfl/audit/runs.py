@@ -51,7 +51,7 @@ from dpfl.accounting.events import DiscreteGaussianDpEvent, innermost
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.accounting.units import USER_LEVEL
 from dpfl.accounting.observers import THIRD_PARTY
-from dpfl.audit import bounds, canary, distinguisher, response
+from dpfl.audit import bounds, canary, distinguisher, likelihood_ratio, response
 from dpfl.audit import gdp as gdp_bounds
 from dpfl.audit.response import no_canary_path
 from dpfl.audit.trials import TrialFailure, World, run_world
@@ -240,7 +240,8 @@ def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind:
                    canary_client: int = 0, canary_record: int = 0, silo: int | None = None, silo_weight: float = 1.0,
                    progress: bool = False, target: Canary | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{observer: (scores without, scores with the canary)} from the same ``trials`` runs of ``rounds`` rounds per
-    world (``distinguisher``: the views and scores; ``release``: which models the third party sees); ``target``:
+    world (``distinguisher``: the views and scores, each round's weighted by its likelihood-ratio factor,
+    ``likelihood_ratio``; ``release``: which models the third party sees); ``target``:
     the canary (default ``make_canary`` of ``canary_kind``, ``scale``, ``canary_client``, ``canary_record``)."""
     check_audited_noise(sim)
     train = sim.train
@@ -264,6 +265,9 @@ def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind:
     final_weight = {response.MOVE: len(moves) / sum(moves) if moves and sum(moves) else 0.0}
     silo = (1 if canary_client == 0 else 0) if silo is None else silo
     sums_seen = distinguisher.silo_recovers_sum(sim, rounds)
+    declared = [sim.round_privacy(t) for t in range(rounds)]  # the run's own release, never the audited claim
+    factors = {observer: likelihood_ratio.round_factors([events[observer] for events in declared])
+               for observer in observers}
 
     def at_the_end(observer: str) -> bool:  # scored from the last model alone
         return score == "loss" or (observer == THIRD_PARTY and release == "final")
@@ -281,7 +285,8 @@ def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind:
                 elif not at_the_end(observer):
                     seen = distinguisher.observed_updates(observer, seen_by_server, view, canary_client, silo,
                                                           sums_seen, silo_weight)
-                    totals[observer] += distinguisher.white_box_score(seen, g, weights[view.round])
+                    totals[observer] += factors[observer][view.round] * distinguisher.white_box_score(
+                        seen, g, weights[view.round])
 
         final = run_world(sim, world, index, trials, rounds, observe, progress)["x"]
         x0 = world.grads.initial_params().expand(trials, -1)
