@@ -46,7 +46,7 @@ def variants() -> dict[str, dict]:
     for start in (0.1, 1.0):
         found[f"DP-FedAvg, adaptive C (median), C_0 = {start:g}"] = {**user, "clip": start, "target_quantile": 0.5,
                                                                    "count_noise": ANDREW_COUNT_NOISE}
-    found["DP-FTRL, C = 1"] = {"name": "dp-ftrl", "client_sampling": "disjoint", "clip": 1.0}
+    found["DP-FTRL, C = 1"] = {"name": "dp-ftrl", "client_sampling": "disjoint", "clip": 1.0, "global_lr": 1.0}
     return found
 
 

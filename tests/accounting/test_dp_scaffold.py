@@ -21,8 +21,8 @@ REFERENCES = [
 ]
 
 
-def epsilon(m, r, l, s, sigma, t, k, delta=None, analysis="paper"):
-    return dp_scaffold_epsilon(m, r, l, s, k, t, sigma, delta, analysis=analysis)
+def epsilon(m, r, l, s, sigma, t, k, delta=None, analysis="paper", accountant=None):
+    return dp_scaffold_epsilon(m, r, l, s, k, t, sigma, delta, analysis=analysis, accountant=accountant)
 
 
 @pytest.mark.parametrize("setting, expected", REFERENCES)
@@ -60,8 +60,11 @@ def test_max_rounds_is_the_largest_t_within_budget():
     for analysis in ("paper", "sound"):
         for observer in ("third_party", "server", "other_silo"):
             t = max_rounds(100, 4000, 0.05, 0.2, 5, 40, target_epsilon=3.0, observer=observer, analysis=analysis)
-            assert epsilon(100, 4000, 0.05, 0.2, 40, t, 5, analysis=analysis)["epsilon"][observer] <= 3.0
-            assert epsilon(100, 4000, 0.05, 0.2, 40, t + 1, 5, analysis=analysis)["epsilon"][observer] > 3.0
+            rdp = {"analysis": analysis, "accountant": "rdp"}  # max_rounds counts under RDP
+            assert epsilon(100, 4000, 0.05, 0.2, 40, t, 5, **rdp)["epsilon"][observer] <= 3.0
+            assert epsilon(100, 4000, 0.05, 0.2, 40, t + 1, 5, **rdp)["epsilon"][observer] > 3.0
+            if analysis == "sound":  # the default PLD allows at least those rounds
+                assert epsilon(100, 4000, 0.05, 0.2, 40, t, 5, analysis=analysis)["epsilon"][observer] <= 3.0
     # the paper gives the server no user-sampling amplification; the sound analysis does (participation mixture)
     assert max_rounds(100, 4000, 0.05, 0.2, 5, 40, target_epsilon=3.0, observer="server", analysis="paper") == 3
     assert max_rounds(100, 4000, 0.05, 0.2, 20, 0.5, target_epsilon=0.1) == 0
@@ -147,15 +150,21 @@ def test_cli_bad_value(capsys):
 
 
 #: The headline setting (M=100, R=4000, l=s=0.2, K=50, T=400, sigma_g=60, delta=1/(MR)) under the sound analysis,
-#: DP-SCAFFOLD (README and docs quote these).
-SOUND_HEADLINE = {"third_party": 1.99926, "server": 1.99926, "other_silo": 2.00968}
+#: DP-SCAFFOLD (README and docs quote these): by PLD, the default (what a run's ledger reports: 0.855379 and 0.859863
+#: in the README's 400-round runs), and by RDP
+SOUND_HEADLINE = {"third_party": 0.855379, "server": 0.855379, "other_silo": 0.859863}
+SOUND_HEADLINE_RDP = {"third_party": 1.99926, "server": 1.99926, "other_silo": 2.00968}
 
 
 def test_sound_headline_and_how_it_relates_to_the_papers():
     """The paper's accountant saturates (its 12.91 is mostly log(1/delta)), so on the headline setting the sound
     analysis happens to give a smaller epsilon; the review's instances show where the paper's is too small."""
     sound = dp_scaffold_epsilon(100, 4000, 0.2, 0.2, 50, 400, 60.0)
-    assert sound["epsilon"] == pytest.approx(SOUND_HEADLINE, abs=1e-4)
+    assert sound["epsilon"] == pytest.approx(SOUND_HEADLINE, abs=1e-5) and sound["accountant"] == "pld"
+    rdp = dp_scaffold_epsilon(100, 4000, 0.2, 0.2, 50, 400, 60.0, accountant="rdp")
+    assert rdp["epsilon"] == pytest.approx(SOUND_HEADLINE_RDP, abs=1e-4)
+    with pytest.raises(ConfigError, match="accountant = 'pld'"):
+        dp_scaffold_epsilon(100, 4000, 0.2, 0.2, 50, 400, 60.0, analysis="paper", accountant="pld")
     fedavg = dp_scaffold_epsilon(100, 4000, 0.2, 0.2, 50, 400, 60.0, algorithm="dp-fedavg")["epsilon"]
     assert fedavg["third_party"] < sound["epsilon"]["third_party"]  # its last step earns the cohort's noise
     assert fedavg["server"] == sound["epsilon"]["server"]  # the server sees one client's message either way

@@ -81,6 +81,11 @@ def _delta(delta, num_clients: int, records_per_client: int) -> float:
     return check_range("delta", delta, 0, 1, low_open=True, high_open=True)
 
 
+#: The accountants each analysis takes, its default first: the sound analysis is accounted as a run's ledger accounts it
+#: (PLD; RDP on request); the paper's App. B accountant is an RDP bound.
+ACCOUNTANTS = {"sound": ("pld", "rdp"), "paper": ("rdp",)}
+
+
 def dp_scaffold_epsilon(
     num_clients: int,
     records_per_client: int,
@@ -92,6 +97,7 @@ def dp_scaffold_epsilon(
     delta: float | None = None,
     analysis: str = "sound",
     algorithm: str = "dp-scaffold",
+    accountant: str | None = None,
 ) -> dict:
     """Epsilon of T = ``rounds`` rounds towards each observer.
 
@@ -99,22 +105,29 @@ def dp_scaffold_epsilon(
       num_clients: M. records_per_client: R, TRAINING records per client. client_rate: l. sample_rate: s.
       local_steps: K. rounds: T (>= 1). noise_multiplier: sigma_g. delta: default 1/(M R).
       analysis: "sound" or "paper" (module docstring). algorithm: a key of ``ALGORITHMS`` (matters for "sound").
+      accountant: "pld" or "rdp"; default the analysis's: "pld" for "sound", the accountant a run's ledger uses
+        (the fixed-size batches through their dominating Poisson pair, ``dpfl.accounting.pld``), so this is the
+        epsilon the same run reports; "rdp" for "paper", whose App. B accountant is an RDP bound (the only one).
 
     Returns:
-      {"epsilon": {"third_party", "server", "other_silo"}, "delta", "analysis", "accountant": "rdp", "conversion",
+      {"epsilon": {"third_party", "server", "other_silo"}, "delta", "analysis", "accountant", "conversion",
        "subsampling_bound", "algorithm"} and, for "paper", "unproven": the steps that do not hold in general.
     """
     events = dp_scaffold_round_events(num_clients, records_per_client, client_rate, sample_rate, local_steps,
                                       noise_multiplier, analysis, algorithm)
     rounds = check_range("rounds", rounds, 1, integer=True)
     delta = _delta(delta, num_clients, records_per_client)
+    allowed = ACCOUNTANTS[analysis]
+    accountant = allowed[0] if accountant is None else accountant
+    if accountant not in allowed:
+        raise ConfigError("accountant", accountant, f"one of {list(allowed)} with the {analysis} analysis")
     bound, conversion = ANALYSIS_SETTINGS[analysis]
     epsilon = {
-        observer: account(dp_event.SelfComposedDpEvent(event, rounds), delta, "rdp", conversion, "replace_one",
+        observer: account(dp_event.SelfComposedDpEvent(event, rounds), delta, accountant, conversion, "replace_one",
                           subsampling_bound=bound).epsilon
         for observer, event in events.items()
     }
-    result = {"epsilon": epsilon, "delta": delta, "analysis": analysis, "algorithm": algorithm, "accountant": "rdp",
+    result = {"epsilon": epsilon, "delta": delta, "analysis": analysis, "algorithm": algorithm, "accountant": accountant,
               "conversion": conversion, "subsampling_bound": bound}
     if analysis == "paper":
         result["unproven"] = list(PAPER_UNPROVEN)
@@ -135,7 +148,8 @@ def max_rounds(
     algorithm: str = "dp-scaffold",
 ) -> int:
     """The largest T with epsilon(T) <= ``target_epsilon`` towards ``observer`` (0 if even one round exceeds it),
-    under the same accounting as ``dp_scaffold_epsilon`` (RDP is linear in T: each trial rescales one cached curve)."""
+    under ``dp_scaffold_epsilon``'s RDP accounting (RDP is linear in T: each trial rescales one cached curve; the
+    sound analysis's default PLD allows at least as many rounds, so this count is safe for it too)."""
     if observer not in OBSERVERS:
         raise ConfigError("observer", observer, f"one of {list(OBSERVERS)}")
     check_range("target_epsilon", target_epsilon, 0, low_open=True)

@@ -27,6 +27,9 @@ def configure(parser) -> None:
                              "credited only where it reaches the aggregate intact, modern conversion; paper: the "
                              "paper's App. B accountant, which reproduces its numbers but does not hold for general "
                              "losses")
+    parser.add_argument("--accountant", choices=("pld", "rdp"), default=None,
+                        help="default: pld for the sound analysis (what a run's ledger reports for the same setting), "
+                             "rdp for the paper's (its App. B accountant)")
     parser.add_argument("--algorithm", choices=tuple(ALGORITHMS), default="dp-scaffold",
                         help="which local-step algorithm (matters for the sound analysis: SCAFFOLD's control "
                              "variates carry noise into later rounds, so no other client's noise is credited)")
@@ -44,4 +47,5 @@ def execute(args) -> dict:
         delta=args.delta,
         analysis=args.analysis,
         algorithm=args.algorithm,
+        accountant=args.accountant,
     )
