@@ -213,13 +213,13 @@ def test_run_epsilon_equals_dp_scaffold_accountant(data):
     docs/accounting.md)."""
     sim = make_sim(data, "dp-scaffold", accountant="rdp")
     history = sim.run(3)
-    reference = dp_scaffold_epsilon(M, R, L, S, K, 3, Z)
+    reference = dp_scaffold_epsilon(M, R, L, S, K, 3, Z, accountant="rdp")
     assert sim.ledger.delta == reference["delta"] == 1 / (M * R)
     for observer in OBSERVERS:
         assert history[-1].epsilon[observer] == pytest.approx(reference["epsilon"][observer], rel=1e-9)
     # and round by round
     for t, metrics in enumerate(history, start=1):
-        expected = dp_scaffold_epsilon(M, R, L, S, K, t, Z)["epsilon"][THIRD_PARTY]
+        expected = dp_scaffold_epsilon(M, R, L, S, K, t, Z, accountant="rdp")["epsilon"][THIRD_PARTY]
         assert metrics.epsilon[THIRD_PARTY] == pytest.approx(expected, rel=1e-9)
     # the server sees one client's messages either way; towards the aggregate DP-FedAvg's last step earns the
     # cohort's noise, DP-SCAFFOLD's does not (its control variates carry the noise into later rounds)
@@ -227,7 +227,11 @@ def test_run_epsilon_equals_dp_scaffold_accountant(data):
     assert fedavg[SERVER] == history[-1].epsilon[SERVER]
     assert fedavg[THIRD_PARTY] < history[-1].epsilon[THIRD_PARTY]
     assert fedavg[THIRD_PARTY] == pytest.approx(
-        dp_scaffold_epsilon(M, R, L, S, K, 3, Z, algorithm="dp-fedavg")["epsilon"][THIRD_PARTY], rel=1e-9)
+        dp_scaffold_epsilon(M, R, L, S, K, 3, Z, algorithm="dp-fedavg", accountant="rdp")["epsilon"][THIRD_PARTY],
+        rel=1e-9)
+    # and the default PLD ledger is the accountant's default, as `dpfl account dp-scaffold` prints it
+    pld = make_sim(data, "dp-scaffold", accountant="pld").run(3)[-1].epsilon
+    assert pld == pytest.approx(dp_scaffold_epsilon(M, R, L, S, K, 3, Z)["epsilon"], rel=1e-9)
     step = dp_event.SampledWithoutReplacementDpEvent(R, 8, dp_event.GaussianDpEvent(Z))
     expected_event = ParticipationDpEvent(0.5, dp_event.SelfComposedDpEvent(step, K))
     assert sim.round_privacy()[THIRD_PARTY] == expected_event
@@ -251,8 +255,8 @@ def test_round_robin_cohorts_are_charged_only_in_the_rounds_client_0_takes_part(
 
 
 def test_budget_stops_before_the_round_that_would_exceed_it(data, tmp_path):
-    two = dp_scaffold_epsilon(M, R, L, S, K, 2, Z)["epsilon"][THIRD_PARTY]
-    three = dp_scaffold_epsilon(M, R, L, S, K, 3, Z)["epsilon"][THIRD_PARTY]
+    two = dp_scaffold_epsilon(M, R, L, S, K, 2, Z, accountant="rdp")["epsilon"][THIRD_PARTY]
+    three = dp_scaffold_epsilon(M, R, L, S, K, 3, Z, accountant="rdp")["epsilon"][THIRD_PARTY]
     budget = (two + three) / 2
     sim = make_sim(data, rounds_budget={THIRD_PARTY: budget}, checkpoint_dir=tmp_path, accountant="rdp")
     history = sim.run(10)
@@ -270,7 +274,7 @@ def test_budget_stops_before_the_round_that_would_exceed_it(data, tmp_path):
 
 
 def test_budget_below_one_round_runs_nothing(data):
-    one = dp_scaffold_epsilon(M, R, L, S, K, 1, Z)["epsilon"][SERVER]
+    one = dp_scaffold_epsilon(M, R, L, S, K, 1, Z, accountant="rdp")["epsilon"][SERVER]
     sim = make_sim(data, rounds_budget={SERVER: one * 0.99}, accountant="rdp")
     x0 = sim.model.clone()
     assert sim.run(5) == []
