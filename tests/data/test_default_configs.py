@@ -104,6 +104,16 @@ def test_a_minimal_config_trains_from_round_one(tmp_path, data, name):
     assert math.isfinite(results.epsilon["third_party"])
 
 
+def assert_every_round_beats_the_untrained_model(config: dict) -> None:
+    """``config`` runs to its end through ``dpfl.run`` with every round's train loss finite and below the untrained
+    model's."""
+    untrained = dpfl.build(config).evaluate(epsilon=False).train_loss
+    results = dpfl.run(config)
+    losses = [r["train_loss"] for r in results.rounds]
+    assert results.status == "finished" and results.stopped_by is None
+    assert all(math.isfinite(v) and v < untrained for v in losses), (losses, untrained)
+
+
 @pytest.mark.parametrize("name", ["dp-ftrl", "bandmf"])
 def test_the_prefix_sum_families_train_on_digits_at_their_defaults(name):
     """eta = 0.1 (at 1, logistic regression on digits went 7.63 -> 9.18 / 11.8 / 10.4 over 3 rounds): a minimal config
@@ -111,11 +121,7 @@ def test_the_prefix_sum_families_train_on_digits_at_their_defaults(name):
     config = dpfl.load_config(None, ["data.name='digits'", "model.name='logreg'", f"algorithm.name='{name}'",
                                      "algorithm.rounds=3"])
     assert config["algorithm"]["global_lr"] == 0.1
-    untrained = dpfl.build(config).evaluate(epsilon=False).train_loss
-    results = dpfl.run(config)
-    losses = [r["train_loss"] for r in results.rounds]
-    assert results.status == "finished" and results.stopped_by is None
-    assert all(math.isfinite(v) and v < untrained for v in losses), (losses, untrained)
+    assert_every_round_beats_the_untrained_model(config)
 
 
 def test_breast_cancers_unset_scale_is_its_public_constant_unless_standardised():
@@ -137,11 +143,7 @@ def test_breast_cancer_at_its_default_hundred_clients_trains(tmp_path):
     config = dpfl.load_config(None, ["data.name='breast_cancer'", "model.name='logreg'", "algorithm.name='dp-fedavg'",
                                      "algorithm.rounds=2"])
     assert config["data"]["num_clients"] == 100
-    untrained = dpfl.build(config).evaluate(epsilon=False).train_loss
-    results = dpfl.run(config)
-    losses = [r["train_loss"] for r in results.rounds]
-    assert results.status == "finished" and results.stopped_by is None
-    assert all(math.isfinite(v) and v < untrained for v in losses), (losses, untrained)
+    assert_every_round_beats_the_untrained_model(config)
 
 
 @pytest.mark.slow
