@@ -65,8 +65,7 @@ def event_mu(event: dp_event.DpEvent) -> float | None:
 def claimed_gdp_mu(round_events: list[dp_event.DpEvent]) -> float | None:
     """mu of the audited rounds' events towards one observer composed (``event_mu``), None unless every one is
     Gaussian."""
-    parts = [event_mu(e) for e in round_events]
-    return None if any(p is None for p in parts) else math.sqrt(sum(p * p for p in parts))
+    return event_mu(dp_event.ComposedDpEvent(list(round_events)))
 
 
 def mu_lower(fpr_upper, fnr_upper):

@@ -321,6 +321,7 @@ def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, rounds: 
     started = time.perf_counter()
     target = make_canary(sim, canary_kind, scale)
     results, claimed, delta = {}, claims(sim, claim_events, rounds), sim.ledger.delta
+    claimed_rounds = [sim.round_privacy(t) if claim_events is None else claim_events for t in range(rounds)]
     try:
         scores = run_trials_all(sim, observers, trials, rounds=rounds, canary_kind=canary_kind, score=score,
                                 release=release, scale=scale, silo_weight=silo_weight, progress=progress,
@@ -335,8 +336,7 @@ def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, rounds: 
         negatives, positives = scores[observer]
         claim = claimed[observer]
         bound = bounds.many_run_lower_bound(negatives, positives, delta, confidence, claimed_epsilon=claim)
-        gaussian = gdp_bounds.claimed_gdp_mu([(sim.round_privacy(t) if claim_events is None else claim_events)[observer]
-                                              for t in range(rounds)]) is not None
+        gaussian = gdp_bounds.claimed_gdp_mu([events[observer] for events in claimed_rounds]) is not None
         fit = gdp_bounds.gdp_lower_bound(negatives, positives, delta, confidence, claimed_epsilon=claim) \
             if gaussian else None
         results[observer] = AuditResult(observer, claim, delta, bound, trials, "runs", seconds, negatives, positives,
