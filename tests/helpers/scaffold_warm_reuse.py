@@ -54,7 +54,7 @@ import dataclasses
 
 import numpy as np
 
-from worst_case import EngineInstance, LinearQuadraticOracle, build_algorithm
+from worst_case import EngineInstance, LinearQuadraticOracle, build_algorithm, one_thread
 
 #: the review's instance (n = 20, K = 50, z = 10) with FedAvg's b = 120 (clipping never binds), one warm round
 INSTANCE = EngineInstance(move_locally=True, records=120, control_variates=True, warm_rounds=1)
@@ -131,16 +131,10 @@ class Measurement:
 def measure(instance: EngineInstance = INSTANCE, trials: int = 2000, coupled: int = 8, seed: int = 7) -> Measurement:
     """The law of (W, H) measured on the engine: the shift from coupled runs (same seed, the record at +C and -C),
     the covariance from ``trials`` copies."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         big, oracle = views(instance, trials, +1.0, seed)
         plus, _ = views(instance, coupled, +1.0, seed + 1)
         minus, _ = views(instance, coupled, -1.0, seed + 1)
-    finally:
-        torch.set_num_threads(threads)
     shift = (plus - minus).mean(0)  # +C against -C moves a step's mean by 2C / b = Delta, one unit
     cov = np.cov(big.T)
     return Measurement(shift, cov, float(np.sqrt(shift @ np.linalg.solve(cov, shift))), oracle.clipped)

@@ -46,6 +46,7 @@ module's analytic part serves torch-free tests).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -230,6 +231,20 @@ def _statistics(dy):
     return {"sum": total, "sum_minus_other": total - dy[:, 1, 0], "owner": dy[:, 0, 0]}
 
 
+@contextlib.contextmanager
+def one_thread():
+    """torch on one intra-op thread inside the block (more cost than gain on these small tensors), the thread count
+    restored after."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 @functools.lru_cache(maxsize=8)
 def measure(instance: EngineInstance, trials: int = 1200, coupled_trials: int = 16, seed: int = 2024,
             alpha: float = 1e-4) -> dict:
@@ -238,16 +253,10 @@ def measure(instance: EngineInstance, trials: int = 1200, coupled_trials: int = 
     Runs single-threaded (torch intra-op threads cost more than they give on these small tensors), restoring the
     thread count after.
     """
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         dy, oracle = run_round(instance, trials, +1.0, seed)
         dy_plus, oracle_plus = run_round(instance, coupled_trials, +1.0, seed + 1)
         dy_minus, oracle_minus = run_round(instance, coupled_trials, -1.0, seed + 1)
-    finally:
-        torch.set_num_threads(threads)
     clipped = oracle.clipped + oracle_plus.clipped + oracle_minus.clipped
     big, plus, minus = _statistics(dy), _statistics(dy_plus), _statistics(dy_minus)
     upper_q = stats.chi2.ppf(1 - alpha / 2, trials - 1)
