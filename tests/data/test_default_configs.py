@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +21,7 @@ import pytest
 
 import dpfl
 from dpfl.algorithms.local_sgd import DEFAULT_LR, DEFAULT_NOISE
+from dpfl.errors import ConfigWarning
 
 from .conftest import py2_pickle, write_leaf, write_mnist
 
@@ -122,6 +125,33 @@ def test_the_prefix_sum_families_train_on_digits_at_their_defaults(name):
                                      "algorithm.rounds=3"])
     assert config["algorithm"]["global_lr"] == 0.1
     assert_every_round_beats_the_untrained_model(config)
+
+
+def test_user_level_on_a_small_cohort_warns_naming_the_client_rate_that_trains():
+    """dp-fedavg-user's minimal config on digits (100 clients, cohorts of 20, z = 1, logistic regression's 650
+    parameters): the server step's noise has 2 sqrt(650) / 20 = 2.55x the norm of the largest mean update, and the
+    train loss wandered above the untrained model's (7.63 -> 7.86 / 13.69 / 11.63 / 8.47 / 9.66). The build warns,
+    naming client_rate = 0.51; at that rate every round beats the untrained model and no warning is given."""
+    settings = ["data.name='digits'", "model.name='logreg'", "algorithm.name='dp-fedavg-user'", "algorithm.rounds=3",
+                "run.noise_seed=1"]
+    with pytest.warns(ConfigWarning, match=r"about 2\.55x .*algorithm\.client_rate = 0\.51 or more \(an expected "
+                                           r"cohort of 51\)"):
+        dpfl.build(dpfl.load_config(None, settings))
+    config = dpfl.load_config(None, [*settings, "algorithm.client_rate=0.51"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        assert_every_round_beats_the_untrained_model(config)
+
+
+def test_a_noise_no_cohort_of_the_federation_outweighs_names_the_noise_and_the_cohort_needed():
+    """An MLP (15,010 parameters) under the same federation needs a cohort of 246 > 100 clients: the warning names
+    the noise (through privacy.epsilon when the run is calibrated) and the cohort needed, not a client rate."""
+    settings = ["data.name='digits'", "model.name='mlp'", "algorithm.name='dp-fedavg-user'", "algorithm.rounds=3",
+                "algorithm.client_rate=1.0", "privacy.epsilon=8"]
+    with pytest.warns(ConfigWarning, match=r"a larger privacy\.epsilon .*more clients \(a cohort of \d+ is needed, "
+                                           r"the federation has 100\)") as record:
+        dpfl.build(dpfl.load_config(None, settings))
+    assert not any(re.search(r"client_rate = [\d.]+ or more", str(w.message)) for w in record)
 
 
 def test_breast_cancers_unset_scale_is_its_public_constant_unless_standardised():

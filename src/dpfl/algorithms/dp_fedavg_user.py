@@ -388,6 +388,18 @@ class DpFedAvgUser(Algorithm):
     def regulariser(self, x: torch.Tensor) -> float:
         return self.local.regulariser(x)
 
+    def noise_to_signal(self, dimension: int) -> tuple[float, float]:
+        """(z_sum s sqrt(d) / D, the cohort D' where it is 1): the step eta_g (sum_i w_i u_i + xi) / D has a noiseless
+        part of norm at most w_max C_t (D clients' weighted clipped updates, aligned), and xi ~ N(0, (z_sum S_t)^2 I_d)
+        with S_t = s w_max C_t has E||xi|| ~ z_sum S_t sqrt(d) (s = 1 or 2, ``relation_factor``). z_sum is the whole
+        noise's multiplier: z from the server or from the cohort's shares, so the ratio falls as 1 / D (D' = D ratio);
+        sqrt(D) z when each client adds all of it (``"client"``), so it falls as 1 / sqrt(D) (D' = D ratio^2).
+        Neither eta_g nor C_t moves the ratio: only the cohort, the noise and the model's size do."""
+        local = self.noise_at == "client"
+        z_sum = self.mechanism.noise_multiplier * (math.sqrt(self.denominator) if local else 1.0)
+        ratio = z_sum * relation_factor(self.client_sampling) * math.sqrt(dimension) / self.denominator
+        return ratio, self.denominator * (ratio ** 2 if local else ratio)
+
     def divergence_hint(self, counts: torch.Tensor) -> str:
         return (f"lower algorithm.lr or algorithm.server_lr (the noise on the summed update has std "
                 f"z S_t = {self.mechanism.noise_multiplier:.3g} x {relation_factor(self.client_sampling) * self.max_weight:g} "

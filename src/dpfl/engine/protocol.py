@@ -226,6 +226,13 @@ class Algorithm(ABC):
         train_loss; ``Simulation.evaluate``)."""
         return 0.0
 
+    def noise_to_signal(self, dimension: int) -> tuple[float, float] | None:
+        """(E||xi|| / the largest norm of the rest of the server's step, the expected cohort at which that ratio is 1)
+        for a family whose step on a model of ``dimension`` parameters is a noisy mean (xi its Gaussian noise): above 1
+        the model moves mostly by noise, and ``dpfl.experiments.doubtful`` warns, naming that cohort. None: not
+        measured."""
+        return None
+
     def divergence_hint(self, counts: torch.Tensor) -> str:
         """What to change when the model diverges (``TrainingDivergedError``'s message), for clients with ``counts``
         train records."""

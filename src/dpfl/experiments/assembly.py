@@ -90,6 +90,7 @@ def assemble(config: RunConfig, out_dir: Path | None = None, workers=None, noise
         calibration=calibration_report(config.algorithm.spec, config.algorithm.name, config.algorithm.section,
                                        setting, accounted_boundary(config.privacy)),
     )
+    doubtful.check_noise_to_signal(sim, calibrated=config.privacy.epsilon is not None)
     if config.privacy.epsilon is None or config.algorithm.spec.calibration is None:  # calibrated: epsilon is the target
         doubtful.check_smallest_client(sim, dataset.info.get("partition", {}).get("client_ids"))
     return sim

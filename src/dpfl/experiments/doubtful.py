@@ -16,6 +16,7 @@ and why, once the data is built (what they are measured against, the records and
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -61,6 +62,32 @@ def check_observers(observers, num_clients: int) -> None:
              "no one (it is the epsilon another silo would have, if there were one)")
 
 
+def check_noise_to_signal(sim: Simulation, calibrated: bool) -> None:
+    """A noisy-mean step whose noise outweighs the largest update the cohort can send (``Algorithm.noise_to_signal``
+    above 1): the run will move the model mostly by noise (user-level DP on a small cohort: dp-fedavg-user on digits'
+    100 clients, cohorts of 20, z = 1 and logistic regression's 650 parameters give 2.55, and its train loss wanders
+    above the untrained model's). Names the client rate that brings the ratio to 1, or, where no cohort of the
+    federation does, the noise multiplier that does at the cohort given (``calibrated``: through privacy.epsilon)."""
+    measured = sim.algorithm.noise_to_signal(int(sim.model.numel()))
+    if measured is None or measured[0] <= 1.0:
+        return
+    ratio, cohort = measured
+    clients = sim.clients
+    z = sim.algorithm.noise_multipliers or {}
+    noise = "a larger privacy.epsilon" if calibrated else "a smaller algorithm.noise_multiplier"
+    fixes = [f"{noise} (the ratio is proportional to the noise multiplier)", "a smaller model"]
+    if math.ceil(cohort) <= clients.num_clients:
+        rate = math.ceil(cohort) / clients.num_clients
+        fixes.insert(0, f"algorithm.client_rate = {rate:.3g} or more (an expected cohort of {math.ceil(cohort)})")
+    else:
+        fixes.append(f"more clients (a cohort of {math.ceil(cohort)} is needed, the federation has "
+                     f"{clients.num_clients})")
+    warn(f"the noise of each round's step has about {ratio:.3g}x the norm of the largest update the cohort can send "
+         f"(algorithm.client_rate = {clients.rate:g}: a cohort of {clients.cohort_size} clients; "
+         f"{int(sim.model.numel())} model parameters{'; ' + ', '.join(f'{k} = {v:.3g}' for k, v in z.items()) if z else ''}"
+         f"), so the model will move mostly by noise; for a ratio of 1 use " + ", or ".join(fixes))
+
+
 #: A client with fewer training records than this fraction of the median client's is named when its count changes
 #: the rounds' declared release (``check_smallest_client``).
 SMALL_CLIENT = 0.25
@@ -93,4 +120,4 @@ def check_smallest_client(sim: Simulation, client_ids: list | None = None) -> No
          "it, or give it more records")
 
 
-__all__ = ["check_delta", "check_cohort", "check_observers", "check_smallest_client"]
+__all__ = ["check_delta", "check_cohort", "check_observers", "check_noise_to_signal", "check_smallest_client"]
