@@ -1,5 +1,5 @@
-"""The `dpfl` command line: run | demo | config | plot | audit | flower-app | write-silos | silo | reproduce | account |
-calibrate | plan
+"""The `dpfl` command line: run | demo | sweep | config | plot | audit | flower-app | write-silos | silo | reproduce |
+account | calibrate | plan
 (and `dpfl --version`).
 
 `account` and `calibrate` have one subcommand per accountant, `plan` one per planner. Each lives in its own module
@@ -95,12 +95,12 @@ GROUPS = (
 def build_parser() -> argparse.ArgumentParser:
     """The `dpfl` parser. Building it imports no command's dependencies: each command's parser is filled in when the
     command line picks it (``LazySubParsers``), so `dpfl --version` and `dpfl --help` start in a few tens of ms."""
-    from dpfl.cli import audit, config, flower_app, plot, reproduce, run, silo, write_silos
+    from dpfl.cli import audit, config, flower_app, plot, reproduce, run, silo, sweep, write_silos
 
     parser = argparse.ArgumentParser(prog="dpfl", description="Differentially private federated learning.")
     parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", action=LazySubParsers)
-    for module in (run, config, plot, audit, flower_app, write_silos, silo, reproduce):
+    for module in (run, sweep, config, plot, audit, flower_app, write_silos, silo, reproduce):
         module.configure(commands)
     for group, prefix, metavar, help_text in GROUPS:
         commands.add_parser(group, help=help_text, description=help_text,
