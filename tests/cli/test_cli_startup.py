@@ -40,8 +40,8 @@ def test_top_level_help_lists_every_command():
     code, out, _ = dpfl_process(["--help"])
     assert code == 0
     listed = [line.split()[0] for line in out.splitlines() if line.startswith("    ") and not line.startswith("     ")]
-    assert listed == ["run", "demo", "config", "plot", "audit", "flower-app", "write-silos", "silo", "reproduce",
-                      "account", "calibrate", "plan"]
+    assert listed == ["run", "demo", "sweep", "config", "plot", "audit", "flower-app", "write-silos", "silo",
+                      "reproduce", "account", "calibrate", "plan"]
 
 
 def test_a_lazily_filled_command_prints_its_whole_help(capsys):

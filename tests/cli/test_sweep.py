@@ -42,9 +42,9 @@ def test_the_points_are_every_combination_in_the_order_given_with_unique_sortabl
         ["algorithm.lr=0.05", "algorithm.client_sampling='poisson'"],
         ["algorithm.lr=0.1", "algorithm.client_sampling='fixed'"],
         ["algorithm.lr=0.1", "algorithm.client_sampling='poisson'"]]
-    assert [p.name for p in sweep.points(grid)] == ["0-lr=0.05-client_sampling=fixed",
-                                                    "1-lr=0.05-client_sampling=poisson",
-                                                    "2-lr=0.1-client_sampling=fixed", "3-lr=0.1-client_sampling=poisson"]
+    assert [p.name for p in sweep.points(grid)] == [
+        "0-lr=0.05-client_sampling=fixed", "1-lr=0.05-client_sampling=poisson", "2-lr=0.1-client_sampling=fixed",
+        "3-lr=0.1-client_sampling=poisson"]
 
 
 def test_a_malformed_point_is_refused_before_any_run_starts(tmp_path, capsys):

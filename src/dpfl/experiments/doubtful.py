@@ -82,10 +82,11 @@ def check_noise_to_signal(sim: Simulation, calibrated: bool) -> None:
     else:
         fixes.append(f"more clients (a cohort of {math.ceil(cohort)} is needed, the federation has "
                      f"{clients.num_clients})")
+    multipliers = "".join(f"; {name} = {value:.3g}" for name, value in z.items())
     warn(f"the noise of each round's step has about {ratio:.3g}x the norm of the largest update the cohort can send "
          f"(algorithm.client_rate = {clients.rate:g}: a cohort of {clients.cohort_size} clients; "
-         f"{int(sim.model.numel())} model parameters{'; ' + ', '.join(f'{k} = {v:.3g}' for k, v in z.items()) if z else ''}"
-         f"), so the model will move mostly by noise; for a ratio of 1 use " + ", or ".join(fixes))
+         f"{int(sim.model.numel())} model parameters{multipliers}), so the model will move mostly by noise; for a "
+         "ratio of 1 use " + ", or ".join(fixes))
 
 
 #: A client with fewer training records than this fraction of the median client's is named when its count changes
