@@ -92,6 +92,10 @@ class ClientArrays:
         mask = self.mask
         return self.x[mask], self.y[mask]
 
+    def clients(self, ids: torch.Tensor) -> ClientArrays:
+        """The split of the clients ``ids`` only (their rows gathered: a memory-mapped split reads only those)."""
+        return ClientArrays(self.x[ids], self.y[ids], self.counts[ids])
+
     def flat_chunks(self, chunk: int = 65536) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """``flat()`` in consecutive pieces of ``chunk`` records (the last shorter), each gathered when it is reached:
         a pass over memory-mapped records holds one piece, not a copy of them all."""

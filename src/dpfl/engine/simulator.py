@@ -147,6 +147,9 @@ class Simulation:
     #: what privacy.epsilon set the noise for, for results.json (``experiments.noise_level.calibration_report``:
     #: the target, the observers it bounds, their boundary, the level solved); None: the noise was not calibrated
     calibration: dict | None = None
+    #: the clients ``evaluate`` measures (run.eval_clients: a fixed public sample, for a federation too large to
+    #: evaluate in full each time); None: every client
+    eval_clients: torch.Tensor | None = None
     history: list = field(default_factory=list)
 
     def __post_init__(self):
@@ -255,8 +258,9 @@ class Simulation:
         the clip of the last round (when run in this process; ``RoundMetrics``)."""
         x = self.model
         if self.evaluator is None:
-            loss, _ = self.grads.mean_loss_and_accuracy(x, self.train.flat_chunks())  # a piece at a time: 10^5
-            _, accuracy = self.grads.mean_loss_and_accuracy(x, self.test.flat_chunks())  # clients' records are mapped
+            train, test = self.evaluated()
+            loss, _ = self.grads.mean_loss_and_accuracy(x, train.flat_chunks())  # a piece at a time: 10^5 clients'
+            _, accuracy = self.grads.mean_loss_and_accuracy(x, test.flat_chunks())  # records are memory-mapped
             mapping = self.gradient_mapping(x)
         else:
             (loss, accuracy), mapping = self.evaluator(self, x), None
@@ -267,12 +271,22 @@ class Simulation:
         zeroed = self.grads.take_nonfinite_examples() if self.workers is None else None  # one read a round
         return RoundMetrics(self.next_round, loss, accuracy, eps, mapping, zeroed, self._round_clip)
 
+    def evaluated(self):
+        """(train, test) splits ``evaluate`` measures: those of ``eval_clients`` (the test split's too where it has
+        one row per client, else all of it), or the whole splits."""
+        if self.eval_clients is None:
+            return self.train, self.test
+        per_client = self.test.num_clients == self.train.num_clients
+        return (self.train.clients(self.eval_clients),
+                self.test.clients(self.eval_clients) if per_client else self.test)
+
     def gradient_mapping(self, x: torch.Tensor) -> float | None:
-        """||G_eta(x)||^2 on the pooled train data (``RoundMetrics``), or None for an algorithm without a prox step."""
+        """||G_eta(x)||^2 on the pooled train data of the evaluated clients (``RoundMetrics``, ``evaluated``), or
+        None for an algorithm without a prox step."""
         if self.algorithm.composite is None:
             return None
         f1, eta = self.algorithm.composite
-        mapping = f1.gradient_mapping(x, self.grads.mean_loss_gradient(x, self.train.flat_chunks()), eta)
+        mapping = f1.gradient_mapping(x, self.grads.mean_loss_gradient(x, self.evaluated()[0].flat_chunks()), eta)
         return float(mapping.double().square().sum())
 
     # -- the loop -----------------------------------------------------------------------------------------------

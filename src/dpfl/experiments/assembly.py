@@ -89,11 +89,21 @@ def assemble(config: RunConfig, out_dir: Path | None = None, workers=None, noise
         workers=None if workers is None else workers(config, dataset, delta), evaluator=evaluator,
         calibration=calibration_report(config.algorithm.spec, config.algorithm.name, config.algorithm.section,
                                        setting, accounted_boundary(config.privacy)),
+        eval_clients=evaluated_clients(run.eval_clients, dataset.num_clients, run.seed, device),
     )
     doubtful.check_noise_to_signal(sim, calibrated=config.privacy.epsilon is not None)
     if config.privacy.epsilon is None or config.algorithm.spec.calibration is None:  # calibrated: epsilon is the target
         doubtful.check_smallest_client(sim, dataset.info.get("partition", {}).get("client_ids"))
     return sim
+
+
+def evaluated_clients(count: int | None, num_clients: int, seed: int, device) -> torch.Tensor | None:
+    """run.eval_clients: ``count`` of the ``num_clients`` clients, drawn once from the public ``seed`` (run.seed, not
+    the noise key: which clients are measured reveals nothing of the data), sorted; None for every client."""
+    if count is None or count >= num_clients:
+        return None
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randperm(num_clients, generator=generator)[:count].sort().values.to(device)
 
 
 def build_data(data: Mapping[str, object], supplied: Supplied = NOTHING) -> FederatedDataset:

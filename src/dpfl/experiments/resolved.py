@@ -109,6 +109,7 @@ class RunOptions:
     secure_noise_bits: int = 9
     tensorboard: str | None = None
     epsilon_every: int | str = "auto"
+    eval_clients: int | None = None
 
     @property
     def grid_bits(self) -> int | None:

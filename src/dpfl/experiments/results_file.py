@@ -24,7 +24,8 @@ in the round loop over the whole run, across resumes), "session_seconds" (this p
 and "stopped_by" (what stopped the run early: "budget", "diverged", "interrupted"; null when it did not) and, when the
 directory holds runs archived by ``restart``, "archived" (their spend, and the total with this run:
 ``dpfl.experiments.archive``), and for a run evaluated elsewhere than on its own data (``Simulation.evaluator``),
-"evaluation" (where its metrics come from, whether epsilon covers them; a metric not measured is null).
+"evaluation" (where its metrics come from, whether epsilon covers them; a metric not measured is null), and for a run
+with run.eval_clients, "evaluated_clients" (the ids of the clients its train loss and test accuracy are measured on).
 """
 
 from __future__ import annotations
@@ -130,6 +131,7 @@ def results_of(sim: Simulation, config: RunConfig, archived: list[dict] = (), ex
         "stopped_reason": sim.stopped_reason,
         "stopped_by": sim.stopped_by,
         **({"evaluation": sim.evaluator.description} if sim.evaluator is not None else {}),
+        **({"evaluated_clients": sim.eval_clients.tolist()} if sim.eval_clients is not None else {}),
         **archive,
     }
 

@@ -39,7 +39,7 @@ from dpfl.engine.keys import KEY_FILE, fresh_key, load_key
 from dpfl.errors import RunDirectoryError, json_problem
 
 RUN_ONLY_KEYS = ("algorithm.rounds", "privacy.budget", "run.eval_every", "run.checkpoint_every", "run.device",
-                 "run.tensorboard", "run.epsilon_every")
+                 "run.tensorboard", "run.epsilon_every", "run.eval_clients")
 
 
 def release_config(config: dict, spec: registry.AlgorithmSpec | None = None) -> dict:

@@ -38,6 +38,8 @@ def validate(config: RunConfig) -> None:
                        ("memory_mb", run.memory_mb)):
         check_range(f"run.{key}", value, 1, integer=True)
     check_epsilon_every(run.epsilon_every)
+    if run.eval_clients is not None:
+        check_range("run.eval_clients", run.eval_clients, 1, integer=True)
     if run.threads is not None:
         check_range("run.threads", run.threads, 1, integer=True)
     resolve_device(run.device)
