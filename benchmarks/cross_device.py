@@ -6,12 +6,13 @@ records (a vocabulary of 1,000 words + 4 special tokens, 20 tokens a record) and
 arrays (``dpfl.data.stacked``), then read memory-mapped (``data.name = "clients"``). Each case runs in a fresh
 process (its peak resident memory is its own): build the run, one warm-up round, ``--rounds`` timed rounds without
 evaluation, then (``--evaluate``) one evaluation, timed on its own: the engine's pass over every training record
-(the train loss) and every test record (the accuracy), in pieces of 65,536 records. dp-fedavg-user (fixed-size
+(the train loss) and every test record (the accuracy), in pieces of 65,536 records, or (``--eval-clients N``) those of
+a fixed sample of N users (run.eval_clients). dp-fedavg-user (fixed-size
 cohorts of 1,000, K = 5 local steps of 20% of a user's records, clip 1, z = 1, noise at the server) with the small
 causal transformer (d_model 32, 1 block, 2 heads) and a small LSTM (embedding 8, 1 x 64).
 
     PYTHONPATH=src python benchmarks/cross_device.py [--users 100000] [--cohort 1000] [--rounds 3] [--threads 1]
-        [--evaluate] [--folder DIR]
+        [--evaluate [--eval-clients N]] [--folder DIR]
 
 Prints a Markdown table: users, cohort, model (parameters), s/round (wall clock, and the process's CPU seconds: on
 a shared machine the wall clock includes waiting for a core), one evaluation's seconds, clients holding state and
@@ -58,9 +59,10 @@ def write_population(folder: Path, users: int) -> dict:
             "max_records": int(dataset.train.y.shape[1]), "peak_mb": peak_mb()}
 
 
-def one_case(folder: str, users: int, cohort: int, model: str, rounds: int, threads: int, evaluate: bool) -> dict:
+def one_case(folder: str, users: int, cohort: int, model: str, rounds: int, threads: int, evaluate: bool,
+             eval_clients: int | None = None) -> dict:
     """One case in this process (``--case``): build, warm up, time ``rounds`` rounds and (``evaluate``) one
-    evaluation."""
+    evaluation (of ``eval_clients`` users: run.eval_clients; None: every user)."""
     from dpfl.experiments.config import load_config
     from dpfl.experiments.runner import build_simulation
 
@@ -69,20 +71,22 @@ def one_case(folder: str, users: int, cohort: int, model: str, rounds: int, thre
         f"algorithm.client_rate={cohort / users}", "algorithm.client_sampling='fixed'", "algorithm.clip=1.0",
         "algorithm.noise_multiplier=1.0", "algorithm.noise_at='server'", f"algorithm.rounds={rounds + 2}",
         "run.noise_seed=0", f"run.eval_every={10 ** 6}", f"run.threads={threads}", "run.device='cpu'",
-        *MODELS[model]])
+        *([f"run.eval_clients={eval_clients}"] if eval_clients else []), *MODELS[model]])
     sim = build_simulation(config)
     sim.step()  # warm-up; then rounds alone (Simulation.run would evaluate after its last round)
     start, cpu = time.perf_counter(), time.process_time()
     for _ in range(rounds):
         sim.step()
     seconds, cpu_seconds = (time.perf_counter() - start) / rounds, (time.process_time() - cpu) / rounds
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     if evaluate:
         sim.evaluate(epsilon=False)
     evaluation = time.perf_counter() - start if evaluate else None
+    evaluation_cpu = time.process_time() - cpu if evaluate else None
     held = sum(t.held for t in sim.state.clients.values())
     return {"users": users, "cohort": cohort, "model": model, "d": sim.grads.num_params, "s_round": seconds,
-            "cpu_s_round": cpu_seconds, "evaluation_s": evaluation, "held": held, "peak_mb": peak_mb()}
+            "cpu_s_round": cpu_seconds, "evaluation_s": evaluation, "evaluation_cpu_s": evaluation_cpu,
+            "eval_clients": eval_clients or users, "held": held, "peak_mb": peak_mb()}
 
 
 def _child(*args: str) -> dict:
@@ -102,6 +106,8 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--evaluate", action="store_true", help="time one evaluation (a pass over every record)")
+    parser.add_argument("--eval-clients", type=int, default=None,
+                        help="evaluate on this many users (run.eval_clients; default: every user)")
     parser.add_argument("--folder", default=None, help="where the population is written (default: a temporary "
                                                        "folder, removed after)")
     parser.add_argument("--build", action="store_true", help=argparse.SUPPRESS)
@@ -113,7 +119,7 @@ def main(argv=None) -> None:
         return
     if args.case:
         print(json.dumps(one_case(str(Path(args.folder) / "clients"), args.users, args.cohort, args.case, args.rounds,
-                                  args.threads, args.evaluate)))
+                                  args.threads, args.evaluate, args.eval_clients)))
         return
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(args.folder or scratch)
@@ -125,12 +131,15 @@ def main(argv=None) -> None:
         rows = []
         for model in args.models:
             timing = ["--cohort", str(args.cohort), "--rounds", str(args.rounds), "--threads", str(args.threads)]
-            rows.append(_child("--case", model, *common, *timing, *(["--evaluate"] if args.evaluate else [])))
+            evaluation = [*(["--evaluate"] if args.evaluate else []),
+                          *(["--eval-clients", str(args.eval_clients)] if args.eval_clients else [])]
+            rows.append(_child("--case", model, *common, *timing, *evaluation))
             print(f"{model}: {rows[-1]['s_round']:.3g} s/round", file=sys.stderr, flush=True)
-    print("\n| users | cohort | model (d) | s/round | CPU s/round | evaluation (s) | clients holding state | peak "
-          "memory (MB) |\n|---|---|---|---|---|---|---|---|")
+    print("\n| users | cohort | model (d) | s/round | CPU s/round | evaluation: users, s (CPU s) | clients holding "
+          "state | peak memory (MB) |\n|---|---|---|---|---|---|---|---|")
     for r in rows:
-        evaluation = "-" if r["evaluation_s"] is None else f"{r['evaluation_s']:.3g}"
+        evaluation = "-" if r["evaluation_s"] is None else \
+            f"{r['eval_clients']:,}, {r['evaluation_s']:.3g} ({r['evaluation_cpu_s']:.3g})"
         print(f"| {r['users']:,} | {r['cohort']:,} | {r['model']} ({r['d']:,}) | {r['s_round']:.3g} | "
               f"{r['cpu_s_round']:.3g} | {evaluation} | {r['held']:,} | {r['peak_mb']:,.0f} |")
 
