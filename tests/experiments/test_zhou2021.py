@@ -30,18 +30,21 @@ def test_a_tiny_grid_writes_every_run_the_table_and_the_figure(tmp_path, capsys)
                             "--gaussian-epsilons", ""])
     plans = result["plans"]["laplace eps=1"]
     joint, per_b = plans[zhou2021.JOINT], plans["T*(b=1)"]
-    # eps = 1 on digits: the bound is least with (almost) no training, as the planner's T* says
-    assert (joint["clients_per_round"], joint["rounds"]) == (10, 0) and per_b["rounds"] == 2
+    # eps = 1 on digits: the bound is least with no training. T*(1) = 2.26 relaxed, but round robin (the default)
+    # calibrates every client to ceil(T / 10) = 1 reply for T <= 10, 5 times the relaxation's bT/N = 0.2 at T = 2,
+    # and U(0, 1) is the least
+    assert (joint["clients_per_round"], joint["rounds"]) == (10, 0) and per_b["rounds"] == 0
+    assert per_b["continuous_rounds"] == pytest.approx(2.26, abs=0.01) and per_b["replies"] == "round_robin"
     with open(out / "runs.csv") as file:
         runs = list(csv.DictReader(file))
-    # two points: the grid's (b=1, T=2), which is also T*(b=1), and the joint plan (b=10, T=0)
+    # three points: the grid's (b=1, T=2), the joint plan (b=10, T=0) and T*(b=1) = (1, 0)
     assert [(r["clients_per_round"], r["rounds"], r["sources"]) for r in runs] == [
-        ("1", "2", f"{zhou2021.GRID};T*(b=1)"), ("10", "0", zhou2021.JOINT)]
-    trained, initial = runs
+        ("1", "2", zhou2021.GRID), ("10", "0", zhou2021.JOINT), ("1", "0", "T*(b=1)")]
+    trained, initial, _ = runs
     assert 0 < float(trained["epsilon_spent"]) <= 1 + 1e-9 and float(initial["epsilon_spent"]) == 0
     assert 2.0 < float(initial["train_loss"]) < 2.6  # ln 10 = 2.30 near a small random initialisation
     stored = json.loads((out / "results.json").read_text())
-    assert stored["runs"] == result["runs"] and len(stored["summary"]) == 2
+    assert stored["runs"] == result["runs"] and len(stored["summary"]) == 3
     assert stored["constants"]["mu"] == pytest.approx(0.01, rel=1e-6)  # mu = the weight decay (no bias)
     assert "WITHOUT privacy" in stored["nonprivate"]
     table = (out / "table.md").read_text().splitlines()
@@ -49,7 +52,7 @@ def test_a_tiny_grid_writes_every_run_the_table_and_the_figure(tmp_path, capsys)
     assert (out / "zhou2021.png").read_bytes()[:4] == b"\x89PNG"
     assert table[2] in capsys.readouterr().out
 
-    # the same constants and plan through the CLI, from a config of the same setting
+    # the same constants, reply count and plan through the CLI, from a config of the same setting (round robin)
     config = tmp_path / "digits.toml"
     setup = zhou2021.Setup()
     config.write_text(_toml([*setup.overrides(), f"algorithm.clip={setup.clip_laplace!r}", "privacy.epsilon=1.0",
@@ -58,3 +61,9 @@ def test_a_tiny_grid_writes_every_run_the_table_and_the_figure(tmp_path, capsys)
     planned = json.loads(capsys.readouterr().out)
     assert planned["rounds"] == per_b["rounds"] and planned["continuous_rounds"] == pytest.approx(
         per_b["continuous_rounds"], rel=1e-6)
+    assert (planned["replies"], planned["replies_per_client"]) == ("round_robin", 0.0)
+    # the paper's count bT/N on request: T = 2 replies 0.2 times
+    assert dpfl_main(["plan", "queries-replies", str(config), "--solve", "rounds", "--b", "1", "--replies",
+                      "expected", "--json"]) in (0, None)
+    paper = json.loads(capsys.readouterr().out)
+    assert (paper["rounds"], paper["replies"], paper["replies_per_client"]) == (2, "expected", 0.2)
