@@ -386,11 +386,11 @@ def _causes(settings: dict, folder: Path) -> dict:
 
 #: What zhou2021-causes shows (3 seeds; docs/experiments/zhou2021.md, "Why the plan loses").
 WHY_CAUSES = (
-    "on breast cancer with weight decay 2 (F* = 0.41 against ln 2 = 0.69 at chance, 93% test accuracy at the plans) "
+    "on breast cancer with weight decay 2 (F* = 0.41 against ln 2 = 0.69 at chance, 91-93% test accuracy at the plans) "
     "b* = 1 is right (b = 1 has the least loss at every T >= 50) but T* = 230 / 470 (eps 5 / 10) is 4.6x / 9.4x the "
     "measured best T = 50 (final loss 0.601 / 0.561 against 0.548 / 0.551). Cause: the bound's optimisation term "
     "falls as gamma Y0 / (T + gamma) while the runs' noise-free error falls as (gamma / (T + gamma))^4 and sits at "
-    "the clipping floor (0.058, 62-83% of Y_T at T*) by T = 50; its noise term is only 2-3x the measured one. With "
+    "the clipping floor (0.058, 62-83% of Y_T at T*) by T = 50; its noise term is only 2-3.5x the measured one. With "
     "G at theta* and Y0 = 0 the plan would be T*(1) = 30 / 60. Round robin (the exact count) does not close it: "
     "random cohorts end at 0.630 / 0.594")
 
