@@ -45,6 +45,26 @@ def test_round_robin_replies_are_exact_and_a_round_is_charged_per_new_reply_coun
     assert [t for t, c in enumerate(schedule.charged) if c] == [0, 3, 6]
 
 
+def test_round_robin_charges_the_worst_client_its_own_replies_round_by_round():
+    """b = 1 of N = 10 for T = 22 rounds (Zhou et al.'s Alg. 1 cohorts): clients 0 and 1 reply 3 times, the others
+    twice; every client is calibrated to m = 3 = ceil(bT/N) replies of eps / 3 (Laplace scale m / eps), and after
+    round t the ledger has charged the worst client its ceil((t + 1) / 10) replies so far, eps at the end."""
+    alg = build(FedSGDDPCConfig(clients_per_round=1, selection="round-robin"), num_clients=10, rounds=22)
+    assert alg.schedule.replies == (3, 3) + (2,) * 8 and alg.schedule.most == 3
+    assert torch.allclose(alg.noise, torch.full((10,), 3 / 2.0, dtype=torch.float64), rtol=1e-4, atol=0.0)
+    counts = torch.tensor(setting(num_clients=10).train_counts)
+    ledger = PrivacyLedger(("server",), 1e-5, accountant=alg.accountant)
+    spent = []
+    for t in range(22):
+        release = alg.release(t, None, counts)
+        ledger.record(t, {"server": observer_events(release, release.cohort, "plain")["server"]})
+        spent.append(ledger.epsilon()["server"])
+    per_reply = 1 / float(alg.noise.min())  # pure epsilon of one reply: Delta / (its Laplace scale, m / eps x Delta)
+    for t, eps in enumerate(spent):
+        assert eps == pytest.approx(math.ceil((t + 1) / 10) * per_reply, rel=1e-9)
+    assert spent[-1] == pytest.approx(2.0, rel=1e-4) and spent[-1] <= 2.0
+
+
 def test_random_selection_is_calibrated_to_the_client_picked_most_not_the_expected_count():
     schedule = ReplySchedule.draw(ClientSampler(10, 0.5, "fixed"), 20, seed=3)
     assert sum(schedule.replies) == 5 * 20 and sum(schedule.charged) == schedule.most

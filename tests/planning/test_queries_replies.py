@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pytest
 
+from dpfl.algorithms.fedsgd_dpc import ReplySchedule
+from dpfl.engine.sampling import ClientSampler
 from dpfl.errors import ConfigError
 from dpfl.experiments.papers.zhou2021 import TABLE_I, TABLE_I_FITS, table_constants
 from dpfl.planning.queries_replies import Constants, GaussianBound, LaplaceBound, effective_c2, plan
@@ -97,6 +99,43 @@ def test_integer_plan_is_the_best_integer_neighbour():
         assert result.bound == min(bound(math.floor(T), 3), bound(math.ceil(T), 3))
 
 
+def test_round_robin_counts_ceil_replies_by_hand():
+    """N = 2, b = 1: T = 3 makes client 0 reply twice, so the noise term is C2 N^2 m^2 / b = 8 * 4 * 4 at m = 2 where
+    the paper's bT/N = 1.5 gives C2 b T^2 = 72; at T = 4 (a cycle's end) both count 2 replies."""
+    expected, counted = LaplaceBound(Constants(**HAND)), LaplaceBound(Constants(**HAND), "round_robin")
+    assert (expected.replies_per_client(3, 1), counted.replies_per_client(3, 1)) == (1.5, 2.0)
+    assert expected(3, 1) == (144 + 72 - 64) / 5 and counted(3, 1) == (144 + 128 - 64) / 5
+    assert counted(4, 1) == expected(4, 1) == (144 + 128 - 64) / 6
+    assert counted.cycle_ends(3.0, 1) == {0, 2, 4, 6}  # m from floor(1.5) - 1 = 0 to ceil(1.5) + 1 = 3
+    # T*(1) = sqrt(14) - 2 = 1.74: U(0) = 80 / 2, U(1) = U(2) x 4 / 3 at m = 1, U(2) = (144 + 32 - 64) / 4 = 28,
+    # U(4) = 208 / 6 at m = 2: the cycle's end T = 2
+    counted_plan = plan(Constants(**HAND), "laplace", "rounds", clients_per_round=1, replies="round_robin")
+    assert (counted_plan.rounds, counted_plan.bound, counted_plan.replies_per_client) == (2, 28.0, 1.0)
+
+
+@pytest.mark.parametrize("N, b, T", [(10, 1, 22), (10, 3, 7), (7, 3, 10), (2, 1, 3), (10, 10, 5), (7, 7, 1)])
+def test_the_round_robin_count_is_what_fedsgd_dpc_calibrates_every_client_to(N, b, T):
+    """The planner's m = ceil(bT/N) is the ledger's: the most replies any client makes under round robin."""
+    schedule = ReplySchedule.draw(ClientSampler(N, b / N, "round_robin"), T, seed=0)
+    c = Constants(**{**HAND, "d": (1,) * N})
+    assert LaplaceBound(c, "round_robin").replies_per_client(T, b) == schedule.most
+    chosen = plan(c, "laplace", "clients", rounds=T, replies="round_robin")  # the plan's own b, at this T
+    drawn = ReplySchedule.draw(ClientSampler(N, chosen.clients_per_round / N, "round_robin"), T, seed=0)
+    assert chosen.replies_per_client == drawn.most
+
+
+def test_the_round_robin_plan_is_the_least_counted_bound_over_every_T():
+    """For a fixed b the counted U falls in T while m stays, so its least value over T = 0..10 T* is at a cycle's
+    end next to the relaxed T*: the integer plan finds it (brute force over every integer T)."""
+    for c in itertools.islice(_grid_constants(), 0, None, 23):
+        bound = LaplaceBound(c, "round_robin")
+        for b in (1, 2, 5):
+            result = plan(c, "laplace", "rounds", clients_per_round=b, replies="round_robin")
+            brute = min(bound(T, b) for T in range(0, 10 * math.ceil(bound.rounds(b)) + 2 * c.N))
+            assert result.bound == pytest.approx(brute, rel=1e-12) and result.bound == bound(result.rounds, b)
+            assert result.bound >= LaplaceBound(c)(bound.rounds(b), b) * (1 - 1e-12)  # never below the relaxation
+
+
 @pytest.mark.parametrize("field, value, allowed", [
     ("epsilon", (1.0, 2.0, 3.0), "one value, or one per client (2 clients)"),
     ("mu", 0.0, "(0, inf)"),
@@ -105,6 +144,11 @@ def test_integer_plan_is_the_best_integer_neighbour():
 def test_bad_constants_name_the_field(field, value, allowed):
     with pytest.raises(ConfigError, match=rf"^{field} = .*{re.escape(allowed)}"):
         Constants(**{**HAND, field: value})
+
+
+def test_an_unknown_reply_count_is_refused():
+    with pytest.raises(ConfigError, match=r"^replies = 'mean' .*\['expected', 'round_robin'\]"):
+        plan(Constants(**HAND), "laplace", "joint", replies="mean")
 
 
 def test_plan_needs_the_fixed_coordinate():

@@ -25,7 +25,7 @@ import sys
 from dpfl.errors import ConfigError
 from dpfl.planning.constants import MAX_ITERATIONS
 from dpfl.planning.queries_replies import (
-    MECHANISMS, ROUNDINGS, SOLVES, Constants, GaussianBound, LaplaceBound, effective_c2, plan,
+    MECHANISMS, REPLIES, ROUNDINGS, SOLVES, Constants, GaussianBound, LaplaceBound, effective_c2, plan,
 )
 
 NAME = "queries-replies"
@@ -65,6 +65,10 @@ def configure(parser) -> None:
     parser.add_argument("--rounding", choices=ROUNDINGS, default="argmin",
                         help="argmin: the integer neighbour with the least bound (default); up: b rounded up and T "
                              "to the nearest, as the paper's Table I")
+    parser.add_argument("--replies", choices=REPLIES,
+                        help="Laplace: the replies m each client's noise is calibrated to, bT/N (expected, the "
+                             "paper's) or ceil(bT/N) (round_robin, what the ledger charges under algorithm.selection "
+                             "= 'round-robin'; default: round_robin for such a CONFIG, else expected)")
     parser.add_argument("--N", type=int, help="clients (default: the config's, or the length of --d)")
     parser.add_argument("--b", type=int, help="clients per round (default algorithm.clients_per_round, else "
                                               "client_rate x N)")
@@ -166,8 +170,11 @@ def execute(args) -> dict:
             raise ConfigError("--max-rounds", None, "the largest practical T (or --T, or algorithm.rounds)")
         steps = max(1, math.ceil(at_b * at_T / N))
         constants = dataclasses.replace(constants, c2=effective_c2(args.q, steps, constants.epsilon, constants.delta))
+    replies = args.replies or ("round_robin" if _config(config, "algorithm", "selection") == "round-robin"
+                               else "expected")
     result = plan(constants, mechanism, args.solve, rounds=rounds, clients_per_round=clients,
-                  max_rounds=max_rounds if mechanism == "gaussian" else None, rounding=args.rounding)
+                  max_rounds=max_rounds if mechanism == "gaussian" else None, rounding=args.rounding,
+                  replies=replies)
     out = {**result.to_dict(), "constants": _constants_dict(constants, mechanism),
            "nonprivate_estimates": sorted(PUBLIC_NAMES.get(n, n) for n in estimated)}
     if notes:
@@ -184,7 +191,7 @@ def execute(args) -> dict:
     if mechanism == "gaussian" and args.c2 is None:
         out["c2_source"] = "rdp accountant: calibrated noise multipliers at the planned b and T"
     if args.plot:
-        bound = LaplaceBound(constants) if mechanism == "laplace" else GaussianBound(constants)
+        bound = LaplaceBound(constants, replies) if mechanism == "laplace" else GaussianBound(constants)
         plot_bound(bound, result, args.plot)
         out["plot"] = args.plot
     return out

@@ -16,6 +16,15 @@ Everything here takes the problem constants as given: ``dpfl.planning.constants`
 T and b are chosen by evaluating U at the floor and ceiling of the continuous optimum (``rounding="argmin"``, the
 default: the integer that minimises the bound the plan minimises), or as the paper's Table I rounds b* (up:
 ``rounding="up"``; its T* entries are the continuous optima rounded to the nearest integer).
+
+**Replies per client.** The Laplace noise of Theorem 1 is calibrated to m, the replies a client makes; the paper writes
+m = bT/N (Sec. IV-B1, "each client i needs to respond bT/N queries"), which is exact only when N divides bT.
+``replies="round_robin"`` counts what FedSGD-DPC's ledger charges when the b clients of each query are taken in turn
+(Alg. 1, l. 3: "The PS choose b clients with a round robin manner"): m = ceil(bT/N), the most replies any client
+makes (``dpfl.algorithms.fedsgd_dpc.ReplySchedule``). U then has the noise term (32 / mu^2) p N m^2 xi_1^2 /
+(b d^2) sum_i 1/eps_i^2, which is Theorem 3's C2 b T^2 at m = bT/N; the closed forms stay those of the relaxation
+m = bT/N (U is at least the relaxed U, equal at T = mN/b), and the integer plan is the argmin of the counted U over
+the T where a cycle of replies ends (U falls in T while m stays) beside the floor and ceiling of T*.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from dpfl.errors import ConfigError, check_range
 MECHANISMS = ("laplace", "gaussian")
 SOLVES = ("rounds", "clients", "joint")
 ROUNDINGS = ("argmin", "up")
+REPLIES = ("expected", "round_robin")
 
 
 @dataclass(frozen=True)
@@ -107,14 +117,25 @@ def _per_client(name: str, values, N: int, low, high=None, **bounds) -> tuple[fl
     return tuple(float(check_range(name, v, low, high, **bounds)) for v in values)
 
 
+def replies_per_client(T: float, b: float, N: int, replies: str) -> float:
+    """m: bT/N ("expected", Theorem 1), or ceil(bT/N) ("round_robin": the most replies of any client when each query
+    takes the next b clients in turn; the tolerance keeps 7 * 3 / 7 = 3.0000000000000004 at 3)."""
+    expected = b * T / N
+    return expected if replies == "expected" else float(math.ceil(expected - 1e-9))
+
+
 # ---------------------------------------------------------------------------------------------------- Laplace
 
 
 class LaplaceBound:
-    """U(T, b) of Theorem 3 (the Laplace mechanism, pure eps_i-DP by basic composition over bT/N replies)."""
+    """U(T, b) of Theorem 3 (the Laplace mechanism, pure eps_i-DP by basic composition over m replies: bT/N, or
+    ceil(bT/N) under ``replies="round_robin"``, module docstring)."""
 
-    def __init__(self, c: Constants):
+    def __init__(self, c: Constants, replies: str = "expected"):
+        if replies not in REPLIES:
+            raise ConfigError("replies", replies, f"one of {list(REPLIES)}")
         self.c = c
+        self.replies = replies
         mu2, N = c.mu**2, c.N
         inverse_eps2 = sum(1 / e**2 for e in c.epsilon)
         #: C1, C2, C3 of the joint problem (Sec. V-B): U = (C1 / b + C2 b T^2 + C3) / (T + gamma)
@@ -131,10 +152,25 @@ class LaplaceBound:
         """A2 = (32 / mu^2) p b xi_1^2 / (N d^2) sum_i 1 / eps_i^2 (Sec. V-B) = C2 b."""
         return self.C2 * b
 
+    def replies_per_client(self, T: float, b: float) -> float:
+        """m, the replies each client's noise is calibrated to: bT/N (Theorem 1), or ceil(bT/N) under round robin."""
+        return replies_per_client(T, b, self.c.N, self.replies)
+
     def __call__(self, T: float, b: float) -> float:
-        """U(T, b) = (A1(b) + A2(b) T^2 + gamma Y0) / (T + gamma), the bound of Theorem 3 at t = T."""
-        gamma = self.c.gamma
-        return (self.C1 / b + self.C2 * b * T**2 + self.C3) / (T + gamma)
+        """U(T, b) = (A1(b) + A2(b) T^2 + gamma Y0) / (T + gamma), the bound of Theorem 3 at t = T; under round robin
+        the noise term A2(b) T^2 = C2 b T^2 = C2 N^2 (bT/N)^2 / b is taken at m = ceil(bT/N) replies."""
+        gamma, N = self.c.gamma, self.c.N
+        noise = self.C2 * b * T**2 if self.replies == "expected" else \
+            self.C2 * N**2 * self.replies_per_client(T, b) ** 2 / b
+        return (self.C1 / b + noise + self.C3) / (T + gamma)
+
+    def cycle_ends(self, T: float, b: float) -> set[int]:
+        """Under round robin, the last T = floor(m N / b) of each reply count m near the continuous bT/N (U falls in
+        T while m stays the same); none for the expected count."""
+        if self.replies == "expected":
+            return set()
+        m = b * T / self.c.N
+        return {math.floor(k * self.c.N / b + 1e-9) for k in range(max(0, math.floor(m) - 1), math.ceil(m) + 2)}
 
     def rounds(self, b: float) -> float:
         """T* = sqrt(gamma^2 + (A1 + gamma Y0) / A2) - gamma for a fixed b (Eq. 6)."""
@@ -257,20 +293,23 @@ class Plan:
     mechanism: str
     solve: str
     rounding: str
+    replies: str = "expected"
 
     @property
     def replies_per_client(self) -> float:
-        """bT/N, each client's expected number of replies (Alg. 1)."""
-        return self.clients_per_round * self.rounds / self.num_clients
+        """m, each client's replies as the plan counts them: bT/N (Alg. 1), or ceil(bT/N) under round robin."""
+        return replies_per_client(self.rounds, self.clients_per_round, self.num_clients, self.replies)
 
     def to_dict(self) -> dict:
         return {**dataclasses.asdict(self), "replies_per_client": self.replies_per_client}
 
 
 def plan(c: Constants, mechanism: str = "laplace", solve: str = "joint", *, rounds: float | None = None,
-         clients_per_round: float | None = None, max_rounds: int | None = None, rounding: str = "argmin") -> Plan:
+         clients_per_round: float | None = None, max_rounds: int | None = None, rounding: str = "argmin",
+         replies: str = "expected") -> Plan:
     """The (T, b) that minimises U (Theorem 3 or 4) with ``solve`` = "rounds" (b fixed to ``clients_per_round``),
-    "clients" (T fixed to ``rounds``) or "joint".
+    "clients" (T fixed to ``rounds``) or "joint"; ``replies``: the Laplace noise's reply count m, bT/N ("expected")
+    or ceil(bT/N) ("round_robin", module docstring; the Gaussian bound's noise term does not depend on b).
 
     The Gaussian bound is monotone in T, so its T is 0 or ``max_rounds`` ("as large as practical"). Integers: U at
     floor and ceil of each continuous coordinate, the least (``rounding="argmin"``); ``rounding="up"`` rounds b up and
@@ -282,6 +321,8 @@ def plan(c: Constants, mechanism: str = "laplace", solve: str = "joint", *, roun
         raise ConfigError("solve", solve, f"one of {list(SOLVES)}")
     if rounding not in ROUNDINGS:
         raise ConfigError("rounding", rounding, f"one of {list(ROUNDINGS)}")
+    if replies not in REPLIES:
+        raise ConfigError("replies", replies, f"one of {list(REPLIES)}")
     N = c.N
     if solve == "rounds":
         if clients_per_round is None:
@@ -300,8 +341,8 @@ def plan(c: Constants, mechanism: str = "laplace", solve: str = "joint", *, roun
             check_range("max_rounds", max_rounds, 1, integer=True)
         b = float(clients_per_round) if solve == "rounds" else float(N)
         T = float(rounds) if solve == "clients" else bound.rounds(b, max_rounds)
-        return _integer_plan(bound, T, b, N, mechanism, solve, rounding)
-    bound = LaplaceBound(c)
+        return _integer_plan(bound, T, b, N, mechanism, solve, rounding, replies)
+    bound = LaplaceBound(c, replies)
     if solve == "rounds":
         b = float(clients_per_round)
         T = bound.rounds(b)
@@ -310,18 +351,22 @@ def plan(c: Constants, mechanism: str = "laplace", solve: str = "joint", *, roun
         b = bound.clients(T)
     else:
         T, b = bound.joint_kkt()
-    return _integer_plan(bound, T, b, N, mechanism, solve, rounding)
+    return _integer_plan(bound, T, b, N, mechanism, solve, rounding, replies)
 
 
-def _integer_plan(bound, T: float, b: float, N: int, mechanism: str, solve: str, rounding: str) -> Plan:
+def _integer_plan(bound, T: float, b: float, N: int, mechanism: str, solve: str, rounding: str,
+                  replies: str) -> Plan:
     if rounding == "up":
         Ts, bs = [max(0, math.floor(T + 0.5))], [min(N, math.ceil(b))]
+        candidates = [(Ti, bi) for Ti in Ts for bi in bs]
     else:
-        Ts, bs = {math.floor(T), math.ceil(T)}, {max(1, math.floor(b)), min(N, math.ceil(b))}
-    candidates = [(Ti, bi) for Ti in sorted(Ts) for bi in sorted(bs)]
+        bs = sorted({max(1, math.floor(b)), min(N, math.ceil(b))})
+        fixed = solve == "clients"  # T is given: only b moves
+        ends = {bi: bound.cycle_ends(T, bi) if isinstance(bound, LaplaceBound) and not fixed else set() for bi in bs}
+        candidates = [(Ti, bi) for bi in bs for Ti in sorted({math.floor(T), math.ceil(T)} | ends[bi])]
     Ti, bi = min(candidates, key=lambda tb: bound(*tb))
-    return Plan(Ti, bi, N, bound(Ti, bi), T, b, mechanism, solve, rounding)
+    return Plan(Ti, bi, N, bound(Ti, bi), T, b, mechanism, solve, rounding, replies)
 
 
 __all__ = ["Constants", "LaplaceBound", "GaussianBound", "Plan", "plan", "effective_c2", "MECHANISMS", "SOLVES",
-           "ROUNDINGS"]
+           "ROUNDINGS", "REPLIES"]

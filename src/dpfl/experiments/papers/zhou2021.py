@@ -47,7 +47,7 @@ import torch
 from dpfl.experiments.assembly import build_data, build_initial_model, build_simulation
 from dpfl.experiments.config import load_config
 from dpfl.experiments.resolved import RunConfig
-from dpfl.planning.constants import NONPRIVATE_NOTE, Estimates, estimate_constants
+from dpfl.planning.constants import NONPRIVATE_NOTE, Estimates, RegularisedRisk, estimate_constants
 from dpfl.planning.queries_replies import Constants, Plan, effective_c2, plan
 
 PAPER_ROUNDS = (10, 50, 100, 150, 200, 250, 500)
@@ -65,6 +65,9 @@ class Setup:
     data: str = "digits"  # or "mnist", the paper's (read from its published files, ``dpfl.data.public``)
     num_clients: int = 10
     scale: float = 1 / 16
+    standardize: str = "none"  # or "client": each client standardises with its own training statistics
+    labels_per_client: int = 2  # k of the k_labels partition
+    selection: str = "round-robin"  # Alg. 1, l. 3: "The PS choose b clients with a round robin manner"
     weight_decay: float = 0.01
     clip_laplace: float = 2.0  # xi_1; the data's largest per-sample l1 norm is about 48 (non-private)
     clip_gaussian: float = 1.0  # xi_2; the largest l2 norm is about 4.5 (non-private)
@@ -75,9 +78,19 @@ class Setup:
     def overrides(self) -> list[str]:
         trimmed = [f"data.samples_per_client={self.samples_per_client}"] if self.samples_per_client else []
         return [f"data.name='{self.data}'", f"data.num_clients={self.num_clients}", "data.partition='k_labels'",
-                "data.partition_param=2", f"data.scale={self.scale!r}", "model.bias=false",
-                "algorithm.name='fedsgd-dpc'", f"algorithm.weight_decay={self.weight_decay!r}",
+                f"data.partition_param={self.labels_per_client}", f"data.scale={self.scale!r}",
+                f"data.standardize='{self.standardize}'", "model.bias=false",
+                "algorithm.name='fedsgd-dpc'", f"algorithm.selection='{self.selection}'",
+                f"algorithm.weight_decay={self.weight_decay!r}",
                 f"privacy.delta={self.delta!r}", "run.threads=1", *trimmed]
+
+
+#: Where the planner's joint optimum is b* = 1 with real learning (docs/experiments/zhou2021.md, "A regime where
+#: b* = 1 learns"): breast cancer (569 records, 30 features, 2 classes), each client standardising with its own
+#: training statistics, every client both classes, weight decay 2 (gamma = 2 lambda / mu ~ 8.5, as Table I's fitted
+#: 2.7 to 4.8), xi_1 = 2. F* = 0.41 against ln 2 = 0.69 at chance, 95% test accuracy at theta* (non-private); the
+#: joint plan is b* = 1 at eps 5 and 10 (b* = N at eps 1).
+B_STAR_ONE = Setup(data="breast_cancer", scale=1.0, standardize="client", weight_decay=2.0, clip_laplace=2.0)
 
 
 @dataclass(frozen=True)
@@ -117,11 +130,18 @@ def constants(est: Estimates, setup: Setup, mechanism: str, epsilon: float, roun
                      **common)
 
 
+def replies(setup: Setup) -> str:
+    """The reply count the plans use: the ledger's under round robin (ceil(bT/N)); the paper's bT/N under random
+    selection, where the ledger charges the most replies of the drawn schedule instead (``fedsgd_dpc``)."""
+    return "round_robin" if setup.selection == "round-robin" else "expected"
+
+
 def laplace_plans(est: Estimates, setup: Setup, epsilon: float, clients: tuple[int, ...]) -> dict[str, Plan]:
-    """The joint (b*, T*) and T* for each b (Theorem 3, Eq. 6)."""
+    """The joint (b*, T*) and T* for each b (Theorem 3, Eq. 6), counting replies as the run's selection does."""
     c = constants(est, setup, "laplace", epsilon)
-    plans = {JOINT: plan(c, "laplace", "joint")}
-    plans.update({f"T*(b={b})": plan(c, "laplace", "rounds", clients_per_round=b) for b in clients})
+    plans = {JOINT: plan(c, "laplace", "joint", replies=replies(setup))}
+    plans.update({f"T*(b={b})": plan(c, "laplace", "rounds", clients_per_round=b, replies=replies(setup))
+                  for b in clients})
     return plans
 
 
@@ -147,10 +167,24 @@ def points(args, plans: dict[float, dict[str, Plan]]) -> list[Point]:
     return [Point(*key, tuple(why)) for key, why in reasons.items()]
 
 
-def run_point(setup: Setup, point: Point, seed: int, lam: float, eval_every: int | None = None) -> dict:
+def regularised_risk(setup: Setup) -> RegularisedRisk:
+    """F and the F_i of this setting's training data (WITHOUT privacy, as ``estimate``)."""
+    config = load_config(None, setup.overrides())
+    dataset = build_data(config["data"])
+    return RegularisedRisk(dataset, build_initial_model(RunConfig.of(config), dataset), setup.weight_decay)
+
+
+def optimum(setup: Setup) -> torch.Tensor:
+    """theta*, the minimiser of the regularised training loss F (L-BFGS-B, from theta_0)."""
+    risk = regularised_risk(setup)
+    return risk.minimise(risk.grads.initial_params(), risk.loss)[0]
+
+
+def run_point(setup: Setup, point: Point, seed: int, lam: float, eval_every: int | None = None,
+              target: torch.Tensor | None = None) -> dict:
     """One run of FedSGD-DPC at ``point`` (T = 0: the initial model, evaluated); its final metrics and, with
     ``eval_every``, its "curve": [round, training loss] after every ``eval_every`` rounds and the last, from round 0
-    (the paper's Fig. 1)."""
+    (the paper's Fig. 1); with ``target`` (theta*), its "distance" ||theta_T - theta*||^2, what Theorem 3 bounds."""
     clip = setup.clip_laplace if point.mechanism == "laplace" else setup.clip_gaussian
     rate = 1.0 if point.mechanism == "laplace" else setup.sample_rate
     rounds = max(1, point.rounds)
@@ -168,6 +202,8 @@ def run_point(setup: Setup, point: Point, seed: int, lam: float, eval_every: int
     final = history[-1]
     spent = max((e for e in final.epsilon.values() if e is not None), default=0.0) if point.rounds else 0.0
     curve = {"curve": [[m.round, m.train_loss] for m in history]} if eval_every else {}
+    if target is not None:
+        curve["distance"] = float((sim.model.double().cpu() - target).square().sum())
     return {"mechanism": point.mechanism, "epsilon": point.epsilon, "clients_per_round": point.clients_per_round,
             "rounds": point.rounds, "sources": ";".join(point.sources), "seed": seed, "train_loss": final.train_loss,
             "test_accuracy": final.test_accuracy, "epsilon_spent": spent,
