@@ -137,6 +137,10 @@ class Simulation:
     #: signature (simulation, round index, cohort ids) yielding (client ids, ClientOutput), e.g. one client per Flower
     #: SuperNode (``dpfl.flower``). The round's ledger entry is saved before it is called, its draws checked after.
     workers: Callable | None = None
+    #: the ranks the cohort's client work is split across (``dpfl.engine.ranks``; ``workers`` is then their
+    #: ``RankWorkers``): None, this process alone. With them a stop signal any rank receives stops every rank after the
+    #: same round, and a world size above 1 enters each round's fingerprint (``_fingerprint``)
+    ranks: object | None = None
     #: the run's public identity (run.json's run_id): with the release config, what a silo's own noise key is derived
     #: for on Flower (``dpfl.flower.silo_state``), so that two runs never share noise
     run_id: str = ""
@@ -227,7 +231,9 @@ class Simulation:
         the fingerprint commits to it, and SHA-256 does not reveal it), the round index and the state the round
         starts from: the server's and the rows of client state of its ``cohort`` (drawn from the key and t; no other
         client's row enters the round, so a population of 10^5 costs no more than its cohort). A replay with the
-        same fingerprint releases the same thing (no new privacy loss), any other is a new release."""
+        same fingerprint releases the same thing (no new privacy loss), any other is a new release. Split across N > 1
+        ranks (``dpfl.engine.ranks``) the cohort's memory chunks depend on N, and with several threads a chunk's rows
+        may round differently, so N is part of it: a round replayed with another N is charged again."""
         digest = hashlib.sha256()
 
         def update(*pieces) -> None:  # one part: its length, then its bytes (an unambiguous concatenation)
@@ -236,8 +242,9 @@ class Simulation:
                 digest.update(piece)
 
         device = stream_identity(self.device)  # "" on the CPU: its fingerprints are those of runs before run.device
+        world = self.ranks.world_size if self.ranks is not None else 1  # 1: the fingerprints of one process
         for part in (self.release.encode(), str(self.seed).encode(), str(round_index).encode(),
-                     *((device.encode(),) if device else ())):
+                     *((device.encode(),) if device else ()), *((f"ranks {world}".encode(),) if world > 1 else ())):
             update(memoryview(part))
         cohort_state = {name: value[cohort] for name, value in self.state.clients.items()}
         for part_state in (self.state.server, cohort_state):
@@ -322,14 +329,16 @@ class Simulation:
                         self.history.append(metrics)
                     bar.update(self.next_round, metrics and metrics.test_accuracy, metrics and metrics.epsilon)
                     due = self.next_round % self.checkpoint_every == 0 or self.next_round == rounds
-                    stop = signalled.requested is not None and self.next_round < rounds
+                    requested = (signalled.requested if self.ranks is None else
+                                 self.ranks.agreed_signal(signalled.requested))
+                    stop = requested is not None and self.next_round < rounds
                     clock()
                     if self.checkpoint_dir is not None and (due or stop):
                         self.save_checkpoint()
                     if metrics is not None and on_evaluated is not None:
                         on_evaluated(self)
                     if stop:
-                        self.interrupted, self.stop_signal = True, signalled.requested
+                        self.interrupted, self.stop_signal = True, requested
                         self.stopped_reason = (f"interrupted ({STOP_SIGNALS[self.stop_signal]}) after round "
                                                f"{self.next_round} of {rounds}")
                         self.stopped_by = "interrupted"
