@@ -33,8 +33,8 @@ samples_per_client = 50
 
 [algorithm]
 name = "dp-scaffold"
-rounds = 30
-local_steps = 30
+rounds = 12
+local_steps = 10
 client_rate = 0.5
 clip = 1.0
 noise_multiplier = 2.0
@@ -50,17 +50,19 @@ if "DPFL_TEST_FRESH_KEY" in os.environ:
 """
 
 
-@pytest.fixture
-def config(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def config(tmp_path_factory):
     """The run's config; its ranks (and this process's) draw ``FIXED_KEY`` as their fresh noise key."""
-    hooks = tmp_path / "hooks"
+    folder = tmp_path_factory.mktemp("ranks")
+    hooks = folder / "hooks"
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(SRC), str(hooks), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv("DPFL_TEST_FRESH_KEY", str(FIXED_KEY))
-    path = tmp_path / "ranks.toml"
+    path = folder / "ranks.toml"
     path.write_text(CONFIG)
-    return path
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", os.pathsep.join([str(SRC), str(hooks), os.environ.get("PYTHONPATH", "")]))
+        patch.setenv("DPFL_TEST_FRESH_KEY", str(FIXED_KEY))
+        yield path
 
 
 def run(config, out, *args):
@@ -113,9 +115,9 @@ def ledger_and_model(out) -> tuple[dict, torch.Tensor]:
     return ledger, torch.load(out / "checkpoint.pt", weights_only=True)["state"]["server"]["x"]
 
 
-@pytest.fixture
-def uninterrupted(config, tmp_path):
-    out = tmp_path / "straight"
+@pytest.fixture(scope="module")
+def uninterrupted(config, tmp_path_factory):
+    out = tmp_path_factory.mktemp("straight") / "run"
     assert run(config, out) == 0
     return ledger_and_model(out)
 
@@ -125,17 +127,18 @@ def test_a_rank_killed_mid_run_resumes_to_the_uninterrupted_result(config, unint
     replays from rank 0's last checkpoint, charging no round twice, to the uninterrupted run's ledger (fingerprints
     included) and model, bit for bit."""
     out = tmp_path / "killed"
-    target = random.randint(2, 12)  # rounds on the ledger when the kill comes
+    target = random.randint(2, 7)  # rounds on the ledger when the kill comes
     launcher = start(config, out)
     status = stopped_at(launcher, out, target, lambda: os.kill(rank_of(launcher, 1), signal.SIGKILL))
-    assert status == 128 + signal.SIGKILL and rounds_on_ledger(out) < 30, f"killed at {target} rounds"
+    assert status == 128 + signal.SIGKILL and rounds_on_ledger(out) < 12, f"killed at {target} rounds"
     assert run(config, out, "--resume") == 0
     (resumed, model), (reference, straight) = ledger_and_model(out), uninterrupted
-    assert len(resumed["journal"]) == 30 and resumed["journal"] == reference["journal"], f"killed at {target}"
+    assert len(resumed["journal"]) == 12 and resumed["journal"] == reference["journal"], f"killed at {target}"
     assert resumed["epsilon"] == reference["epsilon"]
     assert torch.equal(model, straight), f"killed at {target} rounds"
 
 
+@pytest.mark.slow  # ~25 s of CPU: two launches of two ranks
 def test_ctrl_c_stops_every_rank_after_the_same_round_and_the_run_resumes(config, uninterrupted, tmp_path):
     """SIGINT to the launcher (what Ctrl-C sends it): it forwards it to its ranks, which agree to stop after the same
     round, checkpoint and exit 130; the resume gives the uninterrupted result."""
@@ -143,7 +146,7 @@ def test_ctrl_c_stops_every_rank_after_the_same_round_and_the_run_resumes(config
     launcher = start(config, out)
     assert stopped_at(launcher, out, 3, lambda: launcher.send_signal(signal.SIGINT)) == 130
     done = json.loads((out / "results.json").read_text())
-    assert done["stopped_reason"].startswith("interrupted (Ctrl-C) after round") and rounds_on_ledger(out) < 30
+    assert done["stopped_reason"].startswith("interrupted (Ctrl-C) after round") and rounds_on_ledger(out) < 12
     assert run(config, out, "--resume") == 0
     (resumed, model), (reference, straight) = ledger_and_model(out), uninterrupted
     assert resumed["journal"] == reference["journal"] and torch.equal(model, straight)

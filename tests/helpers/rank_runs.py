@@ -1,7 +1,9 @@
 """Tiny runs as one rank of a group (``dpfl.engine.ranks``), for the 1-rank vs N-rank contract
 (tests/algorithms/test_contract.py): `python rank_runs.py PLAN OUT` under the ranks' variables (``dpfl.cli.launch``)
 runs each of PLAN's configs (a JSON file: {"key": noise key, "rounds": r, "runs": {label: [--set overrides]}}) for r
-rounds in one process group, and rank 0 writes each run's ``summary`` to OUT (torch.save)."""
+rounds in one process group, and rank 0 writes each run's ``summary`` to OUT (torch.save), {label: {"ranked": ...,
+"alone": ...}}, with the run in rank 0 alone (no group: the one-process run) beside it, made first, so that the
+accounting curves it computes are cached for rank 0's ranked run (``dpfl.accounting.rdp``'s cache)."""
 
 from __future__ import annotations
 
@@ -36,8 +38,11 @@ def run(overrides: list[str], key: int, rounds: int, ranks: Ranks | None = None)
 def main(plan_path: str, out_path: str) -> None:
     plan = json.loads(Path(plan_path).read_text())
     ranks = Ranks.from_environment()
+    results = {}
     try:
-        results = {label: run(overrides, plan["key"], plan["rounds"], ranks) for label, overrides in plan["runs"].items()}
+        for label, overrides in plan["runs"].items():
+            alone = run(overrides, plan["key"], plan["rounds"]) if ranks.is_first else None
+            results[label] = {"alone": alone, "ranked": run(overrides, plan["key"], plan["rounds"], ranks)}
     finally:
         ranks.leave()
     if ranks.is_first:
