@@ -178,3 +178,23 @@ def test_the_ranks_place_is_read_from_torchruns_variables():
         Ranks.from_environment({"RANK": "4", "WORLD_SIZE": "4", "MASTER_ADDR": "a", "MASTER_PORT": "1"})
     with pytest.raises(ConfigError, match="MASTER_PORT"):
         Ranks.from_environment({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "a"})
+
+
+def test_a_run_rank_0_refuses_stops_every_rank_with_one_error(config, tmp_path, capfd):
+    """A new run into a directory that holds one: rank 0 refuses it before any data is built and tells the other
+    rank, which exits quietly; the launcher exits 2 and the error is printed once."""
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "run.json").write_text("{}")
+    assert run(config, out) == 2
+    err = capfd.readouterr().err
+    assert err.count("holds a run's run.json") == 1 and "Traceback" not in err
+
+
+def test_ranks_with_a_flower_deployment_are_refused_naming_nproc(tmp_path):
+    from dpfl.experiments.config import load_config
+    from dpfl.experiments.runner import build_simulation
+
+    with pytest.raises(ConfigError, match="--nproc = 2"):
+        build_simulation(load_config(None, ["data.num_clients=6", "data.samples_per_client=30"]),
+                         workers=lambda *args: None, ranks=Ranks(0, 2))

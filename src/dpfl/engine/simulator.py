@@ -50,6 +50,7 @@ from dpfl.engine.device import on_device, stream_identity
 from dpfl.engine.epsilon_schedule import epsilon_due
 from dpfl.engine.grads import CohortGradients, memory_per_example
 from dpfl.engine.progress import Progress
+from dpfl.engine.ranks import Ranks
 from dpfl.engine.protocol import Algorithm, ClientOutput
 from dpfl.engine.sampling import ClientSampler
 from dpfl.engine.stop_signal import STOP_SIGNALS, StopOnSignal
@@ -140,7 +141,7 @@ class Simulation:
     #: the ranks the cohort's client work is split across (``dpfl.engine.ranks``; ``workers`` is then their
     #: ``RankWorkers``): None, this process alone. With them a stop signal any rank receives stops every rank after the
     #: same round, and a world size above 1 enters each round's fingerprint (``_fingerprint``)
-    ranks: object | None = None
+    ranks: Ranks | None = None
     #: the run's public identity (run.json's run_id): with the release config, what a silo's own noise key is derived
     #: for on Flower (``dpfl.flower.silo_state``), so that two runs never share noise
     run_id: str = ""

@@ -93,15 +93,21 @@ def assemble(config: RunConfig, out_dir: Path | None = None, workers=None, noise
         memory_budget_bytes=chunk_budget_bytes(device, run.memory_budget_bytes), device=device,
         checkpoint_dir=out_dir, checkpoint_every=run.checkpoint_every, epsilon_every=run.epsilon_every,
         release=release_hash(config.raw, config.algorithm.spec), data=dataset.info,
-        workers=RankWorkers(ranks) if ranks is not None else None if workers is None else workers(config, dataset,
-                                                                                                  delta),
-        ranks=ranks, evaluator=evaluator,
+        workers=where_clients_work(config, dataset, delta, workers, ranks), ranks=ranks, evaluator=evaluator,
         calibration=calibration_report(config.algorithm.spec, config.algorithm.name, config.algorithm.section,
                                        setting, accounted_boundary(config.privacy)),
     )
     if config.privacy.epsilon is None or config.algorithm.spec.calibration is None:  # calibrated: epsilon is the target
         doubtful.check_smallest_client(sim, dataset.info.get("partition", {}).get("client_ids"))
     return sim
+
+
+def where_clients_work(config: RunConfig, dataset: FederatedDataset, delta: float, workers=None,
+                       ranks: Ranks | None = None):
+    """``Simulation.workers``: the ranks' (``RankWorkers``), what ``workers`` builds, or None (this process)."""
+    if ranks is not None:
+        return RankWorkers(ranks)
+    return None if workers is None else workers(config, dataset, delta)
 
 
 def build_data(data: Mapping[str, object], supplied: Supplied = NOTHING) -> FederatedDataset:
@@ -217,5 +223,5 @@ def build_ledger(config: RunConfig, boundary: Boundary, delta: float, algorithm,
                          algorithm.accountant)
 
 
-__all__ = ["build_simulation", "assemble", "build_data", "build_initial_model", "build_clients", "run_delta",
-           "default_delta", "build_algorithm", "build_setting", "build_boundary", "build_ledger"]
+__all__ = ["build_simulation", "assemble", "where_clients_work", "build_data", "build_initial_model", "build_clients",
+           "run_delta", "default_delta", "build_algorithm", "build_setting", "build_boundary", "build_ledger"]

@@ -26,7 +26,7 @@ from dpfl.engine.simulator import RoundMetrics
 from dpfl.errors import ConfigError, RunInterrupted
 from dpfl.experiments.archive import archive_run, archived_spend
 from dpfl.experiments.assembly import assemble, build_simulation
-from dpfl.experiments.resolved import resolve, with_threads
+from dpfl.experiments.resolved import RunConfig, resolve, with_threads
 from dpfl.experiments.results_file import ResultsFile, results_of
 from dpfl.experiments.run_directory import (check_free, check_resumable, check_writable, recorded_threads, run_key,
                                             write_run_record)
@@ -72,8 +72,9 @@ def run_with_ledger(config: dict, out_dir: str | Path | None = None, progress: b
             out, resume, restart = None, False, False
     with contextlib.ExitStack() as held:  # the run directory's lock, held until the last file is written
 
-        def checked() -> tuple[dict, str, int | None]:
-            """The directory's and the config's checks: (the config to run, the run's identity, its noise key)."""
+        def checked() -> tuple[dict, str, int | None, RunConfig]:
+            """The directory's and the config's checks: (the config to run, the run's identity, its noise key, the
+            config resolved)."""
             resolved_config = with_threads(config, recorded_threads(out) if resume and out is not None else None)
             if resume and restart:
                 raise ConfigError("--restart", True, "either --resume (continue the run) or --restart (archive it "
@@ -88,15 +89,20 @@ def run_with_ledger(config: dict, out_dir: str | Path | None = None, progress: b
                 run_id = check_resumable(out, resolved_config).get("run_id", "")
             elif out is not None and not restart:
                 check_free(out)
-            noise_seed = resolve(resolved_config, supplied).run.noise_seed  # the ranges, after the directory
+            resolved = resolve(resolved_config, supplied)  # the config's ranges, after the directory's checks
             # None: the run directory's key, or a fresh one (``run_key``); a restart never reuses the archived run's
             # key (its noise on another computation would cancel); the ranks share rank 0's
+            noise_seed = resolved.run.noise_seed
             key = run_key(noise_seed) if restart else run_key(noise_seed, out) if ranks is not None else None
-            return resolved_config, run_id, key
+            return resolved_config, run_id, key, resolved
 
-        config, run_id, key = checked() if ranks is None else ranks.decided_by_first(checked)
-        resolved = resolve(config, supplied)
-        board = None if resolved.run.tensorboard is None else TensorBoardLog(resolved.run.tensorboard)
+        if ranks is None:
+            config, run_id, key, resolved = checked()
+        else:  # rank 0's decision, resolved again on each rank (a resolved config holds what a caller supplied)
+            config, run_id, key = ranks.decided_by_first(lambda: checked()[:3])
+            resolved = resolve(config, supplied)
+        writes = ranks is None or ranks.is_first  # the run's files and events are rank 0's
+        board = None if resolved.run.tensorboard is None or not writes else TensorBoardLog(resolved.run.tensorboard)
         sim = assemble(resolved, out, workers, key, run_id, supplied, dataset, evaluator, ranks)  # data: only now
         rounds = resolved.algorithm.rounds
 
@@ -129,7 +135,7 @@ def run_with_ledger(config: dict, out_dir: str | Path | None = None, progress: b
                 board.write(s.history[-1].to_dict())
 
         try:
-            sim.run(rounds, progress=progress and (ranks is None or ranks.is_first), on_evaluated=evaluated)
+            sim.run(rounds, progress=progress and writes, on_evaluated=evaluated)
         finally:
             if board is not None:
                 board.close()
