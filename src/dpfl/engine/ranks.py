@@ -46,9 +46,6 @@ from dpfl.engine.cohort_round import CohortRows, Records, client_work
 from dpfl.engine.protocol import ClientOutput
 from dpfl.errors import ConfigError, DpflError
 
-#: torchrun's variables that place a process in its group
-ENVIRONMENT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-
 T = TypeVar("T")
 
 
@@ -145,6 +142,12 @@ class Ranks:
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return int(flag.item()) or None
 
+    def total(self, count: int) -> int:
+        """The sum of every rank's ``count``, on every rank."""
+        value = torch.tensor([count], dtype=torch.int64, device=self.device)
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+        return int(value.item())
+
     def exchange(self, chunks: list[tuple[torch.Tensor, ClientOutput]]) -> list[tuple[torch.Tensor, ClientOutput]]:
         """Every rank's ``chunks`` (its client work: (rows of client state, output) per memory chunk), in rank order,
         on every rank. The chunks' sizes, tensor layouts and drawn events go by all_gather_object; each tensor (the
@@ -229,7 +232,7 @@ class RankWorkers:
         mine = list(client_work(sim.algorithm, t, sim.seed, sim.state.server, sim.state.clients, share,
                                 Records(sim.train.x, sim.train.y, sim.train.counts, sim.grads),
                                 sim.chunk_size(max(share.size, 1)))) if share.size else []
-        return iter(self.ranks.exchange(mine))
+        return ((rows.to(cohort.device), out) for rows, out in self.ranks.exchange(mine))
 
 
-__all__ = ["ENVIRONMENT", "Ranks", "RankWorkers", "RankZeroError"]
+__all__ = ["Ranks", "RankWorkers", "RankZeroError"]

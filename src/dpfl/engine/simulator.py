@@ -73,8 +73,9 @@ class RoundMetrics:
     a client nor released. ``nonfinite_examples``: how many real examples the clipped sums of the rounds since the
     previous evaluation gave weight 0 because their gradient norm was not finite (``dpfl.engine.clipping``: each
     contributed the zero vector, inside the clip's ball, so the privacy argument is unchanged); None where the
-    client work ran elsewhere (``Simulation.workers``). ``clip``: the l2 clip the round used, for an algorithm whose
-    clip is server state (``Algorithm.clip_of``: dp-fedavg-user's C_t); None where it reports none."""
+    client work ran elsewhere (``Simulation.workers``), the sum of the ranks' counts where it was split across
+    ranks (``Simulation.ranks``). ``clip``: the l2 clip the round used, for an algorithm whose clip is server state
+    (``Algorithm.clip_of``: dp-fedavg-user's C_t); None where it reports none."""
 
     round: int
     train_loss: float | None  # None: not measured (an ``Evaluator`` without training records)
@@ -260,7 +261,8 @@ class Simulation:
         """The metrics of the model after the rounds done, with epsilon as it stood after the last of them (a round
         replayed after a resume reports its own epsilon, not that of rounds the ledger recorded after it; with
         ``epsilon`` False, None: no accounting), and the examples the clip zeroed since the previous evaluation and
-        the clip of the last round (when run in this process; ``RoundMetrics``)."""
+        the clip of the last round (when run in this process; ``RoundMetrics``). Split across ranks, every rank
+        calls it at the same round (the zeroed examples are summed across them)."""
         x = self.model
         if self.evaluator is None:
             loss, _ = self.grads.mean_loss_and_accuracy(x, self.train.flat_chunks())  # a piece at a time: 10^5
@@ -272,7 +274,10 @@ class Simulation:
             loss += self.algorithm.regulariser(x)
         eps = {o: (None if e == float("inf") else e)
                for o, e in self.ledger.epsilon_through(self.next_round).items()} if epsilon else None
-        zeroed = self.grads.take_nonfinite_examples() if self.workers is None else None  # one read a round
+        if self.ranks is not None:  # each rank counts its own share's
+            zeroed = self.ranks.total(self.grads.take_nonfinite_examples())
+        else:
+            zeroed = self.grads.take_nonfinite_examples() if self.workers is None else None  # one read a round
         return RoundMetrics(self.next_round, loss, accuracy, eps, mapping, zeroed, self._round_clip)
 
     def gradient_mapping(self, x: torch.Tensor) -> float | None:
