@@ -6,8 +6,8 @@ every round (a cohort of 40: 20 a rank at N = 2), K = 10 local steps of minibatc
 one torch thread a rank (run.threads' default). N = 1 is the plain one-process run; N > 1 launches N ranks on gloo
 over 127.0.0.1 (``dpfl.cli.launch``, as `dpfl run --nproc N` does). Each measurement is fresh processes that build
 the run, do one warm-up round, then time ``--rounds`` rounds (rank 0's clock; the ranks leave the rounds together);
-the N alternate, ``--repeats`` times, and the medians are reported with every value and the load average at the
-start and the end.
+the N alternate, ``--repeats`` times, and the medians are printed as a table (the README's "Many GPUs and nodes"),
+then every value, with the load average at the start and the end.
 
     python benchmarks/ranks.py [--nproc 1 2] [--repeats 3] [--rounds 10] [--json FILE]
 """
@@ -82,11 +82,13 @@ def main() -> None:
             times[nproc].append(_timed(nproc, args.rounds))
     base = statistics.median(times[args.nproc[0]])
     figures = {}
+    print(f"| ranks N | s/round | s/round / N = {args.nproc[0]}'s |\n|---|---|---|")
     for nproc, values in times.items():
         median = statistics.median(values)
         figures[str(nproc)] = {"median": median, "all": values, "ratio": median / base}
-        print(f"N={nproc:<3} {median:.4f} s/round, {median / base:.2f}x N={args.nproc[0]} "
-              f"({', '.join(f'{v:.4f}' for v in values)})", flush=True)
+        print(f"| {nproc} | {median:.3f} | {median / base:.2f} |")
+    for nproc, values in times.items():
+        print(f"N = {nproc}: {', '.join(f'{v:.4f}' for v in values)} s/round", flush=True)
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1))
