@@ -14,8 +14,10 @@ from __future__ import annotations
 import ast
 import dataclasses
 import io
+import json
 import math
 import re
+import sys
 import tokenize
 from pathlib import Path
 
@@ -582,3 +584,44 @@ def test_the_memory_estimate_has_the_shapes_of_the_state_built(name, model):
         assert {k: (v.shape, v.dtype) for k, v in built.items()} == \
                {k: (v.shape, v.dtype) for k, v in estimated.items()}
     assert client_work_bytes(sim.algorithm, sim.grads, sim.train, shapes) == sim.client_bytes()
+
+
+# -- j. the cohort split across ranks: 1 rank = 2 ranks -------------------------------------------------------------
+def test_two_ranks_give_the_one_process_ledger_and_model(tmp_path):
+    """Every family's tiny run (3 of 6 clients a round: shares of 1 and 2 clients) for 2 rounds, and real secure
+    aggregation (a stage that delivers from the rows), in one process and split across 2 ranks: ``ranks_agree``."""
+    plans = {name: settings(name, "run.eval_every=2") for name in NAMES}
+    plans["dp-fedavg-joint + real secure aggregation"] = settings("dp-fedavg-joint", "run.eval_every=2",
+                                                                  "privacy.secure_aggregation=true")
+    ranks_agree(plans, tmp_path)
+
+
+@pytest.mark.slow  # ~40 s of CPU: the calibration of its noise, on each rank
+def test_two_ranks_give_the_one_process_ledger_and_model_through_the_real_shuffler(tmp_path):
+    ranks_agree({"sdp-prox-sgd": settings("sdp-prox-sgd", "run.eval_every=2", "privacy.shuffler='real'")}, tmp_path)
+
+
+def ranks_agree(plans: dict[str, list[str]], folder: Path, rounds: int = 2) -> None:
+    """Each of ``plans`` (label: its family's name first, then anything) run for ``rounds`` rounds in one process
+    and split across 2 ranks (gloo, one group of 2 processes running every plan in turn, ``dpfl.cli.launch``; the
+    one-process run in its rank 0 alone, ``rank_runs``): the
+    same ledger journal and epsilon (the fingerprints differ: the world size enters them), and the same model within
+    float32 rounding (each rank's memory chunks hold other rows than one process's: the draws are the same, a
+    batched product may round a row differently, as in test g); most plans agree bit for bit."""
+    from dpfl.cli.launch import launch
+
+    key = 2**255 + 11
+    plan, out = folder / "plan.json", folder / "ranks.pt"
+    plan.write_text(json.dumps({"key": key, "rounds": rounds, "runs": plans}))
+    script = Path(__file__).resolve().parents[1] / "helpers" / "rank_runs.py"
+    assert launch([sys.executable, str(script), str(plan), str(out)], 2) == 0
+    split = torch.load(out, weights_only=False)
+    exact = 0
+    for label, overrides in plans.items():
+        alone, ranked = split[label]["alone"], split[label]["ranked"]
+        assert ranked["rounds"] == alone["rounds"] == capped(label.split()[0], rounds), label
+        assert ranked["journal"] == alone["journal"] and ranked["epsilon"] == alone["epsilon"], label
+        assert all(a != b for a, b in zip(alone["fingerprints"], ranked["fingerprints"])), label
+        torch.testing.assert_close(ranked["model"], alone["model"], rtol=1e-5, atol=1e-6, msg=label)
+        exact += torch.equal(ranked["model"], alone["model"])
+    assert exact >= len(plans) // 2  # not a tolerance that hides a wrong exchange

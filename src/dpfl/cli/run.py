@@ -1,4 +1,4 @@
-"""`dpfl run CONFIG.toml [--set key=value ...] [--out DIR] [--resume | --restart] [--json]` and
+"""`dpfl run CONFIG.toml [--set key=value ...] [--out DIR] [--resume | --restart] [--nproc N] [--json]` and
 `dpfl demo [--out DIR] [--json]`.
 
 Exit statuses (``EXIT_STATUSES``): 0 the run finished its rounds; 2 an error (bad config, run directory, ...);
@@ -11,15 +11,19 @@ stdout and nothing else goes there (progress and notes go to stderr).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
+import os
 import shlex
 import signal
 import sys
 from pathlib import Path
 
 from dpfl.cli.common import add_config_keys
-from dpfl.errors import DpflError, RunInterrupted
+from dpfl.cli.launch import NPROC
+from dpfl.errors import ConfigError, DpflError, RunInterrupted, check_range
 
 INTERRUPTED = 128 + signal.SIGINT  # 130: the shell's status for a command ended by SIGINT (Ctrl-C)
 TERMINATED = 128 + signal.SIGTERM  # 143: by SIGTERM (kill PID)
@@ -76,6 +80,10 @@ def configure(commands) -> None:
     run.add_argument("--restart", action="store_true",
                      help="move the run already in DIR to DIR/archive/<UTC time>/ and start over (without it, a new "
                           "run into a directory that holds one is refused)")
+    run.add_argument("--nproc", type=int, default=None, metavar="N",
+                     help="split each round's cohort across N local processes (ranks, on torch.distributed's gloo; "
+                          "the README's \"Many GPUs and nodes\"); under torchrun leave it out: its ranks join the "
+                          "group themselves")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     run.add_argument("--json", action="store_true",
                      help="print the summary (round, test_accuracy, train_loss, epsilon per observer, delta, results, "
@@ -95,6 +103,43 @@ def configure(commands) -> None:
 
 
 def _run(args) -> int | None:
+    """`dpfl run`: in this process; as ``--nproc`` local ranks (``dpfl.cli.launch``); or, under torchrun
+    (WORLD_SIZE set), as one of its ranks, where only rank 0 prints (another rank that rank 0's refusal stopped exits
+    2 quietly: rank 0 says why)."""
+    from dpfl.engine.ranks import Ranks, RankZeroError
+
+    ranks = Ranks.from_environment()
+    if args.nproc is not None:
+        if ranks is not None:
+            raise ConfigError("--nproc", args.nproc, "left out under torchrun (WORLD_SIZE is set: torchrun's "
+                                                     "--nproc-per-node starts the ranks, and each joins the group)")
+        check_range("--nproc", args.nproc, 1, integer=True)
+        if args.nproc > 1:
+            from dpfl.cli.launch import launch
+
+            return launch([sys.executable, "-m", "dpfl.cli", *_rank_argv(args)], args.nproc)
+    if ranks is None:
+        return _run_here(args, None)
+    try:
+        if ranks.is_first:
+            return _run_here(args, ranks)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return _run_here(args, ranks)
+    except RankZeroError:
+        return 2
+    finally:
+        ranks.leave()
+
+
+def _rank_argv(args) -> list[str]:
+    """The command line each rank of ``args.nproc`` runs: ``args`` without --nproc."""
+    return ["run", args.config, *[a for o in args.overrides for a in ("--set", o)],
+            *[a for key in args.unset for a in ("--unset", key)], *(["--out", args.out] if args.out else []),
+            *(["--resume"] if args.resume else []), *(["--restart"] if args.restart else []),
+            *(["--no-progress"] if args.no_progress else []), *(["--json"] if args.json else [])]
+
+
+def _run_here(args, ranks) -> int | None:
     from dpfl.cli.common import collected_warnings, summarised
     from dpfl.experiments.config import defaults_in_use, load_config, read_toml
     from dpfl.experiments.runner import run_experiment
@@ -109,11 +154,12 @@ def _run(args) -> int | None:
               "lists the keys", file=sys.stderr)
     out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
     resume = shlex.join(["dpfl", "run", args.config, *[a for o in args.overrides for a in ("--set", o)],
-                         *[a for key in args.unset for a in ("--unset", key)], "--out", str(out), "--resume"])
+                         *[a for key in args.unset for a in ("--unset", key)], "--out", str(out), "--resume",
+                         *(["--nproc", os.environ[NPROC]] if NPROC in os.environ else [])])
     try:
         with collected_warnings(python_warnings=False) as collected:  # dp_accounting's log lines, summarised
             results = run_experiment(config, out, progress=not args.no_progress, resume=args.resume,
-                                     restart=args.restart)
+                                     restart=args.restart, ranks=ranks)
         for line in summarised(collected):
             print(f"dpfl run: note: {line}", file=sys.stderr)
     except RunInterrupted as stop:

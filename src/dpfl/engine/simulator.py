@@ -50,6 +50,7 @@ from dpfl.engine.device import on_device, stream_identity
 from dpfl.engine.epsilon_schedule import epsilon_due
 from dpfl.engine.grads import CohortGradients, memory_per_example
 from dpfl.engine.progress import Progress
+from dpfl.engine.ranks import Ranks
 from dpfl.engine.protocol import Algorithm, ClientOutput
 from dpfl.engine.sampling import ClientSampler
 from dpfl.engine.stop_signal import STOP_SIGNALS, StopOnSignal
@@ -72,8 +73,9 @@ class RoundMetrics:
     a client nor released. ``nonfinite_examples``: how many real examples the clipped sums of the rounds since the
     previous evaluation gave weight 0 because their gradient norm was not finite (``dpfl.engine.clipping``: each
     contributed the zero vector, inside the clip's ball, so the privacy argument is unchanged); None where the
-    client work ran elsewhere (``Simulation.workers``). ``clip``: the l2 clip the round used, for an algorithm whose
-    clip is server state (``Algorithm.clip_of``: dp-fedavg-user's C_t); None where it reports none."""
+    client work ran elsewhere (``Simulation.workers``), the sum of the ranks' counts where it was split across
+    ranks (``Simulation.ranks``). ``clip``: the l2 clip the round used, for an algorithm whose clip is server state
+    (``Algorithm.clip_of``: dp-fedavg-user's C_t); None where it reports none."""
 
     round: int
     train_loss: float | None  # None: not measured (an ``Evaluator`` without training records)
@@ -137,6 +139,10 @@ class Simulation:
     #: signature (simulation, round index, cohort ids) yielding (client ids, ClientOutput), e.g. one client per Flower
     #: SuperNode (``dpfl.flower``). The round's ledger entry is saved before it is called, its draws checked after.
     workers: Callable | None = None
+    #: the ranks the cohort's client work is split across (``dpfl.engine.ranks``; ``workers`` is then their
+    #: ``RankWorkers``): None, this process alone. With them a stop signal any rank receives stops every rank after the
+    #: same round, and a world size above 1 enters each round's fingerprint (``_fingerprint``)
+    ranks: Ranks | None = None
     #: the run's public identity (run.json's run_id): with the release config, what a silo's own noise key is derived
     #: for on Flower (``dpfl.flower.silo_state``), so that two runs never share noise
     run_id: str = ""
@@ -230,7 +236,9 @@ class Simulation:
         the fingerprint commits to it, and SHA-256 does not reveal it), the round index and the state the round
         starts from: the server's and the rows of client state of its ``cohort`` (drawn from the key and t; no other
         client's row enters the round, so a population of 10^5 costs no more than its cohort). A replay with the
-        same fingerprint releases the same thing (no new privacy loss), any other is a new release."""
+        same fingerprint releases the same thing (no new privacy loss), any other is a new release. Split across N > 1
+        ranks (``dpfl.engine.ranks``) the cohort's memory chunks depend on N, and with several threads a chunk's rows
+        may round differently, so N is part of it: a round replayed with another N is charged again."""
         digest = hashlib.sha256()
 
         def update(*pieces) -> None:  # one part: its length, then its bytes (an unambiguous concatenation)
@@ -239,8 +247,9 @@ class Simulation:
                 digest.update(piece)
 
         device = stream_identity(self.device)  # "" on the CPU: its fingerprints are those of runs before run.device
+        world = self.ranks.world_size if self.ranks is not None else 1  # 1: the fingerprints of one process
         for part in (self.release.encode(), str(self.seed).encode(), str(round_index).encode(),
-                     *((device.encode(),) if device else ())):
+                     *((device.encode(),) if device else ()), *((f"ranks {world}".encode(),) if world > 1 else ())):
             update(memoryview(part))
         cohort_state = {name: value[cohort] for name, value in self.state.clients.items()}
         for part_state in (self.state.server, cohort_state):
@@ -255,7 +264,8 @@ class Simulation:
         """The metrics of the model after the rounds done, with epsilon as it stood after the last of them (a round
         replayed after a resume reports its own epsilon, not that of rounds the ledger recorded after it; with
         ``epsilon`` False, None: no accounting), and the examples the clip zeroed since the previous evaluation and
-        the clip of the last round (when run in this process; ``RoundMetrics``)."""
+        the clip of the last round (when run in this process; ``RoundMetrics``). Split across ranks, every rank
+        calls it at the same round (the zeroed examples are summed across them)."""
         x = self.model
         if self.evaluator is None:
             train, test = self.evaluated()
@@ -268,7 +278,10 @@ class Simulation:
             loss += self.algorithm.regulariser(x)
         eps = {o: (None if e == float("inf") else e)
                for o, e in self.ledger.epsilon_through(self.next_round).items()} if epsilon else None
-        zeroed = self.grads.take_nonfinite_examples() if self.workers is None else None  # one read a round
+        if self.ranks is not None:  # each rank counts its own share's
+            zeroed = self.ranks.total(self.grads.take_nonfinite_examples())
+        else:
+            zeroed = self.grads.take_nonfinite_examples() if self.workers is None else None  # one read a round
         return RoundMetrics(self.next_round, loss, accuracy, eps, mapping, zeroed, self._round_clip)
 
     def evaluated(self):
@@ -336,14 +349,16 @@ class Simulation:
                         self.history.append(metrics)
                     bar.update(self.next_round, metrics and metrics.test_accuracy, metrics and metrics.epsilon)
                     due = self.next_round % self.checkpoint_every == 0 or self.next_round == rounds
-                    stop = signalled.requested is not None and self.next_round < rounds
+                    requested = (signalled.requested if self.ranks is None else
+                                 self.ranks.agreed_signal(signalled.requested))
+                    stop = requested is not None and self.next_round < rounds
                     clock()
                     if self.checkpoint_dir is not None and (due or stop):
                         self.save_checkpoint()
                     if metrics is not None and on_evaluated is not None:
                         on_evaluated(self)
                     if stop:
-                        self.interrupted, self.stop_signal = True, signalled.requested
+                        self.interrupted, self.stop_signal = True, requested
                         self.stopped_reason = (f"interrupted ({STOP_SIGNALS[self.stop_signal]}) after round "
                                                f"{self.next_round} of {rounds}")
                         self.stopped_by = "interrupted"

@@ -22,6 +22,7 @@ from dpfl.data.footprint import check_data_memory
 from dpfl.engine.boundary import Boundary, SecureAggregation
 from dpfl.engine.device import chunk_budget_bytes, resolve_device
 from dpfl.engine.grads import CohortGradients
+from dpfl.engine.ranks import Ranks, RankWorkers
 from dpfl.engine.sampling import ClientSampler
 from dpfl.engine.simulator import Simulation
 from dpfl.errors import ConfigError
@@ -37,16 +38,17 @@ from dpfl.models import build_model, token_records
 
 def build_simulation(config: dict, out_dir: Path | None = None, workers=None, noise_key: int | None = None,
                      run_id: str = "", supplied: Supplied = NOTHING, dataset: FederatedDataset | None = None,
-                     evaluator=None) -> Simulation:
+                     evaluator=None, ranks: Ranks | None = None) -> Simulation:
     """The run the loaded ``config`` describes, ready to run: ``assemble(resolve(config, supplied), ...)``, so
     refused before any data is built when the config does not name what was ``supplied`` or a value is out of its
     range. Arguments as for ``assemble``."""
-    return assemble(resolve(config, supplied), out_dir, workers, noise_key, run_id, supplied, dataset, evaluator)
+    return assemble(resolve(config, supplied), out_dir, workers, noise_key, run_id, supplied, dataset, evaluator,
+                    ranks)
 
 
 def assemble(config: RunConfig, out_dir: Path | None = None, workers=None, noise_key: int | None = None,
              run_id: str = "", supplied: Supplied = NOTHING, dataset: FederatedDataset | None = None,
-             evaluator=None) -> Simulation:
+             evaluator=None, ranks: Ranks | None = None) -> Simulation:
     """The run ``config`` describes, ready to run; refused before the data is built when building it would not fit
     in the machine's memory, and before the model or any state is built when they would not fit in what is left
     (``memory.check_run_memory``) or one client's work does not fit in run.memory_mb.
@@ -57,8 +59,13 @@ def assemble(config: RunConfig, out_dir: Path | None = None, workers=None, noise
     records once the model is built, before the first round. ``dataset``: the data the run is built from (default:
     ``build_data(config.data, supplied)``; a Flower ServerApp passes its silos' public metadata,
     ``dpfl.flower.federation``), and ``evaluator`` where its model is evaluated (``Simulation.evaluator``; default:
-    on that data)."""
+    on that data). ``ranks``: the processes the cohort's client work is split across (``dpfl.engine.ranks``; this
+    process joins their group here, on cuda:LOCAL_RANK for a CUDA run); every rank builds the same data, model and
+    state (replicated), and the same ``noise_key`` must be given to each."""
     run = config.run
+    if ranks is not None and workers is not None:
+        raise ConfigError("--nproc", ranks.world_size, "1 for a run whose client work runs elsewhere (a Flower "
+                                                       "deployment): its cohort is split across its nodes already")
     torch.set_num_threads(DEFAULT_THREADS if run.threads is None else run.threads)
     dataset = build_data(config.data, supplied) if dataset is None else dataset
     clients = build_clients(config, dataset)
@@ -72,7 +79,7 @@ def assemble(config: RunConfig, out_dir: Path | None = None, workers=None, noise
                                                run.memory_budget_bytes, config.algorithm.rounds))
     model = build_initial_model(config, dataset, supplied=supplied)
     supplied.check_model(model, dataset)
-    device = resolve_device(run.device)
+    device = resolve_device(run.device) if ranks is None else ranks.join(resolve_device(run.device))
     train, test = dataset.train.to(device), dataset.test.to(device)
     boundary = build_boundary(config.privacy, algorithm, dataset.train.counts)
     records = int(dataset.train.counts.sum())
@@ -86,7 +93,7 @@ def assemble(config: RunConfig, out_dir: Path | None = None, workers=None, noise
         memory_budget_bytes=chunk_budget_bytes(device, run.memory_budget_bytes), device=device,
         checkpoint_dir=out_dir, checkpoint_every=run.checkpoint_every, epsilon_every=run.epsilon_every,
         release=release_hash(config.raw, config.algorithm.spec), data=dataset.info,
-        workers=None if workers is None else workers(config, dataset, delta), evaluator=evaluator,
+        workers=where_clients_work(config, dataset, delta, workers, ranks), ranks=ranks, evaluator=evaluator,
         calibration=calibration_report(config.algorithm.spec, config.algorithm.name, config.algorithm.section,
                                        setting, accounted_boundary(config.privacy)),
         eval_clients=evaluated_clients(run.eval_clients, dataset.num_clients, run.seed, device),
@@ -104,6 +111,14 @@ def evaluated_clients(count: int | None, num_clients: int, seed: int, device) ->
         return None
     generator = torch.Generator().manual_seed(seed)
     return torch.randperm(num_clients, generator=generator)[:count].sort().values.to(device)
+
+
+def where_clients_work(config: RunConfig, dataset: FederatedDataset, delta: float, workers=None,
+                       ranks: Ranks | None = None):
+    """``Simulation.workers``: the ranks' (``RankWorkers``), what ``workers`` builds, or None (this process)."""
+    if ranks is not None:
+        return RankWorkers(ranks)
+    return None if workers is None else workers(config, dataset, delta)
 
 
 def build_data(data: Mapping[str, object], supplied: Supplied = NOTHING) -> FederatedDataset:
@@ -219,5 +234,5 @@ def build_ledger(config: RunConfig, boundary: Boundary, delta: float, algorithm,
                          algorithm.accountant)
 
 
-__all__ = ["build_simulation", "assemble", "build_data", "build_initial_model", "build_clients", "run_delta",
-           "default_delta", "build_algorithm", "build_setting", "build_boundary", "build_ledger"]
+__all__ = ["build_simulation", "assemble", "where_clients_work", "build_data", "build_initial_model", "build_clients",
+           "run_delta", "default_delta", "build_algorithm", "build_setting", "build_boundary", "build_ledger"]

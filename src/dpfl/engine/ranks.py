@@ -1,0 +1,238 @@
+"""A round's cohort split across processes (ranks) on torch.distributed: gloo on CPUs, NCCL on GPUs.
+
+``Ranks`` is this process's place in the group (rank, world size, local rank), read from the variables torchrun sets
+(``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``; `dpfl run --nproc N` sets the same for
+the processes it starts). ``RankWorkers`` is a ``Simulation.workers``: in round t each rank runs ``client_work`` on
+its contiguous share of the cohort's rows (``share``: rank r of N takes rows floor(r n / N) .. floor((r + 1) n / N)
+- 1, in chunks of the simulation's memory budget), then the ranks exchange their parts (``exchange``: every chunk's
+rows of client state, messages, new state rows and drawn events), so that EVERY rank yields every chunk in cohort
+order. Every rank then runs the same checks, boundary collect and server step on identical inputs
+(``dpfl.engine.cohort_round.run_cohort``): all ranks hold the same server and client state without a broadcast, and
+the delivered sums are added up in the same order as in one process.
+
+What changes with N: only which rows share a memory chunk. A client's draws come from its own keyed streams
+(``dpfl.engine.randomness``), whichever rank draws them; with one torch thread (run.threads' default) a client's
+row does not depend on its chunk's other rows either, and the model equals the one-process run's bit for bit; with
+more threads batched products may round a row differently in another chunk (tests/algorithms/test_contract.py,
+"results do not depend on the memory chunking"), which is why the world size enters a round's fingerprint when it is
+above 1 (``Simulation._fingerprint``): a round replayed with another N is charged again, as one replayed with
+another run.memory_mb is refused.
+
+The ledger comes first: the round's ledger entry is saved by rank 0 (the only rank with the run directory) before
+it calls the workers, and every rank's first act in the round is to wait for rank 0's word that it is on record
+(``RankWorkers.__call__``: a broadcast from rank 0). So no rank draws noise, and no rank's messages leave it, before
+the round is on record, as in one process.
+
+What each rank sees: every client's messages of the round (the rows before the trust boundary), as the one
+simulation process does today. Secure aggregation (simulated or real) and the shuffler are stages of the simulation
+that every rank runs on the same rows with the same streams, so what they deliver to the server, and hence every
+observer's event, is unchanged; the network between the ranks carries those rows unencrypted, so it must be as
+trusted as the simulation's own memory (one machine, or a private cluster network).
+
+Current limit: each rank holds every client's data and state (replicated); the exchange keeps the state rows in
+step. Sharding the client state across ranks is the next step.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Iterator, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from dpfl.engine.cohort_round import CohortRows, Records, client_work
+from dpfl.engine.protocol import ClientOutput
+from dpfl.errors import ConfigError, DpflError
+
+T = TypeVar("T")
+
+
+class RankZeroError(DpflError):
+    """Rank 0 refused the run (a bad run directory, a config it rejected): what the other ranks raise, with rank 0's
+    message, so that every rank stops with the same error (`dpfl run` prints it once, on rank 0)."""
+
+
+@dataclass
+class Ranks:
+    """This process's place among the ranks of a run: its ``rank``, the ``world_size`` and its ``local_rank`` on its
+    node, and the device its collectives run on (the CPU for gloo; cuda:LOCAL_RANK for NCCL)."""
+
+    rank: int
+    world_size: int
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @classmethod
+    def from_environment(cls, environ: dict | None = None) -> "Ranks | None":
+        """The place torchrun's variables give (None: ``WORLD_SIZE`` is not set, a process on its own); a
+        ConfigError naming the variable when one is missing or out of range."""
+        environ = os.environ if environ is None else environ
+        if "WORLD_SIZE" not in environ:
+            return None
+        values = {}
+        for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            text = environ.get(name, "0" if name == "LOCAL_RANK" else None)
+            if text is None or not text.strip().isdigit():
+                raise ConfigError(name, text, "a whole number (torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, "
+                                               "MASTER_ADDR and MASTER_PORT)")
+            values[name] = int(text)
+        if values["WORLD_SIZE"] < 1 or values["RANK"] >= values["WORLD_SIZE"]:
+            raise ConfigError("RANK", values["RANK"], f"0 .. WORLD_SIZE - 1 = {values['WORLD_SIZE'] - 1}")
+        for name in ("MASTER_ADDR", "MASTER_PORT"):
+            if not environ.get(name):
+                raise ConfigError(name, environ.get(name), "the address and port of rank 0 (torchrun sets them)")
+        return cls(values["RANK"], values["WORLD_SIZE"], values["LOCAL_RANK"])
+
+    def join(self, device: torch.device) -> torch.device:
+        """Joins the process group (NCCL when the run is on CUDA, gloo otherwise, from the environment's
+        MASTER_ADDR and MASTER_PORT) and returns the run's device on this rank: cuda:LOCAL_RANK for a CUDA run, else
+        ``device``."""
+        if device.type == "cuda":
+            device = torch.device("cuda", self.local_rank)
+            torch.cuda.set_device(device)
+        self.device = device
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=self.rank,
+                                    world_size=self.world_size, init_method="env://")
+        return device
+
+    def leave(self) -> None:
+        """Leaves the process group (if this process joined one)."""
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    @property
+    def is_first(self) -> bool:
+        """Whether this is rank 0, the rank that owns the run directory and prints the run's output."""
+        return self.rank == 0
+
+    def share(self, rows: int) -> tuple[int, int]:
+        """This rank's contiguous share [start, stop) of ``rows`` rows: floor(r n / N) .. floor((r + 1) n / N)."""
+        return self.rank * rows // self.world_size, (self.rank + 1) * rows // self.world_size
+
+    # -- collectives ----------------------------------------------------------------------------------------------
+    def from_first(self, value: T | None = None) -> T:
+        """Rank 0's ``value``, on every rank (pickled; the other ranks' arguments are ignored)."""
+        box = [value]
+        dist.broadcast_object_list(box, src=0, device=self._object_device())
+        return box[0]
+
+    def decided_by_first(self, decide: Callable[[], T]) -> T:
+        """``decide()`` run on rank 0 alone, its result given to every rank; if it raises a DpflError, the other
+        ranks raise a ``RankZeroError`` with its message (and rank 0 the error itself), so that no rank waits for
+        a rank that stopped."""
+        if not self.is_first:
+            outcome = self.from_first()
+            if isinstance(outcome, _Refused):
+                raise RankZeroError(f"rank 0 stopped: {outcome.message}")
+            return outcome
+        try:
+            value = decide()
+        except DpflError as err:
+            self.from_first(_Refused(str(err)))
+            raise
+        return self.from_first(value)
+
+    def agreed_signal(self, requested: int | None) -> int | None:
+        """The stop signal any rank received (the largest number, if several), on every rank; None when none did:
+        so that every rank leaves the round loop after the same round."""
+        flag = torch.tensor([requested or 0], dtype=torch.int64, device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return int(flag.item()) or None
+
+    def total(self, count: int) -> int:
+        """The sum of every rank's ``count``, on every rank."""
+        value = torch.tensor([count], dtype=torch.int64, device=self.device)
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+        return int(value.item())
+
+    def exchange(self, chunks: list[tuple[torch.Tensor, ClientOutput]]) -> list[tuple[torch.Tensor, ClientOutput]]:
+        """Every rank's ``chunks`` (its client work: (rows of client state, output) per memory chunk), in rank order,
+        on every rank. The chunks' sizes, tensor layouts and drawn events go by all_gather_object; each tensor (the
+        rows, each message, each new state row) by one all_gather of this rank's chunks concatenated, padded to the
+        largest share's rows, and cut back into the chunks."""
+        mine = (_layout(chunks), [out.events for _, out in chunks])
+        plans = [None] * self.world_size
+        dist.all_gather_object(plans, mine)  # on NCCL through the current GPU (``join`` sets it)
+        layout = next((plan[0] for plan in plans if plan[0].sizes), None)
+        if layout is None:  # nobody has a row (an empty cohort)
+            return []
+        totals = [sum(plan[0].sizes) for plan in plans]
+        rows = self._gathered([r for r, _ in chunks], (), torch.int64, totals)
+        messages = {name: self._gathered([out.messages[name] for _, out in chunks], shape, dtype, totals)
+                    for name, (shape, dtype) in layout.messages.items()}
+        states = {name: self._gathered([out.state[name] for _, out in chunks], shape, dtype, totals)
+                  for name, (shape, dtype) in layout.state.items()}
+        everyone = []
+        for rank, (plan, events) in enumerate(plans):
+            start = 0
+            for size, drawn in zip(plan.sizes, events):
+                cut = slice(start, start + size)
+                everyone.append((rows[rank][cut], ClientOutput({n: v[rank][cut] for n, v in messages.items()},
+                                                               {n: v[rank][cut] for n, v in states.items()}, drawn)))
+                start += size
+        return everyone
+
+    def _gathered(self, pieces: list[torch.Tensor], shape: tuple, dtype: torch.dtype,
+                  totals: list[int]) -> list[torch.Tensor]:
+        """Each rank's rows of one tensor (its ``pieces`` concatenated), gathered: [rank] -> [its total, *shape]."""
+        wire = torch.uint8 if dtype == torch.bool else dtype  # gloo has no boolean all_gather
+        padded = torch.zeros(max(totals), *shape, dtype=wire, device=self.device)
+        if pieces:
+            local = torch.cat([p.to(self.device, wire) for p in pieces])
+            padded[:local.shape[0]] = local
+        received = [torch.empty_like(padded) for _ in range(self.world_size)]
+        dist.all_gather(received, padded)
+        return [r[:total].to(dtype) for r, total in zip(received, totals)]
+
+    def _object_device(self) -> torch.device | None:
+        return self.device if self.device.type == "cuda" else None
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """What rank 0 broadcasts in place of its decision when it refused the run."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """A rank's part of a round: its chunks' row counts and each tensor's per-row shape and dtype."""
+
+    sizes: tuple[int, ...]
+    messages: dict
+    state: dict
+
+
+def _layout(chunks: list[tuple[torch.Tensor, ClientOutput]]) -> _Layout:
+    def shapes(tensors: dict) -> dict:
+        return {name: (tuple(value.shape[1:]), value.dtype) for name, value in tensors.items()}
+
+    first = chunks[0][1] if chunks else ClientOutput({}, {}, [])
+    return _Layout(tuple(int(rows.numel()) for rows, _ in chunks), shapes(first.messages), shapes(first.state))
+
+
+@dataclass
+class RankWorkers:
+    """``Simulation.workers`` for the ranks of one run (module docstring): this rank's share of the cohort's client
+    work, exchanged with the other ranks' so that every rank yields every chunk in cohort order."""
+
+    ranks: Ranks
+
+    def __call__(self, sim, t: int, cohort: torch.Tensor) -> Iterator[tuple[torch.Tensor, ClientOutput]]:
+        recorded = self.ranks.from_first(t)  # rank 0 has saved round t's ledger entry: no draw before it
+        if recorded != t:
+            raise DpflError(f"rank {self.ranks.rank} is at round {t + 1}, rank 0 at round {recorded + 1}: the ranks "
+                            "are out of step (resumed from different run directories?)")
+        start, stop = self.ranks.share(int(cohort.numel()))
+        share = CohortRows(cohort).part(start, stop)
+        mine = list(client_work(sim.algorithm, t, sim.seed, sim.state.server, sim.state.clients, share,
+                                Records(sim.train.x, sim.train.y, sim.train.counts, sim.grads),
+                                sim.chunk_size(max(share.size, 1)))) if share.size else []
+        return ((rows.to(cohort.device), out) for rows, out in self.ranks.exchange(mine))
+
+
+__all__ = ["Ranks", "RankWorkers", "RankZeroError"]
