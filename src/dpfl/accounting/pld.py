@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections import OrderedDict
 
 import attr
@@ -95,6 +96,9 @@ _QUICK_ORDERS = np.array([2, 4, 8, 16, 32, 64], dtype=float)
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 64
 _CACHE_POINTS = 6_000_000
+#: held while absl's logger is quieted for a size estimate (``_points_at``; ``pld.tractable`` may run on two threads:
+#: ``dpfl.accounting.ledger`` reads epsilon on a background thread)
+_QUIET = threading.Lock()
 
 
 def supports(event: dp_event.DpEvent, neighboring_relation: NeighborRel = NeighborRel.ADD_OR_REMOVE_ONE) -> bool:
@@ -129,12 +133,13 @@ def _points_at(orders: np.ndarray, event: dp_event.DpEvent, neighboring_relation
     if composition_error(event, neighboring_relation) is not None or _non_private(event):
         return 0.0
     absl = logging.getLogger("absl")  # dp_accounting logs orders whose series does not converge: an estimate needs none
-    level = absl.level
-    absl.setLevel(logging.ERROR)
-    try:
-        curve = rdp_curve(event, orders, neighboring_relation)
-    finally:
-        absl.setLevel(level)
+    with _QUIET:  # the level is process-wide: two threads' estimates would restore each other's
+        level = absl.level
+        absl.setLevel(logging.ERROR)
+        try:
+            curve = rdp_curve(event, orders, neighboring_relation)
+        finally:
+            absl.setLevel(level)
     losses, _ = rdp_to_epsilon(orders, curve, TAIL_MASS, "classic")
     return losses / value_discretization_interval
 
