@@ -105,3 +105,21 @@ def test_the_reader_thread_leaves_stop_signals_to_the_main_thread():
     mask = ledger._READER.submit(signal.pthread_sigmask, signal.SIG_BLOCK, []).result()
     assert {signal.SIGINT, signal.SIGTERM} <= mask
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # this thread's: untouched
+
+
+def test_the_accountant_named_each_round_is_the_one_that_answers():
+    """``accountants()`` bounds "tightest"'s choice by the compositions of the same events decided before (the
+    composition doubled, tried first): at every round it names what a fresh "tightest" accountant of the round's
+    composition chooses, across the round where the PLD grows beyond pld.MAX_POINTS and RDP takes over."""
+    from dpfl.accounting import accountants
+    from dpfl.accounting.accountant import NEIGHBORING
+
+    event = dp_event.GaussianDpEvent(0.25)  # mu = 8 a round: the PLD's losses pass 200 (MAX_POINTS) within 20 rounds
+    ledger = PrivacyLedger(["server"], DELTA, neighboring="add_remove")
+    named = []
+    for t in range(1, 21):
+        ledger.record(t, {"server": event})
+        fresh = accountants.make("tightest", NEIGHBORING["add_remove"]).compose(event, t)
+        named.append((ledger.accountants()["server"], accountants.chosen_name(fresh)))
+    assert all(ours == theirs for ours, theirs in named), named
+    assert named[0][1] == "pld" and named[-1][1] == "rdp"

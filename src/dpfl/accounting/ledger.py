@@ -140,6 +140,9 @@ class PrivacyLedger:
         self._spent: dict[str, float] = {}  # observer -> epsilon of its compositions so far, once asked
         #: budgeted observer -> (event key, the budget, k): k more rounds of that event keep it within that budget
         self._headroom: dict[str, tuple[str, float, int]] = {}
+        #: the events of a "tightest" observer's composition -> {"pld": rounds of a composition of them that answered
+        #: PLD, "rdp": one that answered RDP} (``_tightest_by_bounds``); None where they declare per-owner events
+        self._tightest_bounds: dict[tuple, dict | None] = {}
         self._memo: dict[tuple, float | str] = {}  # (accountant name, composition) -> epsilon at self.delta, and
         # ("chosen", accountant name, composition) -> the accountant that answers
         #: ledger.json's parts, each encoded once (``save``): repr(event) -> its index in "events", those events as
@@ -399,14 +402,56 @@ class PrivacyLedger:
 
     def _chosen(self, observer: str, composed: list[tuple[str, int]]) -> str:
         """The name of the accountant that answers for ``composed`` (``accountants.chosen_name``), remembered per
-        composition as its epsilon is (ledger.json names it at every save)."""
+        composition as its epsilon is (ledger.json names it at every save, results.json after every evaluated round),
+        and for "tightest" bounded by the compositions of the same events decided before (``_tightest_by_bounds``)."""
         memo_key = ("chosen", self.accountant_names[observer], tuple(composed))
         if memo_key not in self._memo:
-            per_owner = self._owners(composed)
-            worst = per_owner[0] if len(per_owner) == 1 else max(
-                per_owner, key=lambda owner: self._epsilon_of(observer, owner))
-            self._memo[memo_key] = accountants.chosen_name(self._accountant(observer, worst))
+            bounded = self._tightest_by_bounds(observer, composed)
+            self._memo[memo_key] = bounded if bounded is not None else self._choose(observer, composed)
         return self._memo[memo_key]
+
+    def _choose(self, observer: str, composed: list[tuple[str, int]]) -> str:
+        """``_chosen``'s answer, decided: the accountant of the worst owner's composition."""
+        per_owner = self._owners(composed)
+        worst = per_owner[0] if len(per_owner) == 1 else max(
+            per_owner, key=lambda owner: self._epsilon_of(observer, owner))
+        return accountants.chosen_name(self._accountant(observer, worst))
+
+    def _tightest_by_bounds(self, observer: str, composed: list[tuple[str, int]]) -> str | None:
+        """For a "tightest" observer whose rounds declare no per-owner events: "pld" if ``composed`` has at most the
+        rounds of a composition of the same events that answered PLD, "rdp" if at least those of one that answered
+        RDP; otherwise the composition doubled is decided ("pld": remembered as a bound, and the answer) or, if that
+        answers RDP, ``composed`` itself (remembered when RDP). None where no bound applies.
+
+        Why it is the decision itself: "tightest" answers PLD iff every event has a PLD (the same events: the same
+        answer) and ``pld.tractable``'s size estimate is within ``pld.MAX_POINTS``. The estimate is
+        min over orders a of (R(a) + log(1 / tau) / (a - 1)) / interval, R the composition's RDP curve, which is
+        the sum over its events of count x the event's curve: with the same events and no count larger, every R(a)
+        is no larger (non-negative terms, in floating point too), so neither is the estimate, at the quick orders
+        or at all of them (``within_max_points``). So a composition within one whose estimate is within the limit is
+        within it, and one beyond a composition that is not is not. T rounds of one event then cost about log2 T
+        decisions (each about a millisecond: the RDP curve, the conversion, the owners), not T."""
+        if self.accountant_names[observer] != "tightest" or not composed:
+            return None
+        keys, counts = tuple(k for k, _ in composed), tuple(c for _, c in composed)
+        if keys not in self._tightest_bounds:
+            single = owners.owners_in(dp_event.ComposedDpEvent([self._events[k] for k in keys])) is None
+            self._tightest_bounds[keys] = {} if single else None
+        bounds = self._tightest_bounds[keys]
+        if bounds is None:  # per-owner events: the worst owner decides (``_choose``)
+            return None
+        if "pld" in bounds and all(c <= b for c, b in zip(counts, bounds["pld"])):
+            return "pld"
+        if "rdp" in bounds and all(c >= b for c, b in zip(counts, bounds["rdp"])):
+            return "rdp"
+        doubled = tuple(2 * c for c in counts)
+        if self._choose(observer, list(zip(keys, doubled))) == "pld":
+            bounds["pld"] = doubled
+            return "pld"
+        chosen = self._choose(observer, composed)
+        if chosen == "rdp":
+            bounds["rdp"] = counts
+        return chosen
 
     def hides_iterates(self) -> bool:
         """Whether some observer is charged hidden iterates (``ProjectedStepDpEvent``: only the final model)."""

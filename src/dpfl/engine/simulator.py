@@ -29,6 +29,7 @@ checkpoint and restored with it, so a resumed run adds its own time to the time 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import numbers
@@ -367,6 +368,10 @@ class Simulation:
                 if self.checkpoint_dir is not None and not self._ledger_summarised:  # a budget or divergence stop
                     self.ledger.save(Path(self.checkpoint_dir) / "ledger.json")
                     self._ledger_summarised = True
+        except Exception:  # an error ends the run: no read of it left running (a read's own error aside)
+            with contextlib.suppress(Exception):
+                self.settle_epsilon()
+            raise
         finally:
             bar.close()
             clock()
