@@ -123,3 +123,27 @@ def test_the_accountant_named_each_round_is_the_one_that_answers():
         named.append((ledger.accountants()["server"], accountants.chosen_name(fresh)))
     assert all(ours == theirs for ours, theirs in named), named
     assert named[0][1] == "pld" and named[-1][1] == "rdp"
+
+
+def test_a_curve_two_threads_ask_for_at_once_is_computed_once(monkeypatch):
+    """The RDP curves are looked up one at a time (``rdp._CURVES``): the ledger's reader thread and the round's thread
+    asking for the same new curve (seconds for a subsampled Gaussian's fractional orders) compute it once."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    from dpfl.accounting import rdp
+
+    computed, compute = [], rdp._compute_curve
+
+    def slow(event, *args):
+        computed.append(repr(event))
+        time.sleep(0.2)  # both threads ask while the first computes
+        return compute(event, *args)
+
+    monkeypatch.setattr(rdp, "_compute_curve", slow)
+    event = dp_event.PoissonSampledDpEvent(0.37, dp_event.GaussianDpEvent(1.3))  # used by no other test
+    with ThreadPoolExecutor(2) as pool:
+        curves = list(pool.map(lambda _: rdp.rdp_curve(event, [2.0, 4.0]), range(2)))
+    assert np.array_equal(curves[0], curves[1]) and computed.count(repr(event)) == 1

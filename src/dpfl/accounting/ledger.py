@@ -79,7 +79,7 @@ from typing import Iterable
 
 from dp_accounting import dp_event
 
-from dpfl.accounting import accountants, owners
+from dpfl.accounting import accountants, owners, pld
 from dpfl.accounting.accountant import NEIGHBORING
 from dpfl.accounting.conversion import CONVERSIONS
 from dpfl.accounting.events import ProjectedStepDpEvent, event_from_dict, event_to_dict
@@ -420,8 +420,10 @@ class PrivacyLedger:
     def _tightest_by_bounds(self, observer: str, composed: list[tuple[str, int]]) -> str | None:
         """For a "tightest" observer whose rounds declare no per-owner events: "pld" if ``composed`` has at most the
         rounds of a composition of the same events that answered PLD, "rdp" if at least those of one that answered
-        RDP; otherwise the composition doubled is decided ("pld": remembered as a bound, and the answer) or, if that
-        answers RDP, ``composed`` itself (remembered when RDP). None where no bound applies.
+        RDP; otherwise, if the composition doubled is surely tractable (``pld.surely_tractable``: by the size
+        estimate's bound at six integer orders, never the slowly converging fractional ones, which a composition
+        near the limit may need), it is remembered as a bound and the answer is "pld"; else ``composed`` itself is
+        decided (and remembered when RDP). None where no bound applies.
 
         Why it is the decision itself: "tightest" answers PLD iff every event has a PLD (the same events: the same
         answer) and ``pld.tractable``'s size estimate is within ``pld.MAX_POINTS``. The estimate is
@@ -445,7 +447,8 @@ class PrivacyLedger:
         if "rdp" in bounds and all(c >= b for c, b in zip(counts, bounds["rdp"])):
             return "rdp"
         doubled = tuple(2 * c for c in counts)
-        if self._choose(observer, list(zip(keys, doubled))) == "pld":
+        accountant = self._accountant(observer, list(zip(keys, doubled)))
+        if pld.surely_tractable(accountant.composition(), accountant.neighboring_relation):
             bounds["pld"] = doubled
             return "pld"
         chosen = self._choose(observer, composed)
