@@ -7,12 +7,14 @@ DP-FedAvg workload and every registered family's minimal config (tests/algorithm
 
 A round is what ``dpfl run`` does per round at the default run.eval_every = 1: ``Simulation.step`` (the ledger's record,
 ledger.json saved before the noise, the cohort's work), ``Simulation.evaluate`` (the metrics, with epsilon towards every
-observer where run.epsilon_every schedules it: every round in a checkout before that key), the checkpoint where due (the
-ledger's summary) and results.json, in a run directory, on one CPU thread. The ledger's time is the time spent in the
-``PrivacyLedger`` methods the simulator calls (outermost calls only). Columns: the ledger's share of the first round
-(the round events' PLDs or RDP curves are built there), of the later rounds and of all rounds, the mean round with
-and without the ledger's time, the process's resident memory after the build and
-at its peak (``ru_maxrss``).
+observer where run.epsilon_every schedules it: every round in a checkout before that key; read on the ledger's
+background thread and joined at each checkpoint and the last round, ``Simulation.settle_epsilon``, in a checkout that
+has it), the checkpoint where due (the ledger's summary) and results.json, in a run directory, on one CPU thread (and
+the ledger's reader thread). The ledger's time is the time the round's thread spends in the ``PrivacyLedger`` methods
+the simulator calls (outermost calls only) and waiting for the background reads. Columns: the ledger's share of the
+first round (the round events' PLDs or RDP curves are built there), of the later rounds and of all rounds, the mean
+round with and without the ledger's time, the process's CPU time per round (every thread: what the background reads
+cost is there), its resident memory after the build and at its peak (``ru_maxrss``).
 """
 
 from __future__ import annotations
@@ -99,12 +101,17 @@ def measure(case: str) -> dict:
     for name in LEDGER_METHODS:
         if hasattr(PrivacyLedger, name):
             setattr(PrivacyLedger, name, timed(getattr(PrivacyLedger, name)))
+    from dpfl.engine.simulator import Simulation
+
+    background = hasattr(Simulation, "settle_epsilon")
+    if background:  # the round's wait for the reads on the ledger's thread
+        Simulation.settle_epsilon = timed(Simulation.settle_epsilon)
     with tempfile.TemporaryDirectory() as out:
         config = load_config(path, [*overrides, f"algorithm.rounds={rounds}", "run.threads=1"])
         sim, resolved = build_simulation(config, out), resolve(config)
         results_file, mid_run = ResultsFile(Path(out) / "results.json"), _mid_run(results_of)
         built_mb = _rss_mb()
-        round_s, ledger_s = [], []
+        round_s, ledger_s, cpu_started = [], [], _cpu_s()
         for _ in range(rounds):
             spent[0], started = 0.0, time.perf_counter()
             try:
@@ -113,23 +120,39 @@ def measure(case: str) -> dict:
                 if type(err).__name__ != "BudgetExceededError":
                     raise
                 break
-            sim.history.append(_evaluate(sim, rounds))
-            if sim.next_round % sim.checkpoint_every == 0 or sim.next_round == rounds:
+            sim.history.append(_evaluate(sim, rounds, background))
+            due = sim.next_round % sim.checkpoint_every == 0 or sim.next_round == rounds
+            if background:
+                sim.settle_epsilon(wait=due)
+            if due:
                 sim.save_checkpoint()
             results_file.write(results_of(sim, resolved, **mid_run))
             round_s.append(time.perf_counter() - started)
             ledger_s.append(spent[0])
+        if background:  # a budget stop: run joins the reads after its loop
+            started = time.perf_counter()
+            sim.settle_epsilon()
+            round_s[-1] += time.perf_counter() - started
+            ledger_s[-1] += time.perf_counter() - started
     return {"case": case, "rounds": len(round_s), "round_s": round_s, "ledger_s": ledger_s, "built_mb": built_mb,
-            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "cpu_s": _cpu_s() - cpu_started, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def _evaluate(sim, rounds: int):
-    """``Simulation.run``'s evaluation: epsilon where run.epsilon_every schedules it (every round before that key)."""
+def _evaluate(sim, rounds: int, background: bool):
+    """``Simulation.run``'s evaluation: epsilon where run.epsilon_every schedules it (every round before that key),
+    read in the background where the checkout can."""
     try:
         from dpfl.engine.epsilon_schedule import epsilon_due
     except ImportError:
         return sim.evaluate()
-    return sim.evaluate(epsilon_due(sim.next_round, rounds, sim.epsilon_every, sim.checkpoint_every))
+    due = epsilon_due(sim.next_round, rounds, sim.epsilon_every, sim.checkpoint_every)
+    return sim.evaluate(due, wait=False) if background else sim.evaluate(due)
+
+
+def _cpu_s() -> float:
+    """The process's CPU seconds so far, every thread."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _mid_run(results_of) -> dict:
@@ -148,13 +171,13 @@ def _rss_mb() -> float:
 def row(result: dict) -> str:
     rounds, ledger = result["round_s"], result["ledger_s"]
     if not rounds:
-        return f"| {result['case']} | 0 | | | | | | | |"
+        return f"| {result['case']} | 0 | | | | | | | | |"
     total, spent = sum(rounds), sum(ledger)
     later = 100 * sum(ledger[1:]) / sum(rounds[1:]) if len(rounds) > 1 else float("nan")
     return (f"| {result['case']} | {len(rounds)} | {100 * ledger[0] / rounds[0]:.0f}% | {later:.1f}% | "
             f"{100 * spent / total:.1f}% | "
             f"{1000 * total / len(rounds):.1f} | {1000 * (total - spent) / len(rounds):.1f} | "
-            f"{result['built_mb']:.0f} | {result['peak_mb']:.0f} |")
+            f"{1000 * result['cpu_s'] / len(rounds):.1f} | {result['built_mb']:.0f} | {result['peak_mb']:.0f} |")
 
 
 def main(argv: list[str]) -> None:
@@ -166,7 +189,8 @@ def main(argv: list[str]) -> None:
         checkouts, argv = {" (before)": argv[1], "": None}, argv[2:]
     chosen = [c for c in case_names() if not argv or any(word in c for word in argv)]
     print("| case | rounds | ledger, round 1 | ledger, rounds 2+ | ledger, all rounds | ms/round | "
-          "ms/round without ledger | MB after build | MB peak |\n|---|---|---|---|---|---|---|---|---|", flush=True)
+          "ms/round without ledger | CPU ms/round | MB after build | MB peak |\n|---|---|---|---|---|---|---|---|---|---|",
+          flush=True)
     for case in chosen:
         for label, source in checkouts.items():  # interleaved: both see the same load
             env = None if source is None else {**os.environ, "PYTHONPATH": source}

@@ -43,6 +43,15 @@ not done: its truncation and rounding differ from the self-composition's, so the
 ledger reports, and a convolution at the composed size costs what the one FFT of the self-composition costs. The numbers
 are those of a fresh ledger composing from scratch, exactly (tests/accounting/test_ledger_fresh.py).
 
+**Reads off the critical path.** ``epsilon_through_later`` answers ``epsilon_through`` on a background thread (one per
+process, ``_READER``): the compositions it accounts are taken when it is asked (immutable tuples of (event, rounds)),
+so rounds recorded meanwhile change nothing, and the number is the synchronous read's, the same accountant on the same
+composition (remembered in the same memo). dp_accounting's and dpfl's accountant caches are process-wide, so all
+accounting (``_epsilon_of``, ``epsilon_composition``) takes one lock (``_ACCOUNTING``): a budget check waits for a read
+in flight, never races it. ``accountants`` (which accountant answers) needs no PLD and does not wait. The simulator
+asks for each scheduled read this way and joins it at the next checkpoint, the last round and any stop
+(``dpfl.engine.simulator``), so the FFTs of a read overlap the rounds that follow it.
+
 ``epsilon_curve`` gives epsilon after any recorded round (``epsilon_through``: what the round reported when it ran),
 the whole curve of a run whose results report epsilon at some rounds only (``dpfl.engine.epsilon_schedule``).
 
@@ -61,13 +70,16 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
+import threading
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
 from dp_accounting import dp_event
 
-from dpfl.accounting import accountants, owners
+from dpfl.accounting import accountants, owners, pld
 from dpfl.accounting.accountant import NEIGHBORING
 from dpfl.accounting.conversion import CONVERSIONS
 from dpfl.accounting.events import ProjectedStepDpEvent, event_from_dict, event_to_dict
@@ -128,6 +140,9 @@ class PrivacyLedger:
         self._spent: dict[str, float] = {}  # observer -> epsilon of its compositions so far, once asked
         #: budgeted observer -> (event key, the budget, k): k more rounds of that event keep it within that budget
         self._headroom: dict[str, tuple[str, float, int]] = {}
+        #: the events of a "tightest" observer's composition -> {"pld": rounds of a composition of them that answered
+        #: PLD, "rdp": one that answered RDP} (``_tightest_by_bounds``); None where they declare per-owner events
+        self._tightest_bounds: dict[tuple, dict | None] = {}
         self._memo: dict[tuple, float | str] = {}  # (accountant name, composition) -> epsilon at self.delta, and
         # ("chosen", accountant name, composition) -> the accountant that answers
         #: ledger.json's parts, each encoded once (``save``): repr(event) -> its index in "events", those events as
@@ -268,9 +283,31 @@ class PrivacyLedger:
         position = self._latest.get(round_index)
         if position is None or position == len(self._journal) - 1:
             return self.epsilon()
+        return {o: self._epsilon_of(o, composed) for o, composed in self._compositions_through(position).items()}
+
+    def epsilon_through_later(self, round_index: int) -> Future:
+        """``epsilon_through(round_index)``, computed on the ledger's background thread (module docstring): a Future
+        of the same numbers, from the compositions as they stand now (rounds recorded before it completes change
+        nothing); already completed when they are remembered."""
+        position = self._latest.get(round_index)
+        compositions = self._compositions_through(len(self._journal) - 1 if position is None else position)
+        if all(self._remembered(o, composed) for o, composed in compositions.items()):
+            read = Future()
+            read.set_result({o: self._epsilon_of(o, composed) for o, composed in compositions.items()})
+            return read
+        return _READER.submit(lambda: {o: self._epsilon_of(o, composed) for o, composed in compositions.items()})
+
+    def _compositions_through(self, position: int) -> dict[str, list[tuple[str, int]]]:
+        """Each observer's composition (``_composed``) of the journal's entries up to ``position`` (-1: none)."""
+        if position == len(self._journal) - 1:
+            return {o: self._composed(o) for o in self.observers}
         done = self._journal[: position + 1]
-        return {o: self._epsilon_of(o, self._tally(o, [self._key(events[o]) for _, events, _ in done]))
-                for o in self.observers}
+        return {o: self._tally(o, [self._key(events[o]) for _, events, _ in done]) for o in self.observers}
+
+    def _remembered(self, observer: str, composed: list[tuple[str, int]]) -> bool:
+        """Whether ``_epsilon_of(observer, composed)`` costs no accounting."""
+        return not composed or (self.accountant_names[observer], tuple(composed)) in self._memo or any(
+            isinstance(self._events[key], dp_event.NonPrivateDpEvent) for key, _ in composed)
 
     def epsilon_curve(self, rounds: Iterable[int] | None = None) -> dict[int, dict[str, float]]:
         """{round: epsilon towards each observer as it stood when that round was last composed} (``epsilon_through``)
@@ -347,8 +384,10 @@ class PrivacyLedger:
             return math.inf
         memo_key = (self.accountant_names[observer], tuple(composed))
         if memo_key not in self._memo:
-            self._memo[memo_key] = max(self._accountant(observer, owner).get_epsilon(self.delta)
-                                       for owner in self._owners(composed))
+            with _ACCOUNTING:
+                if memo_key not in self._memo:  # a read on the background thread may have just remembered it
+                    self._memo[memo_key] = max(self._accountant(observer, owner).get_epsilon(self.delta)
+                                               for owner in self._owners(composed))
         return self._memo[memo_key]
 
     def _owners(self, composed: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
@@ -363,14 +402,59 @@ class PrivacyLedger:
 
     def _chosen(self, observer: str, composed: list[tuple[str, int]]) -> str:
         """The name of the accountant that answers for ``composed`` (``accountants.chosen_name``), remembered per
-        composition as its epsilon is (ledger.json names it at every save)."""
+        composition as its epsilon is (ledger.json names it at every save, results.json after every evaluated round),
+        and for "tightest" bounded by the compositions of the same events decided before (``_tightest_by_bounds``)."""
         memo_key = ("chosen", self.accountant_names[observer], tuple(composed))
         if memo_key not in self._memo:
-            per_owner = self._owners(composed)
-            worst = per_owner[0] if len(per_owner) == 1 else max(
-                per_owner, key=lambda owner: self._epsilon_of(observer, owner))
-            self._memo[memo_key] = accountants.chosen_name(self._accountant(observer, worst))
+            bounded = self._tightest_by_bounds(observer, composed)
+            self._memo[memo_key] = bounded if bounded is not None else self._choose(observer, composed)
         return self._memo[memo_key]
+
+    def _choose(self, observer: str, composed: list[tuple[str, int]]) -> str:
+        """``_chosen``'s answer, decided: the accountant of the worst owner's composition."""
+        per_owner = self._owners(composed)
+        worst = per_owner[0] if len(per_owner) == 1 else max(
+            per_owner, key=lambda owner: self._epsilon_of(observer, owner))
+        return accountants.chosen_name(self._accountant(observer, worst))
+
+    def _tightest_by_bounds(self, observer: str, composed: list[tuple[str, int]]) -> str | None:
+        """For a "tightest" observer whose rounds declare no per-owner events: "pld" if ``composed`` has at most the
+        rounds of a composition of the same events that answered PLD, "rdp" if at least those of one that answered
+        RDP; otherwise, if the composition doubled is surely tractable (``pld.surely_tractable``: by the size
+        estimate's bound at six integer orders, never the slowly converging fractional ones, which a composition
+        near the limit may need), it is remembered as a bound and the answer is "pld"; else ``composed`` itself is
+        decided (and remembered when RDP). None where no bound applies.
+
+        Why it is the decision itself: "tightest" answers PLD iff every event has a PLD (the same events: the same
+        answer) and ``pld.tractable``'s size estimate is within ``pld.MAX_POINTS``. The estimate is
+        min over orders a of (R(a) + log(1 / tau) / (a - 1)) / interval, R the composition's RDP curve, which is
+        the sum over its events of count x the event's curve: with the same events and no count larger, every R(a)
+        is no larger (non-negative terms, in floating point too), so neither is the estimate, at the quick orders
+        or at all of them (``within_max_points``). So a composition within one whose estimate is within the limit is
+        within it, and one beyond a composition that is not is not. T rounds of one event then cost about log2 T
+        decisions (each about a millisecond: the RDP curve, the conversion, the owners), not T."""
+        if self.accountant_names[observer] != "tightest" or not composed:
+            return None
+        keys, counts = tuple(k for k, _ in composed), tuple(c for _, c in composed)
+        if keys not in self._tightest_bounds:
+            single = owners.owners_in(dp_event.ComposedDpEvent([self._events[k] for k in keys])) is None
+            self._tightest_bounds[keys] = {} if single else None
+        bounds = self._tightest_bounds[keys]
+        if bounds is None:  # per-owner events: the worst owner decides (``_choose``)
+            return None
+        if "pld" in bounds and all(c <= b for c, b in zip(counts, bounds["pld"])):
+            return "pld"
+        if "rdp" in bounds and all(c >= b for c, b in zip(counts, bounds["rdp"])):
+            return "rdp"
+        doubled = tuple(2 * c for c in counts)
+        accountant = self._accountant(observer, list(zip(keys, doubled)))
+        if pld.surely_tractable(accountant.composition(), accountant.neighboring_relation):
+            bounds["pld"] = doubled
+            return "pld"
+        chosen = self._choose(observer, composed)
+        if chosen == "rdp":
+            bounds["rdp"] = counts
+        return chosen
 
     def hides_iterates(self) -> bool:
         """Whether some observer is charged hidden iterates (``ProjectedStepDpEvent``: only the final model)."""
@@ -391,9 +475,11 @@ class PrivacyLedger:
                 event = self._events[key]
                 events[self._key(event.composed if isinstance(event, ProjectedStepDpEvent) else event)] += count
             name = ANALYSIS_ACCOUNTING[self.analysis][2]
-            result[observer] = math.inf if any(
-                isinstance(self._events[key], dp_event.NonPrivateDpEvent) for key in events) else \
-                self._accountant(observer, list(events.items()), name).get_epsilon(self.delta)
+            if any(isinstance(self._events[key], dp_event.NonPrivateDpEvent) for key in events):
+                result[observer] = math.inf
+                continue
+            with _ACCOUNTING:
+                result[observer] = self._accountant(observer, list(events.items()), name).get_epsilon(self.delta)
         return result
 
     @property
@@ -474,6 +560,21 @@ class PrivacyLedger:
 
 
 _NO_OP = repr(dp_event.NoOpDpEvent())
+#: One accounting at a time in this process: the accountants' caches (``pld``'s PLDs, ``pld_power``'s moments and
+#: transforms) are process-wide and not thread-safe, and ``epsilon_through_later`` accounts on ``_READER``.
+_ACCOUNTING = threading.Lock()
+
+
+def _blocking_stop_signals() -> None:
+    """Blocks SIGINT and SIGTERM in the calling thread: the kernel then delivers them to the main thread, whose handler
+    stops a run after its round (``dpfl.engine.stop_signal``); taken by another thread, CPython 3.11 runs the handler
+    only when the main thread next checks for signals, which may be after the run has ended."""
+    if hasattr(signal, "pthread_sigmask"):  # POSIX; elsewhere Python delivers every signal to the main thread
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+#: The background thread of ``epsilon_through_later`` (one: reads are answered in the order they are asked).
+_READER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpfl-epsilon", initializer=_blocking_stop_signals)
 
 
 def _extend(runs: list, key: str) -> None:

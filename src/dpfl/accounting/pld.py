@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections import OrderedDict
 
 import attr
@@ -95,6 +96,9 @@ _QUICK_ORDERS = np.array([2, 4, 8, 16, 32, 64], dtype=float)
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 64
 _CACHE_POINTS = 6_000_000
+#: held while absl's logger is quieted for a size estimate (``_points_at``; ``pld.tractable`` may run on two threads:
+#: ``dpfl.accounting.ledger`` reads epsilon on a background thread)
+_QUIET = threading.Lock()
 
 
 def supports(event: dp_event.DpEvent, neighboring_relation: NeighborRel = NeighborRel.ADD_OR_REMOVE_ONE) -> bool:
@@ -129,12 +133,13 @@ def _points_at(orders: np.ndarray, event: dp_event.DpEvent, neighboring_relation
     if composition_error(event, neighboring_relation) is not None or _non_private(event):
         return 0.0
     absl = logging.getLogger("absl")  # dp_accounting logs orders whose series does not converge: an estimate needs none
-    level = absl.level
-    absl.setLevel(logging.ERROR)
-    try:
-        curve = rdp_curve(event, orders, neighboring_relation)
-    finally:
-        absl.setLevel(level)
+    with _QUIET:  # the level is process-wide: two threads' estimates would restore each other's
+        level = absl.level
+        absl.setLevel(logging.ERROR)
+        try:
+            curve = rdp_curve(event, orders, neighboring_relation)
+        finally:
+            absl.setLevel(level)
     losses, _ = rdp_to_epsilon(orders, curve, TAIL_MASS, "classic")
     return losses / value_discretization_interval
 
@@ -144,9 +149,24 @@ def within_max_points(event: dp_event.DpEvent, neighboring_relation: NeighborRel
     """``estimated_points(...) <= MAX_POINTS``, decided by the estimate at ``_QUICK_ORDERS`` where that is within
     it (an upper bound on the estimate, a minimum over more orders; a margin of 1e-9 for rounding), else by the
     estimate itself (module docstring)."""
-    if _points_at(_QUICK_ORDERS, event, neighboring_relation, value_discretization_interval) <= MAX_POINTS * (1 - 1e-9):
+    if _quickly_within_max_points(event, neighboring_relation, value_discretization_interval):
         return True
     return estimated_points(event, neighboring_relation, value_discretization_interval) <= MAX_POINTS
+
+
+def _quickly_within_max_points(event: dp_event.DpEvent, neighboring_relation: NeighborRel,
+                               value_discretization_interval: float) -> bool:
+    """``within_max_points``'s first test: the estimate at ``_QUICK_ORDERS`` (a bound on it) within ``MAX_POINTS``."""
+    return _points_at(_QUICK_ORDERS, event, neighboring_relation,
+                      value_discretization_interval) <= MAX_POINTS * (1 - 1e-9)
+
+
+def surely_tractable(event: dp_event.DpEvent, neighboring_relation: NeighborRel = NeighborRel.ADD_OR_REMOVE_ONE,
+                     value_discretization_interval: float = VALUE_DISCRETIZATION_INTERVAL) -> bool:
+    """A sufficient condition for ``tractable`` at the cost of six integer orders' RDP curve (never the slowly
+    converging fractional orders): supported, and within ``MAX_POINTS`` by the estimate at ``_QUICK_ORDERS``."""
+    return supports(event, neighboring_relation) and \
+        _quickly_within_max_points(event, neighboring_relation, value_discretization_interval)
 
 
 def check_target(target_epsilon: float) -> None:
@@ -531,5 +551,5 @@ def _dp_accounting_reading(event, relation):
 
 
 __all__ = ["VALUE_DISCRETIZATION_INTERVAL", "MAX_POINTS", "PldTooLargeError", "supports", "estimated_points",
-           "within_max_points", "check_target", "tractable", "pld_of", "pld_epsilon", "epsilon_for_delta", "pld_delta",
+           "within_max_points", "surely_tractable", "check_target", "tractable", "pld_of", "pld_epsilon", "epsilon_for_delta", "pld_delta",
            "tree_depth", "tree_as_gaussian", "without_replacement_as_poisson"]

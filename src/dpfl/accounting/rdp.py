@@ -45,7 +45,9 @@ of dpfl's events (``dpfl.accounting.events``):
   ``RdpAccountant``: the event is composed into a fresh accountant with these orders and its curve read back.
 
 A NaN anywhere reads as "no bound" (+inf), never as 0. Curves are cached on (event, orders, neighbouring relation,
-subsampling bound).
+subsampling bound), one computed at a time in the process (``_CURVES``): a curve two threads ask for at once (the
+ledger reads epsilon on a background thread, ``dpfl.accounting.ledger``) is computed once, the second finding it
+cached (a subsampled Gaussian's fractional orders can take seconds).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import threading
 
 import numpy as np
 from dp_accounting import dp_event, privacy_accountant
@@ -106,7 +109,12 @@ def rdp_curve(event: dp_event.DpEvent, orders=DEFAULT_ORDERS, neighboring_relati
     orders = _check_orders(orders)
     if subsampling_bound not in SUBSAMPLING_BOUNDS:
         raise ConfigError("subsampling_bound", subsampling_bound, f"one of {SUBSAMPLING_BOUNDS}")
-    return _cached_curve(_EventKey(event), tuple(orders.tolist()), neighboring_relation, subsampling_bound).copy()
+    with _CURVES:
+        return _cached_curve(_EventKey(event), tuple(orders.tolist()), neighboring_relation, subsampling_bound).copy()
+
+
+#: held while a curve is looked up or computed (module docstring)
+_CURVES = threading.RLock()  # reentrant: a part of an event may be looked up through rdp_curve again
 
 
 def composition_error(event: dp_event.DpEvent, neighboring_relation=None) -> str | None:

@@ -5,7 +5,9 @@ is checked there, ``dpfl.accounting.ledger``); what the schedule decides is only
 and TensorBoard points *report* epsilon. Reporting it costs one accounting per observer (a PLD self-composition by FFT,
 or an RDP curve), which on a small model is most of a round (about 15 ms a round at 1000 users, against 9 ms of
 training), so a row off the schedule carries ``"epsilon": null`` (the whole dict: distinct from ``{observer: null}``, an
-infinite epsilon) and its readers skip it.
+infinite epsilon) and its readers skip it. A scheduled read runs on the ledger's background thread while the next
+rounds train (``PrivacyLedger.epsilon_through_later``); ``Simulation.run`` joins it at the latest at the next checkpoint,
+the last round or a stop, so a results.json written meanwhile shows that row's epsilon null until a later write.
 
 * ``"auto"`` (the default): rounds 1, 2, 4, 8, ... (powers of two: the curve's shape at a cost of log2 T accountings),
   every checkpoint round (multiples of run.checkpoint_every: the checkpoint's ledger.json computes each observer's

@@ -31,12 +31,15 @@ class Progress:
 
             self._bar = tqdm(total=total, initial=done, unit="round", dynamic_ncols=True, file=self.stream)
 
-    def update(self, round_done: int, accuracy: float | None = None, epsilon: dict | None = None) -> None:
+    def update(self, round_done: int, accuracy: float | None = None, epsilon: dict | None = None,
+               epsilon_round: int | None = None) -> None:
+        """``epsilon``: as it stood after round ``epsilon_round`` (default ``round_done``; an earlier round's when its
+        read finished only now: ``Simulation.settle_epsilon``)."""
         self.done = round_done
         if not self.enabled:
             return
         if epsilon is not None:
-            self._epsilon = (round_done, epsilon)
+            self._epsilon = (round_done if epsilon_round is None else epsilon_round, epsilon)
         reported, shown = self._epsilon or (round_done, {})
         eps = ("" if reported == round_done else f"(round {reported}) ") + \
             ", ".join(f"{o}={_fmt(e)}" for o, e in shown.items()) if shown else ""
@@ -53,7 +56,7 @@ class Progress:
             print(f"round {round_done}/{self.total}{acc}{', epsilon ' + eps if eps else ''}", file=self.stream,
                   flush=True)
         else:
-            self._unprinted = (round_done, accuracy, epsilon)
+            self._unprinted = (round_done, accuracy, epsilon, epsilon_round)
 
     def close(self) -> None:
         if self._bar is not None:

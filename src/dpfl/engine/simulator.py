@@ -29,6 +29,7 @@ checkpoint and restored with it, so a resumed run adds its own time to the time 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import numbers
@@ -173,6 +174,7 @@ class Simulation:
         self._key_saved = False
         self._ledger_summarised = True  # whether ledger.json holds the epsilon of every round recorded (``run``)
         self._round_clip: float | None = None  # the clip of the last round run here (``Algorithm.clip_of``)
+        self._reads: list = []  # (metrics, the Future of its epsilon) of evaluations not settled (``settle_epsilon``)
 
     @property
     def model(self) -> torch.Tensor:
@@ -260,12 +262,15 @@ class Simulation:
     def _divergence_hint(self) -> str:
         return self.algorithm.divergence_hint(self.train.counts)
 
-    def evaluate(self, epsilon: bool = True) -> RoundMetrics:
+    def evaluate(self, epsilon: bool = True, wait: bool = True) -> RoundMetrics:
         """The metrics of the model after the rounds done, with epsilon as it stood after the last of them (a round
         replayed after a resume reports its own epsilon, not that of rounds the ledger recorded after it; with
         ``epsilon`` False, None: no accounting), and the examples the clip zeroed since the previous evaluation and
-        the clip of the last round (when run in this process; ``RoundMetrics``). Split across ranks, every rank
-        calls it at the same round (the zeroed examples are summed across them)."""
+        the clip of the last round (when run in this process; ``RoundMetrics``). With ``wait`` False the epsilon is
+        computed on the ledger's background thread (``PrivacyLedger.epsilon_through_later``) and the metrics' epsilon
+        is None until ``settle_epsilon`` fills it in (``run`` does at every checkpoint, the last round and any
+        stop). Split across ranks, every rank calls it at the same round (the zeroed examples are summed across
+        them)."""
         x = self.model
         if self.evaluator is None:
             train, test = self.evaluated()
@@ -276,13 +281,32 @@ class Simulation:
             (loss, accuracy), mapping = self.evaluator(self, x), None
         if loss is not None:
             loss += self.algorithm.regulariser(x)
-        eps = {o: (None if e == float("inf") else e)
-               for o, e in self.ledger.epsilon_through(self.next_round).items()} if epsilon else None
+        eps = _reported(self.ledger.epsilon_through(self.next_round)) if epsilon and wait else None
         if self.ranks is not None:  # each rank counts its own share's
             zeroed = self.ranks.total(self.grads.take_nonfinite_examples())
         else:
             zeroed = self.grads.take_nonfinite_examples() if self.workers is None else None  # one read a round
-        return RoundMetrics(self.next_round, loss, accuracy, eps, mapping, zeroed, self._round_clip)
+        metrics = RoundMetrics(self.next_round, loss, accuracy, eps, mapping, zeroed, self._round_clip)
+        if epsilon and not wait:
+            self._reads.append((metrics, self.ledger.epsilon_through_later(self.next_round)))
+        return metrics
+
+    @property
+    def settled(self) -> int:
+        """How many of ``history``'s first rows are final: those before the first whose epsilon is still being read
+        (``settle_epsilon``)."""
+        if self._reads:
+            for position in range(len(self.history) - 1, -1, -1):  # the unsettled rows are the latest
+                if self.history[position] is self._reads[0][0]:
+                    return position
+        return len(self.history)
+
+    def settle_epsilon(self, wait: bool = True) -> None:
+        """Fills in the epsilon of the evaluations whose read ``evaluate(wait=False)`` left to the background: every
+        one (``wait``), or those already computed."""
+        while self._reads and (wait or self._reads[0][1].done()):
+            metrics, read = self._reads.pop(0)
+            metrics.epsilon = _reported(read.result())
 
     def evaluated(self):
         """(train, test) splits ``evaluate`` measures: those of ``eval_clients`` (the test split's too where it has
@@ -312,7 +336,10 @@ class Simulation:
         second one raises ``RunAborted`` at once: ``stop_signal.StopOnSignal``).
         ``on_evaluated(self)`` is called after each evaluated round, once its metrics are in ``history`` and its
         checkpoint (if due) is written (the runner writes results.json there). An evaluation reports epsilon where
-        ``epsilon_every`` schedules it (``epsilon_schedule.epsilon_due``), else None. A negative or fractional
+        ``epsilon_every`` schedules it (``epsilon_schedule.epsilon_due``), else None; the epsilon is read on the
+        ledger's background thread (``evaluate(wait=False)``) and filled in once read, at the latest before the next
+        checkpoint, after the last round and at any stop (``settle_epsilon``): rows ``history[settled:]`` still wait
+        for theirs. A negative or fractional
         ``rounds`` is refused (``ConfigError``); one at most the rounds done returns [] at once."""
         if isinstance(rounds, numbers.Integral) and not isinstance(rounds, bool):
             rounds = int(rounds)  # a numpy integer too
@@ -337,7 +364,7 @@ class Simulation:
                     metrics = None
                     if self.next_round % self.eval_every == 0 or self.next_round == rounds:
                         metrics = self.evaluate(epsilon_due(self.next_round, rounds, self.epsilon_every,
-                                                            self.checkpoint_every))
+                                                            self.checkpoint_every), wait=False)
                         if metrics.train_loss is not None and not metrics.train_loss <= DIVERGED_LOSS:  # NaN too
                             what = ("is not finite" if not math.isfinite(metrics.train_loss) else
                                     f"is {metrics.train_loss:.3g}, above {DIVERGED_LOSS:g} (a uniform guess scores "
@@ -347,11 +374,14 @@ class Simulation:
                             self.stopped_by = "diverged"
                             break
                         self.history.append(metrics)
-                    bar.update(self.next_round, metrics and metrics.test_accuracy, metrics and metrics.epsilon)
                     due = self.next_round % self.checkpoint_every == 0 or self.next_round == rounds
                     requested = (signalled.requested if self.ranks is None else
                                  self.ranks.agreed_signal(signalled.requested))
                     stop = requested is not None and self.next_round < rounds
+                    self.settle_epsilon(wait=due or stop)  # every read joined before a checkpoint keeps the history
+                    read = next((m for m in reversed(self.history[: self.settled]) if m.epsilon is not None), None)
+                    bar.update(self.next_round, metrics and metrics.test_accuracy, read and read.epsilon,
+                               read and read.round)
                     clock()
                     if self.checkpoint_dir is not None and (due or stop):
                         self.save_checkpoint()
@@ -363,9 +393,14 @@ class Simulation:
                                                f"{self.next_round} of {rounds}")
                         self.stopped_by = "interrupted"
                         break
+                self.settle_epsilon()  # a budget or divergence stop
                 if self.checkpoint_dir is not None and not self._ledger_summarised:  # a budget or divergence stop
                     self.ledger.save(Path(self.checkpoint_dir) / "ledger.json")
                     self._ledger_summarised = True
+        except Exception:  # an error ends the run: no read of it left running (a read's own error aside)
+            with contextlib.suppress(Exception):
+                self.settle_epsilon()
+            raise
         finally:
             bar.close()
             clock()
@@ -442,6 +477,11 @@ def declare_round(algorithm: Algorithm, boundary: Boundary, clients: ClientSampl
     what calibration composes without training (``dpfl.experiments.calibration``)."""
     release = algorithm.release(round_index, state, counts)
     return release, boundary.views(release, release.cohort or clients.cohort(round_index), analysis)
+
+
+def _reported(epsilon: dict[str, float]) -> dict[str, float | None]:
+    """Epsilon per observer as metrics report it: None for an infinite one (JSON has no infinity)."""
+    return {o: (None if e == float("inf") else e) for o, e in epsilon.items()}
 
 
 def _numbered_from_one(ledger: PrivacyLedger) -> PrivacyLedger:

@@ -8,7 +8,8 @@ entry per evaluated round: round, test_accuracy, train_loss, epsilon per observe
 entry; absent where the client work ran elsewhere), and gradient_mapping for an algorithm with a prox step, clip (the
 round's l2 clip) for one whose clip is server state (dp-fedavg-user's C_t): ``RoundMetrics``; a round replayed after a
 resume reports its own epsilon; a row off run.epsilon_every's schedule has "epsilon": null,
-``dpfl.engine.epsilon_schedule``), "final" (the same keys plus delta, for the model after the last round done, with the
+``dpfl.engine.epsilon_schedule``, as, while the run runs, has a scheduled row whose epsilon is still being read on
+the ledger's background thread, until a later write), "final" (the same keys plus delta, for the model after the last round done, with the
 epsilon of every round the ledger records: after a resume stopped mid-replay, also the rounds recorded before the crash;
 always computed when the run ends or stops, null while it runs where its last row's is), "privacy" (accountant,
 conversion, observers, what each sees, the budget per observer, how the boundary is "enforced" (real protocol,
@@ -50,16 +51,22 @@ class ResultsFile:
 
     Each evaluated round is one line, encoded once: during a run the rounds only grow, so a rewrite encodes the new
     rounds and the other keys, not the whole history again (at 400 rounds, a fraction of a millisecond instead of
-    about 10 ms for an indented dump)."""
+    about 10 ms for an indented dump). A round written while its epsilon was still being read (``"epsilon": null``:
+    ``Simulation.evaluate(wait=False)``) is encoded again once it has one."""
 
     def __init__(self, path: Path):
         self.path = path
         self._rounds: list[str] = []  # the encoded rounds so far
+        self._unread: set[int] = set()  # positions of the rounds encoded with "epsilon": null
 
     def write(self, results: dict) -> None:
         rounds = results["rounds"]
         if len(rounds) < len(self._rounds):  # not the same run's history: encode it afresh
-            self._rounds = []
+            self._rounds, self._unread = [], set()
+        for position in [p for p in self._unread if rounds[p]["epsilon"] is not None]:
+            self._rounds[position] = json.dumps(rounds[position])
+            self._unread.discard(position)
+        self._unread.update(p for p in range(len(self._rounds), len(rounds)) if rounds[p]["epsilon"] is None)
         self._rounds += [json.dumps(r) for r in rounds[len(self._rounds):]]
         listed = "[\n" + ",\n".join(" " + line for line in self._rounds) + "\n]" if self._rounds else "[]"
         entries = [(k, listed if k == "rounds" else json.dumps(v, indent=1)) for k, v in results.items()]

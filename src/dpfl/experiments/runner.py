@@ -128,14 +128,24 @@ def run_with_ledger(config: dict, out_dir: str | Path | None = None, progress: b
         results_file = None if out is None else ResultsFile(out / "results.json")
         archived = archived_spend(out)  # a restart archives the run, not the privacy it spent
 
+        logged = len(sim.history)  # TensorBoard holds the rows before it (a resumed run's, from the first session)
+
+        def log(rows: list) -> None:  # TensorBoard's events of the rows whose epsilon is read (or not scheduled)
+            nonlocal logged
+            for row in rows[logged:]:
+                board.write(row.to_dict())
+            logged = max(logged, len(rows))
+
         def evaluated(s) -> None:  # after each evaluated round: results.json, TensorBoard's events
             if results_file is not None:
                 results_file.write(results_of(s, resolved, archived, exact=False))
             if board is not None:
-                board.write(s.history[-1].to_dict())
+                log(s.history[: s.settled])
 
         try:
             sim.run(rounds, progress=progress and writes, on_evaluated=evaluated)
+            if board is not None:
+                log(sim.history)  # run settles every read before it returns
         finally:
             if board is not None:
                 board.close()
