@@ -141,21 +141,27 @@ def amplified_bandmf_worst_case(rounds: int, privacy: dict | None = None, **algo
     return sim, moved, eligible
 
 
-def subsampled_gaussian_epsilon(rate: float, shifts: list[float], delta: float, step: float = 2e-4) -> float:
+def subsampled_gaussian_epsilon(rate: float, shifts: list[float], delta: float, knows_cohort: bool = False,
+                                step: float = 2e-4) -> float:
     """The exact epsilon at ``delta`` of the composition of the pairs (1 - q) N(0, 1) + q N(m_k, 1) against N(0, 1),
-    m_k = ``shifts`` (in units of the noise std), in both directions (zero-out: the owner's data or the null client's):
-    the privacy loss of each pair on a grid of x (spacing 1e-3, +-14 std), its distribution binned to ``step``,
-    convolved over the pairs, then delta(eps) = E[(1 - e^(eps - L))_+] solved for eps. Computed here from the
-    densities, not by dp_accounting, which the ledger uses."""
+    m_k = ``shifts`` (in units of the noise std), in both directions (zero-out: the owner's data or the null client's);
+    ``knows_cohort``: an observer who sees the owner's coin, for whom the pair is N(m_k, 1) against N(0, 1) with
+    probability q and identical otherwise. The privacy loss of each pair on a grid of x (spacing 1e-3, +-14 std), its
+    distribution binned to ``step`` (rounded down: at most len(shifts) x ``step`` below the truth), convolved over the
+    pairs, then delta(eps) = E[(1 - e^(eps - L))_+] solved for
+    eps. Computed here from the densities, not by dp_accounting, which the ledger uses."""
     from scipy import signal, stats
 
     def loss_distribution(m: float, remove: bool) -> tuple[int, np.ndarray]:
         x = np.arange(-14.0, 14.0 + m, 1e-3)
         log_q = stats.norm.logpdf(x)
-        log_p = np.logaddexp(np.log1p(-rate) + log_q, np.log(rate) + stats.norm.logpdf(x, m)) if rate < 1 else \
+        mixed = 1.0 if knows_cohort else rate  # the observer who sees the coin meets the Gaussian itself
+        log_p = np.logaddexp(np.log1p(-mixed) + log_q, np.log(mixed) + stats.norm.logpdf(x, m)) if mixed < 1 else \
             stats.norm.logpdf(x, m)
         loss, weight = (log_p - log_q, np.exp(log_p)) if remove else (log_q - log_p, np.exp(log_q))
-        bins = np.round(loss / step).astype(np.int64)
+        bins = np.floor(loss / step).astype(np.int64)  # rounded down: a lower bound on delta(eps), so on eps
+        if knows_cohort:  # the coin: no loss with probability 1 - q
+            bins, weight = np.append(bins, 0), np.append(weight / weight.sum() * rate, 1 - rate)
         low = int(bins.min())
         pmf = np.bincount(bins - low, weights=weight / weight.sum())
         return low, pmf
