@@ -352,8 +352,8 @@ def bandmf_rows(quick: bool) -> list[Row]:
                 rows.append(Row("bandmf", "sound", observer, f"M=8 b=4 q=0.5 z=0.8 T={rounds} partitioned_poisson, "
                                 f"cohort {cohort}{cut}", claims[observer], exact,
                                 (SECRET if cohort == "secret" else KNOWS).replace(" (PLD lower bound)", "")
-                                + f"; per block of b rows (PLD lower bound from the densities), shifts {', '.join(f'{m:.3f}' for m in shifts)} (engine "
-                                "run)"))
+                                + "; per block of b rows (PLD lower bound from the densities), shifts "
+                                + ", ".join(f"{m:.3f}" for m in shifts) + " (engine run)"))
     return rows
 
 

@@ -15,8 +15,8 @@ to privacy.epsilon towards the third party and another silo (``dpfl.experiments.
 ledger). Cohorts are secret from those observers (privacy.cohort = "secret", the default), so DP-FedAvg's Poisson
 cohorts and amplified BandMF's coins are credited with amplification; DP-FTRL and round-robin BandMF get none.
 Writes results.json (every run: test accuracy, epsilon per observer, the calibrated noise), table.md and
-cross_device.png (test accuracy against epsilon, one line per algorithm, a panel per task, FedAvg without DP on the same cohorts
-dashed).
+cross_device.png (test accuracy against epsilon, one line per algorithm, a panel per task, FedAvg without DP on the
+same cohorts dashed).
 """
 
 from __future__ import annotations

@@ -80,8 +80,8 @@ whole, as above. The ledger charges it through the sampler's participation (``Cl
 rounds 0, b, 2b, ... (the most of any partition in every prefix, never later) as a Poisson cohort of rate q, other
 rounds as no participation; ``dpfl.accounting.observers`` then amplifies the server's draw by the secret cohort
 towards an observer who does not know it (``secret_cohort_event``: the third party, and another silo unless
-privacy.cohort or secure aggregation tells it who takes part) and charges ``ParticipationDpEvent(q, GaussianDpEvent(z))``
-to one who does (no amplification: it learns B_k). The worst case of ``tests/algorithms/test_bandmf.py`` runs the
+privacy.cohort or secure aggregation tells it who takes part) and charges
+``ParticipationDpEvent(q, GaussianDpEvent(z))`` to one who does (no amplification: it learns B_k). The worst case of ``tests/algorithms/test_bandmf.py`` runs the
 instance in which this is exact.
 """
 
@@ -96,8 +96,8 @@ from dp_accounting import dp_event
 from dpfl.accounting.observers import OTHER_SILO, THIRD_PARTY, Release
 from dpfl.algorithms.noisy_prefix_sums import PrefixSumFtrl, PrefixSumFtrlConfig, check_section, shared_fields
 from dpfl.algorithms.registry import AlgorithmSpec, Calibration, Setting, register
-from dpfl.engine.protocol import State
 from dpfl.counts import TOLERANCE
+from dpfl.engine.protocol import State
 from dpfl.engine.sampling import PARTITIONED, ClientSampler
 from dpfl.errors import ConfigError, check_range
 
