@@ -30,7 +30,7 @@ def test_the_quick_table_never_claims_less_than_the_exact_epsilon(tmp_path, caps
     found = tightness.main(["--quick", "--json", str(tmp_path / "rows.json")])
     assert {r.family for r in found} == {"dp-fedavg-user", "dp-fedsgd", "dp-fedavg", "dp-scaffold", "dp-scaffold-warm",
                                          "fedsgd-dpc", "dp-fedavg-joint", "sdp-prox-sgd", "isrl-prox-sgd", "dp-ftrl",
-                                         "projected-noisy-sgd"}
+                                         "bandmf", "projected-noisy-sgd"}
     for row in found:
         assert math.isfinite(row.claim) and row.exact > 0, row
         assert row.claim >= row.exact * (1 - 1e-6), row  # the exact side is a lower bound: never above the claim

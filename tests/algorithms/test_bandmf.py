@@ -2,7 +2,8 @@
 sensitivity under b-min-separated participation (and its excess when participations are closer), the noise
 C^{-1} nu drawn from the server's stream, the ledger's charge (one Gaussian per participation, at its round), the
 samplers and bands it refuses, its exact worst case run through the real engine, and a resume mid-band (calibration
-to privacy.epsilon: tests/experiments/test_noise_level.py, over every calibrated family)."""
+to privacy.epsilon: tests/experiments/test_noise_level.py, over every calibrated family); amplified BandMF (Poisson
+within b partitions taking turns): its charge per observer, its refusals, its exact worst case and its calibration."""
 
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ from dpfl.engine.protocol import ServerContext
 from dpfl.errors import ConfigError
 from dpfl.experiments.config import load_config
 from dpfl.experiments.runner import build_simulation
-from ftrl_worst_case import band_noise_matrix, bandmf_worst_case_mu
+import dpfl
+from dpfl.accounting.events import ParticipationDpEvent
+from ftrl_worst_case import (amplified_bandmf_worst_case, band_noise_matrix, bandmf_worst_case_mu,
+                             subsampled_gaussian_epsilon)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -169,3 +173,88 @@ def test_a_run_resumed_mid_band_draws_the_same_noise(tmp_path):
     assert torch.equal(resumed.model, reference.model)
     assert torch.equal(resumed.state.server["recent"], reference.state.server["recent"])
 
+
+
+# -- amplified BandMF: partitioned Poisson ----------------------------------------------------------------------------
+def amplified(*extra: str):
+    """8 clients in 4 partitions (the bands), each client of the round's partition in with q = l b = 0.5."""
+    return simulation("algorithm.client_sampling='partitioned_poisson'", "algorithm.client_rate=0.125",
+                      "algorithm.bands=4", *extra)
+
+
+def test_amplified_bandmf_is_charged_a_subsampled_gaussian_in_its_partitions_rounds_amplified_only_if_secret():
+    alg = amplified("algorithm.noise_multiplier=2.0").algorithm
+    assert (alg.bands, alg.separation, alg.partition_rate, alg.cohort_size) == (4, 4, 0.5, 1)
+    sampled = dp_event.PoissonSampledDpEvent(0.5, dp_event.GaussianDpEvent(2.0))
+    mixture = ParticipationDpEvent(0.5, dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(2.0), 1))
+    for cohort, (third, silo) in {"secret": (sampled, sampled), "members": (sampled, mixture),
+                                  "published": (mixture, mixture)}.items():
+        sim = amplified("algorithm.noise_multiplier=2.0", f"privacy.cohort='{cohort}'")
+        for t in range(8):
+            expected = (third, silo) if t % 4 == 0 else (dp_event.NoOpDpEvent(),) * 2
+            assert sim.round_privacy(t) == {THIRD_PARTY: expected[0], OTHER_SILO: expected[1]}, (cohort, t)
+    narrower = amplified("algorithm.bands=2").algorithm  # 2 partitions: q = 0.25, separation 2
+    assert (narrower.bands, narrower.separation, narrower.partition_rate) == (2, 2, 0.25)
+
+
+def test_amplified_bandmf_refuses_more_bands_than_its_rate_allows_and_other_families_refuse_its_sampler():
+    widest = amplified("algorithm.bands=8").algorithm  # floor(1 / l) = 8, the default: q = 1, no amplification
+    assert (widest.bands, widest.partition_rate) == (8, 1.0)
+    assert simulation("algorithm.client_sampling='partitioned_poisson'", "algorithm.client_rate=0.125").algorithm \
+        .bands == 8
+    for extra in (("algorithm.bands=9",), ("algorithm.bands=5", "algorithm.client_rate=0.25"), ("algorithm.bands=0",)):
+        with pytest.raises(ConfigError) as caught:
+            amplified(*extra)
+        assert caught.value.field == "algorithm.bands", extra
+    assert "at most 4" in str(pytest.raises(ConfigError, amplified, "algorithm.bands=5", "algorithm.client_rate=0.25")
+                               .value)
+    for name in ("dp-ftrl", "dp-fedavg-user", "dp-fedavg"):
+        with pytest.raises(ConfigError) as caught:
+            build_simulation(load_config(None, [f"algorithm.name='{name}'", "data.num_clients=8",
+                                                "algorithm.client_sampling='partitioned_poisson'"]))
+        assert caught.value.field == "algorithm.client_sampling" and "'bandmf'" in str(caught.value), name
+
+
+def test_amplified_bandmf_is_never_below_the_exact_privacy_of_its_worst_case():
+    """The linear instance of ``ftrl_worst_case`` with every other client null, under partitioned Poisson (8 clients,
+    b = 4, q = 0.5, z = 0.8): the released models are x_0 - (eta / n) A (C^{-1} nu + sum of the owner's sampled
+    columns), so, C^{-1} being known, the third party sees y = C g + nu: per block of b rows from the owner's round
+    j_k, (1 - q) N(0, s^2 I) + q N(v_k, s^2 I) against N(0, s^2 I) with v_k the owner's column measured through the
+    engine, independent across blocks. Its exact epsilon (``subsampled_gaussian_epsilon``, from the densities) is what
+    the ledger must never be below; with whole columns the ledger is tight, with the last one cut to 2 rows (T = 10)
+    it charges the whole column (the only slack)."""
+    for rounds in (12, 10):
+        sim, moved, eligible = amplified_bandmf_worst_case(rounds, client_rate=0.125, bands=4)
+        alg = sim.algorithm
+        assert eligible == [0, 4, 8] and alg.partition_rate == 0.5
+        columns = np.zeros(rounds)
+        for start in eligible:
+            columns[start:start + 4] = alg.coefficients[:rounds - start]
+        np.testing.assert_allclose(moved, columns, atol=1e-5)
+        shifts = [np.linalg.norm(moved[j:j + 4]) / (alg.noise_multiplier * alg.column_norm) for j in eligible]
+        exact = subsampled_gaussian_epsilon(0.5, shifts, sim.ledger.delta)
+        spent = sim.ledger.epsilon()
+        for observer in (THIRD_PARTY, OTHER_SILO):
+            assert spent[observer] >= exact * (1 - 1e-3), (rounds, observer, spent[observer], exact)
+        ratio = spent[THIRD_PARTY] / exact
+        if rounds == 12:
+            assert ratio == pytest.approx(1.0, abs=2e-3), ratio
+        else:
+            assert ratio == pytest.approx(1.0, abs=0.2) and ratio > 1.01, ratio
+
+
+def test_amplified_bandmf_calibrates_to_privacy_epsilon_through_dpfl_run_and_needs_less_noise_than_round_robin():
+    """privacy.epsilon = 2 over 12 rounds of 8 clients: the run spends 2 towards the third party (the least noise that
+    does, to the search's precision); amplified (b = 4, q = 0.5) by the secret cohort, it needs less noise than
+    round robin with the same bands and expected cohort (its charged rounds are the same 3, each subsampled)."""
+    config = {"data": {"num_clients": 8, "samples_per_client": 30}, "privacy": {"epsilon": 2.0},
+              "algorithm": {"name": "bandmf", "rounds": 12, "client_rate": 0.125, "bands": 4},
+              "run": {"noise_seed": 1, "eval_every": 12}}
+    noises = {}
+    for sampling, rate in (("partitioned_poisson", 0.125), ("round_robin", 0.25)):
+        config["algorithm"].update(client_sampling=sampling, client_rate=rate)
+        results = dpfl.run(config)
+        spent = results.epsilon
+        assert spent[THIRD_PARTY] <= 2.0 * (1 + 1e-9) and max(spent.values()) >= 2.0 * (1 - 1e-3), (sampling, spent)
+        noises[sampling] = results.privacy["calibration"]["noise_level"]
+    assert noises["partitioned_poisson"] < noises["round_robin"] * 0.8, noises

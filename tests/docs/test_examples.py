@@ -83,3 +83,26 @@ def test_the_notebook_example_runs_to_its_target_epsilon(capsys):
     assert 8.0 * (1 - 1e-3) <= user.epsilon["other_silo"] <= 8.0  # the observer user-level shares protect
     assert "dp-fedavg: algorithm.noise_multiplier = " in printed and "towards other_silo" in printed
     assert printed.count("epsilon per observer: third_party") == 2
+
+
+@pytest.mark.slow
+def test_the_cross_device_comparison_runs_every_algorithm_to_its_epsilon(tmp_path):
+    """examples/cross_device_comparison.py at a tiny size (40 users, 3 rounds, one epsilon; 42 s on the shared
+    machine, 10 runs with their calibrations): on both tasks every
+    algorithm's run spends its target towards the third party (calibrated through privacy.epsilon), the reference
+    spends none, and the table and the plot are written."""
+    module = runpy.run_path(str(ROOT / "examples" / "cross_device_comparison.py"))
+    rows = module["main"](["--out", str(tmp_path), "--users", "40", "--rounds", "3", "--epsilons", "4"])
+    labels = [*module["algorithms"](), module["REFERENCE"]]
+    assert sorted((r["task"], r["algorithm"]) for r in rows) == sorted(
+        (task, label) for task in ("next-word", "next-character") for label in labels)
+    for row in rows:
+        if row["algorithm"] == module["REFERENCE"]:
+            assert row["epsilon_target"] is None and row["noise_level"] == 0.0
+        else:
+            assert 4.0 * (1 - 1e-3) <= row["epsilon"]["third_party"] <= 4.0 * (1 + 1e-9), row
+            assert row["noise_level"] > 0 and 0.0 <= row["test_accuracy"] <= 1.0
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["rows"] == rows and saved["size"]["users"] == 40
+    assert (tmp_path / "cross_device.png").stat().st_size > 0
+    assert "| BandMF (amplified, b = 4) |" in (tmp_path / "table.md").read_text()

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from dp_accounting import dp_event
+from scipy import stats
 
 from dpfl.accounting.observers import Cohort
 from dpfl.engine.sampling import ClientSampler, RecordSampler, uniform_keys
@@ -375,6 +376,48 @@ def test_disjoint_partitions_are_uniform():
     expected = epochs * sampler.cohort_size / m
     for position in range(sampler.epoch):
         assert chi_square(freq[position], torch.full((m,), expected)) < 20.5  # 99.9% quantile, 5 dof
+
+
+# -- clients: partitioned Poisson (amplified BandMF) -----------------------------------------------------------------
+@pytest.mark.parametrize("m, rate, b", [(10, 0.1, 4), (8, 0.125, 4), (9, 0.2, 5), (7, 0.5, 1)])
+def test_partitioned_poisson_draws_only_the_rounds_partition_each_member_with_probability_l_b(m, rate, b):
+    """Round t's cohort lies in partition t mod b (clients t mod b, t mod b + b, ...), so a client's rounds are a
+    multiple of b apart; each member is in with frequency q = l b (chi-square over the members' counts and the
+    complement, 600 draws per partition, fixed seeds); the charge is partition 0's: q at rounds 0, b, 2b, ..."""
+    sampler = ClientSampler(m, rate, "partitioned_poisson", partitions=b)
+    q = rate * b
+    assert sampler.partition_rate == pytest.approx(q) and sampler.cohort_size == round(rate * m)
+    taken = torch.zeros(m)
+    draws = 600
+    for t in range(b * draws):
+        cohort = sampler.sample(t, 7)
+        assert all(i % b == t % b for i in cohort.tolist()), (t, cohort)
+        taken[cohort] += 1
+    expected = draws * q
+    if q < 1:
+        observed = torch.cat([taken, draws - taken])
+        statistic = chi_square(observed, torch.cat([torch.full((m,), expected), torch.full((m,), draws - expected)]))
+        assert statistic < stats.chi2.ppf(0.999, m)  # m independent Binomial(600, q) counts
+    else:
+        assert bool((taken == draws).all())
+    for t in range(3 * b):
+        assert sampler.participation(t) == (pytest.approx(q) if t % b == 0 else 0.0)
+        charged = Cohort.poisson(-(-m // b), sampler.partition_rate) if t % b == 0 else \
+            Cohort.scheduled(m, sampler.cohort_size, 1, False)
+        assert sampler.cohort(t) == charged
+    assert sampler.sample(3, 7).tolist() == ClientSampler(m, rate, "partitioned_poisson", partitions=b).sample(3, 7) \
+        .tolist()  # from (key, round) alone
+
+
+def test_partitioned_poisson_refuses_a_rate_above_one_over_b_and_partitions_elsewhere():
+    with pytest.raises(ConfigError) as err:
+        ClientSampler(8, 0.3, "partitioned_poisson", partitions=4)  # q = 1.2
+    assert err.value.field == "algorithm.client_rate" and "1 / 4" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        ClientSampler(8, 0.1, "partitioned_poisson", partitions=9)  # more partitions than clients
+    assert err.value.field == "algorithm.bands"
+    with pytest.raises(ValueError, match="partitions"):
+        ClientSampler(8, 0.25, "poisson", partitions=2)
 
 
 def test_client_sampler_bad_arguments():

@@ -2,7 +2,8 @@
 (Choquette-Choo, Ganesh, McKenna, McMahan, Rush, Thakurta, Xu, NeurIPS 2023, "(Amplified) Banded Matrix
 Factorization: A unified approach to private training"), with the banded square root of the prefix-sum matrix as its
 strategy (Kalinin, Lampert, NeurIPS 2024, "Banded Square Root Matrix Factorization for Differentially Private Model
-Training"), under b-min-separated participation enforced by round robin.
+Training"), under b-min-separated participation enforced by round robin, or by Poisson sampling within b public
+partitions taking turns (amplified BandMF, below).
 
 **The algorithm.** A prefix-sum FTRL (``dpfl.algorithms.noisy_prefix_sums``: the clients' clipped updates u_i, the
 round's sum g_t, the step x_t = x_{t-1} - (eta / n) (g_t + e_t), no restart: the anchor is x_0) whose factorization
@@ -51,12 +52,37 @@ participation``). The observers of the server's output (third party, another sil
 server sees the clients' unnoised updates (plain) or their sum (secure aggregation): epsilon infinite. The family's
 default boundary is "trusted", as dp-ftrl's.
 
-**The participation schema.** The separation is what the sampler enforces, not what is assumed: round robin with
-cohorts of n out of M clients puts every two rounds of one client at least floor(M / n) apart, so b <= floor(M / n)
-is required (the default b is that separation, the most the schema allows) and a larger b is refused naming
-``algorithm.bands``. Fixed-size, Poisson and disjoint (a fresh partition per epoch, which may put a client in
-consecutive rounds) cohorts are refused: amplified BandMF (Poisson sampling within b-partitions, Choquette-Choo et
-al. 2023, Sec. 4) and the optimised strategy are not implemented.
+**The participation schemas.** The separation is what the sampler enforces, not what is assumed. Round robin
+(``algorithm.client_sampling = "round_robin"``, the default) with cohorts of n out of M clients puts every two rounds
+of one client at least floor(M / n) apart, so b <= floor(M / n) is required (the default b is that separation, the
+most the schema allows) and a larger b is refused naming ``algorithm.bands``. Fixed-size, Poisson and disjoint (a
+fresh partition per epoch, which may put a client in consecutive rounds) cohorts are refused; the optimised strategy
+is not implemented.
+
+**Amplified BandMF** (``algorithm.client_sampling = "partitioned_poisson"``; Choquette-Choo et al. 2023, Sec. 4, their
+amplification theorem). The clients are split into b public partitions, client i in partition i mod b; in round t only
+partition t mod b may take part, each of its clients independently with probability q = l b (``engine.sampling``: the
+expected cohort is still about l M; q <= 1 needs b <= floor(1 / l), the default b, and a larger b is refused naming
+``algorithm.bands``). The divisor n is the public expected cohort round(l M). A client's rounds are a multiple of b
+apart, so its columns' supports [j, j + b) tile the rounds. The derivation, for an owner of partition p, neighbours
+differing in its data (zero-out), towards an observer who does not know the cohort: split y = C g + nu into blocks of
+rows [j_k, j_k + b), j_k = p + k b (rows before j_0 do not depend on the owner). Given the earlier blocks, the owner's
+update d = d_{j_k} (||d|| <= C) is fixed, and only its coin B_k ~ Bernoulli(q) (independent of everything else) decides
+whether it enters; no other round of the block holds the owner, so row t of the block is f_t(y_{<t}) + c_{t - j_k} B_k d
++ nu_t, f_t the same function of the earlier rows and the other clients' data and coins on both neighbours. Subtracting
+f_t row by row is the same invertible map on both, after which the block is (1 - q) N(0, s^2 I) + q N(v, s^2 I) against
+N(0, s^2 I), ||v|| <= ||c|| C, s = z ||c|| C: after a rotation, the Poisson subsampled Gaussian of multiplier z, and a
+mixture over the other clients' coins of such pairs (joint convexity of the hockey-stick divergence) is dominated by it
+too. The blocks compose adaptively (a dominating pair composes adaptively: Zhu, Dong, Wang 2022). So the run is the
+composition of ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` over the owner's eligible rounds, ceil((T - p) / b) of
+them in T rounds, at most ceil(T / b) for p = 0; a block cut by the horizon moves y by less than ||c|| C and is charged
+whole, as above. The ledger charges it through the sampler's participation (``ClientSampler.cohort``): partition 0's
+rounds 0, b, 2b, ... (the most of any partition in every prefix, never later) as a Poisson cohort of rate q, other
+rounds as no participation; ``dpfl.accounting.observers`` then amplifies the server's draw by the secret cohort
+towards an observer who does not know it (``secret_cohort_event``: the third party, and another silo unless
+privacy.cohort or secure aggregation tells it who takes part) and charges
+``ParticipationDpEvent(q, GaussianDpEvent(z))`` to one who does (no amplification: it learns B_k). The worst case of ``tests/algorithms/test_bandmf.py`` runs the
+instance in which this is exact.
 """
 
 from __future__ import annotations
@@ -70,13 +96,15 @@ from dp_accounting import dp_event
 from dpfl.accounting.observers import OTHER_SILO, THIRD_PARTY, Release
 from dpfl.algorithms.noisy_prefix_sums import PrefixSumFtrl, PrefixSumFtrlConfig, check_section, shared_fields
 from dpfl.algorithms.registry import AlgorithmSpec, Calibration, Setting, register
+from dpfl.counts import TOLERANCE
 from dpfl.engine.protocol import State
-from dpfl.engine.sampling import ClientSampler
+from dpfl.engine.sampling import PARTITIONED, ClientSampler
 from dpfl.errors import ConfigError, check_range
 
 NAME = "bandmf"
-#: the only client sampler that enforces a minimum separation between a client's rounds
-SAMPLING = "round_robin"
+#: the client samplers that enforce a minimum separation between a client's rounds: round robin, and Poisson within
+#: b partitions taking turns (amplified BandMF)
+SAMPLINGS = ("round_robin", PARTITIONED)
 #: z when neither algorithm.noise_multiplier nor privacy.epsilon is given
 DEFAULT_NOISE = 1.0
 
@@ -97,6 +125,7 @@ class BandMf(PrefixSumFtrl):
 
     coefficients: tuple[float, ...]  # c_0..c_{b-1}, the bands of C
     separation: int  # the fewest rounds between two rounds of one client, >= b
+    partition_rate: float | None = None  # q, a client's chance in its partition's rounds; None: round robin
 
     @property
     def bands(self) -> int:
@@ -104,8 +133,12 @@ class BandMf(PrefixSumFtrl):
 
     @property
     def assumptions(self) -> dict[str, str]:
-        return {"participation": f"every two rounds of one client are at least {self.separation} >= b = "
-                                 f"{self.bands} rounds apart (round robin)"}
+        if self.partition_rate is None:
+            return {"participation": f"every two rounds of one client are at least {self.separation} >= b = "
+                                     f"{self.bands} rounds apart (round robin)"}
+        return {"participation": f"client i takes part only in rounds t = i mod b of the b = {self.bands} public "
+                                 f"partitions, each time independently with probability q = {self.partition_rate:g} "
+                                 "(partitioned Poisson; amplified towards observers who do not know the cohort)"}
 
     @property
     def column_norm(self) -> float:
@@ -152,27 +185,51 @@ class BandMfConfig(PrefixSumFtrlConfig):
                 f"calibrated to privacy.epsilon, else {DEFAULT_NOISE})"})
     bands: int | None = field(default=None, metadata={
         "help": "b, the bands of the strategy C (Kalinin and Lampert's banded square root); at most the separation "
-                "floor(M / n) of a client's rounds under round robin (default: that separation)", "min": 1})
+                "floor(M / n) of a client's rounds under round robin, and the public partitions, at most floor(1 / l), "
+                "under partitioned_poisson (default: that most)", "min": 1})
 
 
-def _round_robin(setting: Setting) -> ClientSampler:
-    """The run's client sampler, refused unless round robin. A config validated before its data is built
-    (``Setting.num_clients`` None) gets a stand-in of one client per round; the run builds the real one."""
-    if setting.client_sampling != SAMPLING:
+def partitions(config: BandMfConfig, num_clients: int, rate: float) -> int:
+    """b, the public partitions of amplified BandMF (``partitioned_poisson``): algorithm.bands, by default
+    floor(1 / l) (q = l b <= 1, at most M partitions), the most the schema allows."""
+    most = min(max(1, math.floor(1 / rate + TOLERANCE)), num_clients)
+    bands = most if config.bands is None else config.bands
+    check_range("algorithm.bands", bands, 1, integer=True)
+    if bands > most:
+        raise ConfigError("algorithm.bands", bands,
+                          f"at most {most} for {NAME!r} under {PARTITIONED!r}: each client of the round's partition "
+                          f"takes part with probability q = l b, at most 1 for l = {rate:g}, and the M = "
+                          f"{num_clients} clients fill at most M partitions (or lower algorithm.client_rate)")
+    return bands
+
+
+def _clients(config: BandMfConfig, setting: Setting) -> ClientSampler:
+    """The run's client sampler, refused unless it enforces a separation (round robin, or partitioned Poisson with
+    the bands as partitions). A config validated before its data is built (``Setting.num_clients`` None) gets a
+    stand-in of one client per round; the run builds the real one."""
+    if setting.client_sampling not in SAMPLINGS:
         raise ConfigError("algorithm.client_sampling", setting.client_sampling,
-                          f"{SAMPLING!r} for {NAME!r}: its accounting needs every two rounds of a client at least b "
-                          "apart, which only round robin enforces (amplified BandMF, by Poisson sampling within "
-                          "b-partitions, is not implemented)")
+                          f"one of {list(SAMPLINGS)} for {NAME!r}: its accounting needs every two rounds of a client "
+                          "at least b apart, which round robin enforces, and Poisson sampling within b public "
+                          "partitions taking turns (amplified BandMF)")
     if setting.num_clients is None:
-        return ClientSampler(1, 1.0, SAMPLING)
-    return ClientSampler(setting.num_clients, setting.client_rate, SAMPLING)
+        return ClientSampler(1, 1.0, setting.client_sampling)
+    if setting.client_sampling == PARTITIONED:
+        return ClientSampler(setting.num_clients, setting.client_rate, PARTITIONED,
+                             partitions=partitions(config, setting.num_clients, setting.client_rate))
+    return ClientSampler(setting.num_clients, setting.client_rate, setting.client_sampling)
 
 
 def build(name: str, config: BandMfConfig, setting: Setting) -> BandMf:
     if name != NAME:
         raise ConfigError("algorithm.name", name, f"{NAME!r}")
     check_section(NAME, config, setting)
-    clients = _round_robin(setting)
+    clients = _clients(config, setting)
+    fields = {**shared_fields(config, setting, DEFAULT_NOISE), "population": clients.num_clients,
+              "cohort_size": clients.cohort_size}
+    if clients.scheme == PARTITIONED:
+        return BandMf(**fields, coefficients=banded_sqrt_coefficients(clients.partitions),
+                      separation=clients.partitions, partition_rate=clients.partition_rate)
     separation = clients.num_clients // clients.cohort_size
     bands = separation if config.bands is None else config.bands
     check_range("algorithm.bands", bands, 1, integer=True)
@@ -182,25 +239,29 @@ def build(name: str, config: BandMfConfig, setting: Setting) -> BandMf:
                           f"floor({clients.num_clients} / {clients.cohort_size}) apart, and the sensitivity of a "
                           "b-banded strategy holds for participations at least b apart (or lower "
                           "algorithm.client_rate)")
-    return BandMf(**shared_fields(config, setting, DEFAULT_NOISE), population=clients.num_clients,
-                  cohort_size=clients.cohort_size, coefficients=banded_sqrt_coefficients(bands),
-                  separation=separation)
+    return BandMf(**fields, coefficients=banded_sqrt_coefficients(bands), separation=separation)
 
 
 def initial_noise(name: str, config: BandMfConfig, setting: Setting) -> float:
-    """z ~ sqrt(k) / epsilon over k ~ ceil(T n / M) participations, where the search for privacy.epsilon starts."""
-    clients = _round_robin(setting)
-    participations = -(-setting.rounds * clients.cohort_size // clients.num_clients)
+    """z ~ sqrt(k) / epsilon over the k participations the ledger charges (ceil(T n / M) under round robin, ceil(T / b)
+    under partitioned Poisson), where the search for privacy.epsilon starts."""
+    clients = _clients(config, setting)
+    if clients.scheme == PARTITIONED:
+        participations = -(-setting.rounds // clients.partitions)
+    else:
+        participations = -(-setting.rounds * clients.cohort_size // clients.num_clients)
     return max(0.1, math.sqrt(participations) / setting.epsilon)
 
 
 register(AlgorithmSpec(
     names=(NAME,), config=BandMfConfig, build=build, private=lambda name: True,
     help="BandMF: FTRL on prefix sums through the banded square root factorization, each client in round robin at "
-         "least b rounds apart (user-level, no sampling credit; Choquette-Choo et al. 2023, Kalinin and Lampert 2024)",
-    privacy_defaults={"boundary": "trusted"}, common_defaults={"client_sampling": SAMPLING},
+         "least b rounds apart, or amplified by Poisson sampling within b partitions taking turns (user-level; "
+         "Choquette-Choo et al. 2023, Kalinin and Lampert 2024)",
+    privacy_defaults={"boundary": "trusted"}, common_defaults={"client_sampling": "round_robin"},
+    partitions=partitions,
     calibration=Calibration(lambda name, config, setting: (THIRD_PARTY, OTHER_SILO), initial_noise),
 ))
 
-__all__ = ["NAME", "SAMPLING", "DEFAULT_NOISE", "banded_sqrt_coefficients", "BandMf", "BandMfConfig", "build",
-           "initial_noise"]
+__all__ = ["NAME", "SAMPLINGS", "DEFAULT_NOISE", "banded_sqrt_coefficients", "BandMf", "BandMfConfig", "partitions",
+           "build", "initial_noise"]

@@ -20,6 +20,7 @@ import typing
 from dataclasses import dataclass
 from typing import Callable
 
+from dpfl.engine.sampling import PARTITIONED, ClientSampler
 from dpfl.errors import ConfigError
 from dpfl.noise import DiscreteGaussianMechanism, GaussianMechanism
 
@@ -29,8 +30,9 @@ COMMON_KEYS = {
     "rounds": (int, 100, None, "T, communication rounds (a one-pass family, e.g. projected-noisy-sgd: one pass, "
                                "when data.num_clients is given)"),
     "client_rate": (float, 0.2, None, "l, fraction of clients per round"),
-    "client_sampling": (str, "fixed", ("fixed", "poisson", "round_robin", "disjoint"),
-                        "fixed size without replacement, Poisson, round robin, or disjoint batches per epoch"),
+    "client_sampling": (str, "fixed", ("fixed", "poisson", "round_robin", "disjoint", "partitioned_poisson"),
+                        "fixed size without replacement, Poisson, round robin, disjoint batches per epoch, or Poisson "
+                        "within b public partitions taking turns (bandmf only: amplified BandMF)"),
 }
 
 
@@ -183,6 +185,10 @@ class AlgorithmSpec:
     common_defaults: dict = dataclasses.field(default_factory=dict, hash=False)
     #: how privacy.epsilon sets this family's noise (None: the family does not calibrate to privacy.epsilon)
     calibration: Calibration | None = None
+    #: (config section, number of clients, client rate) -> b, the public partitions of the "partitioned_poisson"
+    #: client sampler (``dpfl.engine.sampling``), for a family whose analysis uses them (amplified BandMF); None: the
+    #: family refuses that scheme
+    partitions: Callable | None = None
     #: whether the family's private names take run.secure_noise (their Gaussian mechanisms come from
     #: ``Setting.gaussian``, and the builder refuses the options it does not cover); False: validation refuses it
     secure_noise: bool = False
@@ -199,6 +205,22 @@ class AlgorithmSpec:
             return self.cohort(section, num_clients)
         raise TypeError("the cohort of a family without its own cohort keys comes from algorithm.client_rate and "
                         "algorithm.client_sampling")
+
+    def client_sampler(self, name: str, section, num_clients: int, rate: float, scheme: str,
+                       public_seed: int | None = None) -> ClientSampler:
+        """The ClientSampler of a run of this family: with the family's partitions under "partitioned_poisson", which
+        a family without ``partitions`` refuses (ConfigError naming algorithm.client_sampling)."""
+        self.check_sampling(name, scheme)
+        partitions = self.partitions(section, num_clients, rate) if scheme == PARTITIONED else 1
+        return ClientSampler(num_clients, rate, scheme, public_seed=public_seed, partitions=partitions)
+
+    def check_sampling(self, name: str, scheme: str) -> None:
+        """ConfigError naming algorithm.client_sampling for "partitioned_poisson" in a family without ``partitions``."""
+        if scheme == PARTITIONED and self.partitions is None:
+            others = [n for s in specs() if s.partitions is not None for n in s.names]
+            raise ConfigError("algorithm.client_sampling", scheme,
+                              f"another scheme for {name!r}: {PARTITIONED!r} (Poisson within b public partitions "
+                              f"taking turns) is accounted only for {others} (amplified BandMF)")
 
     def check_rounds(self, section, num_clients: int, rounds: int, name: str) -> None:
         """ConfigError naming algorithm.rounds when a one-pass family (``max_rounds``) is given more rounds than its

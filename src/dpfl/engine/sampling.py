@@ -14,8 +14,11 @@ of the sampling it really performs, and the simulator wraps the noise event with
   zero-out n_i is the same on both datasets, so the divisor is a public constant.
 
 Clients are sampled per round, ``ClientSampler.sample(t, seed)`` (from the server's stream of round t): fixed size, Poisson, round robin (cohort t is
-the next floor(l M) clients in id order), or disjoint batches (a fresh random partition of the clients each epoch of
-ceil(1 / l) rounds, drawn from the round's stream, so no cursor needs saving). ``ClientSampler.participation(t)`` says
+the next floor(l M) clients in id order), disjoint batches (a fresh random partition of the clients each epoch of
+ceil(1 / l) rounds, drawn from the round's stream, so no cursor needs saving), or partitioned Poisson
+(Choquette-Choo et al. 2023, Sec. 4: the clients in b public partitions, client i in partition i mod b; in round t
+only partition t mod b takes part, each of its clients independently with probability q = l b, so the expected
+cohort is still about l M and every two rounds of one client are a multiple of b apart). ``ClientSampler.participation(t)`` says
 how likely the record owner is to take part in round t, for the accounting (``dpfl.accounting.observers``).
 """
 
@@ -34,7 +37,11 @@ from dpfl.engine import randomness
 from dpfl.errors import ConfigError, check_range
 
 SCHEMES = ("fixed", "poisson")
-CLIENT_SCHEMES = ("fixed", "poisson", "round_robin", "disjoint")
+#: b public partitions in turn, Poisson within the round's partition (module docstring)
+PARTITIONED = "partitioned_poisson"
+CLIENT_SCHEMES = ("fixed", "poisson", "round_robin", "disjoint", PARTITIONED)
+#: the schemes whose cohort is drawn by independent coins (its size random)
+POISSON_SCHEMES = ("poisson", PARTITIONED)
 
 
 def uniform_keys(counts: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -160,26 +167,47 @@ class ClientSampler:
     #: a public seed that names the cohort streams instead of the run's noise key, for a family whose analysis
     #: treats its cohorts as public (``registry.AlgorithmSpec.public_cohorts``); None: cohorts are secret
     public_seed: int | None = None
+    #: b, the public partitions of the partitioned Poisson scheme (1 for every other scheme)
+    partitions: int = 1
 
     def __post_init__(self):
         check_range("algorithm.client_rate", self.rate, 0.0, 1.0, low_open=True)
         if self.scheme not in CLIENT_SCHEMES:
             raise ConfigError("algorithm.client_sampling", self.scheme, f"one of {list(CLIENT_SCHEMES)}")
+        if self.partitions != 1 and self.scheme != PARTITIONED:
+            raise ValueError(f"partitions = {self.partitions}: only the {PARTITIONED!r} scheme has partitions")
+        if self.scheme == PARTITIONED:
+            check_range("algorithm.bands", self.partitions, 1, self.num_clients, integer=True)  # b: bandmf's key
+            if self.rate * self.partitions > 1 + TOLERANCE:
+                raise ConfigError("algorithm.client_rate", self.rate,
+                                  f"at most 1 / b = 1 / {self.partitions} for {PARTITIONED!r} with b = "
+                                  f"{self.partitions} partitions (each client of the round's partition takes part "
+                                  "with probability q = l b)")
         if self.scheme != "poisson" and self.cohort_size < 1:
             raise ConfigError("algorithm.client_rate", self.rate,
                               f"a rate with floor(rate * {self.num_clients}) >= 1 client per round")
 
     @property
     def cohort_size(self) -> int:
-        """floor(l M); for Poisson the expected size l M, rounded."""
-        if self.scheme == "poisson":
+        """floor(l M); for Poisson and partitioned Poisson the expected size l M, rounded."""
+        if self.scheme in POISSON_SCHEMES:
             return round(self.rate * self.num_clients)
         return sampled_count(self.rate, self.num_clients)
+
+    @property
+    def partition_rate(self) -> float:
+        """q = l b, each client's chance of taking part in a round of its partition (partitioned Poisson)."""
+        return min(1.0, self.rate * self.partitions)
 
     @property
     def epoch(self) -> int:
         """Rounds in which every client takes part once (round robin, disjoint): ceil(M / n)."""
         return -(-self.num_clients // self.cohort_size)
+
+    @property
+    def partition_size(self) -> int:
+        """ceil(M / b), the clients of partition 0, the largest (partitioned Poisson)."""
+        return -(-self.num_clients // self.partitions)
 
     def sample(self, round_index: int, seed: int) -> torch.Tensor:
         """The sorted ids of round ``round_index``'s cohort, drawn from the server's cohort stream of the run's noise
@@ -196,6 +224,9 @@ class ClientSampler:
         generator = randomness.generator(seed, round_index, randomness.SERVER, "cohort")
         if self.scheme == "fixed":
             return torch.randperm(m, generator=generator)[:n].sort().values
+        if self.scheme == PARTITIONED:  # partition t mod b: clients t mod b, t mod b + b, ...
+            members = torch.arange(round_index % self.partitions, m, self.partitions)
+            return members[torch.rand(members.numel(), generator=generator) < self.partition_rate]
         return (torch.rand(m, generator=generator) < self.rate).nonzero().squeeze(1)
 
     def cohort(self, round_index: int) -> Cohort:
@@ -205,6 +236,10 @@ class ClientSampler:
             cohort = Cohort.fixed(self.num_clients, self.cohort_size)
         elif self.scheme == "poisson":
             cohort = Cohort.poisson(self.num_clients, self.rate)
+        elif self.scheme == PARTITIONED and self.participation(round_index) > 0:
+            cohort = Cohort.poisson(self.partition_size, self.partition_rate)
+        elif self.scheme == PARTITIONED:
+            cohort = Cohort.scheduled(self.num_clients, self.cohort_size, 1, False)
         else:
             smallest = self.num_clients - (self.epoch - 1) * self.cohort_size if self.scheme == "disjoint" else \
                 self.cohort_size
@@ -218,12 +253,16 @@ class ClientSampler:
         Fixed size: n / M; Poisson: l. Round robin: client 0 is in every cycle's first cohort and so takes part at
         least as often as any client: 1 in the rounds it is in, else 0. Disjoint batches: every client takes part
         once per epoch, in a round it cannot be sure of in advance; it is charged at the epoch's first round (1),
-        which is the same total, charged early.
+        which is the same total, charged early. Partitioned Poisson: partition 0's clients may take part in rounds
+        0, b, 2b, ..., ceil(t / b) of the first t rounds, at least as many as any partition's in every prefix and
+        never later: q = l b in those rounds, else 0.
         """
         if self.scheme == "fixed":
             return self.cohort_size / self.num_clients
         if self.scheme == "poisson":
             return self.rate
+        if self.scheme == PARTITIONED:
+            return self.partition_rate if round_index % self.partitions == 0 else 0.0
         if self.scheme == "round_robin":
             return 1.0 if bool((self.sample(round_index, 0) == 0).any()) else 0.0
         return 1.0 if round_index % self.epoch == 0 else 0.0

@@ -155,8 +155,7 @@ def build_clients(config: RunConfig, dataset: FederatedDataset) -> ClientSampler
     """The cohort sampler: cohorts from the secret noise key, or from run.seed for a family whose analysis treats
     them as public (``registry.AlgorithmSpec.public_cohorts``)."""
     public = config.algorithm.spec.public_cohorts
-    return ClientSampler(dataset.num_clients, *config.algorithm.cohort_sampling(dataset.num_clients),
-                         public_seed=config.run.seed if public else None)
+    return config.algorithm.client_sampler(dataset.num_clients, public_seed=config.run.seed if public else None)
 
 
 def run_delta(config: RunConfig, dataset: FederatedDataset) -> float:

@@ -45,8 +45,8 @@ def noise_for_epsilon(spec: AlgorithmSpec, name: str, section, setting: Setting,
     target = check_range("privacy.epsilon", setting.epsilon, 0.0, low_open=True)
     check_range("algorithm.rounds", setting.rounds, 1, integer=True)
     rate = setting.client_rate if calibration.credits_client_sampling else 1.0
-    clients = ClientSampler(setting.num_clients, rate, setting.client_sampling,
-                            public_seed=setting.seed if spec.public_cohorts else None)
+    clients = spec.client_sampler(name, section, setting.num_clients, rate, setting.client_sampling,
+                                  public_seed=setting.seed if spec.public_cohorts else None)
     boundary, observers = calibration_target(spec, name, section, setting, boundary)
     searched = calibration.searched(name, section)
 

@@ -56,6 +56,12 @@ class AlgorithmConfig:
             return self.client_rate, self.client_sampling
         return self.spec.client_sampling(self.section, num_clients)
 
+    def client_sampler(self, num_clients: int, public_seed: int | None = None):
+        """The run's ``ClientSampler`` (``registry.AlgorithmSpec.client_sampler``: the family's partitions where it
+        has them)."""
+        rate, scheme = self.cohort_sampling(num_clients)
+        return self.spec.client_sampler(self.name, self.section, num_clients, rate, scheme, public_seed)
+
     def check_rounds(self, num_clients: int) -> None:
         """ConfigError naming algorithm.rounds when a one-pass family has more rounds than its clients allow."""
         self.spec.check_rounds(self.section, num_clients, self.rounds, self.name)

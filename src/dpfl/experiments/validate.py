@@ -18,7 +18,6 @@ from dpfl.algorithms import registry
 from dpfl.engine.boundary import Boundary
 from dpfl.engine.device import resolve_device
 from dpfl.engine.epsilon_schedule import check_epsilon_every
-from dpfl.engine.sampling import ClientSampler
 from dpfl.errors import ConfigError, check_delta, check_range, check_target_epsilon
 from dpfl.models import check_model_keys
 from dpfl.experiments.tensorboard_log import check_tensorboard
@@ -54,10 +53,11 @@ def validate(config: RunConfig) -> None:
     delta = privacy.delta
     if delta is not None:
         check_delta("privacy.delta", delta)  # below MAX_DELTA: values above 1 / N warn (dpfl.experiments.doubtful)
+    algorithm.spec.check_sampling(algorithm.name, algorithm.client_sampling)  # a scheme the family cannot account
     num_clients = config.data["num_clients"]
     if num_clients is not None:  # None (data with its own clients): the sampler is checked once the data is built
         check_range("data.num_clients", num_clients, 1, integer=True)
-        ClientSampler(num_clients, *algorithm.cohort_sampling(num_clients))
+        algorithm.client_sampler(num_clients)
         algorithm.check_rounds(num_clients)
     boundary = Boundary(privacy.boundary, released=privacy.release, shuffle=privacy.shuffler, cohort=privacy.cohort)
     # a family that sizes its cohort or calibrates its noise from the data (its Calibration, with privacy.epsilon),
