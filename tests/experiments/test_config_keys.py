@@ -593,6 +593,12 @@ def _eval_every(p):
     assert [m.round for m in p.sim.run(4)] == [2, 4]
 
 
+def _eval_clients(p):  # 3 of the 6 clients measured, the same ones each time; the model trained as the base's
+    assert p.sim.eval_clients.tolist() == sorted(p.sim.eval_clients.tolist()) and len(p.sim.eval_clients) == 3
+    last, base_last = p.sim.run(2)[-1], p.base.run(2)[-1]
+    assert torch.equal(p.sim.model, p.base.model) and last.train_loss != base_last.train_loss
+
+
 def _epsilon_every(p):  # every 3rd evaluation and the last report epsilon, the others null; "auto" (the base's):
     # powers of two, the checkpoints (every 10th) and the last. The numbers: those of the journal's curve exactly
     assert p.sim.epsilon_every == 3 and p.base.epsilon_every == "auto"
@@ -963,6 +969,7 @@ TABLE: dict[str, list[Row]] = {
     "run.seed": [Row("5", _run_seed)],
     "run.noise_seed": [Row("5", _noise_seed)],
     "run.eval_every": [Row("2", _eval_every)],
+    "run.eval_clients": [Row("3", _eval_clients)],
     "run.checkpoint_every": [Row("3", _checkpoint_every)],
     "run.epsilon_every": [Row("3", _epsilon_every)],
     "run.memory_mb": [Row("2", _memory_mb)],

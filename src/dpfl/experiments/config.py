@@ -120,10 +120,6 @@ SCHEMA: dict[str, dict[str, tuple]] = {
                                                       "against observers who do not know it (None: a secret key from "
                                                       "the OS's entropy, kept in the run directory's noise.key)"),
         "eval_every": (int, 1, None, "evaluate every this many rounds"),
-        "eval_clients": ((int, type(None)), None, None, "evaluate the train loss and test accuracy on a fixed sample "
-                                                        "of this many clients (drawn once from run.seed, the same "
-                                                        "at every evaluation and on a resume), for a federation too "
-                                                        "large to evaluate in full; None: every client"),
         "checkpoint_every": (int, 10, None, "checkpoint every this many rounds"),
         "memory_mb": (int, 512, None, "memory for one chunk of the cohort's work (results depend on it only through "
                                       "float rounding, and not at all with one thread)"),
@@ -157,6 +153,10 @@ SCHEMA: dict[str, dict[str, tuple]] = {
                                                     "rounds 1, 2, 4, 8, ..., every checkpoint and the last; k = every "
                                                     "k-th round and the last (1: every round); the final epsilon is "
                                                     "always computed"),
+        "eval_clients": ((int, type(None)), None, None, "evaluate the train loss and test accuracy on a fixed sample "
+                                                        "of this many clients (drawn once from run.seed, the same "
+                                                        "at every evaluation and on a resume), for a federation too "
+                                                        "large to evaluate in full; None: every client"),
     },
 }
 

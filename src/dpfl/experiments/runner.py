@@ -128,7 +128,7 @@ def run_with_ledger(config: dict, out_dir: str | Path | None = None, progress: b
         results_file = None if out is None else ResultsFile(out / "results.json")
         archived = archived_spend(out)  # a restart archives the run, not the privacy it spent
 
-        logged = len(sim.history)  # TensorBoard holds the rows before it (a resumed run's, from the first session)
+        logged = len(sim.history)  # TensorBoard holds the rows before it (a resumed run's, from the process before)
 
         def log(rows: list) -> None:  # TensorBoard's events of the rows whose epsilon is read (or not scheduled)
             nonlocal logged
