@@ -90,11 +90,19 @@ def test_a_sweep_runs_every_point_and_states_what_choosing_among_them_costs(tmp_
     assert "1-lr=-1: exit status 2: " in captured.err
 
 
-def test_runs_that_share_a_fixed_noise_key_get_no_composed_epsilon(tmp_path, capsys):
+def test_runs_that_share_a_fixed_noise_key_get_no_composed_epsilon(tmp_path):
+    """Two runs drawn from the same run.noise_seed (the research mode) add the same noise: their ledgers' composition
+    is not their privacy, so none is stated; with secret keys it is (each run's epsilon below it)."""
     config = tmp_path / "tiny.toml"
-    config.write_text(TINY.replace("rounds = 2", "rounds = 1") + "[run]\nnoise_seed = 3\n")
-    out = tmp_path / "sweep"
-    assert main(["sweep", str(config), "--grid", "algorithm.lr=0.05,0.1", "--out", str(out), "--json"]) == 0
-    summary = json.loads(capsys.readouterr().out)
-    assert summary["composed_epsilon"] is None and "run.noise_seed" in summary["composed_note"]
-    assert all(math.isfinite(r["epsilon.third_party"]) for r in summary["points"])
+    config.write_text(TINY.replace("rounds = 2", "rounds = 1"))
+    runs = {}
+    for name, extra in (("a", ["run.noise_seed=3"]), ("b", ["run.noise_seed=3", "algorithm.lr=0.05"]), ("c", []),
+                        ("d", ["algorithm.lr=0.05"])):
+        dpfl.run(dpfl.load_config(str(config), extra), out=tmp_path / name)
+        runs[name] = tmp_path / name
+    composed, note = sweep.composed_epsilon([runs["a"], runs["b"]])
+    assert composed is None and "run.noise_seed" in note
+    composed, note = sweep.composed_epsilon([runs["c"], runs["d"]])
+    single = json.loads((runs["c"] / "results.json").read_text())["final"]["epsilon"]
+    assert note == "2 runs' ledgers composed (2 rounds)"
+    assert all(math.isfinite(composed[o]) and composed[o] > single[o] for o in single)
