@@ -122,6 +122,7 @@ def uninterrupted(config, tmp_path_factory):
     return ledger_and_model(out)
 
 
+@pytest.mark.slow  # ~25 s of CPU (three launches of two ranks); the contract test over ranks stays in the default run
 def test_a_rank_killed_mid_run_resumes_to_the_uninterrupted_result(config, uninterrupted, tmp_path):
     """Rank 1 killed (SIGKILL) at a random round: the launcher ends rank 0 too and exits 137; `--resume --nproc 2`
     replays from rank 0's last checkpoint, charging no round twice, to the uninterrupted run's ledger (fingerprints
