@@ -291,11 +291,15 @@ class PrivacyLedger:
         nothing); already completed when they are remembered."""
         position = self._latest.get(round_index)
         compositions = self._compositions_through(len(self._journal) - 1 if position is None else position)
+
+        def read() -> dict[str, float]:
+            return {o: self._epsilon_of(o, composed) for o, composed in compositions.items()}
+
         if all(self._remembered(o, composed) for o, composed in compositions.items()):
-            read = Future()
-            read.set_result({o: self._epsilon_of(o, composed) for o, composed in compositions.items()})
-            return read
-        return _READER.submit(lambda: {o: self._epsilon_of(o, composed) for o, composed in compositions.items()})
+            done = Future()
+            done.set_result(read())
+            return done
+        return _READER.submit(read)
 
     def _compositions_through(self, position: int) -> dict[str, list[tuple[str, int]]]:
         """Each observer's composition (``_composed``) of the journal's entries up to ``position`` (-1: none)."""

@@ -50,7 +50,8 @@ def _sweep(args) -> int:
         raise ConfigError("--select", args.select, f"one of {list(sweep.SELECTABLE)}")
     if args.threads is not None and args.threads < 1:
         raise ConfigError("--threads", args.threads, "an integer >= 1")
-    grid_points = sweep.points(sweep.parse_grid(args.grid))
+    grid = sweep.parse_grid(args.grid)
+    grid_points = sweep.points(grid)
     sweep.check_points(args.config, grid_points, args.overrides)
     out = Path(args.out)
     devices = None if args.devices is None else [d.strip() for d in args.devices.split(",") if d.strip()]
@@ -59,7 +60,7 @@ def _sweep(args) -> int:
     rows = sweep.table(grid_points, out)
     done = [out / "points" / row["point"] for row in rows if row["status"] in ("finished", "stopped")]
     composed, note = sweep.composed_epsilon(done) if done else (None, "no run finished")
-    summary = {"config": args.config, "grid": {k: v for k, v in sweep.parse_grid(args.grid).items()},
+    summary = {"config": args.config, "grid": grid,
                "composed_epsilon": composed, "composed_note": note,
                "composed_meaning": "epsilon per observer of releasing every finished run together: what a model "
                                    "chosen by looking at several of them costs"}

@@ -276,7 +276,7 @@ class Simulation:
             train, test = self.evaluated()
             loss, _ = self.grads.mean_loss_and_accuracy(x, train.flat_chunks())  # a piece at a time: 10^5 clients'
             _, accuracy = self.grads.mean_loss_and_accuracy(x, test.flat_chunks())  # records are memory-mapped
-            mapping = self.gradient_mapping(x)
+            mapping = self.gradient_mapping(x, train)
         else:
             (loss, accuracy), mapping = self.evaluator(self, x), None
         if loss is not None:
@@ -317,13 +317,14 @@ class Simulation:
         return (self.train.clients(self.eval_clients),
                 self.test.clients(self.eval_clients) if per_client else self.test)
 
-    def gradient_mapping(self, x: torch.Tensor) -> float | None:
-        """||G_eta(x)||^2 on the pooled train data of the evaluated clients (``RoundMetrics``, ``evaluated``), or
-        None for an algorithm without a prox step."""
+    def gradient_mapping(self, x: torch.Tensor, train=None) -> float | None:
+        """||G_eta(x)||^2 on the pooled train data of the evaluated clients (``RoundMetrics``; ``train``: their split,
+        as ``evaluated`` gives it, default gathered here), or None for an algorithm without a prox step."""
         if self.algorithm.composite is None:
             return None
         f1, eta = self.algorithm.composite
-        mapping = f1.gradient_mapping(x, self.grads.mean_loss_gradient(x, self.evaluated()[0].flat_chunks()), eta)
+        train = self.evaluated()[0] if train is None else train
+        mapping = f1.gradient_mapping(x, self.grads.mean_loss_gradient(x, train.flat_chunks()), eta)
         return float(mapping.double().square().sum())
 
     # -- the loop -----------------------------------------------------------------------------------------------
