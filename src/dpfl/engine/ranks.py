@@ -138,14 +138,16 @@ class Ranks:
     def agreed_signal(self, requested: int | None) -> int | None:
         """The stop signal any rank received (the largest number, if several), on every rank; None when none did:
         so that every rank leaves the round loop after the same round."""
-        flag = torch.tensor([requested or 0], dtype=torch.int64, device=self.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return int(flag.item()) or None
+        return self._reduced(requested or 0, dist.ReduceOp.MAX) or None
 
     def total(self, count: int) -> int:
         """The sum of every rank's ``count``, on every rank."""
-        value = torch.tensor([count], dtype=torch.int64, device=self.device)
-        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+        return self._reduced(count, dist.ReduceOp.SUM)
+
+    def _reduced(self, number: int, op) -> int:
+        """Every rank's integer ``number`` reduced by ``op``, on every rank."""
+        value = torch.tensor([number], dtype=torch.int64, device=self.device)
+        dist.all_reduce(value, op=op)
         return int(value.item())
 
     def exchange(self, chunks: list[tuple[torch.Tensor, ClientOutput]]) -> list[tuple[torch.Tensor, ClientOutput]]:
