@@ -10,6 +10,7 @@ import dpfl.noise as noise
 from dpfl.audit import runs
 from dpfl.cli import main
 from dpfl.errors import ConfigError
+from shared_noise import share_noise_streams
 
 from .conftest import noise_for
 
@@ -172,20 +173,10 @@ def test_planted_bug_one_noise_draw_reused_by_every_client_is_caught(make_sim, m
     (``silo_weight`` = M) and sees the canary noise-free. The correct code stays at or below the same claim.
     Measured (500 runs per world, claim 0.534): correct 0.00; bug 4.20 (the largest a 250-run evaluation half
     allows); the default weight 1 does NOT see the bug (0.00: reused noise makes sum - own noisier, not cleaner)."""
-    from dpfl.engine import randomness
-
     clients = 10
     sim = make_sim(BUG_NOISE, BUG_DELTA, clients)
     honest = runs.audit(sim, "other_silo", 500, silo_weight=clients)
-    original = randomness.ClientStreams.__init__
-
-    def shared(self, seed, round_index, ids, purpose):
-        ids = torch.as_tensor(ids)
-        if purpose == "noise":  # audit ids are (world * N + trial) * M + client: map every client to the trial's first
-            ids = ids - ids % clients
-        original(self, seed, round_index, ids, purpose)
-
-    monkeypatch.setattr(randomness.ClientStreams, "__init__", shared)
+    share_noise_streams(monkeypatch, clients)
     buggy = runs.audit(sim, "other_silo", 500, silo_weight=clients)
     assert honest.claimed_epsilon == buggy.claimed_epsilon < 1.0
     assert honest.bound.epsilon <= honest.claimed_epsilon

@@ -13,6 +13,7 @@ from dpfl.audit import response, runs
 from dpfl.engine.grads import CohortGradients
 from dpfl.engine.protocol import ClientContext, ClientData, ServerContext
 from dpfl.errors import ConfigError
+from shared_noise import share_noise_streams
 
 DELTA = 1e-2
 
@@ -111,20 +112,10 @@ def test_planted_bug_one_noise_draw_reused_by_every_client_is_caught(mechanism, 
     own draw, hence everyone's: with equal counts, dx_j = -eta d (g_j + w), so sum - M own (``silo_weight`` = M) is
     noise-free. Four clients, epsilon 1; claims 1.00 (Laplace: no credit) and 0.48 (Gaussian: credited). Measured
     (500 runs per world): correct 0.00 and 0.00; reused 4.51 and 4.72."""
-    from dpfl.engine import randomness
-
     clients = 4
     sim = dpc(mechanism, clients)
     honest = runs.audit(sim, "other_silo", 500, silo_weight=clients)
-    original = randomness.ClientStreams.__init__
-
-    def shared(self, seed, round_index, ids, purpose):
-        ids = torch.as_tensor(ids)
-        if purpose == "noise":  # audit stream ids are (world * N + trial) * M + client: the trial's first client's
-            ids = ids - ids % clients
-        original(self, seed, round_index, ids, purpose)
-
-    monkeypatch.setattr(randomness.ClientStreams, "__init__", shared)
+    share_noise_streams(monkeypatch, clients)
     buggy = runs.audit(sim, "other_silo", 500, silo_weight=clients)
     assert honest.claimed_epsilon == buggy.claimed_epsilon <= 1.0 + 1e-9
     assert honest.bound.epsilon <= honest.claimed_epsilon

@@ -449,3 +449,48 @@ def test_one_counting_rule_for_samplers_and_accountants():
     events = dp_scaffold_round_events(100, 100, 0.29, 0.29, 1, 5.0)
     assert events["server"].probability == 0.29  # 29 of 100 clients
     assert events["server"].event.event.sample_size == 29
+
+
+# -- clients: the audit's independent trials -------------------------------------------------------------------------
+@pytest.mark.parametrize("scheme, m, rate, partitions", [("fixed", 10, 0.3, 1), ("poisson", 10, 0.3, 1),
+                                                         ("disjoint", 6, 0.34, 1),
+                                                         ("partitioned_poisson", 10, 0.1, 4)])
+def test_independent_cohorts_have_the_samplers_law_in_every_trial(scheme, m, rate, partitions):
+    """``independent_cohorts`` (every trial's cohort in one draw) against ``sample``'s law over 3000 trials (fixed
+    seeds): fixed-size rows hold exactly n distinct clients, each client in n / M of them (chi-square, 99.9%), and
+    every n-subset equally likely (pairs: chi-square over the 45 pairs of n = 3 of 10); Poisson rows have the
+    Binomial(M, l) size and each client l of them; a disjoint trial's rounds of one epoch partition the clients and
+    each round's batch is uniform; partitioned Poisson rows lie in partition t mod b, each member at q = l b. A
+    round robin (and a full cohort) is ``sample``'s schedule in every trial; other keys and rounds draw others."""
+    sampler = ClientSampler(m, rate, scheme, partitions=partitions)
+    trials, n = 3000, sampler.cohort_size
+    rows = sampler.independent_cohorts(5, trials, 11)
+    assert rows.shape == (trials, m) and rows.dtype == torch.bool
+    assert not torch.equal(rows, sampler.independent_cohorts(5, trials, 12))
+    freq = rows.sum(0).double()
+    if scheme == "fixed":
+        assert bool((rows.sum(1) == n).all())
+        assert chi_square(freq, torch.full((m,), trials * n / m)) < stats.chi2.ppf(0.999, m - 1)
+        pairs = (rows.double().T @ rows.double())[torch.triu_indices(m, m, 1).unbind()]
+        expected = trials * n * (n - 1) / (m * (m - 1))
+        assert chi_square(pairs, torch.full_like(pairs, expected)) < stats.chi2.ppf(0.999, pairs.numel() - 1)
+    elif scheme == "poisson":
+        sizes = rows.sum(1).double()
+        assert float(sizes.mean()) == pytest.approx(m * rate, abs=0.1)
+        assert float(sizes.var()) == pytest.approx(m * rate * (1 - rate), rel=0.1)
+        assert float(((freq - trials * rate) / math.sqrt(trials * rate * (1 - rate))).abs().max()) < 4.0
+    elif scheme == "disjoint":
+        start = 5 - 5 % sampler.epoch
+        epoch = [sampler.independent_cohorts(t, trials, 11) for t in range(start, start + sampler.epoch)]
+        assert torch.equal(epoch[5 - start], rows)  # the epoch's permutation: drawn at its first round
+        assert bool((torch.stack(epoch).sum(0) == 1).all())  # each trial's epoch covers every client once
+        assert chi_square(freq, torch.full((m,), trials * n / m)) < stats.chi2.ppf(0.999, m - 1)
+    else:
+        q = sampler.partition_rate
+        assert bool((freq[torch.arange(m) % partitions != 5 % partitions] == 0).all())
+        members = freq[torch.arange(m) % partitions == 5 % partitions]
+        assert float(((members - trials * q) / math.sqrt(trials * q * (1 - q))).abs().max()) < 4.0
+    for scheduled in (ClientSampler(10, 0.3, "round_robin"), ClientSampler(10, 1.0)):
+        expected = torch.zeros(10, dtype=torch.bool)
+        expected[scheduled.sample(4, 11)] = True
+        assert torch.equal(scheduled.independent_cohorts(4, 7, 11), expected.expand(7, 10))

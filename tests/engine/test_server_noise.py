@@ -170,9 +170,9 @@ def test_a_resumed_run_replays_the_server_noise(central, tmp_path):
 
 @pytest.mark.parametrize("declared", [None, ()], ids=["as declared", "undeclared"])
 def test_the_audits_trials_give_each_trial_its_own_server_noise_and_check_it(central, declared):
-    """The audit's independent trials (rows of the server state): trial k's server draws from stream (key, round,
-    row id index * trials + k, "server_noise"), as the twin without server noise shows; a draw other than declared
-    stops the trials as it stops a round."""
+    """The audit's independent trials (rows of the server state): trial k's server draws row k of the trials'
+    batched stream (``randomness.batch_generator``: key, round, the first row id index * trials, "server_noise"), as
+    the twin without server noise shows; a draw other than declared stops the trials as it stops a round."""
     noisy = simulation("algorithm.client_rate=1.0")
     plain = simulation("algorithm.client_rate=1.0", "algorithm.noise_multiplier=0.0", noise_key=noisy.seed)
     if declared is not None:
@@ -185,7 +185,6 @@ def test_the_audits_trials_give_each_trial_its_own_server_noise_and_check_it(cen
                            for sim in (noisy, plain))
     alg = noisy.algorithm
     normals = (without - with_noise) * 6 / (alg.lr * alg.mechanism.noise_multiplier * alg.sensitivity)
-    expected = torch.stack([torch.randn(normals.shape[1:], generator=randomness.generator(noisy.seed, 0, 3 + k,
-                                                                                           "server_noise"))
-                            for k in range(3)])
+    expected = torch.randn(normals.shape, generator=randomness.batch_generator(noisy.seed, 0, [3, 4, 5],
+                                                                               "server_noise"))
     assert torch.allclose(normals, expected, atol=1e-4)

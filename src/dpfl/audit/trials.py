@@ -2,13 +2,15 @@
 
 The pattern of ``tests/helpers/worst_case.py``, extended over rounds: every trial keeps its own server state (a
 leading trial axis: ``dpfl.engine.protocol`` lets an algorithm take one server state per row) and its own client
-states (one per (trial, client)); in round t every trial draws its own cohort with the run's client sampler (from its
-own seed, so client sampling is audited too; an algorithm whose release fixes the cohort schedule, ``Release.cohort``,
-is accounted conditionally on the run's schedule, which every trial then follows), and every cohort member of every
-trial becomes one row of ONE batched ``client_round`` call (chunked to ``run.memory_mb``) with its client id and
-streams named by its own stream id, (world * N + trial) * M + client (``ClientContext.stream_ids``), so that its
-record and noise streams (named by (seed, round, stream id, purpose), ``dpfl.engine.randomness``) are independent of
-every other row's and of every other round's. The round is the simulator's own cohort loop
+states (one per (trial, client)); in round t every trial draws its own cohort with the run's client sampler's law
+(all trials in one draw from the world's cohort key, ``ClientSampler.independent_cohorts``, so client sampling is
+audited too; an algorithm whose release fixes the cohort schedule, ``Release.cohort``, is accounted conditionally on
+the run's schedule, which every trial then follows), and every cohort member of every trial becomes one row of ONE
+batched ``client_round`` call (chunked to ``run.memory_mb``) with its client id and the stream id (world * N +
+trial) * M + client (``ClientContext.stream_ids``). A chunk's rows draw each purpose from one batched stream
+(``ClientContext.batched``: named by the chunk's first stream id, ``dpfl.engine.randomness.batch_generator``), so
+every row's records and noise are independent of every other row's and of every other round's at the cost of one
+generator per chunk, not one per row. The round is the simulator's own cohort loop
 (``dpfl.engine.cohort_round.run_cohort``): the noise actually drawn is checked against the declared release, each
 trial's messages are delivered through the run's boundary (a real stage, such as secure aggregation computed by the
 protocol, collects each trial's rows on its own), and the server step runs once per delivered count (all trials of
@@ -91,13 +93,16 @@ class RoundView:
             0, self.trial_of_row[rows], value[rows])
 
 
-def cohorts(sim, world: int, round_index: int, trials: int, scheduled: bool = False) -> list[torch.Tensor]:
-    """Each trial's cohort of round ``round_index``: the run's client sampler, seeded per (world, trial), or, when the
-    release fixes the schedule (``scheduled``), the run's own cohort in every trial."""
+def cohorts(sim, world: int, round_index: int, trials: int, scheduled: bool = False) -> torch.Tensor:
+    """[trials, M] bools: each trial's cohort of round ``round_index``, drawn with the run's client sampler's law for
+    every trial at once from the world's own cohort key (``ClientSampler.independent_cohorts``), or, when the release
+    fixes the schedule (``scheduled``), the run's own cohort in every trial."""
     if scheduled:
-        return [sim.clients.sample(round_index, sim.seed)] * trials
-    seeds = np.random.SeedSequence(sim.seed, spawn_key=(_COHORT_KEY, world)).generate_state(trials, np.uint64) >> 1
-    return [sim.clients.sample(round_index, int(s)) for s in seeds]
+        inside = torch.zeros(trials, sim.train.num_clients, dtype=torch.bool)
+        inside[:, sim.clients.sample(round_index, sim.seed)] = True
+        return inside
+    key = int(np.random.SeedSequence(sim.seed, spawn_key=(_COHORT_KEY, world)).generate_state(1, np.uint64)[0] >> 1)
+    return sim.clients.independent_cohorts(round_index, trials, key)
 
 
 def run_world(sim, world: World, index: int, trials: int, rounds: int, observe: Callable[[RoundView], None],
@@ -114,9 +119,8 @@ def run_world(sim, world: World, index: int, trials: int, rounds: int, observe: 
     started = time.perf_counter()
     for t in range(rounds):
         release = algorithm.release(t, initial, train.counts)  # this world's model (the Dirac canary adds a coordinate)
-        members = cohorts(sim, index, t, trials, scheduled=release.cohort is not None)
-        clients = torch.cat(members) if members else torch.zeros(0, dtype=torch.long)
-        trial_of_row = torch.repeat_interleave(torch.arange(trials), torch.tensor([c.numel() for c in members]))
+        trial_of_row, clients = cohorts(sim, index, t, trials, scheduled=release.cohort is not None).nonzero(
+            as_tuple=True)  # rows by trial, each trial's cohort in id order
         rows = CohortRows(clients, trial_of_row * population + clients, (index * trials + trial_of_row) * population
                           + clients, trials, trial_of_row, index * trials + torch.arange(trials))
         try:

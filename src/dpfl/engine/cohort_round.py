@@ -100,7 +100,7 @@ def client_work(algorithm: Algorithm, round_index: int, seed: int, server: dict[
         yield rows, algorithm.client_round(
             round_index, broadcast, {name: value[rows] for name, value in states.items()},
             ClientData(records.x[part.ids], records.y[part.ids], records.counts[part.ids]),
-            ClientContext(records.grads, seed, round_index, part.ids, part.stream_ids))
+            ClientContext(records.grads, seed, round_index, part.ids, part.stream_ids, batched=cohort.trials > 0))
 
 
 def run_cohort(algorithm: Algorithm, boundary: Boundary, release: Release, round_index: int, seed: int,
@@ -136,7 +136,7 @@ def run_cohort(algorithm: Algorithm, boundary: Boundary, release: Release, round
     # (a randomly stopped run past its tau) delivers nothing; each trial draws from server streams of its own
     for count in torch.unique(counts).tolist():
         same = counts == count
-        ctx = ServerContext(seed, round_index, cohort.server_stream_ids[same])
+        ctx = ServerContext(seed, round_index, cohort.server_stream_ids[same], batched=True)
         updated = algorithm.server_update(round_index, {name: value[same] for name, value in server.items()},
                                           Delivery({name: value[same] for name, value in sums.items()},
                                                    int(count) if sums else 0, population), ctx)

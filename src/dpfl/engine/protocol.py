@@ -98,16 +98,19 @@ class ClientContext:
 
     ``ids`` are the rows' clients (what per-client parameters are indexed by); ``stream_ids`` name their streams
     (default: ``ids``). The empirical audit runs many independent copies of one client as rows: the same client id,
-    each with streams of its own."""
+    each with streams of its own, or with ``batched`` one stream for the chunk's rows (independent draws, not each
+    row's reproducible stream: ``randomness.batch_generator``)."""
 
     grads: CohortGradients
     seed: int
     round: int
     ids: torch.Tensor
     stream_ids: torch.Tensor | None = None
+    batched: bool = False
 
     def streams(self, purpose: str) -> ClientStreams:
-        return ClientStreams(self.seed, self.round, self.ids if self.stream_ids is None else self.stream_ids, purpose)
+        return ClientStreams(self.seed, self.round, self.ids if self.stream_ids is None else self.stream_ids, purpose,
+                             self.batched)
 
 
 @dataclass
@@ -131,11 +134,13 @@ class ServerContext:
     ``events`` against the release's ``server_events`` (``dpfl.engine.cohort_round.check_drawn``).
 
     ``stream_ids``: None for the run's one server state; the empirical audit's independent trials (a server state with
-    a leading row axis) give one id per row, and every row draws from streams of its own."""
+    a leading row axis) give one id per row, and every row draws from streams of its own (``batched``: from one
+    stream for all rows, ``randomness.batch_generator``)."""
 
     seed: int
     round: int
     stream_ids: torch.Tensor | None = None
+    batched: bool = False
     #: the events of the noise drawn in this step, in order (one per draw, as ``ClientOutput.events``)
     events: list[dp_event.DpEvent] = field(default_factory=list)
     _streams: dict[str, ServerStreams] = field(default_factory=dict, repr=False)
@@ -145,7 +150,7 @@ class ServerContext:
         ``.normal(shape)`` draws N(0, 1) of ``shape`` ([rows, *shape] with ``stream_ids``); successive draws continue
         the stream."""
         if purpose not in self._streams:
-            self._streams[purpose] = ServerStreams(self.seed, self.round, self.stream_ids, purpose)
+            self._streams[purpose] = ServerStreams(self.seed, self.round, self.stream_ids, purpose, self.batched)
         return self._streams[purpose]
 
     def drew(self, event: dp_event.DpEvent) -> None:

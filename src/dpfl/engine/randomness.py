@@ -9,6 +9,10 @@ A client's minibatches and noise in round t depend on nothing else: not on which
 Flower SuperNode) can reproduce exactly the draws the simulation makes. Streams are seeded through numpy's ``SeedSequence`` (spawn key = (round, client, purpose)), whose
 derived seeds are statistically independent for distinct keys (O'Neill 2015; numpy's documentation).
 
+The empirical audit's independent trials are the one exception: their rows need independent draws, not each row's
+reproducible stream, and draw from one batched stream per call (``batch_generator``), whose numbers depend on the
+chunk (its first id and every row's shape).
+
 Each client draws what a round needs at the round's start, in one call per purpose (``ClientStreams.uniform`` and
 ``.normal`` with a per-client shape), so that the cost is a few generator seedings per client and round, not one per
 local step.
@@ -109,17 +113,27 @@ def generators(seed: int, round_index: int, clients: Sequence[int], purpose: str
 
 
 class ClientStreams:
-    """The streams of one purpose for a cohort's clients in one round."""
+    """The streams of one purpose for a cohort's clients in one round: one per client, or with ``batched`` one for
+    all of them (``batch_generator``)."""
 
-    def __init__(self, seed: int, round_index: int, clients: Sequence[int] | torch.Tensor, purpose: str):
+    def __init__(self, seed: int, round_index: int, clients: Sequence[int] | torch.Tensor, purpose: str,
+                 batched: bool = False):
         if purpose in SERVER_PURPOSES:  # the audit's server rows are numbered like clients: never share a stream
             raise ValueError(f"purpose = {purpose!r} is the server step's stream, not a client's")
         ids = clients.tolist() if isinstance(clients, torch.Tensor) else list(clients)
-        self.generators = generators(seed, round_index, ids, purpose)
-        self._name = (seed, round_index, ids, purpose)
+        self._name, self.batched = (seed, round_index, ids, purpose), batched
+        self._generators = None if batched else generators(seed, round_index, ids, purpose)
+        self._batch = batch_generator(seed, round_index, ids, purpose) if batched and ids else None
+
+    @property
+    def generators(self) -> list[torch.Generator]:
+        """Each client's own generator (made on first use where the streams are batched: a row-wise sampler's)."""
+        if self._generators is None:
+            self._generators = generators(*self._name)
+        return self._generators
 
     def __len__(self) -> int:
-        return len(self.generators)
+        return len(self._name[2])
 
     def secure(self) -> list[SecureStream]:
         """Each client's cryptographically secure stream of the same name (``dpfl.engine.secure_streams``: ChaCha20
@@ -129,7 +143,7 @@ class ClientStreams:
 
     def uniform(self, shapes: Sequence[tuple[int, ...]], fill: float = float("inf")) -> torch.Tensor:
         """U[0, 1) draws of shape ``shapes[i]`` from client i's stream, padded with ``fill`` to a common shape and
-        stacked: [clients, *max shape]. A client's draws depend only on its own shape."""
+        stacked: [clients, *max shape]. A client's draws depend only on its own shape (batched: on every shape)."""
         return self._stacked(shapes, fill, lambda shape, g: torch.rand(shape, generator=g))
 
     def normal(self, shape: tuple[int, ...]) -> torch.Tensor:
@@ -148,24 +162,52 @@ class ClientStreams:
             return torch.empty(0)
         rank = len(shapes[0])
         widest = tuple(max(s[d] for s in shapes) for d in range(rank))
+        if self.batched:
+            return _padded(draw((len(shapes), *widest), self._batch), shapes, fill)
         out = torch.full((len(shapes), *widest), fill)
         for i, (shape, g) in enumerate(zip(shapes, self.generators)):
             out[(i, *(slice(0, n) for n in shape))] = draw(shape, g)
         return out
 
 
+def batch_generator(seed: int, round_index: int, ids: Sequence[int], purpose: str) -> torch.Generator:
+    """The one generator of batched streams (the empirical audit's independent trials, whose rows need independent
+    draws, not each row's own reproducible stream): seeded by SeedSequence(key, spawn_key=(round, first id + 1,
+    purpose code, 1)), a spawn key of another length than any row's own stream (``stream_seed``), so it shares
+    no stream with one. Rows of one call are independent (disjoint parts of one stream); calls of one round and
+    purpose are independent when their first ids differ (the trials' chunks: disjoint ids)."""
+    state = np.random.SeedSequence(int(seed), spawn_key=(int(round_index), int(ids[0]) + 1, PURPOSES[purpose], 1))
+    return torch.Generator(device=torch.get_default_device()).manual_seed(
+        int(state.generate_state(1, np.uint64)[0] >> np.uint64(1)))
+
+
+def _padded(drawn: torch.Tensor, shapes: Sequence[tuple[int, ...]], fill: float) -> torch.Tensor:
+    """``drawn`` [rows, *widest] with every position past row i's ``shapes[i]`` set to ``fill``."""
+    if all(shape == shapes[0] for shape in shapes) and tuple(shapes[0]) == tuple(drawn.shape[1:]):
+        return drawn
+    beyond = torch.zeros(drawn.shape, dtype=torch.bool)
+    for d in range(drawn.dim() - 1):
+        sizes = torch.tensor([shape[d] for shape in shapes])
+        outside = torch.arange(drawn.shape[d + 1])[None, :] >= sizes[:, None]  # [rows, widest_d]
+        beyond |= outside.reshape(len(shapes), *[1] * d, -1, *[1] * (drawn.dim() - 2 - d))
+    return drawn.masked_fill_(beyond, fill)
+
+
 class ServerStreams:
     """The stream of one purpose of the server's step in one round (``dpfl.engine.protocol.ServerContext``): the
-    server's (client id SERVER), or with ``rows`` one stream per row id (the empirical audit's independent trials).
-    Unlike a client's, a server stream is kept: successive draws continue it."""
+    server's (client id SERVER), or with ``rows`` one stream per row id (the empirical audit's independent trials;
+    ``batched``: one for all rows, ``batch_generator``). Unlike a client's, a server stream is kept: successive draws
+    continue it."""
 
-    def __init__(self, seed: int, round_index: int, rows: Sequence[int] | torch.Tensor | None, purpose: str):
+    def __init__(self, seed: int, round_index: int, rows: Sequence[int] | torch.Tensor | None, purpose: str,
+                 batched: bool = False):
         if purpose not in SERVER_PURPOSES:
             raise ValueError(f"purpose = {purpose!r} is not a server step's stream: expected one of "
                              f"{list(SERVER_PURPOSES)}")
         ids = [SERVER] if rows is None else rows.tolist() if isinstance(rows, torch.Tensor) else list(rows)
         self.rows = rows is not None
-        self.generators = generators(seed, round_index, ids, purpose)
+        self._batch = batch_generator(seed, round_index, ids, purpose) if batched and self.rows and ids else None
+        self.generators = [] if self._batch is not None else generators(seed, round_index, ids, purpose)
         self._name, self._secure = (seed, round_index, ids, purpose), None
 
     def secure(self) -> list[SecureStream]:
@@ -180,10 +222,12 @@ class ServerStreams:
         """N(0, 1) draws of ``shape`` from the server's stream, or [rows, *shape] from each row's."""
         if not self.rows:
             return torch.randn(tuple(shape), generator=self.generators[0])
+        if self._batch is not None:
+            return torch.randn((len(self._name[2]), *shape), generator=self._batch)
         if not self.generators:
             return torch.empty(0, *shape)
         return torch.stack([torch.randn(tuple(shape), generator=g) for g in self.generators])
 
 
 __all__ = ["PURPOSES", "SERVER_PURPOSES", "SERVER", "stream_seed", "stream_seeds", "generator", "generators",
-           "ClientStreams", "ServerStreams"]
+           "batch_generator", "ClientStreams", "ServerStreams"]

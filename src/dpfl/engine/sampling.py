@@ -229,6 +229,33 @@ class ClientSampler:
             return members[torch.rand(members.numel(), generator=generator) < self.partition_rate]
         return (torch.rand(m, generator=generator) < self.rate).nonzero().squeeze(1)
 
+    def independent_cohorts(self, round_index: int, trials: int, seed: int) -> torch.Tensor:
+        """[trials, num_clients] bools: ``trials`` independent cohorts of round ``round_index`` with ``sample``'s law
+        (the empirical audit's trials), drawn for all trials at once from the cohort stream of key ``seed``: a fixed
+        size cohort is the n clients of the smallest of M i.i.d. uniform keys (a uniformly random n-subset, as
+        ``sample``'s randperm prefix); Poisson and partitioned Poisson keep each eligible client whose key is below
+        its rate; disjoint batches cut each trial's permutation, drawn at the epoch's first round, so that a trial's
+        cohorts of one epoch partition the clients; round robin is the same schedule in every trial. The numbers
+        differ from ``sample``'s (one draw for every trial, not one stream per trial); the law of each row is the
+        same (tests/engine/test_sampling.py)."""
+        n, m = self.cohort_size, self.num_clients
+        inside = torch.zeros(trials, m, dtype=torch.bool)
+        if self.scheme == "round_robin" or (self.scheme == "fixed" and n == m):
+            inside[:, self.sample(round_index, seed)] = True
+            return inside
+        start = round_index - round_index % self.epoch if self.scheme == "disjoint" else round_index
+        keys = torch.rand(trials, m, generator=randomness.generator(seed, start, randomness.SERVER, "cohort"))
+        if self.scheme == "disjoint":
+            position = round_index % self.epoch
+            return inside.scatter_(1, keys.argsort(1)[:, position * n : (position + 1) * n], True)
+        if self.scheme == "fixed":
+            return inside.scatter_(1, keys.argsort(1)[:, :n], True)
+        if self.scheme == PARTITIONED:
+            members = torch.arange(round_index % self.partitions, m, self.partitions)
+            inside[:, members] = keys[:, members] < self.partition_rate
+            return inside
+        return keys < self.rate
+
     def cohort(self, round_index: int) -> Cohort:
         """How the record owner takes part in round ``round_index``, for the accounting (``participation``); marked
         public when drawn from ``public_seed``."""
