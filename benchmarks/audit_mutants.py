@@ -1,24 +1,35 @@
-"""Which accounting bugs the audit catches, with one round and with planned rounds (``dpfl audit --rounds auto``).
+"""Which privacy bugs the audit catches, with one round and with planned rounds (``dpfl audit --rounds auto``).
 
-An accounting bug leaves the mechanism alone and lowers the claim: the ledger's event for some observer says more
-noise, less participation or fewer rounds than the run has. Each mutant below is planted in the claim only (every
-round's per-observer events transformed, or the rounds' composition), the real runs are audited (Dirac canary,
-white-box scores, ``dpfl.audit.runs.run_trials_all``) and the bound is planned at the mutant's claim, as the buggy
-code would plan it. "caught" = the 95% lower bound exceeds the mutant's claim. The rounds of the planned audit come
-from the mutant's per-round events too (``dpfl.audit.plan.planned_rounds`` with ``round_events``).
+**Accounting bugs** leave the mechanism alone and lower the claim: the ledger's event for some observer says more
+noise, less participation or fewer rounds than the run has. Each is planted in the claim only (every round's
+per-observer events transformed, or the rounds' composition), the real runs are audited (Dirac canary, white-box
+scores, ``dpfl.audit.runs.run_trials_all``) and the bound is planned at the mutant's claim, as the buggy code would
+plan it; the rounds of the planned audit come from the mutant's per-round events too
+(``dpfl.audit.plan.planned_rounds`` with ``round_events``). **Mechanism bugs** leave the claim alone and change the
+runs: the noise halved (every "noise" and "server_noise" draw of the streams, ``MECHANISM``) or the clip skipped for
+a canary of norm 10 C (``dpfl.audit.runs``' canary scale). "caught" = the audit's 95% bound (the larger of the rank
+tests' and the GDP fit's, as ``dpfl audit`` reports it) exceeds the claim; "under-charge" = the true epsilon over the
+claim at the planned R (accounting: the correct claim over the mutant's; mechanism: the claim of the mechanism as run,
+its noise multipliers scaled by 0.5 or 0.1, over the correct claim; "-" where that event has no Gaussian scaling).
 
-    python benchmarks/audit_mutants.py                     # 2000 trials per world, every config
+    python benchmarks/audit_mutants.py                     # 2000 trials per world, every dp-fedsgd config
     python benchmarks/audit_mutants.py --trials 1000 sampled
+    python benchmarks/audit_mutants.py --trials 1000 --families        # every private family, the example config
+    python benchmarks/audit_mutants.py --trials 1000 --families dp-fed # families whose name contains a word
 
 Configs: ``example``, examples/audit_fedsgd.toml (dp-fedsgd, 10 clients all in every round, z = 1, plain boundary,
 delta 1e-2); ``sampled``, the same with 5 of the 10 clients a round (client_rate 0.5); ``secagg``, the example
-behind secure aggregation; ``sampled-secagg``, both. Each config's runs of R rounds are shared by its observers and
-mutants (a comment line gives their seconds); the last line counts the caught mutants per config.
+behind secure aggregation; ``sampled-secagg``, both. ``--families``: every private registered name on the same
+example (benchmarks/audit_table.py's ``simulation``: K = 2 local steps but for FedSGD, privacy.epsilon = 2 for the
+calibrated families, one row per mechanism). Each config's runs of R rounds are shared by its observers and mutants
+(a comment line gives their seconds); the last lines count the caught mutants per config, and those that
+under-charge by 2x or more.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import time
 from pathlib import Path
@@ -27,8 +38,11 @@ import attr
 from dp_accounting import dp_event
 
 from dpfl.accounting.events import ParticipationDpEvent
+from audit_table import audited_observers, simulation, steps_of, variants
 from dpfl.accounting.observers import OTHER_SILO, SERVER, THIRD_PARTY, scale_noise
-from dpfl.audit import bounds, plan, runs
+from dpfl.algorithms import registry
+from dpfl.audit import plan, runs
+from dpfl.engine import randomness
 from dpfl.experiments.config import load_config
 from dpfl.experiments.runner import build_simulation
 
@@ -52,17 +66,19 @@ def cohort_credited_twice(events: dict, cohort: int) -> dict:
     """The aggregate's observers (third party, other silo, a secure-aggregation server) credited twice the cohort's
     other shares: z sqrt(n) charged as z sqrt(2n - 1)."""
     factor = math.sqrt((2 * cohort - 1) / cohort)
-    aggregate = {THIRD_PARTY, OTHER_SILO} | ({SERVER} if events[SERVER] == events[THIRD_PARTY] else set())
+    aggregate = {THIRD_PARTY, OTHER_SILO} | ({SERVER} if events.get(SERVER) == events[THIRD_PARTY] else set())
     return {o: scale_noise(e, factor) if o in aggregate else e for o, e in events.items()}
 
 
 #: name -> (events of a round -> the mutant's events); None: the composition mutant (one round however many)
 MUTANTS = {
     "noise x1.5 in the ledger": lambda events, sim: {o: scale_noise(e, 1.5) for o, e in events.items()},
+    "noise x2 in the ledger": lambda events, sim: {o: scale_noise(e, 2.0) for o, e in events.items()},
     "client sampling rate credited twice": lambda events, sim: {o: participation_squared(e)
                                                                 for o, e in events.items()},
     "cohort's noise credited twice": lambda events, sim: cohort_credited_twice(events, sim.clients.cohort_size),
-    "server charged the third party's event": lambda events, sim: {**events, SERVER: events[THIRD_PARTY]},
+    "server charged the third party's event": lambda events, sim: {**events, SERVER: events[THIRD_PARTY]}
+    if SERVER in events else events,
     "other silo charged the third party's event": lambda events, sim: {**events, OTHER_SILO: events[THIRD_PARTY]},
     "rounds composed once": None,
 }
@@ -75,66 +91,166 @@ def events_function(sim, mutant: str | None):
 
 
 def claim_function(sim, observer: str, mutant: str | None):
-    """R -> the claim of R rounds towards ``observer`` under ``mutant`` (None: the correct accounting)."""
+    """R -> the claim of R rounds towards ``observer`` under accounting mutant ``mutant`` (None: the correct
+    accounting; the composition mutant: one round's claim, however many)."""
     if mutant is not None and MUTANTS[mutant] is None:
-        return lambda rounds: runs.claimed_epsilon(sim, observer, rounds=1)
-    events = events_function(sim, mutant)(0)  # every round of these configs declares the same events
-    return lambda rounds: runs.claimed_epsilon(sim, observer, events, rounds)
+        return lambda rounds: _claims(sim, None, 1)[observer]
+    return lambda rounds: _claims(sim, mutant, rounds)[observer]
+
+
+def _claims(sim, mutant: str | None, rounds: int) -> dict[str, float]:
+    """Every observer's claim of ``rounds`` rounds under ``mutant`` (one accounting per simulation, mutant and R)."""
+    key = (id(sim), "mutant", mutant, rounds)
+    if key not in _CLAIMS:
+        _CLAIMS[key] = runs.claims(sim, events_function(sim, mutant), rounds)
+    return _CLAIMS[key]
+
+
+@contextlib.contextmanager
+def noise_halved():
+    """Every standard normal or exponential draw of a "noise" or "server_noise" stream halved (the declared events
+    unchanged): the noise of every Gaussian and Laplace family at half its scale."""
+    patched = [(randomness.ClientStreams, "normal"), (randomness.ClientStreams, "exponential"),
+               (randomness.ServerStreams, "normal")]
+    originals = [getattr(owner, name) for owner, name in patched]
+
+    def halved(method):
+        def draw(self, shape):
+            drawn = method(self, shape)
+            return drawn * 0.5 if self._name[3] in ("noise", "server_noise") else drawn
+        return draw
+
+    for (owner, name), method in zip(patched, originals):
+        setattr(owner, name, halved(method))
+    try:
+        yield
+    finally:
+        for (owner, name), method in zip(patched, originals):
+            setattr(owner, name, method)
+
+
+#: name -> (the runs' patch, the canary's scale, the factor of the noise multipliers of the mechanism as run)
+MECHANISM = {
+    "noise halved (event unchanged)": (noise_halved, 1.0, 0.5),
+    "clipping skipped (canary of norm 10 C)": (contextlib.nullcontext, 10.0, 0.1),
+}
+
+
+def true_claim(sim, observer: str, factor: float):
+    """R -> the claim of the mechanism as a mechanism mutant runs it (every noise multiplier times ``factor``), or
+    None where an event has no Gaussian scaling (Laplace)."""
+    try:
+        {o: scale_noise(e, factor) for o, e in sim.round_privacy(0).items()}
+    except ValueError:
+        return None
+    return lambda rounds: _scaled_claims(sim, factor, rounds)[observer]
+
+
+def _scaled_claims(sim, factor: float, rounds: int) -> dict[str, float]:
+    """Every observer's claim of ``rounds`` rounds with every noise multiplier times ``factor`` (cached as
+    ``_claims``)."""
+    key = (id(sim), "scaled", factor, rounds)
+    if key not in _CLAIMS:
+        _CLAIMS[key] = runs.claims(sim, lambda t: {o: scale_noise(e, factor) for o, e in sim.round_privacy(t).items()},
+                                   rounds)
+    return _CLAIMS[key]
+
+
+#: (id of a simulation kept for the whole benchmark, kind, mutant or factor, R) -> every observer's claim
+_CLAIMS: dict[tuple, dict[str, float]] = {}
+
+
+def family_configs(words: list[str], trials: int) -> dict:
+    """label -> (simulation, the fewest rounds an audit runs) of every private registered name matching ``words``
+    on the example config (benchmarks/audit_table.py)."""
+    configs = {}
+    for name in registry.names():
+        if not registry.spec_of(name).private(name) or (words and not any(w in name for w in words)):
+            continue
+        for label, mechanism in variants(name):
+            sim, _, least = simulation(name, mechanism, steps_of(name, 2), 1e-2, 2.0)
+            configs[label] = (sim, least)
+    return configs
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("configs", nargs="*", help=f"any of {list(CONFIGS)} (default: all)")
+    parser.add_argument("configs", nargs="*", help=f"any of {list(CONFIGS)} (default: all); with --families, words "
+                                                   "of the family names")
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--max-rounds", type=int, default=plan.ROUND_LIMIT)
+    parser.add_argument("--families", action="store_true", help="every private family on the example config")
     args = parser.parse_args(argv)
-    unknown = [name for name in args.configs if name not in CONFIGS]
-    if unknown:
-        parser.error(f"unknown configs {unknown}: expected any of {list(CONFIGS)}")
+    if args.families:
+        configs = family_configs(args.configs, args.trials)
+    else:
+        unknown = [name for name in args.configs if name not in CONFIGS]
+        if unknown:
+            parser.error(f"unknown configs {unknown}: expected any of {list(CONFIGS)}")
+        configs = {name: (build_simulation(load_config(str(EXAMPLE), ["run.noise_seed=0", *CONFIGS[name]])), 1)
+                   for name in args.configs or CONFIGS}
     print("| config | observer | mutant | true claim (R) | mutant claim (R) | R = 1: bound | planned R | bound "
-          "(planned R) | caught: R = 1, planned |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    tally: dict[str, list[int]] = {}  # config -> [mutants, caught at R = 1, caught at the planned R]
-    for name in args.configs or CONFIGS:
-        sim = build_simulation(load_config(str(EXAMPLE), ["run.noise_seed=0", *CONFIGS[name]]))
-        delta, observers = sim.ledger.delta, tuple(sim.ledger.observers)
-        cache: dict[int, dict] = {}
+          "(planned R) | under-charge | caught: R = 1, planned |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    tally: dict[str, list[int]] = {}  # config -> [mutants, caught at R = 1, at the planned R, 2x ones, caught]
+    for name, (sim, least) in configs.items():
+        delta, observers = sim.ledger.delta, tuple(audited_observers(sim))
+        cache: dict[tuple, dict] = {}
 
-        def scores(rounds: int) -> dict:
-            if rounds not in cache:
+        def scores(rounds: int, mechanism: str | None) -> dict:
+            if (rounds, mechanism) not in cache:
+                patch, scale, _ = MECHANISM[mechanism] if mechanism else (contextlib.nullcontext, 1.0, 1.0)
                 started = time.perf_counter()
-                cache[rounds] = runs.run_trials_all(sim, observers, args.trials, rounds=rounds)
-                print(f"<!-- {name}: {rounds} rounds, {time.perf_counter() - started:.0f} s -->", flush=True)
-            return cache[rounds]
+                with patch():
+                    cache[rounds, mechanism] = runs.run_trials_all(sim, observers, args.trials, rounds=rounds,
+                                                                   scale=scale)
+                print(f"<!-- {name}: {rounds} rounds{f', {mechanism}' if mechanism else ''}, "
+                      f"{time.perf_counter() - started:.1f} s -->", flush=True)
+            return cache[rounds, mechanism]
 
         for observer in observers:
-            for mutant in (None, *MUTANTS):
-                claim = claim_function(sim, observer, mutant)
-                correct = claim_function(sim, observer, None)
-                if mutant is not None and claim(1) >= correct(1) and claim(args.max_rounds) >= correct(args.max_rounds):
-                    continue  # the mutant does not lower this observer's claim here: nothing to catch
-                planned = plan.planned_rounds(sim, observer, args.trials, limit=args.max_rounds,
-                                              round_events=events_function(sim, mutant))
+            correct = claim_function(sim, observer, None)
+            for mutant in (None, *MUTANTS, *MECHANISM):
+                mechanism = mutant if mutant in MECHANISM else None
+                try:
+                    claim = correct if mutant is None or mechanism else claim_function(sim, observer, mutant)
+                    if mechanism:
+                        truth = true_claim(sim, observer, MECHANISM[mechanism][2])
+                    elif mutant is not None and claim(1) >= correct(1) and \
+                            claim(args.max_rounds) >= correct(args.max_rounds):
+                        continue  # the accounting mutant does not lower this observer's claim: nothing to catch
+                    else:
+                        truth = correct
+                except ValueError:  # an event the mutant cannot transform (Laplace noise scaled)
+                    continue
+                events = sim.round_privacy if mechanism else events_function(sim, mutant)
+                planned = max(least, plan.planned_rounds(sim, observer, args.trials, limit=args.max_rounds,
+                                                         round_events=events))
                 found = []
-                for rounds in (1, planned):
-                    negatives, positives = scores(rounds)[observer]
-                    found.append(bounds.many_run_lower_bound(negatives, positives, delta,
-                                                             claimed_epsilon=claim(rounds)).epsilon)
-                caught = ["yes" if b > claim(r) else "no" for b, r in zip(found, (1, planned))]
+                for rounds in sorted({max(least, 1), planned}):
+                    negatives, positives = scores(rounds, mechanism)[observer]
+                    bound, fit = runs.lower_bounds(negatives, positives, delta, 0.95, claim(rounds),
+                                                   [events(t)[observer] for t in range(rounds)])
+                    found.append((rounds, max(bound.epsilon, fit.epsilon if fit else 0.0)))
+                (first, at_first), (_, at_planned) = found[0], found[-1]
+                caught = ["yes" if at_first > claim(first) else "no", "yes" if at_planned > claim(planned) else "no"]
+                factor = None if truth is None or claim(planned) == 0 else truth(planned) / claim(planned)
                 if mutant is not None:
-                    counts = tally.setdefault(name, [0, 0, 0])
-                    counts[0] += 1
-                    counts[1] += caught[0] == "yes"
-                    counts[2] += caught[1] == "yes"
-                print(f"| {name} | {observer} | {mutant or 'correct'} | {correct(1):.3f} ({correct(planned):.3f}) | "
-                      f"{claim(1):.3f} ({claim(planned):.3f}) | {found[0]:.3f} | {planned} | {found[1]:.3f} | "
-                      f"{', '.join(caught)} |", flush=True)
+                    counts = tally.setdefault(name, [0, 0, 0, 0, 0])
+                    doubled = factor is not None and factor >= 2
+                    for i, add in enumerate((1, caught[0] == "yes", caught[1] == "yes", doubled,
+                                             doubled and caught[1] == "yes")):
+                        counts[i] += add
+                print(f"| {name} | {observer} | {mutant or 'correct'} | {correct(first):.3f} ({correct(planned):.3f})"
+                      f" | {claim(first):.3f} ({claim(planned):.3f}) | {at_first:.3f} | {planned} | {at_planned:.3f}"
+                      f" | {'-' if factor is None else f'{factor:.2f}x'} | {', '.join(caught)} |", flush=True)
 
-    print("\n| config | mutants | caught at R = 1 | caught at the planned R |\n|---|---|---|---|")
-    for name, (mutants, at_one, at_planned) in tally.items():
-        print(f"| {name} | {mutants} | {at_one} | {at_planned} |")
-    total = [sum(counts[i] for counts in tally.values()) for i in range(3)]
-    print(f"| all | {total[0]} | {total[1]} | {total[2]} |")
+    print("\n| config | mutants | caught at R = 1 | caught at the planned R | under-charging 2x or more | of those, "
+          "caught at the planned R |\n|---|---|---|---|---|---|")
+    for name, counts in tally.items():
+        print(f"| {name} | " + " | ".join(str(c) for c in counts) + " |")
+    total = [sum(counts[i] for counts in tally.values()) for i in range(5)]
+    print("| all | " + " | ".join(str(c) for c in total) + " |")
 
 
 if __name__ == "__main__":

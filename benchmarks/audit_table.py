@@ -22,6 +22,7 @@ observers audited at the same R, and by the settings that audit the same R: one 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -67,24 +68,36 @@ def variants(name: str) -> list[tuple[str, str | None]]:
     return [(f"{name} ({m})", m) for m in choices] if choices else [(name, None)]
 
 
+def simulation(name: str, mechanism: str | None, steps: int, delta: float, epsilon: float):
+    """(the simulation of ``name`` on the example config (``overrides``), its config, the fewest rounds an audit of it
+    runs): projected noisy SGD one pass over its disjoint batches of users (each trial draws its own secret
+    partition, so the canary's user may be in any of its rounds), SCAFFOLD-warm one round past its warm-up, else 1."""
+    keys = overrides(name, steps, delta, epsilon, mechanism) + ["run.noise_seed=0"]
+    config = load_config(None, keys)
+    sim, spec = build_simulation(config), registry.spec_of(name)
+    if runs.user_level(sim.algorithm) and spec.max_rounds is not None:
+        known = {f.name for f in dataclasses.fields(spec.config)}
+        section = spec.config(**{k: v for k, v in config["algorithm"].items() if k in known})
+        passes = spec.max_rounds(section, config["data"]["num_clients"])
+        config = load_config(None, keys + [f"algorithm.rounds={passes}"])
+        sim = build_simulation(config)
+    least = config["algorithm"]["rounds"] if name.endswith("scaffold-warm") or spec.max_rounds is not None else 1
+    return sim, config, least
+
+
+def audited_observers(sim) -> list[str]:
+    """The observers the audit has a view for (not the server behind a trusted aggregator)."""
+    return [o for o in sim.ledger.observers if o != SERVER or server_view(sim.boundary) != NOTHING]
+
+
 def rows(names, trials: int, local_steps: int, delta: float, settings, canary: str, epsilon: float):
     """(label, K, {observer: [(R, claim, bound, seconds) per setting]}) per row of ``names``; a setting is a round
     count or ``AUTO`` (each observer's planned rounds); the runs of one R are shared by the observers audited at it."""
     for name in names:
-        steps = 1 if name.endswith("fedsgd") or name.startswith("fedsgd") else local_steps
+        steps = steps_of(name, local_steps)
         for label, mechanism in variants(name):
-            keys = overrides(name, steps, delta, epsilon, mechanism) + ["run.noise_seed=0"]
-            config = load_config(None, keys)
-            sim = build_simulation(config)
-            if runs.user_level(sim.algorithm):  # projected noisy SGD: one pass over its disjoint batches of users
-                passes = config["data"]["num_clients"] // config["algorithm"]["clients_per_round"]
-                config = load_config(None, keys + [f"algorithm.rounds={passes}"])
-                sim = build_simulation(config)
-            observers = [o for o in sim.ledger.observers if o != SERVER or server_view(sim.boundary) != NOTHING]
-            # at least one round past SCAFFOLD-warm's warm-up, and projected noisy SGD's whole pass (each trial
-            # draws its own secret partition, so the canary's user may be in any of its rounds)
-            least = config["algorithm"]["rounds"] if name.endswith("scaffold-warm") or runs.user_level(sim.algorithm) \
-                else 1
+            sim, config, least = simulation(name, mechanism, steps, delta, epsilon)
+            observers = audited_observers(sim)
             wanted = [{o: max(least, plan.planned_rounds(sim, o, trials) if setting == AUTO else setting)
                        for o in observers} for setting in settings]
             audited: dict[int, list[str]] = {}  # R -> the observers audited at R (one set of runs each)
@@ -102,6 +115,11 @@ def rows(names, trials: int, local_steps: int, delta: float, settings, canary: s
                     result[observer, rounds] = (found_at.claimed_epsilon, found_at.lower_bound, seconds)
             found = {o: [(planned[o], *result[o, planned[o]]) for planned in wanted] for o in observers}
             yield label, steps, trials, found
+
+
+def steps_of(name: str, local_steps: int) -> int:
+    """K: one step for the FedSGD names, ``local_steps`` for the others."""
+    return 1 if name.endswith("fedsgd") or name.startswith("fedsgd") else local_steps
 
 
 def cells(rounds: int, claim: float, bound: float, seconds: float) -> str:

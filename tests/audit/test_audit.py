@@ -236,8 +236,8 @@ def test_cli_audit_one_run(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_audit_table_script_runs(capsys):
-    """benchmarks/audit_table.py (the table of docs/audit.md) on three names at 20 trials (fedsgd-dpc: one row per
-    mechanism): it stays runnable."""
+    """benchmarks/audit_table.py (the table of docs/audit.md) on four names at 20 trials (fedsgd-dpc: one row per
+    mechanism; projected-noisy-sgd: one pass, no server view) at R = 1 and planned: it stays runnable."""
     import importlib.util
     from pathlib import Path
 
@@ -245,8 +245,33 @@ def test_audit_table_script_runs(capsys):
     spec = importlib.util.spec_from_file_location("audit_table", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.main(["--trials", "20", "dp-fedsgd", "dp-scaffold-warm", "fedsgd-dpc"])
+    module.main(["--trials", "20", "dp-fedsgd", "dp-scaffold-warm", "fedsgd-dpc", "projected-noisy-sgd"])
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2 + 4 * 3 and all(line.count("|") == 10 for line in lines)
+    assert len(lines) == 2 + 4 * 3 + 2 * 2 and all(line.count("|") == 15 for line in lines)
     assert sum("fedsgd-dpc (laplace)" in line for line in lines) == 3
     assert "**above**" not in "\n".join(lines)
+
+
+@pytest.mark.slow
+def test_audit_mutants_script_runs_on_a_family(capsys):
+    """benchmarks/audit_mutants.py --families on dp-fedsgd at 50 trials: a row per (observer, mutant that applies),
+    the correct claim's rows first, the tally's columns; the halved noise raises the bound towards the server above
+    the correct code's (the same planned R)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    benchmarks = Path(__file__).resolve().parents[2] / "benchmarks"
+    sys.path.insert(0, str(benchmarks))  # audit_mutants imports audit_table beside it
+    try:
+        spec = importlib.util.spec_from_file_location("audit_mutants", benchmarks / "audit_mutants.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.main(["--trials", "50", "--families", "dp-fedsgd"])
+    finally:
+        sys.path.remove(str(benchmarks))
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| dp-fedsgd |")]
+    server = {row[2]: row for row in rows if row[1] == "server"}
+    assert {"correct", "noise halved (event unchanged)", "rounds composed once"} <= set(server)
+    assert float(server["noise halved (event unchanged)"][7]) > float(server["correct"][7])
+    assert rows[-1][1].isdigit() and len(rows[-1]) == 6  # the tally: mutants, caught at R = 1 and planned, 2x ones

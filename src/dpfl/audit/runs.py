@@ -122,16 +122,18 @@ def randomiser_input_summary(largest_input: float | None) -> dict:
                                  "within_clip": canary.within_clip(largest_input)}}
 
 
-def claims(sim, events: dict | None = None, rounds: int = 1) -> dict[str, float]:
+def claims(sim, events: dict | Callable[[int], dict] | None = None, rounds: int = 1) -> dict[str, float]:
     """Epsilon of rounds 0..``rounds`` - 1 towards each observer under the run's accounting (the rounds' events
     composed after one another, as the run's ledger composes them, in order for an accountant that needs it);
-    ``events`` overrides every round's per-observer events (default: ``sim.round_privacy(t)``)."""
+    ``events`` overrides the per-observer events: every round's, or round t's (a function of t; default:
+    ``sim.round_privacy``)."""
     ledger = PrivacyLedger(sim.ledger.observers, sim.ledger.delta, None, sim.ledger.conversion, sim.ledger.analysis,
                            sim.ledger.neighboring, accountant=dict(sim.ledger.accountant_names))
-    return ledger.epsilon_after([sim.round_privacy(t) if events is None else events for t in range(rounds)])
+    of_round = sim.round_privacy if events is None else events if callable(events) else (lambda t: events)
+    return ledger.epsilon_after([of_round(t) for t in range(rounds)])
 
 
-def claimed_epsilon(sim, observer: str, events: dict | None = None, rounds: int = 1) -> float:
+def claimed_epsilon(sim, observer: str, events: dict | Callable[[int], dict] | None = None, rounds: int = 1) -> float:
     """``claims`` towards ``observer``."""
     return claims(sim, events, rounds)[observer]
 
@@ -335,13 +337,22 @@ def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, rounds: 
     for observer in observers:
         negatives, positives = scores[observer]
         claim = claimed[observer]
-        bound = bounds.many_run_lower_bound(negatives, positives, delta, confidence, claimed_epsilon=claim)
-        gaussian = gdp_bounds.claimed_gdp_mu([events[observer] for events in claimed_rounds]) is not None
-        fit = gdp_bounds.gdp_lower_bound(negatives, positives, delta, confidence, claimed_epsilon=claim) \
-            if gaussian else None
+        bound, fit = lower_bounds(negatives, positives, delta, confidence, claim,
+                                  [events[observer] for events in claimed_rounds])
         results[observer] = AuditResult(observer, claim, delta, bound, trials, "runs", seconds, negatives, positives,
                                         canary_kind, score, rounds, release, target.largest_input, fit)
     return results
+
+
+def lower_bounds(negatives, positives, delta: float, confidence: float, claim: float, claimed_rounds: list):
+    """(the rank tests' bound, the GDP fit or None) of scores ``negatives`` / ``positives`` planned at ``claim``: the
+    fit only where every claimed round's event (``claimed_rounds``, towards the observer) is a composition of
+    Gaussian events (``gdp.claimed_gdp_mu``); the audit's bound is the larger."""
+    bound = bounds.many_run_lower_bound(negatives, positives, delta, confidence, claimed_epsilon=claim)
+    gaussian = gdp_bounds.claimed_gdp_mu(claimed_rounds) is not None
+    fit = gdp_bounds.gdp_lower_bound(negatives, positives, delta, confidence, claimed_epsilon=claim) \
+        if gaussian else None
+    return bound, fit
 
 
 # -- one run (Steinke, Nasr, Jagielski 2023) ---------------------------------------------------------------------
