@@ -6,8 +6,9 @@ per-observer events transformed, or the rounds' composition), the real runs are 
 scores, ``dpfl.audit.runs.run_trials_all``) and the bound is planned at the mutant's claim, as the buggy code would
 plan it; the rounds of the planned audit come from the mutant's per-round events too
 (``dpfl.audit.plan.planned_rounds`` with ``round_events``). **Mechanism bugs** leave the claim alone and change the
-runs: the noise halved (every "noise" and "server_noise" draw of the streams, ``MECHANISM``) or the clip skipped for
-a canary of norm 10 C (``dpfl.audit.runs``' canary scale). "caught" = the audit's 95% bound (the larger of the rank
+runs: the noise halved (every "noise" and "server_noise" draw of the streams, ``MECHANISM``) or the clip rule skipped
+(every weight of ``dpfl.engine.clipping.clip_weights`` 1), audited with a canary of norm 10 C before the clip
+(``dpfl audit --canary-norm 10``). "caught" = the audit's 95% bound (the larger of the rank
 tests' and the GDP fit's, as ``dpfl audit`` reports it) exceeds the claim; "under-charge" = the true epsilon over the
 claim at the planned R (accounting: the correct claim over the mutant's; mechanism: the claim of the mechanism as run,
 its noise multipliers scaled by 0.5 or 0.1, over the correct claim; "-" where that event has no Gaussian scaling).
@@ -35,6 +36,7 @@ import time
 from pathlib import Path
 
 import attr
+import torch
 from dp_accounting import dp_event
 
 from dpfl.accounting.events import ParticipationDpEvent
@@ -42,7 +44,7 @@ from audit_table import audited_observers, simulation, steps_of, variants
 from dpfl.accounting.observers import OTHER_SILO, SERVER, THIRD_PARTY, scale_noise
 from dpfl.algorithms import registry
 from dpfl.audit import plan, runs
-from dpfl.engine import randomness
+from dpfl.engine import clipping, grads, randomness
 from dpfl.experiments.config import load_config
 from dpfl.experiments.runner import build_simulation
 
@@ -129,10 +131,27 @@ def noise_halved():
             setattr(owner, name, method)
 
 
-#: name -> (the runs' patch, the canary's scale, the factor of the noise multipliers of the mechanism as run)
+@contextlib.contextmanager
+def clip_skipped():
+    """The engine's clip rule (``dpfl.engine.clipping.clip_weights``, as the gradient strategies and the canary call
+    it) keeps every weight at 1: no record is clipped."""
+    originals = clipping.clip_weights, grads.clip_weights
+
+    def skipped(clip, norms, mask, nonfinite=True):
+        return mask * torch.ones_like(norms)
+
+    clipping.clip_weights = grads.clip_weights = skipped
+    try:
+        yield
+    finally:
+        clipping.clip_weights, grads.clip_weights = originals
+
+
+#: name -> (the runs' patch, the canary's norm before the clip in units of C (None: the stated C e), the factor of
+#: the noise multipliers of the mechanism as run against the canary)
 MECHANISM = {
-    "noise halved (event unchanged)": (noise_halved, 1.0, 0.5),
-    "clipping skipped (canary of norm 10 C)": (contextlib.nullcontext, 10.0, 0.1),
+    "noise halved (event unchanged)": (noise_halved, None, 0.5),
+    "clipping skipped (canary of norm 10 C)": (clip_skipped, 10.0, 0.1),
 }
 
 
@@ -199,11 +218,11 @@ def main(argv=None) -> None:
 
         def scores(rounds: int, mechanism: str | None) -> dict:
             if (rounds, mechanism) not in cache:
-                patch, scale, _ = MECHANISM[mechanism] if mechanism else (contextlib.nullcontext, 1.0, 1.0)
+                patch, norm, _ = MECHANISM[mechanism] if mechanism else (contextlib.nullcontext, None, 1.0)
                 started = time.perf_counter()
                 with patch():
                     cache[rounds, mechanism] = runs.run_trials_all(sim, observers, args.trials, rounds=rounds,
-                                                                   scale=scale)
+                                                                   canary_norm=norm)
                 print(f"<!-- {name}: {rounds} rounds{f', {mechanism}' if mechanism else ''}, "
                       f"{time.perf_counter() - started:.1f} s -->", flush=True)
             return cache[rounds, mechanism]

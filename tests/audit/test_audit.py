@@ -78,6 +78,32 @@ def test_planted_bug_clipping_skipped_is_caught(make_sim):
     assert result.bound.epsilon > result.claimed_epsilon
 
 
+def test_a_canary_above_the_clip_catches_a_clip_rule_that_lets_it_through(make_sim, monkeypatch):
+    """``canary_norm = 10``: the canary's gradient is 10 C before the engine's clip rule weighs it. On correct code
+    it shifts the sum by C' = C (1 - 2^-20), as the stated Dirac canary does (the same scores to float rounding,
+    the same bound); with the clip rule planted to keep every weight at 1 (clipping skipped, in the engine's
+    ``clip_weights``, which the real records' sums use too) it shifts the sum by 10 C and the bound exceeds the
+    claim, while the stated canary (clipped by construction) does not see the bug. Measured (one client, z = 1, 500
+    runs per world, claim 2.32): correct 1.14 with either canary; clip skipped 15.77 (raw canary), 1.14 (stated)."""
+    from dpfl.audit import canary
+    from dpfl.engine import clipping, grads
+
+    sim = make_sim(BUG_NOISE, BUG_DELTA)
+    stated, raw = (runs.audit(sim, "third_party", 500, canary_norm=norm) for norm in (None, 10.0))
+    assert raw.claimed_epsilon == stated.claimed_epsilon and raw.bound.epsilon <= raw.claimed_epsilon
+    assert abs(raw.lower_bound - stated.lower_bound) < 0.05
+
+    def skipped(clip, norms, mask, nonfinite=True):
+        return mask * torch.ones_like(norms)
+
+    for module in (clipping, grads):
+        monkeypatch.setattr(module, "clip_weights", skipped)
+    assert canary.clipping.clip_weights is skipped  # the canary looks the rule up when it clips
+    buggy_raw, buggy_stated = (runs.audit(sim, "third_party", 500, canary_norm=norm) for norm in (10.0, None))
+    assert buggy_raw.lower_bound > 3 * buggy_raw.claimed_epsilon
+    assert buggy_stated.lower_bound <= buggy_stated.claimed_epsilon
+
+
 def test_planted_bug_server_charged_the_third_partys_event_is_caught(make_sim):
     """Ten clients, plain boundary: the server sees the canary client's own message, but is charged the third
     party's event (nine other clients' noise credited)."""

@@ -35,6 +35,14 @@ verified smoothness (SPIDER with ``feature_clip``).
 A marked record's own features are ignored (its model gradient is replaced, not added to). ``scale`` multiplies the
 canary's gradient (``scale = 10``: a planted bug, clipping skipped for a record of norm 10 C).
 
+**Through the clip** (``raw``, ``dpfl audit --canary-norm K``). With ``raw = K`` the canary's gradient before
+clipping is K C e (its neighbour's -K C e), and the engine's clip rule weighs it as it weighs every record
+(``dpfl.engine.clipping.clip_weights``, the same function, looked up when called): min(1, C' / (K C)) K C e = C' e, the
+fixed canary's shift to 2^-20 relative. A clip rule that lets a record of norm above C through (skipped, applied with
+the wrong bound) then moves the sum by K times what the claim assumes, which the audit sees as a bound far above it.
+It exercises the clip rule on a gradient the canary states, not a strategy's computation of the norm (a ghost norm's
+bug stays invisible to it: the ghost clipping tests cover those).
+
 **The randomiser's input** (``RandomiserInput``). A local randomiser (the shuffle-DP families' P_vec,
 ``dpfl.algorithms.sdp``) encodes every example's vector on its own, and its event assumes each vector lies in the l2
 ball of radius C (``l2_shift``: replacing a record moves one vector by at most 2C); the randomiser itself only refuses
@@ -48,6 +56,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+
+from dpfl.engine import clipping
 
 CANARY, OPPOSITE, ABSENT = -1, -2, -3
 #: The canary's gradient along e per mark (in units of the clip bound C).
@@ -80,8 +90,8 @@ class DiracCanaryGradients(RandomiserInput):
     """The run's gradient oracle with one extra coordinate e (index ``base.num_params``) for the canary (module
     docstring). Duck-typed like ``CohortGradients`` for ``LocalSGD``: ``initial_params``, ``clipped_sum``."""
 
-    def __init__(self, base, scale: float = 1.0, flip: bool = False):
-        self.base, self.scale, self.flip = base, float(scale), bool(flip)
+    def __init__(self, base, scale: float = 1.0, flip: bool = False, raw: float | None = None):
+        self.base, self.scale, self.flip, self.raw = base, float(scale), bool(flip), raw
         self.num_params = int(base.initial_params().shape[0]) + 1
 
     @property
@@ -107,14 +117,24 @@ class DiracCanaryGradients(RandomiserInput):
         base = self.base.clipped_sum(theta[:, :-1], x, y_base, mask_base, clip, **kwargs)
         bound = torch.ones(theta.shape[0], dtype=torch.float64) if clip is None else \
             torch.as_tensor(clip, dtype=torch.float64).expand(theta.shape[0])
-        along_e = self.scale * signs.sum(1) * bound * direction(theta, self.flip)
+        along_e = self.scale * self._through_clip(signs, clip, bound).sum(1) * bound * direction(theta, self.flip)
         return torch.cat([base, along_e.to(base.dtype).unsqueeze(1)], dim=1)
+
+    def _through_clip(self, signs: torch.Tensor, clip, bound: torch.Tensor) -> torch.Tensor:
+        """[clients, batch]: each marked record's signed gradient along e in units of C, after the clip rule where
+        the canary's raw norm is ``raw`` C (module docstring), else its sign."""
+        if self.raw is None or clip is None:
+            return signs
+        norms = self.raw * bound.unsqueeze(1) * signs.abs()
+        return signs * self.raw * clipping.clip_weights(clip, norms, (signs != 0).to(norms.dtype))
 
     def clipped_examples(self, theta, x, y, mask, clip):
         """[clients, batch, P + 1]: ``clipped_sum``'s terms one example at a time (for local randomisers)."""
         y_base, mask_base, signs = self._split(y, mask)
         base = self.base.clipped_examples(theta[:, :-1], x, y_base, mask_base, clip)
-        along_e = self.scale * signs * float(clip) * direction(theta, self.flip).unsqueeze(1)
+        bound = torch.full((theta.shape[0],), float(clip), dtype=torch.float64)
+        along_e = self.scale * self._through_clip(signs, clip, bound) * float(clip) * \
+            direction(theta, self.flip).unsqueeze(1)
         return self._handed_out(torch.cat([base, along_e.to(base.dtype).unsqueeze(2)], dim=2), clip)
 
     def example_norms(self, theta, x, y, mask, **kwargs):

@@ -170,21 +170,26 @@ def user_level(algorithm) -> bool:
     return algorithm.privacy_unit == USER_LEVEL
 
 
-def make_canary(sim, kind: str, scale: float = 1.0, canary_client: int = 0, canary_record: int = 0) -> Canary:
+def make_canary(sim, kind: str, scale: float = 1.0, canary_client: int = 0, canary_record: int = 0,
+                canary_norm: float | None = None) -> Canary:
     """The ``kind`` canary of ``sim``'s run (module docstring); ``scale`` (Dirac and flip only) multiplies its
-    gradient."""
+    gradient; ``canary_norm`` K (Dirac and flip only): its gradient is K C before the engine's clip rule weighs it
+    (``canary.DiracCanaryGradients``' ``raw``; default: the clipped gradient C stated)."""
     algorithm, train = sim.algorithm, sim.train
     if kind not in CANARIES:
         raise ConfigError("--canary", kind, f"one of {list(CANARIES)}")
     if not 0 <= canary_record < int(train.counts[canary_client]):
         raise ConfigError("canary_record", canary_record, f"a record of client {canary_client} "
                           f"(0..{int(train.counts[canary_client]) - 1})")
+    if canary_norm is not None and (kind == "input" or not canary_norm >= 1):
+        raise ConfigError("--canary-norm", canary_norm, "a number >= 1 (the canary's gradient before the clip, in "
+                          "units of C) with --canary dirac or flip")
     out_mark = _neighbour_mark(algorithm)
     # the neighbour's shift relative to the other records, in units of the canary's (mu_0 of the multiset score)
     offset = canary.SIGNS[out_mark] / (canary.SIGNS[canary.CANARY] - canary.SIGNS[out_mark])
     if kind in ("dirac", "flip"):
         flip = kind == "flip"
-        grads = canary.DiracCanaryGradients(sim.grads, scale, flip)
+        grads = canary.DiracCanaryGradients(sim.grads, scale, flip, canary_norm)
         # a user-level claim (the client's whole data replaced) is audited by marking every record of the client
         unit = slice(0, int(train.counts[canary_client])) if user_level(algorithm) else canary_record
         worlds = tuple(World(train.x, canary.mark(train.y, canary_client, unit, label), grads)
@@ -240,11 +245,13 @@ def run_trials(sim, observer: str, trials: int, **options) -> tuple[np.ndarray, 
 def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind: str = "dirac",
                    score: str = "white-box", release: str = "every_round", scale: float = 1.0,
                    canary_client: int = 0, canary_record: int = 0, silo: int | None = None, silo_weight: float = 1.0,
-                   progress: bool = False, target: Canary | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+                   progress: bool = False, target: Canary | None = None,
+                   canary_norm: float | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{observer: (scores without, scores with the canary)} from the same ``trials`` runs of ``rounds`` rounds per
     world (``distinguisher``: the views and scores, each round's weighted by its likelihood-ratio factor,
     ``likelihood_ratio``; ``release``: which models the third party sees); ``target``:
-    the canary (default ``make_canary`` of ``canary_kind``, ``scale``, ``canary_client``, ``canary_record``)."""
+    the canary (default ``make_canary`` of ``canary_kind``, ``scale``, ``canary_client``, ``canary_record``,
+    ``canary_norm``)."""
     check_audited_noise(sim)
     train = sim.train
     seen_by_server = distinguisher.server_view(sim.boundary)
@@ -257,7 +264,8 @@ def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind:
     if score == "loss" and canary_kind != "input":
         raise ConfigError("--score", score, "'white-box' with --canary dirac (a Dirac canary has no loss; the "
                           "black-box score needs --canary input)")
-    target = make_canary(sim, canary_kind, scale, canary_client, canary_record) if target is None else target
+    target = make_canary(sim, canary_kind, scale, canary_client, canary_record, canary_norm) if target is None \
+        else target
     weights = response.round_weights(sim, target, rounds, canary_client)
     multiset = distinguisher.SERVER in observers and seen_by_server == distinguisher.MULTISET and score != "loss"
     laws = [response.row_law(sim, target, t, weights[t], canary_client) for t in range(rounds)] if multiset else []
@@ -310,9 +318,10 @@ def audit(sim, observer: str, trials: int, **options) -> AuditResult:
 def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, rounds: int = 1, canary_kind: str = "dirac",
               score: str = "white-box", release: str = "every_round", scale: float = 1.0,
               claim_events: dict | None = None, silo_weight: float = 1.0,
-              progress: bool = False) -> dict[str, AuditResult]:
+              progress: bool = False, canary_norm: float | None = None) -> dict[str, AuditResult]:
     """``audit`` of several observers from the same runs (each bound holds with ``confidence`` on its own), each
-    bound's rank test planned at that observer's claim (``bounds.many_run_lower_bound``)."""
+    bound's rank test planned at that observer's claim (``bounds.many_run_lower_bound``); ``canary_norm``: as
+    ``make_canary``'s."""
     if not 0 < confidence < 1:
         raise ConfigError("--confidence", confidence, "a number in (0, 1)")
     needed = bounds.fewest_runs(sim.ledger.delta, confidence)
@@ -321,7 +330,7 @@ def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, rounds: 
                           "fewer, even a perfect distinguisher certifies no epsilon > 0 (a useful bound needs "
                           "thousands)")
     started = time.perf_counter()
-    target = make_canary(sim, canary_kind, scale)
+    target = make_canary(sim, canary_kind, scale, canary_norm=canary_norm)
     results, claimed, delta = {}, claims(sim, claim_events, rounds), sim.ledger.delta
     claimed_rounds = [sim.round_privacy(t) if claim_events is None else claim_events for t in range(rounds)]
     try:

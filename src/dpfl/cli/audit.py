@@ -52,6 +52,10 @@ def _arguments(audit) -> None:
                        help="dirac: a gradient C e along a coordinate no other record touches (white-box); flip: the "
                             "same, -C e at the initial model (it moves gradient differences between iterates); input: "
                             "a real record far from the data with a rare label, in one client's data")
+    audit.add_argument("--canary-norm", type=float, default=None, metavar="K",
+                       help="dirac, flip: the canary's gradient is K C before the engine's clip rule weighs it (K > 1 "
+                            "exercises the clip: a clip that lets it through moves the sum K times the claim's "
+                            "shift; default: the clipped gradient C)")
     audit.add_argument("--score", default="white-box", choices=SCORES,
                        help="white-box: the observed updates against the canary's gradient; loss: minus the canary's "
                             "loss on the released model (third party, --canary input)")
@@ -87,9 +91,10 @@ def _audit(args) -> None:
 
     if not 0 < args.confidence < 1:
         raise ConfigError("--confidence", args.confidence, "a number in (0, 1)")
-    if args.method == "one-run" and (args.canary, args.score, args.rounds) != ("dirac", "white-box", 1):
-        raise ConfigError("--method", args.method, "'runs' for --canary input, --score loss or --rounds > 1 (the "
-                          "one-run audit carries Dirac canaries through round 0)")
+    if args.method == "one-run" and (args.canary, args.score, args.rounds, args.canary_norm) != \
+            ("dirac", "white-box", 1, None):
+        raise ConfigError("--method", args.method, "'runs' for --canary input, --score loss, --rounds > 1 or "
+                          "--canary-norm (the one-run audit carries Dirac canaries through round 0)")
     config = load_config(args.config, args.overrides, args.unset)
     run_cfg = config["run"]  # an audit is an experiment: its trials are reproducible from run.seed (or noise_seed)
     sim = build_simulation(config, noise_key=run_cfg["seed"] if run_cfg["noise_seed"] is None else run_cfg["noise_seed"])
@@ -108,7 +113,7 @@ def _audit(args) -> None:
                                     limit=args.max_rounds)
         result = runs.audit(sim, args.observer, args.trials, confidence=args.confidence, rounds=rounds,
                             canary_kind=args.canary, score=args.score, release=config["privacy"]["release"],
-                            progress=args.progress or args.trials * rounds >= LONG_AUDIT)
+                            progress=args.progress or args.trials * rounds >= LONG_AUDIT, canary_norm=args.canary_norm)
     out.mkdir(parents=True, exist_ok=True)
     summary = result.to_dict()
     if getattr(result, "failure", None) is None:  # a failed audit has no scores to draw
