@@ -11,7 +11,9 @@ runs: the noise halved (every "noise" and "server_noise" draw of the streams, ``
 (``dpfl audit --canary-norm 10``). "caught" = the audit's 95% bound (the larger of the rank
 tests' and the GDP fit's, as ``dpfl audit`` reports it) exceeds the claim; "under-charge" = the true epsilon over the
 claim at the planned R (accounting: the correct claim over the mutant's; mechanism: the claim of the mechanism as run,
-its noise multipliers scaled by 0.5 or 0.1, over the correct claim; "-" where that event has no Gaussian scaling).
+its noise multipliers scaled by 0.5 or 0.1, over the correct claim; "-" where that event has no Gaussian scaling or
+no multiplier to scale). Where no clip rule weighed the raw canary (a family that clips a client's update, not its
+records: dp-fedavg-user) the clip mutant planted nothing, and its row says so instead of counting.
 
     python benchmarks/audit_mutants.py                     # 2000 trials per world, every dp-fedsgd config
     python benchmarks/audit_mutants.py --trials 1000 sampled
@@ -38,6 +40,7 @@ from pathlib import Path
 import attr
 import torch
 from dp_accounting import dp_event
+from dp_accounting.privacy_accountant import UnsupportedEventError
 
 from dpfl.accounting.events import ParticipationDpEvent
 from audit_table import audited_observers, simulation, steps_of, variants
@@ -220,9 +223,11 @@ def main(argv=None) -> None:
             if (rounds, mechanism) not in cache:
                 patch, norm, _ = MECHANISM[mechanism] if mechanism else (contextlib.nullcontext, None, 1.0)
                 started = time.perf_counter()
+                target = runs.make_canary(sim, "dirac", canary_norm=norm)
                 with patch():
-                    cache[rounds, mechanism] = runs.run_trials_all(sim, observers, args.trials, rounds=rounds,
-                                                                   canary_norm=norm)
+                    found = runs.run_trials_all(sim, observers, args.trials, rounds=rounds, target=target)
+                # a raw canary no clip rule weighed (the family clips no record): the clip mutant planted nothing
+                cache[rounds, mechanism] = None if norm and not target.worlds[1].grads.raw_clipped else found
                 print(f"<!-- {name}: {rounds} rounds{f', {mechanism}' if mechanism else ''}, "
                       f"{time.perf_counter() - started:.1f} s -->", flush=True)
             return cache[rounds, mechanism]
@@ -240,11 +245,15 @@ def main(argv=None) -> None:
                         continue  # the accounting mutant does not lower this observer's claim: nothing to catch
                     else:
                         truth = correct
-                except ValueError:  # an event the mutant cannot transform (Laplace noise scaled)
-                    continue
+                except (ValueError, UnsupportedEventError):  # an event the mutant cannot transform or account
+                    continue  # (Laplace noise scaled; a last-iterate step with a Gaussian inside changed)
                 events = sim.round_privacy if mechanism else events_function(sim, mutant)
                 planned = max(least, plan.planned_rounds(sim, observer, args.trials, limit=args.max_rounds,
                                                          round_events=events))
+                if any(scores(r, mechanism) is None for r in {max(least, 1), planned}):
+                    print(f"| {name} | {observer} | {mutant} | not planted: the family clips no record with the "
+                          "engine's rule | | | | | | |", flush=True)
+                    continue
                 found = []
                 for rounds in sorted({max(least, 1), planned}):
                     negatives, positives = scores(rounds, mechanism)[observer]
@@ -254,6 +263,8 @@ def main(argv=None) -> None:
                 (first, at_first), (_, at_planned) = found[0], found[-1]
                 caught = ["yes" if at_first > claim(first) else "no", "yes" if at_planned > claim(planned) else "no"]
                 factor = None if truth is None or claim(planned) == 0 else truth(planned) / claim(planned)
+                if mechanism and factor is not None and abs(factor - 1) < 1e-9:
+                    factor = None  # the claim's event has no noise multiplier to scale (a last-iterate step)
                 if mutant is not None:
                     counts = tally.setdefault(name, [0, 0, 0, 0, 0])
                     doubled = factor is not None and factor >= 2

@@ -91,6 +91,7 @@ def test_a_canary_above_the_clip_catches_a_clip_rule_that_lets_it_through(make_s
     sim = make_sim(BUG_NOISE, BUG_DELTA)
     stated, raw = (runs.audit(sim, "third_party", 500, canary_norm=norm) for norm in (None, 10.0))
     assert raw.claimed_epsilon == stated.claimed_epsilon and raw.bound.epsilon <= raw.claimed_epsilon
+    assert raw.to_dict()["canary_norm"] == 10.0 and raw.canary_norm_clipped and "canary_norm" not in stated.to_dict()
     assert abs(raw.lower_bound - stated.lower_bound) < 0.05
 
     def skipped(clip, norms, mask, nonfinite=True):

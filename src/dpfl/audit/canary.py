@@ -93,6 +93,9 @@ class DiracCanaryGradients(RandomiserInput):
     def __init__(self, base, scale: float = 1.0, flip: bool = False, raw: float | None = None):
         self.base, self.scale, self.flip, self.raw = base, float(scale), bool(flip), raw
         self.num_params = int(base.initial_params().shape[0]) + 1
+        #: whether the clip rule has weighed the raw canary (an algorithm that never clips its records, e.g. one
+        #: that clips a client's update instead, leaves it False: ``raw`` then exercises nothing)
+        self.raw_clipped = False
 
     @property
     def coordinate(self) -> int:
@@ -126,6 +129,7 @@ class DiracCanaryGradients(RandomiserInput):
         if self.raw is None or clip is None:
             return signs
         norms = self.raw * bound.unsqueeze(1) * signs.abs()
+        self.raw_clipped = True
         return signs * self.raw * clipping.clip_weights(clip, norms, (signs != 0).to(norms.dtype))
 
     def clipped_examples(self, theta, x, y, mask, clip):

@@ -80,6 +80,10 @@ class AuditResult:
     randomiser_input: float | None = None
     gdp: gdp_bounds.GdpBound | None = None  # the GDP bound, where every audited round's event is Gaussian
     failure: str | None = None  # what a trial raised (``trials.TrialFailure``); the audit then has no scores
+    #: the canary's norm before the clip in units of C (``make_canary``), and whether the clip rule weighed it (False:
+    #: the algorithm clips no record with the engine's rule, so the option exercised nothing)
+    canary_norm: float | None = None
+    canary_norm_clipped: bool | None = None
 
     @property
     def lower_bound(self) -> float:
@@ -108,8 +112,10 @@ class AuditResult:
             "test": {k: v for k, v in self.bound.to_dict().items() if k != "confidence"},
             **({"gdp": self.gdp.to_dict()} if self.gdp is not None else {})}
         return {"observer": self.observer, "claimed_epsilon": self.claimed_epsilon, "delta": self.delta, **found,
-                "trials": self.trials, "method": self.method, "canary": self.canary, "score": self.score,
-                "rounds": self.rounds, "release": self.release, "violated": self.violated,
+                "trials": self.trials, "method": self.method, "canary": self.canary,
+                **({"canary_norm": self.canary_norm, "canary_norm_clipped": self.canary_norm_clipped}
+                   if self.canary_norm is not None else {}),
+                "score": self.score, "rounds": self.rounds, "release": self.release, "violated": self.violated,
                 **randomiser_input_summary(self.randomiser_input), "seconds": self.seconds}
 
 
@@ -343,13 +349,15 @@ def audit_all(sim, observers, trials: int, *, confidence: float = 0.95, rounds: 
                                canary_kind, score, rounds, release, target.largest_input, failure=str(failure))
                 for o in observers}
     seconds = time.perf_counter() - started
+    clipped = None if canary_norm is None else target.worlds[1].grads.raw_clipped
     for observer in observers:
         negatives, positives = scores[observer]
         claim = claimed[observer]
         bound, fit = lower_bounds(negatives, positives, delta, confidence, claim,
                                   [events[observer] for events in claimed_rounds])
         results[observer] = AuditResult(observer, claim, delta, bound, trials, "runs", seconds, negatives, positives,
-                                        canary_kind, score, rounds, release, target.largest_input, fit)
+                                        canary_kind, score, rounds, release, target.largest_input, fit,
+                                        canary_norm=canary_norm, canary_norm_clipped=clipped)
     return results
 
 

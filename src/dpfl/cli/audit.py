@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from dpfl.cli.common import add_config_keys
@@ -116,6 +117,10 @@ def _audit(args) -> None:
                             progress=args.progress or args.trials * rounds >= LONG_AUDIT, canary_norm=args.canary_norm)
     out.mkdir(parents=True, exist_ok=True)
     summary = result.to_dict()
+    if summary.get("canary_norm_clipped") is False:
+        print(f"dpfl audit: warning: --canary-norm {args.canary_norm:g} exercised nothing: "
+              f"{config['algorithm']['name']} clipped no record with the engine's clip rule (it clips each client's "
+              "update, or nothing), so the canary entered at its stated gradient C e", file=sys.stderr)
     if getattr(result, "failure", None) is None:  # a failed audit has no scores to draw
         summary["roc"] = str(write_audit_figure(result, Path(args.roc) if args.roc else out / "roc.png"))
     (out / "audit.json").write_text(json.dumps(summary, indent=2) + "\n")
