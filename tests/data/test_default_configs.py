@@ -154,6 +154,20 @@ def test_a_noise_no_cohort_of_the_federation_outweighs_names_the_noise_and_the_c
     assert not any(re.search(r"client_rate = [\d.]+ or more", str(w.message)) for w in record)
 
 
+def test_amplified_bandmf_at_the_default_bands_warns_that_it_amplifies_little():
+    """bandmf with partitioned Poisson cohorts at l = 0.1: the default b = floor(1 / l) = 10 partitions make q = l b =
+    1 (no amplification): the build warns, naming algorithm.bands and the b = floor(1 / (2 l)) = 5 of q = 0.5; at
+    b = 5 it does not warn."""
+    settings = ["data.name='synthetic'", "data.num_clients=20", "model.name='logreg'", "algorithm.name='bandmf'",
+                "algorithm.client_sampling='partitioned_poisson'", "algorithm.client_rate=0.1", "algorithm.rounds=2"]
+    with pytest.warns(ConfigWarning, match=r"algorithm\.bands = 10 .* q = l b = 1, .*algorithm\.bands = 5 gives "
+                                           r"q = 0\.5"):
+        dpfl.build(dpfl.load_config(None, settings))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        dpfl.build(dpfl.load_config(None, [*settings, "algorithm.bands=5"]))
+
+
 def test_breast_cancers_unset_scale_is_its_public_constant_unless_standardised():
     """data.scale left unset: 1e-3 for breast_cancer's raw features (documented up to 4,254, "worst area"), 1 for
     standardised ones and for every other source; a given scale is kept. The constant reaches the records."""

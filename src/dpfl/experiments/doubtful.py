@@ -6,6 +6,8 @@ and why, once the data is built (what they are measured against, the records and
   0.1 and more are refused outright by ``validate``);
 * Poisson client sampling whose cohort is empty in at least half the rounds, (1 - l)^M >= 1/2: those rounds train
   no client, yet add noise to the model and spend epsilon;
+* partitioned Poisson client sampling (amplified BandMF) whose members take part with q = l b >= 3/4, the default
+  b = floor(1 / l) included: its amplification is then small;
 * the other-silo observer of a run with a single client: there is no other silo, so its epsilon describes no one;
 * a client with far fewer training records than the others whose count changes what every round declares: the ledger
   charges each record the event of the least protected client (e.g. the largest record sampling ratio: a fixed-size
@@ -22,10 +24,12 @@ import warnings
 import torch
 
 from dpfl.accounting.observers import OTHER_SILO
-from dpfl.engine.sampling import ClientSampler
+from dpfl.engine.sampling import PARTITIONED, ClientSampler
 from dpfl.engine.simulator import Simulation, declare_round
 from dpfl.errors import ConfigWarning
 
+#: q = l b from which partitioned Poisson sampling is warned about (``check_cohort``)
+LITTLE_AMPLIFICATION = 0.75
 #: The rule of the default delta (``assembly.default_delta``), as the docs and warnings state it.
 DELTA_RULE = "the largest power of ten at most 1/(10 N), N the training records"
 
@@ -44,7 +48,17 @@ def check_delta(delta: float | None, train_records: int, default: float) -> None
 
 
 def check_cohort(clients: ClientSampler) -> None:
-    """Poisson client sampling that leaves the cohort empty in at least half the rounds."""
+    """Poisson client sampling that leaves the cohort empty in at least half the rounds; partitioned Poisson sampling
+    whose members take part with q = l b >= ``LITTLE_AMPLIFICATION`` (the default b = floor(1 / l) gives q near 1:
+    the observers who do not know the cohort are then charged nearly what those who know it are)."""
+    if clients.scheme == PARTITIONED and clients.partition_rate >= LITTLE_AMPLIFICATION:
+        fewer = max(1, math.floor(1 / (2 * clients.rate)))
+        warn(f"algorithm.bands = {clients.partitions} public partitions at algorithm.client_rate = {clients.rate:g} "
+             f"make each member of a round's partition take part with q = l b = {clients.partition_rate:.3g}, so "
+             "cohort sampling amplifies little (at q = 1, nothing); fewer bands amplify more at the cost of less "
+             f"noise correlation (algorithm.bands = {fewer} gives q = {clients.rate * fewer:.3g}; Choquette-Choo et "
+             "al. 2023 choose b by the error at the target epsilon, which dpfl does not optimise)")
+        return
     if clients.scheme != "poisson":
         return
     empty = (1.0 - clients.rate) ** clients.num_clients
