@@ -6,14 +6,16 @@ per-observer events transformed, or the rounds' composition), the real runs are 
 scores, ``dpfl.audit.runs.run_trials_all``) and the bound is planned at the mutant's claim, as the buggy code would
 plan it; the rounds of the planned audit come from the mutant's per-round events too
 (``dpfl.audit.plan.planned_rounds`` with ``round_events``). **Mechanism bugs** leave the claim alone and change the
-runs: the noise halved (every "noise" and "server_noise" draw of the streams, ``MECHANISM``) or the clip rule skipped
-(every weight of ``dpfl.engine.clipping.clip_weights`` 1), audited with a canary of norm 10 C before the clip
-(``dpfl audit --canary-norm 10``). "caught" = the audit's 95% bound (the larger of the rank
+runs (``MECHANISM``): the noise halved (every "noise" and "server_noise" draw of the streams), the noise shared by a
+trial's clients (each draws its trial's first client's "noise", another silo scored at ``silo_weight`` = M), or the
+clip rule skipped (every weight of ``dpfl.engine.clipping.clip_weights`` 1, audited with a canary of norm 10 C before
+the clip: ``dpfl audit --canary-norm 10``); a mutant whose patched code never ran for a family planted nothing, and
+its row says so instead of counting. "caught" = the audit's 95% bound (the larger of the rank
 tests' and the GDP fit's, as ``dpfl audit`` reports it) exceeds the claim; "under-charge" = the true epsilon over the
 claim at the planned R (accounting: the correct claim over the mutant's; mechanism: the claim of the mechanism as run,
 its noise multipliers scaled by 0.5 or 0.1, over the correct claim; "-" where that event has no Gaussian scaling or
-no multiplier to scale). Where no clip rule weighed the raw canary (a family that clips a client's update, not its
-records: dp-fedavg-user) the clip mutant planted nothing, and its row says so instead of counting.
+no multiplier to scale; the shared noise: infinite towards another silo, which then sees the canary noise-free,
+unknown towards the others).
 
     python benchmarks/audit_mutants.py                     # 2000 trials per world, every dp-fedsgd config
     python benchmarks/audit_mutants.py --trials 1000 sampled
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -112,49 +115,99 @@ def _claims(sim, mutant: str | None, rounds: int) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def noise_halved():
+def noise_halved(sim):
     """Every standard normal or exponential draw of a "noise" or "server_noise" stream halved (the declared events
-    unchanged): the noise of every Gaussian and Laplace family at half its scale."""
-    patched = [(randomness.ClientStreams, "normal"), (randomness.ClientStreams, "exponential"),
-               (randomness.ServerStreams, "normal")]
-    originals = [getattr(owner, name) for owner, name in patched]
+    unchanged): the noise of every Gaussian and Laplace family at half its scale. Yields [draws it changed]."""
+    hits = [0]
 
     def halved(method):
         def draw(self, shape):
             drawn = method(self, shape)
-            return drawn * 0.5 if self._name[3] in ("noise", "server_noise") else drawn
+            if self._name[3] not in ("noise", "server_noise"):
+                return drawn
+            hits[0] += 1
+            return drawn * 0.5
         return draw
 
-    for (owner, name), method in zip(patched, originals):
-        setattr(owner, name, halved(method))
-    try:
-        yield
-    finally:
-        for (owner, name), method in zip(patched, originals):
-            setattr(owner, name, method)
+    with _patched([(randomness.ClientStreams, "normal"), (randomness.ClientStreams, "exponential"),
+                   (randomness.ServerStreams, "normal")], halved):
+        yield hits
 
 
 @contextlib.contextmanager
-def clip_skipped():
+def noise_shared(sim):
+    """Every client of an audited trial draws the noise of the trial's first client in its chunk (the "noise" stream
+    named without the client: the audit's stream ids are (world * N + trial) * M + client, rows in trial order).
+    Another silo that subtracts M copies of its own message (``silo_weight`` = M) then sees the canary noise-free.
+    Yields [chunks where two rows shared a draw]."""
+    hits, clients = [0], sim.train.num_clients
+
+    def shared(method):
+        def stacked(self, shapes, fill, draw):
+            drawn = method(self, shapes, fill, draw)
+            if self._name[3] != "noise" or len(shapes) < 2:
+                return drawn
+            base = torch.tensor(self._name[2]) // clients
+            first = torch.searchsorted(base, base)  # each row's trial's first row (rows in trial order)
+            hits[0] += int((first != torch.arange(len(base))).any())
+            return drawn[first]
+        return stacked
+
+    with _patched([(randomness.ClientStreams, "_stacked")], shared):
+        yield hits
+
+
+@contextlib.contextmanager
+def clip_skipped(sim):
     """The engine's clip rule (``dpfl.engine.clipping.clip_weights``, as the gradient strategies and the canary call
-    it) keeps every weight at 1: no record is clipped."""
-    originals = clipping.clip_weights, grads.clip_weights
+    it) keeps every weight at 1: no record is clipped. Yields [calls of the rule]."""
+    hits = [0]
 
     def skipped(clip, norms, mask, nonfinite=True):
+        hits[0] += 1
         return mask * torch.ones_like(norms)
 
+    originals = clipping.clip_weights, grads.clip_weights
     clipping.clip_weights = grads.clip_weights = skipped
     try:
-        yield
+        yield hits
     finally:
         clipping.clip_weights, grads.clip_weights = originals
 
 
-#: name -> (the runs' patch, the canary's norm before the clip in units of C (None: the stated C e), the factor of
-#: the noise multipliers of the mechanism as run against the canary)
+@contextlib.contextmanager
+def _patched(methods, wrap):
+    """``methods`` ((owner, name) pairs) replaced by ``wrap(original)`` for the duration."""
+    originals = [getattr(owner, name) for owner, name in methods]
+    for (owner, name), method in zip(methods, originals):
+        setattr(owner, name, wrap(method))
+    try:
+        yield
+    finally:
+        for (owner, name), method in zip(methods, originals):
+            setattr(owner, name, method)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mechanism:
+    """A mechanism mutant: the runs' patch (a context manager of the simulation, yielding how often it acted: 0 means
+    it planted nothing), the canary's norm before the clip in units of C (None: the stated C e), the weight of the
+    other silo's own message (``run_trials_all``'s silo_weight; "clients": M), and the claim of the mechanism as run
+    towards an observer (None: unknown)."""
+
+    patch: object
+    canary_norm: float | None
+    silo_weight: str | float
+    truth: object
+
+
 MECHANISM = {
-    "noise halved (event unchanged)": (noise_halved, None, 0.5),
-    "clipping skipped (canary of norm 10 C)": (clip_skipped, 10.0, 0.1),
+    "noise halved (event unchanged)": Mechanism(noise_halved, None, 1.0,
+                                                lambda sim, o: true_claim(sim, o, 0.5)),
+    "noise shared by a trial's clients": Mechanism(noise_shared, None, "clients",
+                                                   lambda sim, o: (lambda r: math.inf) if o == OTHER_SILO else None),
+    "clipping skipped (canary of norm 10 C)": Mechanism(clip_skipped, 10.0, 1.0,
+                                                        lambda sim, o: true_claim(sim, o, 0.1)),
 }
 
 
@@ -221,13 +274,19 @@ def main(argv=None) -> None:
 
         def scores(rounds: int, mechanism: str | None) -> dict:
             if (rounds, mechanism) not in cache:
-                patch, norm, _ = MECHANISM[mechanism] if mechanism else (contextlib.nullcontext, None, 1.0)
                 started = time.perf_counter()
-                target = runs.make_canary(sim, "dirac", canary_norm=norm)
-                with patch():
-                    found = runs.run_trials_all(sim, observers, args.trials, rounds=rounds, target=target)
-                # a raw canary no clip rule weighed (the family clips no record): the clip mutant planted nothing
-                cache[rounds, mechanism] = None if norm and not target.worlds[1].grads.raw_clipped else found
+                if mechanism is None:
+                    cache[rounds, None] = runs.run_trials_all(sim, observers, args.trials, rounds=rounds)
+                else:
+                    planted = MECHANISM[mechanism]
+                    target = runs.make_canary(sim, "dirac", canary_norm=planted.canary_norm)
+                    weight = sim.train.num_clients if planted.silo_weight == "clients" else planted.silo_weight
+                    with planted.patch(sim) as hits:
+                        found = runs.run_trials_all(sim, observers, args.trials, rounds=rounds, target=target,
+                                                    silo_weight=weight)
+                    # a patch that never acted, or a raw canary no clip rule weighed: the mutant planted nothing
+                    raw_missed = planted.canary_norm is not None and not target.worlds[1].grads.raw_clipped
+                    cache[rounds, mechanism] = None if not hits[0] or raw_missed else found
                 print(f"<!-- {name}: {rounds} rounds{f', {mechanism}' if mechanism else ''}, "
                       f"{time.perf_counter() - started:.1f} s -->", flush=True)
             return cache[rounds, mechanism]
@@ -239,7 +298,7 @@ def main(argv=None) -> None:
                 try:
                     claim = correct if mutant is None or mechanism else claim_function(sim, observer, mutant)
                     if mechanism:
-                        truth = true_claim(sim, observer, MECHANISM[mechanism][2])
+                        truth = MECHANISM[mechanism].truth(sim, observer)
                     elif mutant is not None and claim(1) >= correct(1) and \
                             claim(args.max_rounds) >= correct(args.max_rounds):
                         continue  # the accounting mutant does not lower this observer's claim: nothing to catch
@@ -251,8 +310,8 @@ def main(argv=None) -> None:
                 planned = max(least, plan.planned_rounds(sim, observer, args.trials, limit=args.max_rounds,
                                                          round_events=events))
                 if any(scores(r, mechanism) is None for r in {max(least, 1), planned}):
-                    print(f"| {name} | {observer} | {mutant} | not planted: the family clips no record with the "
-                          "engine's rule | | | | | | |", flush=True)
+                    print(f"| {name} | {observer} | {mutant} | not planted: the patched code never ran for this family "
+                          "(or the raw canary met no clip rule) | | | | | | |", flush=True)
                     continue
                 found = []
                 for rounds in sorted({max(least, 1), planned}):
