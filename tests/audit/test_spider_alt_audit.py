@@ -3,9 +3,11 @@ flip`: one silo of 20 records, s = 1, two communication rounds (the gradient g2 
 batch at w_0 and w_b = w_0 - eta g2), one z for both streams, privacy.epsilon = 2. The flipping Dirac canary's
 gradient is -C e at the initial model and +C e once the model has moved along e, so its difference is 2C (full
 sensitivity 4C/K against its neighbour). A release that declares one stream and still draws both claims one Gaussian
-where two were released: the audit's lower bound exceeds that claim. Measured (10000 runs per world, the server's
-view of both rounds): correct, claim 2.00, bound 1.64; the difference stream left out, claim 1.26, bound 1.48; the
-gradient stream left out, claim 1.26, bound 1.48."""
+where two were released: calibrated to privacy.epsilon = 2 against that release, each stream gets the noise of one
+Gaussian at epsilon 2, and the audit's lower bound exceeds the claim. Measured (10000 runs per world, the server's
+view of both rounds, batched trials): correct, claim 2.00, bound 1.84; the difference stream left out, claim 2.00,
+bound 3.01; the gradient stream left out, claim 2.00, bound 3.01. (Before the calibration ran against the release,
+the buggy claim was 1.26 at the correct noise, which this test used to expect.)"""
 
 import json
 
@@ -64,5 +66,6 @@ def test_the_correct_alternate_spider_stays_below_its_claim(tmp_path, capsys):
 def test_a_stream_left_out_of_the_release_is_caught(stream, tmp_path, capsys, monkeypatch):
     drop(stream, monkeypatch)
     printed = audit(tmp_path, capsys)
-    assert printed["claimed_epsilon"] < 0.7 * 2.0  # one of the two equal Gaussians
+    # calibrated to privacy.epsilon = 2 against the buggy release: one Gaussian at 2, where two were drawn
+    assert printed["claimed_epsilon"] == pytest.approx(2.0, abs=1e-3)
     assert printed["lower_bound"] > printed["claimed_epsilon"]
