@@ -176,6 +176,9 @@ def test_cli_audit_json_and_roc(tmp_path, capsys):
     (["--observer", "third_party", "--score", "loss"], "needs --canary input"),
     (["--observer", "third_party", "--rounds", "0"], "--rounds = 0"),
     (["--observer", "third_party", "--method", "one-run", "--rounds", "2"], "'runs' for"),
+    (["--observer", "third_party", "--method", "one-run", "--canary-norm", "10"], "--canary-norm (the one-run"),
+    (["--observer", "third_party", "--canary", "input", "--canary-norm", "10"], "--canary-norm = 10"),
+    (["--observer", "third_party", "--canary-norm", "0.5"], "a number >= 1"),
 ])
 def test_cli_audit_errors(tmp_path, capsys, argv, message):
     assert main(["audit", _config(tmp_path), *argv, "--out", str(tmp_path / "x")]) == 2
