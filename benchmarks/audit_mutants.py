@@ -46,13 +46,14 @@ from dp_accounting import dp_event
 from dp_accounting.privacy_accountant import UnsupportedEventError
 
 from dpfl.accounting.events import ParticipationDpEvent
-from audit_table import audited_observers, simulation, steps_of, variants
 from dpfl.accounting.observers import OTHER_SILO, SERVER, THIRD_PARTY, scale_noise
 from dpfl.algorithms import registry
 from dpfl.audit import plan, runs
 from dpfl.engine import clipping, grads, randomness
 from dpfl.experiments.config import load_config
 from dpfl.experiments.runner import build_simulation
+
+from audit_table import audited_observers, simulation, steps_of, variants  # beside this script
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "audit_fedsgd.toml"
 CONFIGS = {"example": [], "sampled": ["algorithm.client_rate=0.5"], "secagg": ["privacy.boundary='secagg'"],
@@ -102,16 +103,21 @@ def claim_function(sim, observer: str, mutant: str | None):
     """R -> the claim of R rounds towards ``observer`` under accounting mutant ``mutant`` (None: the correct
     accounting; the composition mutant: one round's claim, however many)."""
     if mutant is not None and MUTANTS[mutant] is None:
-        return lambda rounds: _claims(sim, None, 1)[observer]
-    return lambda rounds: _claims(sim, mutant, rounds)[observer]
+        return lambda rounds: _claims(sim, None, sim.round_privacy, 1)[observer]
+    return lambda rounds: _claims(sim, mutant, events_function(sim, mutant), rounds)[observer]
 
 
-def _claims(sim, mutant: str | None, rounds: int) -> dict[str, float]:
-    """Every observer's claim of ``rounds`` rounds under ``mutant`` (one accounting per simulation, mutant and R)."""
-    key = (id(sim), "mutant", mutant, rounds)
+def _claims(sim, name, of_round, rounds: int) -> dict[str, float]:
+    """Every observer's claim of ``rounds`` rounds of events ``of_round`` (t -> round t's events), accounted once per
+    simulation, ``name`` of those events (a mutant, or a noise factor) and R."""
+    key = (id(sim), name, rounds)
     if key not in _CLAIMS:
-        _CLAIMS[key] = runs.claims(sim, events_function(sim, mutant), rounds)
+        _CLAIMS[key] = runs.claims(sim, of_round, rounds)
     return _CLAIMS[key]
+
+
+#: (id of a simulation kept for the whole benchmark, the events' name, R) -> every observer's claim
+_CLAIMS: dict[tuple, dict[str, float]] = {}
 
 
 @contextlib.contextmanager
@@ -167,17 +173,14 @@ def clip_skipped(sim):
         hits[0] += 1
         return mask * torch.ones_like(norms)
 
-    originals = clipping.clip_weights, grads.clip_weights
-    clipping.clip_weights = grads.clip_weights = skipped
-    try:
+    with _patched([(clipping, "clip_weights"), (grads, "clip_weights")], lambda original: skipped):
         yield hits
-    finally:
-        clipping.clip_weights, grads.clip_weights = originals
 
 
 @contextlib.contextmanager
 def _patched(methods, wrap):
-    """``methods`` ((owner, name) pairs) replaced by ``wrap(original)`` for the duration."""
+    """``methods`` ((owner, name) pairs: a class's method, a module's function) replaced by ``wrap(original)`` for
+    the duration."""
     originals = [getattr(owner, name) for owner, name in methods]
     for (owner, name), method in zip(methods, originals):
         setattr(owner, name, wrap(method))
@@ -214,28 +217,17 @@ MECHANISM = {
 def true_claim(sim, observer: str, factor: float):
     """R -> the claim of the mechanism as a mechanism mutant runs it (every noise multiplier times ``factor``), or
     None where an event has no Gaussian scaling (Laplace)."""
+    def scaled(t):
+        return {o: scale_noise(e, factor) for o, e in sim.round_privacy(t).items()}
+
     try:
-        {o: scale_noise(e, factor) for o, e in sim.round_privacy(0).items()}
+        scaled(0)
     except ValueError:
         return None
-    return lambda rounds: _scaled_claims(sim, factor, rounds)[observer]
+    return lambda rounds: _claims(sim, f"noise x{factor}", scaled, rounds)[observer]
 
 
-def _scaled_claims(sim, factor: float, rounds: int) -> dict[str, float]:
-    """Every observer's claim of ``rounds`` rounds with every noise multiplier times ``factor`` (cached as
-    ``_claims``)."""
-    key = (id(sim), "scaled", factor, rounds)
-    if key not in _CLAIMS:
-        _CLAIMS[key] = runs.claims(sim, lambda t: {o: scale_noise(e, factor) for o, e in sim.round_privacy(t).items()},
-                                   rounds)
-    return _CLAIMS[key]
-
-
-#: (id of a simulation kept for the whole benchmark, kind, mutant or factor, R) -> every observer's claim
-_CLAIMS: dict[tuple, dict[str, float]] = {}
-
-
-def family_configs(words: list[str], trials: int) -> dict:
+def family_configs(words: list[str]) -> dict:
     """label -> (simulation, the fewest rounds an audit runs) of every private registered name matching ``words``
     on the example config (benchmarks/audit_table.py)."""
     configs = {}
@@ -257,7 +249,7 @@ def main(argv=None) -> None:
     parser.add_argument("--families", action="store_true", help="every private family on the example config")
     args = parser.parse_args(argv)
     if args.families:
-        configs = family_configs(args.configs, args.trials)
+        configs = family_configs(args.configs)
     else:
         unknown = [name for name in args.configs if name not in CONFIGS]
         if unknown:
