@@ -5,16 +5,19 @@ DP-FedAvg workload and every registered family's minimal config (tests/algorithm
     python benchmarks/ledger_cost.py user budgeted       # cases whose name contains any of these words
     python benchmarks/ledger_cost.py --before /tmp/old/src user   # each case also with another checkout's dpfl
 
-A round is what ``dpfl run`` does per round at the default run.eval_every = 1: ``Simulation.step`` (the ledger's record,
-ledger.json saved before the noise, the cohort's work), ``Simulation.evaluate`` (the metrics, with epsilon towards every
-observer where run.epsilon_every schedules it: every round in a checkout before that key; read on the ledger's
-background thread and joined at each checkpoint and the last round, ``Simulation.settle_epsilon``, in a checkout that
-has it), the checkpoint where due (the ledger's summary) and results.json, in a run directory, on one CPU thread (and
-the ledger's reader thread). The ledger's time is the time the round's thread spends in the ``PrivacyLedger`` methods
-the simulator calls (outermost calls only) and waiting for the background reads. Columns: the ledger's share of the
-first round (the round events' PLDs or RDP curves are built there), of the later rounds and of all rounds, the mean
-round with and without the ledger's time, the process's CPU time per round (every thread: what the background reads
-cost is there), its resident memory after the build and at its peak (``ru_maxrss``).
+A round is what ``dpfl run`` does per round at the default run.eval_every = 1: ``Simulation.step`` (the ledger's record
+and ledger.json's save, beside the first chunk of the cohort's work in a checkout with ``record_later``, before it in
+one without; the cohort's work), ``Simulation.evaluate`` (the metrics, with epsilon towards every observer where
+run.epsilon_every schedules it: every round in a checkout before that key; read on the ledger's background thread,
+``Simulation.settle_epsilon``, and joined at the last round, and at each checkpoint in a checkout whose checkpoints
+wait for the reads), the checkpoint where due and results.json, in a run directory, on one CPU thread (and the
+ledger's threads). The ledger's time is the time the round's thread spends in the ``PrivacyLedger`` methods the
+simulator calls (outermost calls only), waiting for its round's record and waiting for the background reads; the
+ledger's own threads' time is not in it (it runs beside the round: the CPU column has it). Columns: the ledger's share
+of the first round (the round events' PLDs or RDP curves are built there), of rounds 2 .. T-1, its milliseconds in
+the last round T (where the run waits for every read still in flight: the cost of the epsilons the results report),
+its share of all rounds, the mean round with and without the ledger's time, the whole run's milliseconds, the
+process's CPU time per round (every thread), its resident memory after the build and at its peak (``ru_maxrss``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -88,6 +92,8 @@ def measure(case: str) -> dict:
     def timed(method):
         @functools.wraps(method)
         def wrapper(*args, **kwargs):
+            if threading.current_thread() is not threading.main_thread():  # the ledger's own threads: beside the round
+                return method(*args, **kwargs)
             depth[0] += 1
             started = time.perf_counter()
             try:
@@ -101,6 +107,15 @@ def measure(case: str) -> dict:
     for name in LEDGER_METHODS:
         if hasattr(PrivacyLedger, name):
             setattr(PrivacyLedger, name, timed(getattr(PrivacyLedger, name)))
+    if hasattr(PrivacyLedger, "record_later"):  # the round's wait for its record on the ledger's recorder thread
+        record_later = PrivacyLedger.record_later
+
+        def timed_record_later(self, *args, **kwargs):
+            recorded = record_later(self, *args, **kwargs)
+            recorded.result = timed(recorded.result)
+            return recorded
+
+        PrivacyLedger.record_later = timed(timed_record_later)
     from dpfl.engine.simulator import Simulation
 
     background = hasattr(Simulation, "settle_epsilon")
@@ -112,6 +127,8 @@ def measure(case: str) -> dict:
         results_file, mid_run = ResultsFile(Path(out) / "results.json"), _mid_run(results_of)
         built_mb = _rss_mb()
         round_s, ledger_s, cpu_started = [], [], _cpu_s()
+        quick = "final" in inspect.signature(sim.save_checkpoint).parameters  # mid-run checkpoints wait for nothing
+        sim.horizon = rounds  # as run sets it (budget checks prepared ahead, where the checkout has them)
         for _ in range(rounds):
             spent[0], started = 0.0, time.perf_counter()
             try:
@@ -121,11 +138,12 @@ def measure(case: str) -> dict:
                     raise
                 break
             sim.history.append(_evaluate(sim, rounds, background))
-            due = sim.next_round % sim.checkpoint_every == 0 or sim.next_round == rounds
+            last = sim.next_round == rounds
+            due = sim.next_round % sim.checkpoint_every == 0 or last
             if background:
-                sim.settle_epsilon(wait=due)
+                sim.settle_epsilon(wait=last if quick else due)
             if due:
-                sim.save_checkpoint()
+                sim.save_checkpoint(final=last) if quick else sim.save_checkpoint()
             results_file.write(results_of(sim, resolved, **mid_run))
             round_s.append(time.perf_counter() - started)
             ledger_s.append(spent[0])
@@ -171,12 +189,12 @@ def _rss_mb() -> float:
 def row(result: dict) -> str:
     rounds, ledger = result["round_s"], result["ledger_s"]
     if not rounds:
-        return f"| {result['case']} | 0 | | | | | | | | |"
+        return f"| {result['case']} | 0 | | | | | | | | | | |"
     total, spent = sum(rounds), sum(ledger)
-    later = 100 * sum(ledger[1:]) / sum(rounds[1:]) if len(rounds) > 1 else float("nan")
-    return (f"| {result['case']} | {len(rounds)} | {100 * ledger[0] / rounds[0]:.0f}% | {later:.1f}% | "
-            f"{100 * spent / total:.1f}% | "
-            f"{1000 * total / len(rounds):.1f} | {1000 * (total - spent) / len(rounds):.1f} | "
+    middle = 100 * sum(ledger[1:-1]) / sum(rounds[1:-1]) if len(rounds) > 2 else float("nan")
+    return (f"| {result['case']} | {len(rounds)} | {100 * ledger[0] / rounds[0]:.0f}% | {middle:.1f}% | "
+            f"{1000 * ledger[-1]:.0f} | {100 * spent / total:.1f}% | "
+            f"{1000 * total / len(rounds):.1f} | {1000 * (total - spent) / len(rounds):.1f} | {1000 * total:.0f} | "
             f"{1000 * result['cpu_s'] / len(rounds):.1f} | {result['built_mb']:.0f} | {result['peak_mb']:.0f} |")
 
 
@@ -188,9 +206,9 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["--before"]:
         checkouts, argv = {" (before)": argv[1], "": None}, argv[2:]
     chosen = [c for c in case_names() if not argv or any(word in c for word in argv)]
-    print("| case | rounds | ledger, round 1 | ledger, rounds 2+ | ledger, all rounds | ms/round | "
-          "ms/round without ledger | CPU ms/round | MB after build | MB peak |\n|---|---|---|---|---|---|---|---|---|---|",
-          flush=True)
+    print("| case | rounds | ledger, round 1 | ledger, rounds 2 .. T-1 | ledger ms, round T (the reads' wait) | "
+          "ledger, all rounds | ms/round | ms/round without ledger | run ms | CPU ms/round | MB after build | MB peak |"
+          "\n|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
     for case in chosen:
         for label, source in checkouts.items():  # interleaved: both see the same load
             env = None if source is None else {**os.environ, "PYTHONPATH": source}

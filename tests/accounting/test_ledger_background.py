@@ -4,12 +4,15 @@ check accounts on the main thread, and through a whole run (results.json's rows,
 
 import json
 import math
+import threading
+import time
 
 import pytest
 import torch
 from dp_accounting import dp_event
 
 import dpfl
+from dpfl.accounting import ledger as ledger_module
 from dpfl.accounting import pld, pld_power
 from dpfl.accounting.ledger import PrivacyLedger
 
@@ -147,3 +150,35 @@ def test_a_curve_two_threads_ask_for_at_once_is_computed_once(monkeypatch):
     with ThreadPoolExecutor(2) as pool:
         curves = list(pool.map(lambda _: rdp.rdp_curve(event, [2.0, 4.0]), range(2)))
     assert np.array_equal(curves[0], curves[1]) and computed.count(repr(event)) == 1
+
+
+def test_an_accounting_a_round_waits_for_goes_before_the_reads_waiting():
+    """The accounting lock (``ledger._ACCOUNTING``) is handed to a waiting thread of the round's path (here the main
+    thread) before a waiting read (the reader thread), whichever asked first; a read then gets it."""
+    order, holding = [], threading.Event()
+    ledger_module._ACCOUNTING.__enter__()  # held, as by an accounting in progress
+    try:
+        read = ledger_module._READER.submit(_take_lock, order, "read")
+        _wait_until(lambda: ledger_module._ACCOUNTING._waiting_reads == 1)
+        round_path = threading.Thread(target=_take_lock, args=(order, "round", holding))
+        round_path.start()
+        _wait_until(lambda: ledger_module._ACCOUNTING._urgent == 1)
+    finally:
+        ledger_module._ACCOUNTING.__exit__(None, None, None)
+    round_path.join(10)
+    read.result(10)
+    assert order == ["round", "read"] and holding.is_set()
+
+
+def _take_lock(order: list, name: str, done: threading.Event | None = None) -> None:
+    with ledger_module._ACCOUNTING:
+        order.append(name)
+    if done is not None:
+        done.set()
+
+
+def _wait_until(condition, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)

@@ -3,9 +3,12 @@ very round, with the very message, that a check of every round gives, accounts O
 rounds instead of T, checks every round again when the event changes or the budget does, and still reports epsilon
 after each round exactly as a fresh ledger."""
 
+import threading
+
 import pytest
 from dp_accounting import dp_event
 
+from dpfl.accounting import ledger as ledger_module
 from dpfl.accounting import pld, pld_power
 from dpfl.accounting.events import ProjectedStepDpEvent
 from dpfl.accounting.ledger import PrivacyLedger
@@ -62,8 +65,8 @@ def test_the_run_stops_at_the_round_a_check_of_every_round_stops_it(accountant, 
         ledger.record(stop, played[stop - 1])
     assert str(refused.value) == (
         f"round {stop} would raise epsilon towards a third party to {after['third_party']:.4g} > "
-        f"privacy.budget.third_party = {budget:g} (delta = {DELTA:g}); the run stops before that round draws any "
-        f"noise, having spent {before['third_party']:.4g}")
+        f"privacy.budget.third_party = {budget:g} (delta = {DELTA:g}); the run stops before that round releases "
+        f"anything, having spent {before['third_party']:.4g}")
     assert ledger.compositions == stop - 1  # nothing composed for the refused round
 
 
@@ -107,3 +110,62 @@ def test_an_ordered_accountant_checks_every_round(monkeypatch):
     for t in range(1, 5):
         ledger.record(t, {o: step for o in OBSERVERS})
     assert built == ["third_party"] * 4
+
+
+def test_a_horizon_prepares_each_check_ahead_and_stops_at_the_same_round(monkeypatch):
+    """Given the run's horizon, the check that ends a headroom is accounted on the planner thread as soon as the
+    headroom is granted: the rounds themselves then account only round 1's check (on the recording thread), while the
+    run stops at the very round, with the very epsilon, that the unprepared ledger stops at; no check beyond the
+    horizon is prepared."""
+    budget, horizon = 4.5, 40  # epsilon 4.33 after 25 rounds, 4.70 after 30
+    played = [poisson(1.5)] * horizon
+    plain = PrivacyLedger(OBSERVERS, DELTA, {"third_party": budget}, neighboring="add_remove")
+    stop_plain = next(t for t, events in enumerate(played, start=1) if _refused(plain, t, events))
+
+    prepared = PrivacyLedger(OBSERVERS, DELTA, {"third_party": budget}, neighboring="add_remove")
+    pld._CACHE.clear()
+    pld_power._MOMENTS.clear()
+    here = []  # the accountings on this thread
+    make = prepared._accountant
+
+    def accountant(observer, composed, name=None):
+        if threading.current_thread() is threading.main_thread():
+            here.append(sum(count for _, count in composed))
+        return make(observer, composed, name)
+
+    monkeypatch.setattr(prepared, "_accountant", accountant)
+    checked = []
+    for t, events in enumerate(played, start=1):
+        ledger_ahead()  # what the planner was given has been done
+        before = len(here)
+        if _refused(prepared, t, events, horizon):
+            break
+        if len(here) > before:
+            checked.append(t)
+    assert t == stop_plain < horizon  # the budget stops it within the horizon, at the unprepared ledger's round
+    assert prepared.epsilon() == plain.epsilon()
+    # round 1's check (the composition doubled: 2 rounds); rounds 3 and 7 find theirs prepared (6 and 14 rounds);
+    # round 15's, prepared too (30 rounds), exceeds the budget, so round 15 itself and the bisection's compositions
+    # (each at most 2 x 14 rounds) are accounted here, near the budget
+    assert checked == [1, 15] and here[0] == 2 and all(count <= 28 for count in here[1:]), (checked, here)
+
+    far = PrivacyLedger(OBSERVERS, DELTA, {"third_party": 1e6}, neighboring="add_remove", accountant="rdp")
+    submitted = []
+    monkeypatch.setattr(ledger_module._PLANNER, "submit", lambda *args: submitted.append(args[2]))
+    for t in range(1, 8):
+        far.record(t, gaussian(8.0), horizon=6)
+    # round 1 grants 1 round (next check at round 3: prepared), round 3 grants 3 (next check at 7 > 6: not)
+    assert [sum(c for _, c in composed) for composed in submitted] == [6]
+
+
+def _refused(ledger: PrivacyLedger, t: int, events: dict, horizon: int | None = None) -> bool:
+    try:
+        ledger.record(t, events, horizon=horizon)
+    except BudgetExceededError:
+        return True
+    return False
+
+
+def ledger_ahead() -> None:
+    """Waits until the planner thread has done what it was given."""
+    ledger_module._PLANNER.submit(lambda: None).result()

@@ -294,7 +294,7 @@ def test_resume_gives_the_uninterrupted_run(name, stop, tmp_path):
         first.algorithm = Wrapped(first.algorithm, _crash_in_round(crash_at))
         with pytest.raises(RuntimeError, match="simulated crash"):
             first.run(rounds)
-        assert first.ledger.compositions == crash_at + 1  # the crashed round was recorded before its noise
+        assert first.ledger.compositions == crash_at + 1  # its record completed before the crash surfaced
         expected_next = crash_at - crash_at % 2  # the last checkpoint (every 2 rounds), or round 0 without one
     resumed = simulation(name, *extra, out=tmp_path)  # the run directory's key
     assert resumed.seed == first.seed

@@ -3,6 +3,10 @@ learning."""
 
 import json
 import math
+import shutil
+import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +14,7 @@ import torch
 from dp_accounting import dp_event
 
 from dpfl.accounting.dp_scaffold import dp_scaffold_epsilon
+from dpfl.accounting import ledger as ledger_module
 from dpfl.accounting.events import ParticipationDpEvent
 from dpfl.accounting.ledger import PrivacyLedger
 from dpfl.engine.client_table import ClientTable
@@ -267,10 +272,125 @@ def test_budget_stops_before_the_round_that_would_exceed_it(data, tmp_path):
     assert PrivacyLedger.load(tmp_path / "ledger.json").compositions == 2
     saved = json.loads((tmp_path / "ledger.json").read_text())  # the summary written when the budget stopped it
     assert saved["epsilon"] == sim.ledger.epsilon() and saved["accountant"] == sim.ledger.accountants()
-    # no noise was drawn for the refused round: the model is that of an unbudgeted 2-round run
+    # nothing of the refused round was released: the model and the client state are those of an unbudgeted 2-round
+    # run (test_a_budget_stop_discards_the_work_computed_beside_the_check: its first chunk was computed, unused)
     reference = make_sim(data)
     reference.run(2)
-    assert torch.equal(sim.model, reference.model)
+    assert torch.equal(sim.model, reference.model) and states_equal(sim.state, reference.state)
+
+
+# -- a round's record beside its client work ---------------------------------------------------------------------
+class _Logged:
+    """The algorithm ``inner`` with the start of each client round and server step noted in ``log``
+    (("client work", r), ("server", r), r numbered from 1)."""
+
+    def __init__(self, inner, log: list):
+        self._inner, self._log = inner, log
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def client_round(self, t, *args):
+        self._log.append(("client work", t + 1))
+        return self._inner.client_round(t, *args)
+
+    def server_update(self, t, *args):
+        self._log.append(("server", t + 1))
+        return self._inner.server_update(t, *args)
+
+
+def _saves_after_the_work_starts(sim, log: list) -> None:
+    """``sim``'s ledger saves its journal only once the round's client work has started (or after 10 s), noting
+    ("on disk", r) once the entry of round r is on disk."""
+    save = sim.ledger.save
+
+    def save_after(path, summary=True):
+        if not summary:
+            _wait_for(lambda: log and log[-1][0] in ("client work", "workers"))
+        save(path, summary)
+        if not summary:
+            log.append(("on disk", json.loads(Path(path).read_text())["journal"][-1]["round"]))
+
+    sim.ledger.save = save_after
+
+
+def _wait_for(condition, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+def test_a_round_is_on_disk_before_anything_it_computed_is_used(data, tmp_path):
+    """The round's record and durable save run beside its client work (the work starts before the save ends), and
+    the boundary and the server step see the work only after the save; the model is the ordinary run's."""
+    log = []
+    sim = make_sim(data, checkpoint_dir=tmp_path)
+    sim.algorithm = _Logged(sim.algorithm, log)
+    _saves_after_the_work_starts(sim, log)
+    sim.run(2)
+    assert log == [("client work", 1), ("on disk", 1), ("server", 1), ("client work", 2), ("on disk", 2),
+                   ("server", 2)]
+    reference = make_sim(data)
+    reference.run(2)
+    assert torch.equal(sim.model, reference.model) and states_equal(sim.state, reference.state)
+
+
+def test_work_done_elsewhere_starts_after_the_round_is_on_disk(data, tmp_path):
+    """Client work outside this process (``Simulation.workers``: Flower nodes, other ranks) leaves it: it is asked
+    for only once the round's entry is on disk."""
+    log = []
+
+    def workers(sim, t, cohort):
+        log.append(("workers", t + 1))
+        return sim.in_process(t, cohort)
+
+    sim = make_sim(data, checkpoint_dir=tmp_path, workers=workers)
+    _saves_after_the_work_starts(sim, log)
+    sim.run(2)
+    assert log == [("on disk", 1), ("workers", 1), ("on disk", 2), ("workers", 2)]
+
+
+def test_a_budget_stop_discards_the_work_computed_beside_the_check(data):
+    """The refused round's first chunk of client work is computed while the ledger checks it, and then dropped: no
+    server step, no client state written, the model and state of the rounds before."""
+    two = dp_scaffold_epsilon(M, R, L, S, K, 2, Z, accountant="rdp")["epsilon"][THIRD_PARTY]
+    three = dp_scaffold_epsilon(M, R, L, S, K, 3, Z, accountant="rdp")["epsilon"][THIRD_PARTY]
+    log = []
+    sim = make_sim(data, rounds_budget={THIRD_PARTY: (two + three) / 2}, accountant="rdp")
+    sim.algorithm = _Logged(sim.algorithm, log)
+    sim.run(10)
+    assert sim.stopped_by == "budget" and sim.next_round == 2
+    assert ("client work", 3) in log and ("server", 3) not in log
+    reference = make_sim(data)
+    reference.run(2)
+    assert torch.equal(sim.model, reference.model) and states_equal(sim.state, reference.state)
+
+
+def test_a_mid_run_checkpoint_waits_for_no_read_and_a_resume_reads_it_again(data, tmp_path):
+    """With the reads held up, the checkpoint after round 2 of 4 is written at once, its rows without epsilon and
+    ledger.json without the summary; a run resumed from it reads those rows' epsilon again and ends with the
+    uninterrupted run's history and ledger."""
+    held, copied = threading.Event(), tmp_path / "after 2"
+    ledger_module._READER.submit(held.wait, 60)  # the reader thread is busy until released
+
+    def at_round(sim):
+        if sim.next_round == 2:
+            copied.mkdir()
+            for name in ("checkpoint.pt", "ledger.json"):
+                shutil.copy(tmp_path / "run" / name, copied / name)
+            held.set()
+
+    sim = make_sim(data, checkpoint_dir=tmp_path / "run", checkpoint_every=2)
+    sim.run(4, on_evaluated=at_round)
+    assert held.is_set() and all(m.epsilon is not None for m in sim.history)
+    assert "epsilon" not in json.loads((copied / "ledger.json").read_text())
+
+    resumed = make_sim(data, checkpoint_dir=copied, checkpoint_every=2)
+    resumed.load_checkpoint(copied)
+    assert resumed.next_round == 2 and resumed.settled == 0  # rows 1 and 2 are being read again
+    resumed.run(4)
+    assert as_dicts(resumed.history) == as_dicts(sim.history)
+    assert resumed.ledger.to_dict() == sim.ledger.to_dict()
 
 
 def test_budget_below_one_round_runs_nothing(data):

@@ -3,10 +3,11 @@
 For every observer (third party, server, another silo) the ledger composes the events of every round the run has
 *started*, and reports epsilon at the run's delta. It is
 
-* composed BEFORE a round draws its noise, so a configured budget stops the run before the round that would exceed
+* composed BEFORE a round releases anything, so a configured budget stops the run before the round that would exceed
   it (``BudgetExceededError``), never after;
 * a journal: one entry per composed round, which the simulator saves (``save``) as soon as a round is composed,
-  before the round draws any noise, and again with every checkpoint. A resumed run that replays a round with
+  before the round releases anything, and again with every checkpoint (``record_later`` does both on the recorder
+  thread while the simulator computes the round's first chunk of client work, which it uses only after). A resumed run that replays a round with
   the same randomness (same events and same fingerprint: an identical release, so no new privacy loss) finds it
   already recorded and does not count it twice; anything else is counted again. Spent budget is never forgotten.
   Each distinct event and each journal entry is encoded to JSON once, when it is recorded; a save joins their text (one
@@ -47,10 +48,14 @@ are those of a fresh ledger composing from scratch, exactly (tests/accounting/te
 process, ``_READER``): the compositions it accounts are taken when it is asked (immutable tuples of (event, rounds)),
 so rounds recorded meanwhile change nothing, and the number is the synchronous read's, the same accountant on the same
 composition (remembered in the same memo). dp_accounting's and dpfl's accountant caches are process-wide, so all
-accounting (``_epsilon_of``, ``epsilon_composition``) takes one lock (``_ACCOUNTING``): a budget check waits for a read
-in flight, never races it. ``accountants`` (which accountant answers) needs no PLD and does not wait. The simulator
-asks for each scheduled read this way and joins it at the next checkpoint, the last round and any stop
-(``dpfl.engine.simulator``), so the FFTs of a read overlap the rounds that follow it.
+accounting (``_epsilon_of``, ``epsilon_composition``) takes one lock (``_ACCOUNTING``), which a thread on a round's
+path gets before any waiting read: a budget check waits at most for the accounting a read has in progress, never
+races it. ``accountants`` (which accountant answers) needs no PLD and does not wait; once asked, the recorder thread
+decides it for each new composition after its record. The simulator asks for each scheduled read this way and joins
+them at the last round and any stop (``dpfl.engine.simulator``; a mid-run checkpoint takes the reads done so far),
+so the FFTs of a read overlap the rounds that follow it. Given the run's horizon, a budget check that grants headroom
+has the planner thread account, at once, the check that will end it (``_prepare_next_check``), so that check finds
+its epsilon remembered.
 
 ``epsilon_curve`` gives epsilon after any recorded round (``epsilon_through``: what the round reported when it ran),
 the whole curve of a run whose results report epsilon at some rounds only (``dpfl.engine.epsilon_schedule``).
@@ -67,6 +72,7 @@ accountant's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -143,6 +149,7 @@ class PrivacyLedger:
         #: the events of a "tightest" observer's composition -> {"pld": rounds of a composition of them that answered
         #: PLD, "rdp": one that answered RDP} (``_tightest_by_bounds``); None where they declare per-owner events
         self._tightest_bounds: dict[tuple, dict | None] = {}
+        self._names_asked = False  # whether ``accountants`` was asked (then ``record_later`` decides them ahead)
         self._memo: dict[tuple, float | str] = {}  # (accountant name, composition) -> epsilon at self.delta, and
         # ("chosen", accountant name, composition) -> the accountant that answers
         #: ledger.json's parts, each encoded once (``save``): repr(event) -> its index in "events", those events as
@@ -153,12 +160,15 @@ class PrivacyLedger:
         self._entry_texts: list[str] = []
 
     # -- composition --------------------------------------------------------------------------------------------
-    def record(self, round_index: int, events: dict[str, dp_event.DpEvent], fingerprint: str | None = None):
+    def record(self, round_index: int, events: dict[str, dp_event.DpEvent], fingerprint: str | None = None,
+               horizon: int | None = None):
         """Composes one round's events (one per observer) unless that round is already recorded with the same events
         and the same ``fingerprint`` (an identifier of the randomness the round will use: the same fingerprint means
         the same release, so a replay adds no privacy loss; None never matches). Raises BudgetExceededError,
         composing nothing, if a budget would be exceeded. Epsilon is accounted here only towards the observers a
-        budget names; the others' when it is read (``epsilon``)."""
+        budget names; the others' when it is read (``epsilon``). ``horizon``: the last round the run means to take;
+        given, a budget check that leaves headroom starts, on the background thread, the accounting of the check
+        that will end it if that check falls within the horizon (``_prepare_next_check``)."""
         missing = set(self.observers) - set(events)
         if missing:
             raise ValueError(f"round {round_index} has no event for observer(s) {sorted(missing)}")
@@ -173,7 +183,7 @@ class PrivacyLedger:
                 raise BudgetExceededError(
                     f"round {round_index} would raise epsilon towards {OBSERVER_NAMES.get(observer, observer)} to "
                     f"{after[observer]:.4g} > privacy.budget.{observer} = {self.budget[observer]:g} "
-                    f"(delta = {self.delta:g}); the run stops before that round draws any noise, having spent "
+                    f"(delta = {self.delta:g}); the run stops before that round releases anything, having spent "
                     f"{self._spent_by(observer):.4g}"
                 )
         self._append(round_index, events, fingerprint)
@@ -186,6 +196,51 @@ class PrivacyLedger:
                 self._headroom[observer] = (key, self.budget[observer], self._repeats_within_budget(observer, key))
             else:
                 self._headroom[observer] = (key, self.budget[observer], self._headroom[observer][2] - 1)
+                continue
+            if horizon is not None:
+                self._prepare_next_check(observer, round_index, horizon)
+
+    def record_later(self, round_index: int, events: dict[str, dp_event.DpEvent], fingerprint: str | None = None,
+                     save_to: str | os.PathLike | None = None, horizon: int | None = None) -> Future:
+        """``record``, then the journal's durable ``save`` to ``save_to`` (if given; no summary), on the ledger's
+        recorder thread (``_RECORDER``): a Future that completes once the round is on record and on disk, or raises
+        what ``record`` or ``save`` raised (BudgetExceededError: nothing composed). The simulator computes the round's
+        client work meanwhile and releases none of it before the Future completes (``dpfl.engine.simulator``); no
+        other call may touch this ledger until then."""
+
+        def record_and_save() -> None:
+            self.record(round_index, events, fingerprint, horizon)
+            if save_to is not None:
+                self.save(save_to, summary=False)
+
+        recorded = _RECORDER.submit(record_and_save)
+        if self._names_asked:  # after it, unwaited: the names a caller (results.json) asks for after each round
+            _RECORDER.submit(self.accountants)
+        return recorded
+
+    def _prepare_next_check(self, observer: str, round_index: int, horizon: int) -> None:
+        """Starts, on the background thread, the accounting the budget check that ends ``observer``'s headroom just
+        granted (h more rounds of event ``key`` after round ``round_index``) will ask for, if that check, at round
+        round_index + h + 1, is within ``horizon``: with c compositions and K rounds of ``key`` now, that check
+        composes K + h rounds of it (the headroom's rounds, if they repeat it) plus (c + h) + 2 more
+        (``_doubled_within_budget``), K + c + 2h + 2 in all, on top of the other events, whatever round between now
+        and then asks it. Its epsilon lands in the memo, where the check finds it; if the rounds turn out otherwise,
+        it is never asked and the check accounts what it needs then. Nothing for an accountant in
+        ``accountants.ORDERED`` (no headroom)."""
+        key, _, repeats = self._headroom[observer]
+        if repeats <= 0 or round_index + repeats + 1 > horizon or \
+                self.accountant_names[observer] in accountants.ORDERED:
+            return
+        composed = self._tally(observer, [key] * (self.compositions + 2 * repeats + 2), self._runs[observer],
+                               self._counts[observer])
+        if not self._remembered(observer, composed):
+            _PLANNER.submit(self._prepared, observer, composed)
+
+    def _prepared(self, observer: str, composed: list[tuple[str, int]]) -> None:
+        """``_epsilon_of(observer, composed)`` into the memo, ahead of the check that asks it; an accounting that
+        cannot be done (e.g. a PLD too large to build) is left to that check, which handles it."""
+        with contextlib.suppress(ConfigError):
+            self._epsilon_of(observer, composed)
 
     def _cleared_for(self, observer: str, event: dp_event.DpEvent) -> bool:
         """Whether one more round of ``event`` is known to keep ``observer`` within its budget: it is the event whose
@@ -273,6 +328,10 @@ class PrivacyLedger:
         if observer not in self._spent:
             self._spent[observer] = self._epsilon_of(observer, self._composed(observer))
         return self._spent[observer]
+
+    def spent_is_known(self) -> bool:
+        """Whether ``epsilon()`` costs no accounting: every observer's composition so far is remembered."""
+        return all(o in self._spent or self._remembered(o, self._composed(o)) for o in self.observers)
 
     def epsilon_through(self, round_index: int) -> dict[str, float]:
         """Epsilon towards each observer as it stood when round ``round_index`` was last composed: every composition
@@ -401,7 +460,9 @@ class PrivacyLedger:
         return [[(self._key(event), count) for event, count in composition] for composition in compositions]
 
     def accountants(self) -> dict[str, str]:
-        """The accountant that answers for each observer's composition so far (for "tightest", the one it chose)."""
+        """The accountant that answers for each observer's composition so far (for "tightest", the one it chose).
+        Once asked, ``record_later`` has the recorder thread decide it for each new composition after its record."""
+        self._names_asked = True
         return {o: self._chosen(o, self._composed(o)) for o in self.observers}
 
     def _chosen(self, observer: str, composed: list[tuple[str, int]]) -> str:
@@ -564,9 +625,46 @@ class PrivacyLedger:
 
 
 _NO_OP = repr(dp_event.NoOpDpEvent())
-#: One accounting at a time in this process: the accountants' caches (``pld``'s PLDs, ``pld_power``'s moments and
-#: transforms) are process-wide and not thread-safe, and ``epsilon_through_later`` accounts on ``_READER``.
-_ACCOUNTING = threading.Lock()
+
+
+class _AccountingLock:
+    """One accounting at a time in this process (the accountants' caches, ``pld``'s PLDs and ``pld_power``'s moments
+    and transforms, are process-wide and not thread-safe), the reads (``_READER``, which only report) after every
+    accounting a round may be waiting for (the main thread's, the recorder's and the planner's): a read in progress
+    finishes its accounting, but no read starts one while another thread waits."""
+
+    def __init__(self):
+        self._changed = threading.Condition()
+        self._held = False
+        self._urgent = 0  # threads other than the reader waiting for the lock
+        self._waiting_reads = 0  # reads waiting for it (for inspection)
+
+    def __enter__(self) -> None:
+        urgent = not getattr(_THREAD, "reports", False)
+        with self._changed:
+            self._urgent += urgent
+            self._waiting_reads += not urgent
+            try:
+                self._changed.wait_for(lambda: not self._held and (urgent or not self._urgent))
+            finally:
+                self._urgent -= urgent
+                self._waiting_reads -= not urgent
+            self._held = True
+
+    def __exit__(self, *exc) -> None:
+        with self._changed:
+            self._held = False
+            self._changed.notify_all()
+
+
+_THREAD = threading.local()
+_ACCOUNTING = _AccountingLock()
+
+
+def _reporting() -> None:
+    """The reader thread's set-up: its accountings yield to the others' (``_AccountingLock``); no stop signals."""
+    _THREAD.reports = True
+    _blocking_stop_signals()
 
 
 def _blocking_stop_signals() -> None:
@@ -578,7 +676,12 @@ def _blocking_stop_signals() -> None:
 
 
 #: The background thread of ``epsilon_through_later`` (one: reads are answered in the order they are asked).
-_READER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpfl-epsilon", initializer=_blocking_stop_signals)
+_READER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpfl-epsilon", initializer=_reporting)
+#: The thread of ``record_later``: a round's record and durable save, beside its client work.
+_RECORDER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpfl-record", initializer=_blocking_stop_signals)
+#: The thread of the budget checks prepared ahead (``_prepare_next_check``): not queued behind the reads, which
+#: only report, while a check may hold up a round (all three take ``_ACCOUNTING`` for each accounting).
+_PLANNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpfl-plan", initializer=_blocking_stop_signals)
 
 
 def _extend(runs: list, key: str) -> None:

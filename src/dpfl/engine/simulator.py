@@ -3,14 +3,22 @@ ledger, metrics, checkpoints. It knows algorithms only through ``dpfl.engine.pro
 
 The path of round t: the cohort (``ClientSampler.sample(t, seed)``) -> the algorithm declares what a client's
 participation releases (``release``) -> the boundary turns it into each observer's event with the sampler's
-participation (``Boundary.views``) -> the ledger charges it and is saved (a budget stops the run here, before any noise
-is drawn) -> the cohort's client work, chunked to ``run.memory_mb`` (clients are a tensor axis; each client draws from
-its own streams, so chunking changes nothing) -> the drawn noise is checked against the declaration -> the boundary
-delivers the messages -> the server step (its own draws, from the server's streams, checked against the declaration
-before its state is kept) -> evaluate -> checkpoint.
+participation (``Boundary.views``) -> the ledger charges it and is saved (a budget stops the run here, before the
+round releases anything) -> the cohort's client work, chunked to ``run.memory_mb`` (clients are a tensor axis; each
+client draws from its own streams, so chunking changes nothing) -> the drawn noise is checked against the declaration
+-> the boundary delivers the messages -> the server step (its own draws, from the server's streams, checked against
+the declaration before its state is kept) -> evaluate -> checkpoint.
 
-Crash safety: the ledger is written (atomically) before a round draws any noise, and before the first entry the
-secret noise key (``dpfl.engine.keys``: noise.key beside the ledger); a resume (``load_checkpoint``, in a Simulation
+The ledger before the release: the round's record and its durable save run on the ledger's recorder thread
+(``PrivacyLedger.record_later``) while this thread computes the first chunk of the round's client work in memory;
+that chunk goes on (its new client state written, its messages to the boundary) only once the round is on record and
+on disk (``once_recorded``), so the ledger's work costs the round nothing where the chunk takes longer. A budget stop
+raises there and the chunk is dropped: nothing of the refused round leaves memory. Work done outside this process
+(``workers``: Flower nodes, other ranks) starts only after the record, since its messages leave it.
+
+Crash safety: the ledger is written (atomically) before a round releases anything, and before the first entry the
+secret noise key (``dpfl.engine.keys``: noise.key beside the ledger); a crash between the two loses only work nobody
+saw, and the resumed round draws the same noise on the same state. A resume (``load_checkpoint``, in a Simulation
 built with that key: ``dpfl.experiments.run_directory.run_key``) keeps that ledger and replays rounds from the last
 checkpoint, or from the first round without one. A replayed round is free only if its fingerprint (the release config,
 the noise key, the round index and the round-start state: together they fix every draw) equals the one recorded, i.e.
@@ -34,6 +42,8 @@ import hashlib
 import math
 import numbers
 import time
+from concurrent import futures
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
@@ -175,6 +185,9 @@ class Simulation:
         self._ledger_summarised = True  # whether ledger.json holds the epsilon of every round recorded (``run``)
         self._round_clip: float | None = None  # the clip of the last round run here (``Algorithm.clip_of``)
         self._reads: list = []  # (metrics, the Future of its epsilon) of evaluations not settled (``settle_epsilon``)
+        #: the last round ``run`` means to take (numbered from 1): the ledger prepares budget checks up to it
+        #: (``PrivacyLedger.record``); None outside ``run``
+        self.horizon: int | None = None
 
     @property
     def model(self) -> torch.Tensor:
@@ -209,18 +222,30 @@ class Simulation:
         cohort = self.clients.sample(t, self.seed)
         release, views = declare_round(self.algorithm, self.boundary, self.clients, self.ledger.analysis, t,
                                        self.state, self.train.counts)
-        self.ledger.record(t + 1, views, self._fingerprint(t, cohort))  # the journal numbers rounds from 1
-        if self.checkpoint_dir is not None:  # spent before any noise is drawn: persist it first
+        journal = None
+        if self.checkpoint_dir is not None:
             Path(self.checkpoint_dir).mkdir(parents=True, exist_ok=True)
             if self.secret and not self._key_saved:  # the key the recorded rounds' noise is drawn from
                 keys.save_key(Path(self.checkpoint_dir) / keys.KEY_FILE, self.seed)
                 self._key_saved = True
-            self.ledger.save(Path(self.checkpoint_dir) / "ledger.json", summary=False)  # the journal: no accounting
+            journal = Path(self.checkpoint_dir) / "ledger.json"  # the journal, saved without accounting
+        # the journal numbers rounds from 1; the record and its durable save run beside the client work (module
+        # docstring, "The ledger before the release")
+        recorded = self.ledger.record_later(t + 1, views, self._fingerprint(t, cohort), journal, self.horizon)
+        try:
+            self._round_clip = self.algorithm.clip_of(self.state.server)
+            if self.workers is None:
+                work = once_recorded(recorded, self.in_process(t, cohort))
+            else:  # work done elsewhere leaves this process: it starts once the round is on record
+                recorded.result()
+                work = self.workers(self, t, cohort)
+            server = run_cohort(self.algorithm, self.boundary, release, t, self.seed, self.train.num_clients,
+                                self.state.server, self.state.clients, CohortRows(cohort), work=work).server
+        finally:
+            futures.wait([recorded])  # the ledger is nobody's but this thread's again, whatever stopped the round
+        if journal is not None:
             self._ledger_summarised = False
-        self._round_clip = self.algorithm.clip_of(self.state.server)
-        work = self.in_process(t, cohort) if self.workers is None else self.workers(self, t, cohort)
-        self.state.server = run_cohort(self.algorithm, self.boundary, release, t, self.seed, self.train.num_clients,
-                                       self.state.server, self.state.clients, CohortRows(cohort), work=work).server
+        self.state.server = server
         self.next_round = t + 1
         if not bool(torch.isfinite(self.model).all()):
             raise TrainingDivergedError(f"round {t + 1}: the global model has non-finite parameters (diverged); "
@@ -352,7 +377,7 @@ class Simulation:
             elapsed = time.perf_counter() - started
             self.wall_seconds, self.session_seconds = wall + elapsed, session + elapsed
 
-        self.interrupted, self.stop_signal = False, None
+        self.interrupted, self.stop_signal, self.horizon = False, None, rounds
         try:
             with StopOnSignal() as signalled, on_device(self.device):
                 while self.next_round < rounds:
@@ -375,17 +400,18 @@ class Simulation:
                             self.stopped_by = "diverged"
                             break
                         self.history.append(metrics)
-                    due = self.next_round % self.checkpoint_every == 0 or self.next_round == rounds
+                    last = self.next_round == rounds
+                    due = self.next_round % self.checkpoint_every == 0 or last
                     requested = (signalled.requested if self.ranks is None else
                                  self.ranks.agreed_signal(signalled.requested))
                     stop = requested is not None and self.next_round < rounds
-                    self.settle_epsilon(wait=due or stop)  # every read joined before a checkpoint keeps the history
+                    self.settle_epsilon(wait=last or stop)  # a mid-run checkpoint takes the reads done so far
                     read = next((m for m in reversed(self.history[: self.settled]) if m.epsilon is not None), None)
                     bar.update(self.next_round, metrics and metrics.test_accuracy, read and read.epsilon,
                                read and read.round)
                     clock()
                     if self.checkpoint_dir is not None and (due or stop):
-                        self.save_checkpoint()
+                        self.save_checkpoint(final=last or stop)
                     if metrics is not None and on_evaluated is not None:
                         on_evaluated(self)
                     if stop:
@@ -405,17 +431,21 @@ class Simulation:
         finally:
             bar.close()
             clock()
+            self.horizon = None
         return self.history
 
     # -- checkpoints --------------------------------------------------------------------------------------------
-    def save_checkpoint(self) -> None:
+    def save_checkpoint(self, final: bool = True) -> None:
         """The algorithm's state, the next round, the history and the wall time so far (``dpfl.engine.checkpoint``),
-        then the ledger."""
+        then the ledger: with each observer's epsilon (ledger.json's summary) where ``final`` or where it costs no
+        accounting. A mid-run checkpoint (``final`` False, as ``run`` takes one) waits for no accounting: rows whose
+        epsilon is still being read are saved without it, and a resume reads them again (``load_checkpoint``)."""
         directory = Path(self.checkpoint_dir)
         checkpoint.save(directory / "checkpoint.pt", self.next_round, self.release, self.state,
                         [m.to_dict() for m in self.history], self.wall_seconds)
-        self.ledger.save(directory / "ledger.json")
-        self._ledger_summarised = True
+        summary = final or self.ledger.spent_is_known()
+        self.ledger.save(directory / "ledger.json", summary=summary)
+        self._ledger_summarised = summary
 
     def load_checkpoint(self, directory: Path) -> None:
         """Resumes the run saved in ``directory``: adopts its ledger.json (which may be ahead of the checkpoint; it is
@@ -448,6 +478,24 @@ class Simulation:
             self.wall_seconds = saved.wall_seconds
         spent.budget = self.ledger.budget  # the budget is the config's (it may have been raised or lowered)
         self.ledger = spent
+        for metrics in self.history:  # rows a mid-run checkpoint saved while their epsilon was being read
+            if metrics.epsilon is None and epsilon_due(metrics.round, math.inf, self.epsilon_every,
+                                                       self.checkpoint_every):
+                self._reads.append((metrics, self.ledger.epsilon_through_later(metrics.round)))
+
+
+def once_recorded(recorded: Future, work: Iterator[tuple[torch.Tensor, ClientOutput]]
+                  ) -> Iterator[tuple[torch.Tensor, ClientOutput]]:
+    """The chunks of ``work``, the first computed before ``recorded`` (the round's ledger record and save) completes
+    and yielded only after it has: a round's client work overlaps its record, and nothing it computed reaches the
+    round's state, the boundary or the server before the round is on record (a budget stop raises here, before the
+    first chunk is yielded). An empty cohort's round waits for the record too."""
+    chunks = iter(work)
+    first = next(chunks, None)
+    recorded.result()
+    if first is not None:
+        yield first
+        yield from chunks
 
 
 #: Model-sized float32 vectors one client's round holds besides its noise draws (its model copy, gradient sums, the
