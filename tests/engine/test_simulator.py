@@ -358,9 +358,19 @@ def test_a_budget_stop_discards_the_work_computed_beside_the_check(data):
     log = []
     sim = make_sim(data, rounds_budget={THIRD_PARTY: (two + three) / 2}, accountant="rdp")
     sim.algorithm = _Logged(sim.algorithm, log)
+    round_3 = sim.algorithm.client_round
+
+    def zeroing(t, *args):  # as if the refused round's records had non-finite gradients: 5 zeroed examples
+        out = round_3(t, *args)
+        if t == 2:
+            sim.grads._nonfinite = torch.tensor(5)
+        return out
+
+    sim.algorithm.client_round = zeroing
     sim.run(10)
     assert sim.stopped_by == "budget" and sim.next_round == 2
     assert ("client work", 3) in log and ("server", 3) not in log
+    assert sim.grads.take_nonfinite_examples() == 0  # nothing of the dropped work is reported, its count neither
     reference = make_sim(data)
     reference.run(2)
     assert torch.equal(sim.model, reference.model) and states_equal(sim.state, reference.state)

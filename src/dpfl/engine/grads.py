@@ -32,6 +32,7 @@ layer or the problem, never a traceback from inside torch.func.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable, Iterator
 
@@ -114,6 +115,17 @@ class CohortGradients:
         sums (``dpfl.engine.clipping``), since the last call; reading it is the one host synchronisation."""
         zeroed, self._nonfinite = self._nonfinite, None
         return 0 if zeroed is None else int(zeroed)
+
+    @contextlib.contextmanager
+    def counted_if_completed(self) -> Iterator[None]:
+        """The examples zeroed inside the block count (``take_nonfinite_examples``) only if it completes: the work of a
+        round that does not (a budget stop drops the first chunk computed beside its check) reports nothing."""
+        counted = self._nonfinite
+        try:
+            yield
+        except BaseException:
+            self._nonfinite = counted
+            raise
 
     def _weights(self, clip, norms: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, bool]:
         """(``clip_weights``, whether some norm may not be finite: ``any_nonfinite``), the zeroed examples added to

@@ -239,8 +239,9 @@ class Simulation:
             else:  # work done elsewhere leaves this process: it starts once the round is on record
                 recorded.result()
                 work = self.workers(self, t, cohort)
-            server = run_cohort(self.algorithm, self.boundary, release, t, self.seed, self.train.num_clients,
-                                self.state.server, self.state.clients, CohortRows(cohort), work=work).server
+            with self.grads.counted_if_completed():  # a dropped round's zeroed examples are not reported either
+                server = run_cohort(self.algorithm, self.boundary, release, t, self.seed, self.train.num_clients,
+                                    self.state.server, self.state.clients, CohortRows(cohort), work=work).server
         finally:
             futures.wait([recorded])  # the ledger is nobody's but this thread's again, whatever stopped the round
         if journal is not None:
