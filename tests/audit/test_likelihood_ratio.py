@@ -6,18 +6,25 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from dp_accounting import dp_event
 from scipy import stats
 
 from dpfl.accounting.events import ParticipationDpEvent
+from dpfl.algorithms.dp_ftrl import DpFtrl
 from dpfl.algorithms.local_sgd import LocalSGD
 from dpfl.audit import gdp, likelihood_ratio, runs
+from dpfl.experiments.config import load_config
+from dpfl.experiments.runner import build_simulation
 from dpfl.noise import GaussianMechanism
 
 DELTA = 1e-2
 #: Two rounds' noise multipliers: shift-to-noise ratios mu_t = 2 and 0.25
 SCHEDULE = (0.5, 4.0)
 FPR = 0.1
+#: the fields of a DpFtrl that its encoder does not read
+ENCODER_ONLY = dict(local_steps=1, lr=0.1, sampler=None, clip=1.0, noise_multiplier=1.0, global_lr=1.0, population=8,
+                    cohort_size=2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,3 +86,49 @@ def test_the_likelihood_ratio_score_of_two_uneven_rounds_has_the_composed_mu(mak
     fits = [gdp.gdp_lower_bound(*scores, DELTA, claimed_epsilon=claim) for scores in (likelihood_scores, equal_scores)]
     assert claim == pytest.approx(6.064, abs=1e-3)
     assert [fit.mu for fit in fits] == pytest.approx([1.754, 0.255], abs=1e-3) and fits[0].epsilon < claim
+
+
+# -- correlated rounds: a matrix-factorization release read through its encoder ------------------------------------
+def test_the_encoded_score_separates_by_the_norm_of_the_encoded_shift():
+    """DP-FTRL's tree over 4 rounds (nodes {1}, {1, 2}, {3}, {1..4}): scores s = h + C^-1 nu, nu standard normal,
+    20,000 draws. The canary in round 1 lies in 3 nodes: the encoded score separates by ||C h|| = sqrt(3) = 1.73
+    (noise-free it is exactly ||C h||^2 = 3); the plain sum of the rounds, the last prefix sum, holds the root alone:
+    1. In round 4, one node: 1 either way. Measured separations within 0.03 of these."""
+    encoder = DpFtrl(**ENCODER_ONLY, epoch=4).noise_encoder(4)
+    noise = torch.randn(20000, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) \
+        @ torch.linalg.inv(encoder).T
+    for round_held, nodes in ((0, 3), (3, 1)):
+        h = torch.zeros(4, dtype=torch.float64)
+        h[round_held] = 1.0
+        presence = h.expand(20000, 4)
+        assert likelihood_ratio.encoded_scores(encoder, h.unsqueeze(0), h.unsqueeze(0)).item() == pytest.approx(nodes)
+        without = likelihood_ratio.encoded_scores(encoder, noise, presence)
+        with_canary = likelihood_ratio.encoded_scores(encoder, h + noise, presence)
+        assert separation(without, with_canary) == pytest.approx(math.sqrt(nodes), abs=0.03)
+        assert separation(noise.sum(1), (h + noise).sum(1)) == pytest.approx(1.0, abs=0.03)
+
+
+def separation(without: torch.Tensor, with_canary: torch.Tensor) -> float:
+    return float((with_canary.mean() - without.mean()) / without.std())
+
+
+@pytest.mark.parametrize("sampling, cohort, floor, ceiling", [("round_robin", "published", 0.75, 1.0),
+                                                               ("disjoint", "published", 0.5, 0.75)])
+def test_dp_ftrl_audited_through_its_tree_certifies_most_of_the_claim(monkeypatch, sampling, cohort, floor, ceiling):
+    """dp-ftrl, 10 clients in epochs of E = 5 rounds (2 a round), z = 1, the third party knowing the cohort, 1000 runs
+    per world over the epoch (R = 5, claim 4.90 at delta 1e-2: the tree's sqrt(3) / z). Read through the tree's
+    encoder the audit certifies 0.84x of the claim under round robin (the canary's client in round 1, whose leaf is in
+    3 nodes) and 0.61x under disjoint batches (its round drawn anew in each run: 3, 2, 2, 1 or 1 nodes); the sum of
+    the rounds' scores certified 0.16x in both."""
+    sim = build_simulation(load_config(None, [
+        "data.num_clients=10", "data.samples_per_client=20", "algorithm.name='dp-ftrl'", "algorithm.local_steps=1",
+        "algorithm.sample_rate=1.0", "algorithm.client_rate=0.2", f"algorithm.client_sampling='{sampling}'",
+        "algorithm.noise_multiplier=1.0", "algorithm.rounds=5", "algorithm.lr=1.0", "algorithm.clip=1.0",
+        f"privacy.delta={DELTA!r}", f"privacy.cohort='{cohort}'", "run.noise_seed=0"]))
+    assert sim.algorithm.epoch == 5 and "third_party" in sim.boundary.knows_cohort
+    encoded = runs.audit(sim, "third_party", 1000, rounds=5)
+    assert encoded.claimed_epsilon == pytest.approx(4.904, abs=1e-3)
+    assert floor <= encoded.strength < ceiling and not encoded.violated
+    monkeypatch.setattr(DpFtrl, "noise_encoder", lambda self, rounds: None)
+    summed = runs.audit(sim, "third_party", 1000, rounds=5)
+    assert summed.strength < 0.25

@@ -171,6 +171,13 @@ class BandMf(PrefixSumFtrl):
         w = (draw - (later.unsqueeze(-1) * recent).sum(-2)) / self.coefficients[0]
         return w, {"recent": torch.cat([w.unsqueeze(-2), recent[..., :-1, :]], dim=-2)}
 
+    def noise_encoder(self, rounds: int) -> torch.Tensor:
+        """The banded Toeplitz C: C[t, r] = c_{t - r} for 0 <= t - r < b (each round's noise w solves C w = nu)."""
+        encoder = torch.zeros(rounds, rounds, dtype=torch.float64)
+        for k, c in enumerate(self.coefficients[:rounds]):
+            encoder += torch.diag(torch.full((rounds - k,), c, dtype=torch.float64), -k)
+        return encoder
+
     def divergence_hint(self, counts: torch.Tensor) -> str:
         return ("lower algorithm.global_lr or algorithm.lr (each round moves x by eta / n times noise of std at least "
                 f"z ||c|| C = {self.noise_multiplier * self.draw_sensitivity:.3g})")

@@ -151,6 +151,16 @@ class DpFtrl(PrefixSumFtrl):
         kept[..., level, :] = draw
         return draw - nodes[..., :level, :].sum(-2), {"nodes": kept}
 
+    def noise_encoder(self, rounds: int) -> torch.Tensor:
+        """The tree's nodes as rows: row t holds 1 at the rounds of the node drawn in round t (tau = t mod E + 1, the
+        2^v(tau) rounds ending at t; the tree restarts each epoch): summing a node's moves gives its sum plus its own
+        draw, since the prefix noise of its last round is that of the round before its first plus its draw."""
+        encoder = torch.zeros(rounds, rounds, dtype=torch.float64)
+        for t in range(rounds):
+            span = 1 << node_level(t % self.epoch + 1)
+            encoder[t, t - span + 1: t + 1] = 1.0
+        return encoder
+
     def divergence_hint(self, counts: torch.Tensor) -> str:
         return ("lower algorithm.global_lr or algorithm.lr (each round moves x by eta / n times the round's node "
                 f"noise of std z C = {self.noise_multiplier * self.clip:.3g} and the nodes it replaces)")

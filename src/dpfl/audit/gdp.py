@@ -41,18 +41,22 @@ import numpy as np
 from dp_accounting import dp_event
 from scipy import stats
 
+from dpfl.accounting import pld
 from dpfl.accounting.theory import gdp_epsilon
 from dpfl.audit import bounds
 
 
 def event_mu(event: dp_event.DpEvent) -> float | None:
     """mu of ``event`` as a Gaussian-DP mechanism where it is a composition of Gaussian events (a
-    ``GaussianDpEvent(z)``: mu = 1/z, in dpfl's meaning of a noise multiplier, ``dpfl.accounting.events``; R of them
-    compose to sqrt(sum mu_t^2)); None for any other event (sampled, Laplace, a mixture, ...)."""
+    ``GaussianDpEvent(z)``: mu = 1/z, in dpfl's meaning of a noise multiplier, ``dpfl.accounting.events``; a restarted
+    tree's epoch, the Gaussian it is, ``pld.tree_as_gaussian``; R of them compose to sqrt(sum mu_t^2)); None for any
+    other event (sampled, Laplace, a mixture, ...)."""
     if isinstance(event, dp_event.NoOpDpEvent):
         return 0.0
     if isinstance(event, dp_event.GaussianDpEvent):
         return math.inf if event.noise_multiplier == 0 else 1.0 / event.noise_multiplier
+    if isinstance(event, dp_event.SingleEpochTreeAggregationDpEvent):  # a restarted tree: sqrt(D) / z
+        return event_mu(pld.tree_as_gaussian(event))
     if isinstance(event, dp_event.SelfComposedDpEvent):
         inner = event_mu(event.event)
         return None if inner is None else math.sqrt(event.count) * inner

@@ -29,6 +29,21 @@ observer of the last step alone overstates the round's ratio; with rounds of one
 equal regardless. A view whose noise varies across rounds that declare the same event (DP-FTRL's moves: differences
 of tree-node sums) keeps equal factors.
 
+**Correlated noise: a matrix-factorization release.** Where the rounds' noise is correlated (DP-FTRL's tree, BandMF:
+``Algorithm.noise_encoder``), the model's moves are g + C^-1 nu with nu independent draws of equal std and C the
+lower-triangular encoder, so the per-round scores s (each normalised as above: the canary moves s_t by h_t, 1 in a
+round the canary's client takes part in, 0 otherwise) are h + C^-1 nu' up to the other clients' part, and
+C s = C h + nu', with nu' independent of equal variance sigma^2. The Neyman-Pearson test of the R rounds is then
+
+    (C h)^T (C s),    N(0, sigma^2 ||C h||^2) without the canary and N(||C h||^2, sigma^2 ||C h||^2) with it,
+
+mu = ||C h|| / sigma: for DP-FTRL one participation in round tau reaches sqrt(D_tau) / z, the nodes holding tau,
+which is the claimed tree (the sum of the moves, the last prefix sum, holds only the nodes of its decomposition: the
+root alone when R is a power of 2, mu = 1 / z). An observer that knows the cohort (``Boundary.knows_cohort``) knows h
+in each trial; one that does not is scored with h = 1 in every round (each round equally likely to hold the client:
+the best linear test against the mean shift, ``encoded_scores``), a weaker test of a claim that does not credit the
+cohort's secrecy.
+
 **Honesty.** The factors are fixed from the run's declared release before any audited run (never from the audited
 claim, ``claim_events``, which may be the bug under test), so the score stays a fixed function of the observer's view:
 post-processing, and the bound is honest whatever the factors; only its strength depends on them.
@@ -38,6 +53,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 from dp_accounting import dp_event
 
 from dpfl.audit.gdp import event_mu
@@ -54,4 +70,13 @@ def round_factors(events: list[dp_event.DpEvent]) -> list[float]:
     return [mu * mu / largest for mu in mus]
 
 
-__all__ = ["round_factors"]
+def encoded_scores(encoder: torch.Tensor, scores: torch.Tensor, presence: torch.Tensor | None = None) -> torch.Tensor:
+    """[trials]: (C h)^T (C s) for each trial (module docstring, "Correlated noise"), ``scores`` s [trials, R] the
+    rounds' normalised scores, ``encoder`` C [R, R], ``presence`` h [trials, R] whether the canary's client took part
+    in each round (None: 1 in every round)."""
+    scores = scores.double()
+    shift = torch.ones_like(scores) if presence is None else presence.double()
+    return ((scores @ encoder.T) * (shift @ encoder.T)).sum(1)
+
+
+__all__ = ["encoded_scores", "round_factors"]

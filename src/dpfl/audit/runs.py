@@ -284,6 +284,7 @@ def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind:
     declared = [sim.round_privacy(t) for t in range(rounds)]  # the run's own release, never the audited claim
     factors = {observer: likelihood_ratio.round_factors([events[observer] for events in declared])
                for observer in observers}
+    encoder = sim.algorithm.noise_encoder(rounds)  # correlated rounds: scored together after the run
 
     def at_the_end(observer: str) -> bool:  # scored from the last model alone
         return score == "loss" or (observer == THIRD_PARTY and release == "final")
@@ -291,9 +292,12 @@ def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind:
     out: dict[str, list] = {observer: [] for observer in observers}
     for index, world in enumerate(target.worlds):
         totals = {observer: torch.zeros(trials, dtype=torch.float64) for observer in observers}
+        per_round: dict[str, list] = {observer: [] for observer in observers}  # moves of correlated rounds
+        presence: list[torch.Tensor] = []  # whether the canary's client took part, per round
 
         def observe(view):
             g = target.gradient(view.before["x"])
+            presence.append(view.holds(canary_client))
             for observer in observers:
                 if observer == distinguisher.SERVER and multiset:
                     totals[observer] += distinguisher.multiset_score(view, canary_client, g, weights[view.round],
@@ -301,12 +305,19 @@ def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind:
                 elif not at_the_end(observer):
                     seen = distinguisher.observed_updates(observer, seen_by_server, view, canary_client, silo,
                                                           sums_seen, silo_weight)
-                    totals[observer] += factors[observer][view.round] * distinguisher.white_box_score(
-                        seen, g, weights[view.round])
+                    round_score = distinguisher.white_box_score(seen, g, weights[view.round])
+                    if encoder is not None and set(seen) == {response.MOVE}:
+                        per_round[observer].append(round_score)
+                    else:
+                        totals[observer] += factors[observer][view.round] * round_score
 
         final = run_world(sim, world, index, trials, rounds, observe, progress)["x"]
         x0 = world.grads.initial_params().expand(trials, -1)
         for observer in observers:
+            if per_round[observer]:  # the moves of a matrix-factorization release, read through its encoder
+                known = torch.stack(presence, 1) if observer in sim.boundary.knows_cohort else None
+                totals[observer] = likelihood_ratio.encoded_scores(encoder, torch.stack(per_round[observer], 1),
+                                                                   known)
             if score == "loss":
                 totals[observer] = -target.loss(final).double()
             elif at_the_end(observer):

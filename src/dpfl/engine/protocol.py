@@ -238,6 +238,14 @@ class Algorithm(ABC):
         measured."""
         return None
 
+    def noise_encoder(self, rounds: int) -> torch.Tensor | None:
+        """For a family whose rounds' noise is correlated (a matrix-factorization mechanism), the lower-triangular
+        [rounds, rounds] encoder C of its first ``rounds`` rounds: the model's moves are g + C^-1 nu, with g the rounds'
+        summed updates and nu independent draws, so C applied to the moves recovers C g + nu, the draws' Gaussian
+        mechanism (the audit's likelihood ratio reads the moves through it: ``dpfl.audit.likelihood_ratio``). None:
+        each round's noise is its own."""
+        return None
+
     def divergence_hint(self, counts: torch.Tensor) -> str:
         """What to change when the model diverges (``TrainingDivergedError``'s message), for clients with ``counts``
         train records."""
