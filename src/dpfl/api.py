@@ -7,6 +7,9 @@ from __future__ import annotations
 import copy
 import json
 import os
+import signal
+import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -16,10 +19,11 @@ from dpfl.accounting import accountant as _accountant
 from dpfl.accounting import accountants as _accountants
 from dpfl.accounting.calibrate import calibrate_noise
 from dpfl.algorithms import registry
-from dpfl.errors import ConfigError, check_target_epsilon
+from dpfl.errors import ConfigError, DpflError, RunInterrupted, check_range, check_target_epsilon
 from dpfl.experiments.assembly import build_simulation
 from dpfl.experiments.calibrated import Calibrated, calibrate_config
 from dpfl.experiments.config import SCHEMA, SECTIONS, load_config, read_toml
+from dpfl.experiments.reference import to_toml
 from dpfl.experiments.runner import run_with_ledger
 from dpfl.experiments.supplied import SECTION, Supplied
 from dpfl.results import Results
@@ -30,7 +34,7 @@ CONFIG_FORMS = "a TOML file's path, a dict of sections ({'algorithm': {'name': '
 
 
 def run(config=None, *, model=None, loss=None, data=None, out: str | Path | None = None, resume: bool = False,
-        restart: bool = False, progress: bool = False) -> Results:
+        restart: bool = False, progress: bool = False, nproc: int = 1) -> Results:
     """Runs a config, as `dpfl run CONFIG --out OUT` does, and returns its results (results.json's content).
 
     Args:
@@ -49,14 +53,51 @@ def run(config=None, *, model=None, loss=None, data=None, out: str | Path | None
       resume, restart: as `dpfl run --resume / --restart`. A supplied module, loss or data is fingerprinted in the
         run's release config (``dpfl.experiments.supplied``), so a resume with another one is refused.
       progress: show the progress line.
+      nproc: the ranks the cohort is split across, as `dpfl run --nproc N` (local processes on gloo,
+        ``dpfl.engine.ranks``): above 1 it needs ``out`` (rank 0's run directory, where the results are read back
+        from) and a config alone (a module, loss or data of this process cannot reach the ranks).
 
     The privacy accounting is the config's: it depends on the data's counts and the config, not on the module.
     """
     if out is not None and not isinstance(out, (str, os.PathLike)):
         raise ConfigError("out", out, "the run directory as a str or pathlib.Path, or None (no run directory)")
+    check_range("nproc", nproc, 1, integer=True)
     supplied = Supplied.of(model, loss, data)
+    if nproc > 1:
+        return _run_on_ranks(resolve_config(config, supplied), nproc, out, supplied, resume=resume, restart=restart,
+                             progress=progress)
     return Results(*run_with_ledger(resolve_config(config, supplied), out, progress=progress, resume=resume,
                                     restart=restart, supplied=supplied))
+
+
+def _run_on_ranks(config: dict, nproc: int, out, supplied: Supplied, *, resume: bool, restart: bool,
+                  progress: bool) -> Results:
+    """``run`` as ``nproc`` local ranks: the config written as TOML for the ranks' `dpfl run ... --nproc` command
+    (``dpfl.cli.launch``), the results read back from ``out``. A budget or a divergence stop returns its results, as
+    in one process; a signal raises ``RunInterrupted``; any other failure a DpflError (the ranks' message is on
+    standard error)."""
+    from dpfl.cli.launch import launch
+
+    if supplied.names():
+        raise ConfigError("nproc", nproc, "1 when dpfl.run is given model=, loss= or data= (they live in this "
+                                          "process; each rank is a process of its own): save the data to a file or "
+                                          "folder the config's [data] names")
+    if out is None:
+        raise ConfigError("out", out, f"a run directory when nproc = {nproc} (rank 0 writes the results there)")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "config.toml"
+        path.write_text(to_toml({section: values for section, values in config.items() if section != SECTION}))
+        status = launch([sys.executable, "-m", "dpfl.cli", "run", str(path), "--out", str(out),
+                         *(["--resume"] if resume else []), *(["--restart"] if restart else []),
+                         *([] if progress else ["--no-progress"])], nproc)
+    written = Path(out) / "results.json"
+    stopped = json.loads(written.read_text()).get("stopped_by") if status and written.exists() else None
+    if status in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        raise RunInterrupted(Results.load(out).final["round"] if written.exists() else 0, status - 128)
+    if status and stopped not in ("budget", "diverged"):
+        raise DpflError(f"the {nproc} ranks of the run stopped with exit status {status} (their message is above, "
+                        "on standard error)")
+    return Results.load(out)
 
 
 def build(config=None, *, model=None, loss=None, data=None):

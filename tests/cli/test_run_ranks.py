@@ -199,3 +199,31 @@ def test_ranks_with_a_flower_deployment_are_refused_naming_nproc(tmp_path):
     with pytest.raises(ConfigError, match="--nproc = 2"):
         build_simulation(load_config(None, ["data.num_clients=6", "data.samples_per_client=30"]),
                          workers=lambda *args: None, ranks=Ranks(0, 2))
+
+
+def test_dpfl_run_with_nproc_is_the_command_lines_run(config, uninterrupted, tmp_path):
+    """``dpfl.run(config, out=..., nproc=2)`` launches the same two ranks as `dpfl run --nproc 2` (the config dict
+    written as TOML for them) and returns the results rank 0 wrote: the same ledger and model, bit for bit."""
+    import tomllib
+
+    import dpfl
+
+    results = dpfl.run(tomllib.loads(CONFIG), out=tmp_path / "api", nproc=2)
+    ledger, model = ledger_and_model(tmp_path / "api")
+    assert ledger == uninterrupted[0] and torch.equal(model, uninterrupted[1])
+    assert results.final["round"] == 12 and results.epsilon == dpfl.Results.load(tmp_path / "api").epsilon
+
+
+def test_dpfl_run_with_nproc_refuses_what_cannot_reach_the_ranks(tmp_path):
+    import numpy as np
+
+    import dpfl
+
+    with pytest.raises(ConfigError, match="nproc = 0 is not allowed"):
+        dpfl.run({}, out=tmp_path / "a", nproc=0)
+    with pytest.raises(ConfigError, match="out = None is not allowed: expected a run directory when nproc = 2"):
+        dpfl.run({}, nproc=2)
+    arrays = (np.zeros((20, 3), np.float32), np.zeros(20, np.int64))
+    with pytest.raises(ConfigError, match="nproc = 2 is not allowed: expected 1 when dpfl.run is given model=, "
+                                          "loss= or data="):
+        dpfl.run({}, data=arrays, out=tmp_path / "b", nproc=2)
