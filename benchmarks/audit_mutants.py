@@ -7,9 +7,10 @@ scores, ``dpfl.audit.runs.run_trials_all``) and the bound is planned at the muta
 plan it; the rounds of the planned audit come from the mutant's per-round events too
 (``dpfl.audit.plan.planned_rounds`` with ``round_events``). **Mechanism bugs** leave the claim alone and change the
 runs (``MECHANISM``): the noise halved (every "noise" and "server_noise" draw of the streams), the noise shared by a
-trial's clients (each draws its trial's first client's "noise", another silo scored at ``silo_weight`` = M), or the
+trial's clients (each draws its trial's first client's "noise", another silo scored at ``silo_weight`` = M), the
 clip rule skipped (every weight of ``dpfl.engine.clipping.clip_weights`` 1, audited with a canary of norm 10 C before
-the clip: ``dpfl audit --canary-norm 10``); a mutant whose patched code never ran for a family planted nothing, and
+the clip: ``dpfl audit --canary-norm 10``), or the server's noise reused across rounds (every round's "server_noise"
+stream named as round 0's: DP-FTRL's tree nodes sharing one draw); a mutant whose patched code never ran for a family planted nothing, and
 its row says so instead of counting. "caught" = the audit's 95% bound (the larger of the rank
 tests' and the GDP fit's, as ``dpfl audit`` reports it) exceeds the claim; "under-charge" = the true epsilon over the
 claim at the planned R (accounting: the correct claim over the mutant's; mechanism: the claim of the mechanism as run,
@@ -164,6 +165,24 @@ def noise_shared(sim):
 
 
 @contextlib.contextmanager
+def server_noise_reused(sim):
+    """Every round's "server_noise" stream is round 0's (the same draws each round): DP-FTRL's tree nodes, BandMF's
+    draws and a server's Gaussian all repeat one draw. Yields [streams it renamed]."""
+    hits = [0]
+
+    def from_round_0(method):
+        def init(self, seed, round_index, rows, purpose, batched=False):
+            if purpose == "server_noise" and round_index:
+                hits[0] += 1
+                round_index = 0
+            method(self, seed, round_index, rows, purpose, batched)
+        return init
+
+    with _patched([(randomness.ServerStreams, "__init__")], from_round_0):
+        yield hits
+
+
+@contextlib.contextmanager
 def clip_skipped(sim):
     """The engine's clip rule (``dpfl.engine.clipping.clip_weights``, as the gradient strategies and the canary call
     it) keeps every weight at 1: no record is clipped. Yields [calls of the rule]."""
@@ -211,6 +230,7 @@ MECHANISM = {
                                                    lambda sim, o: (lambda r: math.inf) if o == OTHER_SILO else None),
     "clipping skipped (canary of norm 10 C)": Mechanism(clip_skipped, 10.0, 1.0,
                                                         lambda sim, o: true_claim(sim, o, 0.1)),
+    "server noise reused across rounds": Mechanism(server_noise_reused, None, 1.0, lambda sim, o: None),
 }
 
 
@@ -301,13 +321,13 @@ def main(argv=None) -> None:
                 events = sim.round_privacy if mechanism else events_function(sim, mutant)
                 planned = max(least, plan.planned_rounds(sim, observer, args.trials, limit=args.max_rounds,
                                                          round_events=events))
-                if any(scores(r, mechanism) is None for r in {max(least, 1), planned}):
+                if scores(planned, mechanism) is None:
                     print(f"| {name} | {observer} | {mutant} | not planted: the patched code never ran for this family "
                           "(or the raw canary met no clip rule) | | | | | | |", flush=True)
                     continue
                 found = []
-                for rounds in sorted({max(least, 1), planned}):
-                    negatives, positives = scores(rounds, mechanism)[observer]
+                for rounds in sorted({max(least, 1), planned}):  # a patch that acts across rounds is the correct
+                    negatives, positives = (scores(rounds, mechanism) or scores(rounds, None))[observer]  # run at R = 1
                     bound, fit = runs.lower_bounds(negatives, positives, delta, 0.95, claim(rounds),
                                                    [events(t)[observer] for t in range(rounds)])
                     found.append((rounds, max(bound.epsilon, fit.epsilon if fit else 0.0)))
