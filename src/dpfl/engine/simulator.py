@@ -296,7 +296,7 @@ class Simulation:
         computed on the ledger's background thread (``PrivacyLedger.epsilon_through_later``) and the metrics' epsilon
         is None until ``settle_epsilon`` fills it in (``run`` does at every checkpoint, the last round and any
         stop). Split across ranks, every rank calls it at the same round (the zeroed examples are summed across
-        them)."""
+        them), and only rank 0, which writes the results, reads epsilon (the others' rows carry none)."""
         x = self.model
         if self.evaluator is None:
             train, test = self.evaluated()
@@ -307,6 +307,7 @@ class Simulation:
             (loss, accuracy), mapping = self.evaluator(self, x), None
         if loss is not None:
             loss += self.algorithm.regulariser(x)
+        epsilon = epsilon and (self.ranks is None or self.ranks.is_first)  # the other ranks report nothing
         eps = _reported(self.ledger.epsilon_through(self.next_round)) if epsilon and wait else None
         if self.ranks is not None:  # each rank counts its own share's
             zeroed = self.ranks.total(self.grads.take_nonfinite_examples())
