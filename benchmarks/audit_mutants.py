@@ -7,16 +7,16 @@ scores, ``dpfl.audit.runs.run_trials_all``) and the bound is planned at the muta
 plan it; the rounds of the planned audit come from the mutant's per-round events too
 (``dpfl.audit.plan.planned_rounds`` with ``round_events``). **Mechanism bugs** leave the claim alone and change the
 runs (``MECHANISM``): the noise halved (every "noise" and "server_noise" draw of the streams), the noise shared by a
-trial's clients (each draws its trial's first client's "noise", another silo scored at ``silo_weight`` = M), the
-clip rule skipped (every weight of ``dpfl.engine.clipping.clip_weights`` 1, audited with a canary of norm 10 C before
-the clip: ``dpfl audit --canary-norm 10``), or the server's noise reused across rounds (every round's "server_noise"
-stream named as round 0's: DP-FTRL's tree nodes sharing one draw); a mutant whose patched code never ran for a family planted nothing, and
-its row says so instead of counting. "caught" = the audit's 95% bound (the larger of the rank
-tests' and the GDP fit's, as ``dpfl audit`` reports it) exceeds the claim; "under-charge" = the true epsilon over the
-claim at the planned R (accounting: the correct claim over the mutant's; mechanism: the claim of the mechanism as run,
-its noise multipliers scaled by 0.5 or 0.1, over the correct claim; "-" where that event has no Gaussian scaling or
-no multiplier to scale; the shared noise: infinite towards another silo, which then sees the canary noise-free,
-unknown towards the others).
+trial's clients (each draws its trial's first client's "noise", another silo scored at ``silo_weight`` = M), the clip
+rule skipped (every weight of ``dpfl.engine.clipping.clip_weights`` 1, audited with a canary of norm 10 C before the
+clip: ``dpfl audit --canary-norm 10``), or the server's noise reused across rounds (every round's "server_noise"
+stream named as round 0's: DP-FTRL's tree nodes sharing one draw); a mutant whose patched code never ran for a family
+at the planned R planted nothing, and its row says so instead of counting. "caught" = the audit's 95% bound (the
+larger of the rank tests' and the GDP fit's, as ``dpfl audit`` reports it) exceeds the claim; "under-charge" = the
+true epsilon over the claim at the planned R (accounting: the correct claim over the mutant's; mechanism: the claim of
+the mechanism as run, its noise multipliers scaled by 0.5 or 0.1, over the correct claim; "-" where that event has no
+Gaussian scaling or no multiplier to scale; the shared noise: infinite towards another silo, which then sees the
+canary noise-free, unknown towards the others).
 
     python benchmarks/audit_mutants.py                     # 2000 trials per world, every dp-fedsgd config
     python benchmarks/audit_mutants.py --trials 1000 sampled

@@ -7,9 +7,10 @@ For every observer (third party, server, another silo) the ledger composes the e
   it (``BudgetExceededError``), never after;
 * a journal: one entry per composed round, which the simulator saves (``save``) as soon as a round is composed,
   before the round releases anything, and again with every checkpoint (``record_later`` does both on the recorder
-  thread while the simulator computes the round's first chunk of client work, which it uses only after). A resumed run that replays a round with
-  the same randomness (same events and same fingerprint: an identical release, so no new privacy loss) finds it
-  already recorded and does not count it twice; anything else is counted again. Spent budget is never forgotten.
+  thread while the simulator computes the round's first chunk of client work, which it uses only after). A resumed
+  run that replays a round with the same randomness (same events and same fingerprint: an identical release, so no
+  new privacy loss) finds it already recorded and does not count it twice; anything else is counted again. Spent
+  budget is never forgotten.
   Each distinct event and each journal entry is encoded to JSON once, when it is recorded; a save joins their text (one
   line per entry) and writes it atomically, so a save at round T copies O(T) bytes but encodes nothing of the rounds
   before (0.5 s at 5,000 rounds when the whole journal was re-encoded, 30 ms now, most of it the fsync).
