@@ -4,7 +4,7 @@ alternated in the same run (so that every N meets the same load), with each N's 
 Workload (W1-like): DP-FedAvg, an MLP (64 hidden units) on scikit-learn's digits over 40 clients, every client in
 every round (a cohort of 40: 20 a rank at N = 2), K = 10 local steps of minibatches of 20% of a client's records,
 one torch thread a rank (run.threads' default). N = 1 is the plain one-process run; N > 1 launches N ranks on gloo
-over 127.0.0.1 (``dpfl.cli.launch``, as `dpfl run --nproc N` does). Each measurement is fresh processes that build
+over 127.0.0.1 (``dpfl.engine.launch``, as `dpfl run --nproc N` does). Each measurement is fresh processes that build
 the run, do one warm-up round, then time ``--rounds`` rounds (rank 0's clock; the ranks leave the rounds together);
 the N alternate, ``--repeats`` times, and the medians are printed as a table (the README's "Many GPUs and nodes"),
 then every value, with the load average at the start and the end.
@@ -55,7 +55,7 @@ if ranks is not None:
 
 def _timed(nproc: int, rounds: int) -> float:
     """Seconds per round of the workload on ``nproc`` ranks, in fresh processes."""
-    from dpfl.cli.launch import launch
+    from dpfl.engine.launch import launch
 
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "seconds"

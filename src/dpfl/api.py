@@ -73,10 +73,10 @@ def run(config=None, *, model=None, loss=None, data=None, out: str | Path | None
 def _run_on_ranks(config: dict, nproc: int, out, supplied: Supplied, *, resume: bool, restart: bool,
                   progress: bool) -> Results:
     """``run`` as ``nproc`` local ranks: the config written as TOML for the ranks' `dpfl run ... --nproc` command
-    (``dpfl.cli.launch``), the results read back from ``out``. A budget or a divergence stop returns its results, as
+    (``dpfl.engine.launch``), the results read back from ``out``. A budget or a divergence stop returns its results, as
     in one process; a signal raises ``RunInterrupted``; any other failure a DpflError (the ranks' message is on
     standard error)."""
-    from dpfl.cli.launch import launch
+    from dpfl.engine.launch import launch
 
     if supplied.names():
         raise ConfigError("nproc", nproc, "1 when dpfl.run is given model=, loss= or data= (they live in this "

@@ -603,12 +603,12 @@ def test_two_ranks_give_the_one_process_ledger_and_model_through_the_real_shuffl
 
 def ranks_agree(plans: dict[str, list[str]], folder: Path, rounds: int = 2) -> None:
     """Each of ``plans`` (label: its family's name first, then anything) run for ``rounds`` rounds in one process
-    and split across 2 ranks (gloo, one group of 2 processes running every plan in turn, ``dpfl.cli.launch``; the
+    and split across 2 ranks (gloo, one group of 2 processes running every plan in turn, ``dpfl.engine.launch``; the
     one-process run in its rank 0 alone, ``rank_runs``): the
     same ledger journal and epsilon (the fingerprints differ: the world size enters them), and the same model within
     float32 rounding (each rank's memory chunks hold other rows than one process's: the draws are the same, a
     batched product may round a row differently, as in test g); most plans agree bit for bit."""
-    from dpfl.cli.launch import launch
+    from dpfl.engine.launch import launch
 
     key = 2**255 + 11
     plan, out = folder / "plan.json", folder / "ranks.pt"

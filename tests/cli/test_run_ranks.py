@@ -1,4 +1,4 @@
-"""`dpfl run --nproc N`: a run's cohort split across N local ranks (``dpfl.engine.ranks``, ``dpfl.cli.launch``), and
+"""`dpfl run --nproc N`: a run's cohort split across N local ranks (``dpfl.engine.ranks``, ``dpfl.engine.launch``), and
 what the ranks' run directory must survive: a rank killed mid-run (SIGKILL) and Ctrl-C, each resumed with
 `--resume --nproc 2`, give the uninterrupted run's ledger and model; refusals of a bad --nproc.
 

@@ -1,5 +1,5 @@
 """Tiny runs as one rank of a group (``dpfl.engine.ranks``), for the 1-rank vs N-rank contract
-(tests/algorithms/test_contract.py): `python rank_runs.py PLAN OUT` under the ranks' variables (``dpfl.cli.launch``)
+(tests/algorithms/test_contract.py): `python rank_runs.py PLAN OUT` under the ranks' variables (``dpfl.engine.launch``)
 runs each of PLAN's configs (a JSON file: {"key": noise key, "rounds": r, "runs": {label: [--set overrides]}}) for r
 rounds in one process group, and rank 0 writes each run's ``summary`` to OUT (torch.save), {label: {"ranked": ...,
 "alone": ...}}, with the run in rank 0 alone (no group: the one-process run) beside it, made first, so that the

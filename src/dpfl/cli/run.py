@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from dpfl.cli.common import add_config_keys
-from dpfl.cli.launch import NPROC
+from dpfl.engine.launch import NPROC
 from dpfl.errors import ConfigError, DpflError, RunInterrupted, check_range
 
 INTERRUPTED = 128 + signal.SIGINT  # 130: the shell's status for a command ended by SIGINT (Ctrl-C)
@@ -103,7 +103,7 @@ def configure(commands) -> None:
 
 
 def _run(args) -> int | None:
-    """`dpfl run`: in this process; as ``--nproc`` local ranks (``dpfl.cli.launch``); or, under torchrun
+    """`dpfl run`: in this process; as ``--nproc`` local ranks (``dpfl.engine.launch``); or, under torchrun
     (WORLD_SIZE set), as one of its ranks, where only rank 0 prints (another rank that rank 0's refusal stopped exits
     2 quietly: rank 0 says why)."""
     from dpfl.engine.ranks import Ranks, RankZeroError
@@ -115,7 +115,7 @@ def _run(args) -> int | None:
                                                      "--nproc-per-node starts the ranks, and each joins the group)")
         check_range("--nproc", args.nproc, 1, integer=True)
         if args.nproc > 1:
-            from dpfl.cli.launch import launch
+            from dpfl.engine.launch import launch
 
             return launch([sys.executable, "-m", "dpfl.cli", *_rank_argv(args)], args.nproc)
     if ranks is None:
