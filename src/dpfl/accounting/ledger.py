@@ -220,28 +220,34 @@ class PrivacyLedger:
         return recorded
 
     def _prepare_next_check(self, observer: str, round_index: int, horizon: int) -> None:
-        """Starts, on the background thread, the accounting the budget check that ends ``observer``'s headroom just
-        granted (h more rounds of event ``key`` after round ``round_index``) will ask for, if that check, at round
-        round_index + h + 1, is within ``horizon``: with c compositions and K rounds of ``key`` now, that check
-        composes K + h rounds of it (the headroom's rounds, if they repeat it) plus (c + h) + 2 more
-        (``_doubled_within_budget``), K + c + 2h + 2 in all, on top of the other events, whatever round between now
-        and then asks it. Its epsilon lands in the memo, where the check finds it; if the rounds turn out otherwise,
-        it is never asked and the check accounts what it needs then. Nothing for an accountant in
-        ``accountants.ORDERED`` (no headroom)."""
-        key, _, repeats = self._headroom[observer]
+        """Starts, on the planner thread, the accountings of the budget check that ends ``observer``'s headroom just
+        granted (h more rounds of event ``key`` after round ``round_index``), if that check, at round
+        round_index + h + 1, is within ``horizon``: it will find h more rounds of ``key`` composed (if the headroom's
+        rounds repeat it) and c + h compositions, c those of now (``_prepared``). Their epsilons land in the memo,
+        where the check finds them; if the rounds turn out otherwise, they are never asked and the check accounts
+        what it needs then. Nothing for an accountant in ``accountants.ORDERED`` (no headroom)."""
+        key, limit, repeats = self._headroom[observer]
         if repeats <= 0 or round_index + repeats + 1 > horizon or \
                 self.accountant_names[observer] in accountants.ORDERED:
             return
-        composed = self._tally(observer, [key] * (self.compositions + 2 * repeats + 2), self._runs[observer],
-                               self._counts[observer])
-        if not self._remembered(observer, composed):
-            _PLANNER.submit(self._prepared, observer, composed)
+        at_check = Counter(self._counts[observer])  # taken now: the recorder goes on composing meanwhile
+        at_check[key] += repeats
+        _PLANNER.submit(self._prepared, observer, key, limit, at_check, self.compositions + repeats)
 
-    def _prepared(self, observer: str, composed: list[tuple[str, int]]) -> None:
-        """``_epsilon_of(observer, composed)`` into the memo, ahead of the check that asks it; an accounting that
-        cannot be done (e.g. a PLD too large to build) is left to that check, which handles it."""
+    def _prepared(self, observer: str, key: str, limit: float, counts: Counter, compositions: int) -> None:
+        """The accountings ``record`` does to check one more round of ``key`` against ``limit`` when ``compositions``
+        rounds are composed, ``counts`` of them per event: the composition doubled (``_doubled_within_budget``,
+        ``compositions`` + 2 more rounds); if it exceeds the limit, the round itself; if that is within, the
+        headroom's bisection after it (``_repeats_within_budget``, n = ``compositions`` + 1 on the counts with the
+        round), each remembered. An accounting that cannot be done (e.g. a PLD too large to build) ends it: the check
+        handles it."""
+
+        def within(more: int) -> bool:
+            return self._epsilon_of(observer, self._tally(observer, [key] * more, (), counts)) <= limit
+
         with contextlib.suppress(ConfigError):
-            self._epsilon_of(observer, composed)
+            if not within(compositions + 2) and within(1):
+                _largest_within(compositions + 1, lambda k: within(1 + k))
 
     def _cleared_for(self, observer: str, event: dp_event.DpEvent) -> bool:
         """Whether one more round of ``event`` is known to keep ``observer`` within its budget: it is the event whose
@@ -290,13 +296,7 @@ class PrivacyLedger:
             except ConfigError:  # e.g. a PLD too large to build: no headroom claimed beyond it
                 return False
 
-        if within(n):
-            return n
-        low, high = 0, n  # within(low), not within(high)
-        while high - low > 1:
-            middle = (low + high) // 2
-            low, high = (middle, high) if within(middle) else (low, middle)
-        return low
+        return _largest_within(n, within)
 
     def _append(self, round_index: int, events: dict[str, dp_event.DpEvent], fingerprint: str | None) -> None:
         self._spent = {}
@@ -683,6 +683,18 @@ _RECORDER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpfl-record", 
 #: The thread of the budget checks prepared ahead (``_prepare_next_check``): not queued behind the reads, which
 #: only report, while a check may hold up a round (all three take ``_ACCOUNTING`` for each accounting).
 _PLANNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpfl-plan", initializer=_blocking_stop_signals)
+
+
+def _largest_within(n: int, within) -> int:
+    """The largest k <= n with ``within(k)`` (``within(0)`` holds, ``within`` is taken to be monotone): n if
+    within(n), else by bisection on [0, n)."""
+    if within(n):
+        return n
+    low, high = 0, n  # within(low), not within(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if within(middle) else (low, middle)
+    return low
 
 
 def _extend(runs: list, key: str) -> None:
