@@ -91,10 +91,10 @@ def _run_on_ranks(config: dict, nproc: int, out, supplied: Supplied, *, resume: 
                          *(["--resume"] if resume else []), *(["--restart"] if restart else []),
                          *([] if progress else ["--no-progress"])], nproc)
     written = Path(out) / "results.json"
-    stopped = json.loads(written.read_text()).get("stopped_by") if status and written.exists() else None
+    results = json.loads(written.read_text()) if status and written.exists() else {}
     if status in (128 + signal.SIGINT, 128 + signal.SIGTERM):
-        raise RunInterrupted(Results.load(out).final["round"] if written.exists() else 0, status - 128)
-    if status and stopped not in ("budget", "diverged"):
+        raise RunInterrupted(results["final"]["round"] if results else 0, status - 128)
+    if status and results.get("stopped_by") not in ("budget", "diverged"):
         raise DpflError(f"the {nproc} ranks of the run stopped with exit status {status} (their message is above, "
                         "on standard error)")
     return Results.load(out)

@@ -73,7 +73,6 @@ accountant's.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -239,15 +238,13 @@ class PrivacyLedger:
         rounds are composed, ``counts`` of them per event: the composition doubled (``_doubled_within_budget``,
         ``compositions`` + 2 more rounds); if it exceeds the limit, the round itself; if that is within, the
         headroom's bisection after it (``_repeats_within_budget``, n = ``compositions`` + 1 on the counts with the
-        round), each remembered. An accounting that cannot be done (e.g. a PLD too large to build) ends it: the check
-        handles it."""
+        round), each remembered, and each deciding as the check will (``_within``)."""
 
         def within(more: int) -> bool:
-            return self._epsilon_of(observer, self._tally(observer, [key] * more, (), counts)) <= limit
+            return self._within(observer, key, more, counts, limit)
 
-        with contextlib.suppress(ConfigError):
-            if not within(compositions + 2) and within(1):
-                _largest_within(compositions + 1, lambda k: within(1 + k))
+        if not within(compositions + 2) and within(1):
+            _largest_within(compositions + 1, lambda k: within(1 + k))
 
     def _cleared_for(self, observer: str, event: dp_event.DpEvent) -> bool:
         """Whether one more round of ``event`` is known to keep ``observer`` within its budget: it is the event whose
@@ -262,12 +259,8 @@ class PrivacyLedger:
         round, then that of the composition doubled). False for an accountant in ``accountants.ORDERED``."""
         if self.accountant_names[observer] in accountants.ORDERED:
             return False
-        keys = [self._key(event)] * (self.compositions + 2)
-        try:
-            composed = self._tally(observer, keys, self._runs[observer], self._counts[observer])
-            return self._epsilon_of(observer, composed) <= self.budget[observer]
-        except ConfigError:  # e.g. a PLD too large to build: the round is checked on its own
-            return False
+        return self._within(observer, self._key(event), self.compositions + 2, self._counts[observer],
+                            self.budget[observer])  # False: the round is checked on its own
 
     def _repeats_within_budget(self, observer: str, key: str) -> int:
         """How many more rounds of event ``key``, after the rounds composed so far (n of them), the budget of
@@ -287,16 +280,17 @@ class PrivacyLedger:
         n = self.compositions
         if self.accountant_names[observer] in accountants.ORDERED or n == 0:
             return 0
-        limit = self.budget[observer]
+        return _largest_within(n, lambda k: self._within(observer, key, k, self._counts[observer],
+                                                         self.budget[observer]))
 
-        def within(k: int) -> bool:
-            try:
-                return self._epsilon_of(observer, self._tally(observer, [key] * k, self._runs[observer],
-                                                              self._counts[observer])) <= limit
-            except ConfigError:  # e.g. a PLD too large to build: no headroom claimed beyond it
-                return False
-
-        return _largest_within(n, within)
+    def _within(self, observer: str, key: str, more: int, counts: Counter, limit: float) -> bool:
+        """Whether ``more`` rounds of event ``key`` composed after ``counts`` (an observer's rounds per event, for an
+        accountant not in ``accountants.ORDERED``) keep its epsilon within ``limit``; False where that cannot be
+        accounted (e.g. a PLD too large to build): no headroom is claimed beyond it."""
+        try:
+            return self._epsilon_of(observer, self._tally(observer, [key] * more, (), counts)) <= limit
+        except ConfigError:
+            return False
 
     def _append(self, round_index: int, events: dict[str, dp_event.DpEvent], fingerprint: str | None) -> None:
         self._spent = {}

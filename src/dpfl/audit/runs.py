@@ -297,7 +297,8 @@ def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind:
 
         def observe(view):
             g = target.gradient(view.before["x"])
-            presence.append(view.holds(canary_client))
+            if encoder is not None:
+                presence.append(view.holds(canary_client))
             for observer in observers:
                 if observer == distinguisher.SERVER and multiset:
                     totals[observer] += distinguisher.multiset_score(view, canary_client, g, weights[view.round],
