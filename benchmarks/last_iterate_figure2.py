@@ -5,7 +5,7 @@ beside composition over every iterate (dashed: the single-step theta_eps(2L / (s
 
     python benchmarks/last_iterate_figure2.py [--out docs/figures/last_iterate_figure2.png]
 
-The curves are ``dpfl.experiments.papers.asoodeh2021``'s (also `dpfl reproduce asoodeh2021-fig2`). The table in
+The curves are ``dpfl.papers.asoodeh2021.experiment``'s (also `dpfl reproduce asoodeh2021-fig2`). The table in
 tests/accounting/test_last_iterate.py (FIG2_TABLE) pins delta at eps = 0.5, 1, 2 and eps at 1e-5.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dpfl.experiments.papers.asoodeh2021 import plot_figure2
+from dpfl.papers.asoodeh2021.experiment import plot_figure2
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "figures" / "last_iterate_figure2.png"
 

@@ -11,7 +11,7 @@ features standardised (pooled: non-private preprocessing, as dpfl's data.standar
 client (algorithm.feature_clip = 1), so convexity is verified and Theorem 2's diameter is 2 rho; clip L = 1 (2 for
 the 10 classes of the synthetic data, where the clip must never bind), lambda = 0.01, eta = 1 <= 2/beta. delta =
 1e-5. Each cell: mean test accuracy over the seeds, and the noise multiplier z each accountant needs. The runs are
-``dpfl.experiments.papers.asoodeh2021.utility_run`` (also `dpfl reproduce asoodeh2021-utility`).
+``dpfl.papers.asoodeh2021.experiment.utility_run`` (also `dpfl reproduce asoodeh2021-utility`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from dpfl.experiments.papers.asoodeh2021 import UTILITY_DATA, users, utility_run
+from dpfl.papers.asoodeh2021.experiment import UTILITY_DATA, users, utility_run
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -4,7 +4,7 @@ paper's and the sound analysis (dp-fedavg-joint; ``docs/accounting.md``, "Joint 
     python examples/joint_noise_experiment.py --out joint-results            # digits, breast_cancer, synthetic
     python examples/joint_noise_experiment.py --data digits --seeds 1        # one data set, one seed (~1 min)
 
-The runs are ``dpfl.experiments.papers.heikkila2024.run`` (its docstring: the calibration and the observers); `dpfl
+The runs are ``dpfl.papers.heikkila2024.experiment.run`` (its docstring: the calibration and the observers); `dpfl
 reproduce heikkila2024-local-steps` runs the same comparison with the paper's numbers beside. Writes results.json
 (every run's final accuracy, loss, sigma and epsilon per observer) and table.md (mean test accuracy over the seeds).
 Runs single-threaded (a shared 2-core machine).
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from dpfl.experiments.papers.heikkila2024 import ANALYSES, DATA, VARIANTS, run, table
+from dpfl.papers.heikkila2024.experiment import ANALYSES, DATA, VARIANTS, run, table
 
 
 def main(argv=None) -> None:

@@ -22,9 +22,9 @@ LAYERS = {
     "dpfl.protocols": 4,
     "dpfl.engine": 5,
     "dpfl.algorithms": 6, "dpfl.audit": 6, "dpfl.planning": 6,
-    "dpfl.experiments": 7,
+    "dpfl.experiments": 7, "dpfl.reproduction": 7,
     "dpfl.flower": 8, "dpfl.api": 8,
-    "dpfl": 9,
+    "dpfl": 9, "dpfl.papers": 9,  # the papers' reproductions: imported by nothing but `dpfl reproduce`
     "dpfl.cli": 10,
 }
 

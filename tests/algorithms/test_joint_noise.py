@@ -22,7 +22,7 @@ from dpfl.engine.protocol import ClientContext, ClientData
 from dpfl.engine.sampling import ClientSampler
 from dpfl.errors import ConfigError
 from dpfl.experiments.config import load_config
-from dpfl.experiments.papers.heikkila2024 import TABLE_1
+from dpfl.papers.heikkila2024.experiment import TABLE_1
 from dpfl.experiments.runner import build_simulation
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -11,7 +11,7 @@ import pytest
 from dpfl.algorithms.fedsgd_dpc import ReplySchedule
 from dpfl.engine.sampling import ClientSampler
 from dpfl.errors import ConfigError
-from dpfl.experiments.papers.zhou2021 import TABLE_I, TABLE_I_FITS, table_constants
+from dpfl.papers.zhou2021.experiment import TABLE_I, TABLE_I_FITS, table_constants
 from dpfl.planning.queries_replies import Constants, GaussianBound, LaplaceBound, effective_c2, plan
 
 # mu = lambda = 1 (gamma = 2), G = 3, Gamma = 0.5, Y0 = 2, p = 1, xi = 1, two clients of one sample each (d = 2),

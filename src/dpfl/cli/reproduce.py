@@ -1,5 +1,5 @@
 """`dpfl reproduce --list | ITEM [--quick] [--out DIR] | --report [--quick] [--out DIR] [--to FILE]`: the papers'
-headline tables and figures recomputed beside the paper's numbers (``dpfl.experiments.reproduce``)."""
+headline tables and figures recomputed beside the paper's numbers (``dpfl.papers``)."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def configure(commands) -> None:
 
 def listing() -> str:
     """Every item: its id, paper, what it is, its status and why, and whether its full run's data set is there."""
-    from dpfl.experiments.reproduce import ITEMS
-    from dpfl.experiments.reproduce.runner import data_folder
+    from dpfl.papers import ITEMS
+    from dpfl.reproduction.runner import data_folder
 
     lines = []
     for it in ITEMS.values():
@@ -47,9 +47,9 @@ def listing() -> str:
 
 
 def _reproduce(args) -> int:
-    from dpfl.experiments.reproduce import ITEMS, item
-    from dpfl.experiments.reproduce import report as report_module
-    from dpfl.experiments.reproduce.runner import reproduce, table
+    from dpfl.papers import ITEMS, item
+    from dpfl.reproduction import report as report_module
+    from dpfl.reproduction.runner import reproduce, table
 
     chosen = sum(bool(x) for x in (args.list, args.report, args.item))
     if chosen != 1:

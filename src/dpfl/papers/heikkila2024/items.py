@@ -1,12 +1,12 @@
 """Heikkilä et al. (2024), "Differentially private federated learning with several local steps and secure
 aggregation" (joint noise): Table 1 (averaging independently trained models) and the utility of local steps (1 local
-epoch against 1 local step and local DP, at equal epsilon). ``dpfl.experiments.papers.heikkila2024`` computes both."""
+epoch against 1 local step and local DP, at equal epsilon). ``dpfl.papers.heikkila2024.experiment`` computes both."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from dpfl.experiments.reproduce.item import DIFFERS, REPRODUCED, Item, Row, agrees
+from dpfl.reproduction.item import DIFFERS, REPRODUCED, Item, Row, agrees
 
 PAPER = "Heikkilä et al. (2024)"
 UNPROVEN = ("for more than one local step the paper's Lemma 4.6 does not hold for general losses (another client's "
@@ -21,13 +21,13 @@ SKELLAM = ("Table 1 is labelled 'Skellam mechanism, no quantization', but its nu
 
 
 def _table1_settings(quick: bool) -> dict:
-    from dpfl.experiments.papers.heikkila2024 import TABLE_1
+    from dpfl.papers.heikkila2024.experiment import TABLE_1
 
     return {"table": {str(k): v for k, v in TABLE_1.items()}, "records": 100, "q": 0.1, "delta": 1e-5}
 
 
 def _table1(settings: dict, folder: Path) -> dict:
-    from dpfl.experiments.papers.heikkila2024 import skellam_sigma_ldp, table_1
+    from dpfl.papers.heikkila2024.experiment import skellam_sigma_ldp, table_1
 
     rows, computed = [], {}
     names = {"1": "1 step", "10": "1 epoch (10 steps)", "50": "5 epochs (50 steps)"}
@@ -59,7 +59,7 @@ def _steps_settings(quick: bool) -> dict:
 def _steps(settings: dict, folder: Path) -> dict:
     import logging
 
-    from dpfl.experiments.papers.heikkila2024 import ANALYSES, VARIANTS, mean_accuracy, run, table
+    from dpfl.papers.heikkila2024.experiment import ANALYSES, VARIANTS, mean_accuracy, run, table
 
     logging.getLogger("absl").setLevel(logging.ERROR)
     data = settings["data"]
@@ -93,7 +93,7 @@ def _plot(runs: list[dict], data: str, epsilon: float, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dpfl.experiments.papers.heikkila2024 import ANALYSES, VARIANTS, mean_accuracy
+    from dpfl.papers.heikkila2024.experiment import ANALYSES, VARIANTS, mean_accuracy
 
     fig, ax = plt.subplots(figsize=(6, 3.6))
     width = 0.38
@@ -139,7 +139,7 @@ def rounds_to_match(values: dict[str, dict[int, float]], higher: bool = False) -
 def _rounds(settings: dict, folder: Path) -> dict:
     import logging
 
-    from dpfl.experiments.papers.heikkila2024 import ANALYSES, run, skellam_sigma_ldp
+    from dpfl.papers.heikkila2024.experiment import ANALYSES, run, skellam_sigma_ldp
 
     logging.getLogger("absl").setLevel(logging.ERROR)
     runs = [run(settings["data"], v, a, s, settings["epsilon"], r, settings["lr"], noise, every_round=True)
@@ -221,7 +221,7 @@ def plot_rounds(values: dict, settings: dict, path: Path, measure: str = BEST_AC
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dpfl.experiments.papers.heikkila2024 import ANALYSES
+    from dpfl.papers.heikkila2024.experiment import ANALYSES
 
     fig, axes = plt.subplots(1, len(ANALYSES), figsize=(9, 3.6), squeeze=False, sharey=True)
     for ax, analysis in zip(axes[0], ANALYSES):

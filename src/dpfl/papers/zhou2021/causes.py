@@ -1,7 +1,7 @@
 """Why the planned (b*, T*) of Zhou, Liu, Fu, Wu, Li, Yu (2021) does not end best where the plan is b* = 1: one
 experiment per suspected cause, in a regime where b* = 1 comes with real learning.
 
-    python -m dpfl.experiments.papers.zhou2021_causes --out results/zhou2021-causes [--repeats 3]
+    python -m dpfl.papers.zhou2021.causes --out results/zhou2021-causes [--repeats 3]
 
 Regime (``zhou2021.B_STAR_ONE``): scikit-learn's breast cancer (569 records, 30 features, 2 classes) over N = 10
 clients, each standardising its features with its own training statistics, logistic regression without bias (p = 60),
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from dpfl.experiments.papers.zhou2021 import B_STAR_ONE, JOINT, Point, Setup, constants, estimate, laplace_plans, \
+from dpfl.papers.zhou2021.experiment import B_STAR_ONE, JOINT, Point, Setup, constants, estimate, laplace_plans, \
     optimum, regularised_risk, replies, run_point
 from dpfl.planning.queries_replies import LaplaceBound, plan
 
@@ -145,7 +145,7 @@ def tables(result: dict) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m dpfl.experiments.papers.zhou2021_causes",
+    p = argparse.ArgumentParser(prog="python -m dpfl.papers.zhou2021.causes",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="folder for results.json and table.md")
     p.add_argument("--repeats", type=int, default=3, help="seeds per noisy point (default 3)")

@@ -1,27 +1,27 @@
 """Zhou, Liu, Fu, Wu, Li, Yu (2021), "Optimizing the numbers of queries and replies in federated learning with
 differential privacy": Table I (the planned T* and b* under Laplace noise), the final loss against T for b in
 {1, 5, 10} (Laplace, Figs. 2-3) and the Gaussian mechanism's preference for b = N (Sec. VI-B).
-``dpfl.experiments.papers.zhou2021`` runs the experiments; docs/experiments/zhou2021.md discusses a 3-seed run."""
+``dpfl.papers.zhou2021.experiment`` runs the experiments; docs/experiments/zhou2021.md discusses a 3-seed run."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
-from dpfl.experiments.reproduce.item import DIFFERS, REPRODUCED, Item, Row
+from dpfl.reproduction.item import DIFFERS, REPRODUCED, Item, Row
 
 PAPER = "Zhou, Liu, Fu, Wu, Li, Yu (2021)"
 EPSILONS = (1.0, 5.0, 10.0)
 
 
 def _table_settings(quick: bool) -> dict:
-    from dpfl.experiments.papers.zhou2021 import TABLE_I, TABLE_I_FITS
+    from dpfl.papers.zhou2021.experiment import TABLE_I, TABLE_I_FITS
 
     return {"table": TABLE_I, "fits": TABLE_I_FITS, "epsilons": list(EPSILONS)}
 
 
 def _table(settings: dict, folder: Path) -> dict:
-    from dpfl.experiments.papers.zhou2021 import table_constants
+    from dpfl.papers.zhou2021.experiment import table_constants
     from dpfl.planning.queries_replies import LaplaceBound, plan
 
     rows = []
@@ -46,21 +46,21 @@ def _table(settings: dict, folder: Path) -> dict:
 
 
 def _setup(quick: bool):
-    from dpfl.experiments.papers.zhou2021 import Setup
+    from dpfl.papers.zhou2021.experiment import Setup
 
     # full: MNIST with the paper's clips xi_1 = 300, xi_2 = 10 (pixels in [0, 1], the loader's public 1/255)
     return Setup() if quick else Setup(data="mnist", scale=1.0, clip_laplace=300.0, clip_gaussian=10.0)
 
 
 def _loss_settings(quick: bool) -> dict:
-    from dpfl.experiments.papers.zhou2021 import PAPER_CLIENTS, PAPER_ROUNDS
+    from dpfl.papers.zhou2021.experiment import PAPER_CLIENTS, PAPER_ROUNDS
 
     return {"setup": dataclasses.asdict(_setup(quick)), "repeats": 1 if quick else 10, "epsilons": list(EPSILONS),
             "rounds": list(PAPER_ROUNDS), "clients": list(PAPER_CLIENTS)}
 
 
 def _run(settings: dict, folder: Path, laplace: bool) -> dict:
-    from dpfl.experiments.papers import zhou2021
+    from dpfl.papers.zhou2021 import experiment as zhou2021
 
     args = ["--out", str(folder / "runs"), "--repeats", str(settings["repeats"]),
             "--clients", ",".join(map(str, settings["clients"]))]
@@ -76,7 +76,7 @@ def _run(settings: dict, folder: Path, laplace: bool) -> dict:
 
 
 def _loss(settings: dict, folder: Path) -> dict:
-    from dpfl.experiments.papers import zhou2021
+    from dpfl.papers.zhou2021 import experiment as zhou2021
 
     result = _run(settings, folder, laplace=True)
     summary = [r for r in result["summary"] if zhou2021.GRID in r["sources"].split(";")]
@@ -117,7 +117,7 @@ UNTRAINED = ("T* = 0: the plan does not train (its loss is the initial model's),
 
 
 def _gaussian_settings(quick: bool) -> dict:
-    from dpfl.experiments.papers.zhou2021 import GAUSSIAN_EPSILONS, PAPER_CLIENTS
+    from dpfl.papers.zhou2021.experiment import GAUSSIAN_EPSILONS, PAPER_CLIENTS
 
     return {"setup": dataclasses.asdict(_setup(quick)), "repeats": 1 if quick else 10,
             "epsilons": list(GAUSSIAN_EPSILONS), "rounds": 100, "clients": list(PAPER_CLIENTS)}
@@ -151,7 +151,7 @@ TABLE_I_JOINT = (22, 121, 244)
 
 
 def _regime_setup(quick: bool):
-    from dpfl.experiments.papers.zhou2021 import B_STAR_ONE
+    from dpfl.papers.zhou2021.experiment import B_STAR_ONE
 
     return B_STAR_ONE if quick else dataclasses.replace(_setup(quick), weight_decay=REGIME_WEIGHT_DECAY)
 
@@ -164,7 +164,7 @@ def _fig1_settings(quick: bool) -> dict:
 
 def _curves(settings: dict, estimates, points) -> list[dict]:
     """Each point's runs (``settings["repeats"]`` seeds), each evaluated about ``settings["evaluations"]`` times."""
-    from dpfl.experiments.papers.zhou2021 import Setup, run_point
+    from dpfl.papers.zhou2021.experiment import Setup, run_point
 
     setup = Setup(**settings["setup"])
     return [run_point(setup, p, seed, estimates.lam, max(1, p.rounds // settings["evaluations"]))
@@ -178,7 +178,7 @@ def _mean_curve(runs: list[dict]) -> list[list[float]]:
 
 
 def _fig1(settings: dict, folder: Path) -> dict:
-    from dpfl.experiments.papers.zhou2021 import GRID, JOINT, Point, Setup, estimate, laplace_plans
+    from dpfl.papers.zhou2021.experiment import GRID, JOINT, Point, Setup, estimate, laplace_plans
 
     setup = Setup(**settings["setup"])
     est = estimate(setup)
@@ -233,7 +233,7 @@ def _plot_fig1(curves: dict, epsilons: list[float], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dpfl.experiments.papers.zhou2021 import JOINT
+    from dpfl.papers.zhou2021.experiment import JOINT
 
     fig, axes = plt.subplots(1, len(epsilons), figsize=(4.5 * len(epsilons), 3.8), squeeze=False)
     for ax, eps in zip(axes[0], epsilons):
@@ -261,7 +261,7 @@ def _size_settings(quick: bool) -> dict:
 
 
 def _size(settings: dict, folder: Path) -> dict:
-    from dpfl.experiments.papers.zhou2021 import (JOINT, Point, Setup, estimate, laplace_plans, run_point,
+    from dpfl.papers.zhou2021.experiment import (JOINT, Point, Setup, estimate, laplace_plans, run_point,
                                                   smallest_client)
 
     base = Setup(**settings["setup"])
@@ -319,28 +319,28 @@ def _plot_size(results: list[dict], epsilons: list[float], path: Path) -> None:
 
 
 def _causes_settings(quick: bool) -> dict:
-    from dpfl.experiments.papers.zhou2021 import B_STAR_ONE
-    from dpfl.experiments.papers.zhou2021_causes import EPSILONS as CAUSES_EPSILONS, ROUNDS
+    from dpfl.papers.zhou2021.experiment import B_STAR_ONE
+    from dpfl.papers.zhou2021.causes import EPSILONS as CAUSES_EPSILONS, ROUNDS
 
     return {"setup": dataclasses.asdict(B_STAR_ONE), "repeats": 3 if quick else 10,
             "epsilons": list(CAUSES_EPSILONS), "rounds": list(ROUNDS)}
 
 
 def _causes(settings: dict, folder: Path) -> dict:
-    """Where the planned (b*, T*) loses in the b* = 1 regime, and why (``zhou2021_causes``): per eps, whether the
+    """Where the planned (b*, T*) loses in the b* = 1 regime, and why (``causes``): per eps, whether the
     measured Y_T = ||theta_T - theta*||^2 is least at the bound's T*(b), how much of it the clipping bias alone
     leaves, and the planned point under random cohorts."""
-    from dpfl.experiments.papers import zhou2021_causes
-    from dpfl.experiments.papers.zhou2021 import Setup, estimate, optimum
+    from dpfl.papers.zhou2021 import causes
+    from dpfl.papers.zhou2021.experiment import Setup, estimate, optimum
 
     setup = Setup(**settings["setup"])
     est, target, noiseless = estimate(setup), optimum(setup), {}
-    shapes = [zhou2021_causes.shape_and_terms(setup, est, target, eps, tuple(settings["rounds"]),
+    shapes = [causes.shape_and_terms(setup, est, target, eps, tuple(settings["rounds"]),
                                               settings["repeats"], noiseless) for eps in settings["epsilons"]]
-    counted = [zhou2021_causes.reply_counting(setup, est, target, eps, settings["repeats"])
+    counted = [causes.reply_counting(setup, est, target, eps, settings["repeats"])
                for eps in settings["epsilons"]]
-    replanned = [zhou2021_causes.replanned(setup, est, target, eps) for eps in settings["epsilons"]]
-    (folder / "causes.md").write_text(zhou2021_causes.tables({"shape": shapes, "constants": replanned,
+    replanned = [causes.replanned(setup, est, target, eps) for eps in settings["epsilons"]]
+    (folder / "causes.md").write_text(causes.tables({"shape": shapes, "constants": replanned,
                                                               "replies": counted}))
     rows = []
     for part, replies, again in zip(shapes, counted, replanned):

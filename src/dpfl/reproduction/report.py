@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dpfl.experiments.reproduce.item import Item
-from dpfl.experiments.reproduce.runner import RESEARCH_MODE, table
+from dpfl.reproduction.item import Item
+from dpfl.reproduction.runner import RESEARCH_MODE, table
 
 TITLE = "# Reproducing the papers' tables and figures"
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from dpfl.experiments.papers import lowy2023
+from dpfl.papers.lowy2023 import experiment as lowy2023
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -10,9 +10,10 @@ import math
 import pytest
 
 from dpfl.accounting.theory import dp_to_zcdp_rho
-from dpfl.experiments.papers import lowy2023, zhou2021
-from dpfl.experiments.reproduce.heikkila2024 import rounds_to_match
-from dpfl.experiments.reproduce.lowy2023 import paired, relative_improvement
+from dpfl.papers.lowy2023 import experiment as lowy2023
+from dpfl.papers.zhou2021 import experiment as zhou2021
+from dpfl.papers.heikkila2024.items import rounds_to_match
+from dpfl.papers.lowy2023.items import paired, relative_improvement
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dpfl.experiments.reproduce.item import DIFFERS, Item, Row
-from dpfl.experiments.reproduce.lowy2023 import BY_CONSTRUCTION, PAPER, TUNED
+from dpfl.reproduction.item import DIFFERS, Item, Row
+from dpfl.papers.lowy2023.items import BY_CONSTRUCTION, PAPER, TUNED
 
 ALGORITHMS = ("isrl-spider", "isrl-mb-sgd")
 #: the paper's WBCD clips; its 15 step sizes "up to 1" (the lower end unstated: here geometric from 1e-3)
@@ -29,7 +29,7 @@ def _settings(quick: bool) -> dict:
 
 
 def _compute(settings: dict, folder: Path) -> dict:
-    from dpfl.experiments.papers.lowy2023 import SETTINGS, Setup, run_one, tuned
+    from dpfl.papers.lowy2023.experiment import SETTINGS, Setup, run_one, tuned
 
     spec = SETTINGS["breast_cancer"]
     setup = Setup("breast_cancer", spec["data"], spec["num_clients"], spec["num_clients"], settings["rounds"])

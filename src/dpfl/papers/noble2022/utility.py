@@ -4,7 +4,7 @@ allows) and the train-loss curves of Figs. 1 and 3 (three heterogeneity levels x
 algorithms), whose log10(F(x_t) - F(x*)) needs F(x*) from a centralised non-private fit (``centralised_optimum``).
 
 The items' ids are noble2022-table4 and noble2022-fig1-grid; their settings and helpers live here so that the
-privacy-only items of ``noble2022`` keep their own cache keys."""
+privacy-only items of ``privacy`` keep their own cache keys."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from dpfl.experiments.reproduce.item import DIFFERS, Item, Row, about
-from dpfl.experiments.reproduce.noble2022 import GAP_TOLERANCE, PAPER, STATED_GAP, TABLE_1
+from dpfl.reproduction.item import DIFFERS, Item, Row, about
+from dpfl.papers.noble2022.privacy import GAP_TOLERANCE, PAPER, STATED_GAP, TABLE_1
 
 #: Test accuracy (%, mean and std over 3 runs) of DP-SCAFFOLD, sigma_g -> (K = 1, 5, 10, 20, 40), eps = 3, l = 0.05,
 #: s = 0.2: Table 1 at (alpha, beta) = (5, 5), Table 4 (App. D.3.2) at (0, 0). The T of each cell is ``TABLE_1``'s.

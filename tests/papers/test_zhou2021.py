@@ -10,7 +10,7 @@ import json
 import pytest
 
 from dpfl.cli import main as dpfl_main
-from dpfl.experiments.papers import zhou2021
+from dpfl.papers.zhou2021 import experiment as zhou2021
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -74,7 +74,7 @@ def test_the_distance_to_theta_star_starts_at_y0_and_the_clip_alone_leaves_a_flo
     """In the b* = 1 regime (breast cancer, w = 2): a plan of T = 0 is at Y0 = ||theta_0 - theta*||^2, as the
     estimation says; without noise the unclipped run (Theorem 3's assumption) closes in on theta*, while xi_1 = 2
     stops at a clipping bias the bound does not have."""
-    from dpfl.experiments.papers import zhou2021_causes as causes
+    from dpfl.papers.zhou2021 import causes
 
     setup = zhou2021.B_STAR_ONE
     est, target = zhou2021.estimate(setup), zhou2021.optimum(setup)
@@ -90,8 +90,8 @@ def test_the_distance_to_theta_star_starts_at_y0_and_the_clip_alone_leaves_a_flo
 def test_the_causes_item_at_a_tiny_size(tmp_path):
     """zhou2021-causes at eps = 1 (plans of T*(1) = 40 and T*(10) = 4: cheap) and T = 2: a row per question, the
     bound's terms summing to U, the noise-free runs at or below the noisy ones, the table written."""
-    from dpfl.experiments.papers.zhou2021 import B_STAR_ONE
-    from dpfl.experiments.reproduce.zhou2021 import _causes
+    from dpfl.papers.zhou2021.experiment import B_STAR_ONE
+    from dpfl.papers.zhou2021.items import _causes
 
     settings = {"setup": dataclasses.asdict(B_STAR_ONE), "repeats": 1, "epsilons": [1.0], "rounds": [2]}
     result = _causes(settings, tmp_path)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dpfl.experiments.reproduce.item import REPRODUCED, Item, Row
-from dpfl.experiments.reproduce.noble2022 import PAPER
-from dpfl.experiments.reproduce.noble2022_utility import LABELS, _common, _run, last_fraction_accuracy
+from dpfl.reproduction.item import REPRODUCED, Item, Row
+from dpfl.papers.noble2022.privacy import PAPER
+from dpfl.papers.noble2022.utility import LABELS, _common, _run, last_fraction_accuracy
 
 CLAIM = "DP-SCAFFOLD ahead of DP-FedAvg under heterogeneity, convex and non-convex (Sec. 5; Fig. 2, bottom row)"
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from dpfl.experiments.reproduce.heikkila2024 import FINAL_LOSS, PAPER, ROUNDS_VARIANTS, UNPROVEN, plot_rounds
-from dpfl.experiments.reproduce.item import REPRODUCED, Item, Row
+from dpfl.papers.heikkila2024.items import FINAL_LOSS, PAPER, ROUNDS_VARIANTS, UNPROVEN, plot_rounds
+from dpfl.reproduction.item import REPRODUCED, Item, Row
 
 
 SHARES = ("Gaussian shares for the paper's Skellam: dpfl's Skellam accountant (Zhu & Wang's Thm 6, factor 3) has an "
@@ -29,7 +29,7 @@ def _settings(quick: bool) -> dict:
 def _compute(settings: dict, folder: Path) -> dict:
     import logging
 
-    from dpfl.experiments.papers.heikkila2024 import ANALYSES, run
+    from dpfl.papers.heikkila2024.experiment import ANALYSES, run
 
     logging.getLogger("absl").setLevel(logging.ERROR)
     runs = [run(settings["data"], v, a, s, settings["epsilon"], r, settings["lr"], settings["noise"],

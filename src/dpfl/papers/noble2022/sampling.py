@@ -12,9 +12,9 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from dpfl.experiments.reproduce.item import DIFFERS, REPRODUCED, Item, Row, about
-from dpfl.experiments.reproduce.noble2022 import GAP_TOLERANCE, PAPER
-from dpfl.experiments.reproduce.noble2022_utility import (LABELS, STILL_HETEROGENEOUS, _common, _run,
+from dpfl.reproduction.item import DIFFERS, REPRODUCED, Item, Row, about
+from dpfl.papers.noble2022.privacy import GAP_TOLERANCE, PAPER
+from dpfl.papers.noble2022.utility import (LABELS, STILL_HETEROGENEOUS, _common, _run,
                                                          last_fraction_accuracy)
 
 #: figure -> (the rate it varies, its values, the other rate's key and value), App. D.3.3.

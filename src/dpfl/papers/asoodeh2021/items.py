@@ -1,12 +1,12 @@
 """Asoodeh, Chen, Calmon, Özgür (2021): Figure 2 (delta against epsilon of the last iterate, Theorem 2) and the
 utility of hiding the iterates (less noise at equal epsilon where the step noise is large against the ball).
-``dpfl.experiments.papers.asoodeh2021`` computes both; docs/last-iterate.md discusses them."""
+``dpfl.papers.asoodeh2021.experiment`` computes both; docs/last-iterate.md discusses them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from dpfl.experiments.reproduce.item import REPRODUCED, Item, Row
+from dpfl.reproduction.item import REPRODUCED, Item, Row
 
 PAPER = "Asoodeh, Chen, Calmon, Özgür (2021)"
 
@@ -17,7 +17,7 @@ FIGURE_2 = {0.1: ((3.0798e-2, 2.0211e-3, 2.3027e-7), 1.6485), 0.2: ((7.3409e-3, 
 
 
 def _fig2_settings(quick: bool) -> dict:
-    from dpfl.experiments.papers import asoodeh2021 as a
+    from dpfl.papers.asoodeh2021 import experiment as a
 
     return {"reference": {str(q): v for q, v in FIGURE_2.items()}, "n": a.N, "lr": a.LR, "sigma": a.SIGMA,
             "lipschitz": a.L, "radius": a.RHO}
@@ -30,7 +30,7 @@ SOUND_CLAIM = ("sound: what a run claims, per secret batch the smaller of Theore
 def _fig2(settings: dict, folder: Path) -> dict:
     import numpy as np
 
-    from dpfl.experiments.papers.asoodeh2021 import curves, figure2_values, plot_figure2
+    from dpfl.papers.asoodeh2021.experiment import curves, figure2_values, plot_figure2
 
     plot_figure2(folder / "figure.png")
     rows = []
@@ -62,7 +62,7 @@ def _utility_settings(quick: bool) -> dict:
 def _utility(settings: dict, folder: Path) -> dict:
     import statistics
 
-    from dpfl.experiments.papers.asoodeh2021 import users, utility_run
+    from dpfl.papers.asoodeh2021.experiment import users, utility_run
 
     rows, cells = [], []
     for data in settings["data"]:

@@ -12,9 +12,9 @@ import pytest
 
 from dpfl.cli import main
 from dpfl.errors import ConfigError
-from dpfl.experiments import reproduce
-from dpfl.experiments.reproduce import ITEMS, report, runner
-from dpfl.experiments.reproduce.item import Item, Row, about, agrees, fmt
+from dpfl.papers import ITEMS, item
+from dpfl.reproduction import report, runner
+from dpfl.reproduction.item import Item, Row, about, agrees, fmt
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPERS = ("Noble", "Zhou", "Heikkilä", "Asoodeh", "Lowy")
@@ -126,7 +126,7 @@ def test_an_unknown_item_names_the_known_ones(capsys):
     err = capsys.readouterr().err
     assert "noble2021-table9" in err and all(item_id in err for item_id in ITEMS)
     with pytest.raises(ConfigError, match="dpfl reproduce --list"):
-        reproduce.item("nope")
+        item("nope")
 
 
 def test_exactly_one_of_list_report_or_an_item(capsys):

@@ -1,6 +1,6 @@
 """Lowy, Ghafelebashi, Razaviyayn (2023), "Private non-convex federated learning without a trusted server": test
 error against eps of ISRL-DP FedProx-SPIDER, MB-SGD and Local SGD (breast cancer in 2 one-class silos; MNIST in 25
-(even, odd) silos) and of the shuffle-DP Prox-SGD against its ISRL-DP twin. ``dpfl.experiments.papers.lowy2023``
+(even, odd) silos) and of the shuffle-DP Prox-SGD against its ISRL-DP twin. ``dpfl.papers.lowy2023.experiment``
 runs them; docs/experiments/lowy2023.md discusses a full run (every algorithm, 3 repeats, the whole grid)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from dpfl.experiments.reproduce.item import DIFFERS, Item, Row
+from dpfl.reproduction.item import DIFFERS, Item, Row
 
 PAPER = "Lowy, Ghafelebashi, Razaviyayn (2023)"
 ISRL = ("isrl-spider", "isrl-mb-sgd", "isrl-local-sgd")
@@ -33,7 +33,7 @@ def _isrl_settings(setting: str, quick: bool) -> dict:
 
 
 def _main(settings: dict, folder: Path) -> dict:
-    from dpfl.experiments.papers import lowy2023
+    from dpfl.papers.lowy2023 import experiment as lowy2023
 
     args = ["--out", str(folder / "runs"), "--setting", settings["setting"], "--algorithms",
             ",".join(settings["algorithms"]), "--epsilons", ",".join(map(str, settings["epsilons"])),
@@ -146,7 +146,7 @@ LAST, LEAST_TRAIN_LOSS = "last", "least training loss (DATA-DEPENDENT: reads the
 
 def _ablation_settings(quick: bool) -> dict:
     # SPIDER's own steps only (q > 1): the ablation asks whether they beat MB-SGD, which q = 1 is
-    from dpfl.experiments.papers.lowy2023 import COMPOSED, EACH_STREAM_WHOLE_BUDGET
+    from dpfl.papers.lowy2023.experiment import COMPOSED, EACH_STREAM_WHOLE_BUDGET
 
     grid = _isrl_settings("breast_cancer", quick)
     return {"setting": "breast_cancer", "algorithms": ["isrl-spider", "isrl-mb-sgd"],
@@ -157,7 +157,7 @@ def _ablation_settings(quick: bool) -> dict:
 
 
 def _ablation(settings: dict, folder: Path) -> dict:
-    from dpfl.experiments.papers.lowy2023 import COMPOSED, SETTINGS, Setup, run_one, tuned
+    from dpfl.papers.lowy2023.experiment import COMPOSED, SETTINGS, Setup, run_one, tuned
 
     spec = SETTINGS[settings["setting"]]
     setup = Setup(settings["setting"], spec["data"], spec["num_clients"], spec["num_clients"], settings["rounds"])
@@ -212,7 +212,7 @@ def _plot_ablation(errors: dict, settings: dict, path: Path) -> None:
     """The paper's WBCD panel (test error against eps), one panel per (stream budget, iterate)."""
     import matplotlib
 
-    from dpfl.experiments.papers.lowy2023 import COMPOSED
+    from dpfl.papers.lowy2023.experiment import COMPOSED
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpfl.experiments.reproduce import noble2022
+from dpfl.papers.noble2022 import privacy as noble2022
 
 
 def test_rounding_up_at_the_printed_digit():
@@ -46,7 +46,7 @@ def test_no_other_delta_explains_the_sigma_160_entries():
 
 
 def test_the_centralised_fit_reaches_a_gradient_norm_below_1e_6():
-    from dpfl.experiments.reproduce import noble2022_utility as utility
+    from dpfl.papers.noble2022 import utility
 
     overrides = [*utility._common((5, 40), 1.0, 0.005), "data.alpha=1", "data.beta=1", "algorithm.name='dp-scaffold'"]
     objective, x0 = utility.pooled_objective(overrides)
@@ -57,7 +57,7 @@ def test_the_centralised_fit_reaches_a_gradient_norm_below_1e_6():
 
 
 def test_the_grid_covers_every_heterogeneity_k_and_private_algorithm():
-    from dpfl.experiments.reproduce import noble2022_utility as utility
+    from dpfl.papers.noble2022 import utility
 
     for quick in (True, False):
         settings = utility._grid_settings(quick)
@@ -69,7 +69,7 @@ def test_the_grid_covers_every_heterogeneity_k_and_private_algorithm():
 
 
 def test_table4_trains_each_cell_for_the_papers_t_and_averages_the_last_tenth():
-    from dpfl.experiments.reproduce import noble2022_utility as utility
+    from dpfl.papers.noble2022 import utility
 
     assert utility._table4_settings(False)["sigmas"] == [10, 20, 40, 80, 160]
     assert utility._table4_settings(False)["data"] == [100, 5000]
@@ -79,7 +79,7 @@ def test_table4_trains_each_cell_for_the_papers_t_and_averages_the_last_tenth():
 
 
 def test_figs_9_and_10_vary_one_sampling_rate_at_the_papers_fixed_budget():
-    from dpfl.experiments.reproduce import noble2022_sampling as sampling
+    from dpfl.papers.noble2022 import sampling
 
     fig9, fig10 = sampling._fig9_settings(False), sampling._fig10_settings(False)
     assert (fig9["rate"], fig9["values"], fig9["sample_rate"]) == ("client_rate", [0.08, 0.1, 0.12], 0.2)
@@ -93,7 +93,7 @@ def test_figs_9_and_10_vary_one_sampling_rate_at_the_papers_fixed_budget():
 
 def test_t_at_each_rate_is_the_largest_within_eps_5_under_the_papers_accountant():
     from dpfl.accounting.dp_scaffold import dp_scaffold_epsilon
-    from dpfl.experiments.reproduce import noble2022_sampling as sampling
+    from dpfl.papers.noble2022 import sampling
 
     expected = {"9": [556, 282, 162], "10": [340, 333, 282]}  # the higher the rate, the lower T (App. D.3.3)
     for figure, ts in expected.items():
@@ -110,7 +110,7 @@ def test_t_at_each_rate_is_the_largest_within_eps_5_under_the_papers_accountant(
 
 
 def _sweep_rows(figure: str, accuracy: dict, heterogeneity: tuple[str, ...] = ("5,5",)):
-    from dpfl.experiments.reproduce import noble2022_sampling as sampling
+    from dpfl.papers.noble2022 import sampling
 
     settings = {**sampling.sweep_settings(figure, True), "heterogeneity": list(heterogeneity)}
     rounds = {str(v): t for v, t in zip(settings["values"], (300, 200, 100))}
@@ -167,7 +167,7 @@ def test_fig10s_lead_must_shrink_as_s_decreases():
 
 
 def test_the_mlp_item_trains_the_papers_width_with_each_algorithm():
-    from dpfl.experiments.reproduce import noble2022_mlp as mlp
+    from dpfl.papers.noble2022 import mlp
 
     quick, full = mlp._mlp_settings(True), mlp._mlp_settings(False)
     for settings in (quick, full):
@@ -181,7 +181,7 @@ def test_the_mlp_item_trains_the_papers_width_with_each_algorithm():
 @pytest.mark.slow  # six runs of up to 556 rounds on small data: about 30 s
 def test_each_sweep_run_spends_exactly_the_budget_its_t_was_chosen_for(tmp_path):
     from dpfl.accounting.dp_scaffold import dp_scaffold_epsilon
-    from dpfl.experiments.reproduce import noble2022_sampling as sampling
+    from dpfl.papers.noble2022 import sampling
 
     settings = {**sampling.sweep_settings("9", True), "data": [100, 50], "accountant": [100, 40], "evaluations": 5}
     out = sampling._sweep(settings, tmp_path)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from dpfl.errors import ConfigError, DpflError
-from dpfl.experiments.reproduce.item import Item, Row, fmt
+from dpfl.reproduction.item import Item, Row, fmt
 
 #: Bumped when the layout of results.json changes, so older caches are not reused.
 FORMAT = 1

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from dpfl.experiments.reproduce.item import DIFFERS, REPRODUCED, Item, Row, about
+from dpfl.reproduction.item import DIFFERS, REPRODUCED, Item, Row, about
 
 PAPER = "Noble, Bellet, Dieuleveut (2022)"
 UNPROVEN = ("the paper's accountant is unproven for general losses (a record-level subsampling bound applied to "

@@ -1,7 +1,7 @@
 """Lowy, Ghafelebashi, Razaviyayn (2023), "Private non-convex federated learning without a trusted server", Sec. 4:
 test error against eps of the ISRL-DP (and shuffle-DP) algorithms on breast cancer (WBCD) and on digits in 25 silos.
 
-    python -m dpfl.experiments.papers.lowy2023 --out results/lowy2023 [--setting breast_cancer|digits|both]
+    python -m dpfl.papers.lowy2023.experiment --out results/lowy2023 [--setting breast_cancer|digits|both]
         [--algorithms isrl-spider,isrl-mb-sgd,...] [--repeats 3] [--quick]
 
 Settings (``SETTINGS``, one ``Setup`` per (R, M)):
@@ -337,7 +337,7 @@ def _integers(text: str) -> tuple[int, ...]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m dpfl.experiments.papers.lowy2023", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m dpfl.papers.lowy2023.experiment", description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="folder for runs.csv, results.json, table.md, <setting>.png")
     p.add_argument("--setting", choices=("breast_cancer", "digits", "both"), default="breast_cancer")
     p.add_argument("--algorithms", type=lambda t: tuple(v.strip() for v in t.split(",") if v.strip()),
@@ -418,7 +418,7 @@ def main(argv=None) -> dict:
 
 
 def _command(argv) -> str:
-    return "python -m dpfl.experiments.papers.lowy2023 " + " ".join(argv if argv is not None else sys.argv[1:])
+    return "python -m dpfl.papers.lowy2023.experiment " + " ".join(argv if argv is not None else sys.argv[1:])
 
 
 def merge(out: Path, folders, argv) -> dict:

@@ -2,7 +2,7 @@
 differential privacy", Sec. VI, scaled down to scikit-learn's digits: FedSGD-DPC at the paper's grid of (b, T) against
 the (b*, T*) that ``dpfl.planning.queries_replies`` plans, and the Gaussian mechanism's preference over b.
 
-    python -m dpfl.experiments.papers.zhou2021 --out results/zhou2021 [--repeats 3]
+    python -m dpfl.papers.zhou2021.experiment --out results/zhou2021 [--repeats 3]
 
 Setting (``Setup``): digits (1,797 records, 8 x 8 pixels 0..16, times the public constant 1/16, ``data.scale``) over
 N = 10 clients holding two digits each (``k_labels`` with k = 2: each digit split between two clients), 80/20 split
@@ -343,7 +343,7 @@ def _numbers(kind):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m dpfl.experiments.papers.zhou2021", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m dpfl.papers.zhou2021.experiment", description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="folder for runs.csv, results.json, table.md, zhou2021.png")
     p.add_argument("--repeats", type=int, default=3, help="seeds per point (default 3)")
     p.add_argument("--epsilons", type=_numbers(float), default=LAPLACE_EPSILONS, help="Laplace eps_i (1,5,10)")
@@ -392,7 +392,7 @@ def main(argv=None) -> dict:
     serial = {f"{m} eps={eps:g}": ({k: p.to_dict() for k, p in named.items()} if isinstance(named, dict)
                                    else named.to_dict()) for (m, eps), named in plans.items()}
     result = {"setup": dataclasses.asdict(setup), "constants": est.to_dict(), "nonprivate": NONPRIVATE_NOTE,
-              "command": "python -m dpfl.experiments.papers.zhou2021 " + " ".join(argv if argv is not None
+              "command": "python -m dpfl.papers.zhou2021.experiment " + " ".join(argv if argv is not None
                                                                                   else sys.argv[1:]),
               "plans": serial, "runs": runs, "summary": summary,
               "wall_seconds": round(time.perf_counter() - started, 1)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpfl.experiments.papers import heikkila2024
+from dpfl.papers.heikkila2024 import experiment as heikkila2024
 
 
 def test_table_1_is_computed_through_dp_fedavg_joint():
