@@ -173,8 +173,8 @@ def test_the_ranks_place_is_read_from_torchruns_variables():
     place = Ranks.from_environment({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "node0",
                                     "MASTER_PORT": "29500"})
     assert (place.rank, place.world_size, place.local_rank, place.is_first) == (3, 4, 1, False)
-    assert [Ranks(r, 3).share(7) for r in range(3)] == [(0, 2), (2, 4), (4, 7)]
-    assert [Ranks(r, 4).share(2) for r in range(4)] == [(0, 0), (0, 1), (1, 1), (1, 2)]  # idle ranks: empty shares
+    clients = torch.arange(7)
+    assert [clients[Ranks(r, 3).owns(clients)].tolist() for r in range(3)] == [[0, 3, 6], [1, 4], [2, 5]]
     with pytest.raises(ConfigError, match="RANK"):
         Ranks.from_environment({"RANK": "4", "WORLD_SIZE": "4", "MASTER_ADDR": "a", "MASTER_PORT": "1"})
     with pytest.raises(ConfigError, match="MASTER_PORT"):

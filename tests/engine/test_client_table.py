@@ -86,3 +86,27 @@ def test_scaffold_on_ten_thousand_clients_holds_the_rows_of_the_clients_it_sampl
     table = sim.state.clients["c"]
     assert table.held == sampled.numel() <= 30
     assert torch.equal(table.dense().abs().sum(1).gt(0).nonzero().flatten(), sampled)
+
+
+def test_a_rank_keeps_its_own_clients_rows_and_the_work_returns_to_cohort_order():
+    """``Ranks.own_state`` cuts a table to the rank's clients (i mod N), a dense tensor kept whole; ``in_cohort_order``
+    puts rows that arrived rank by rank back in the cohort's order, and refuses rows that are not the cohort's."""
+    from dpfl.engine.cohort_round import in_cohort_order
+    from dpfl.engine.ranks import Ranks
+    from dpfl.errors import DpflError
+
+    table = ClientTable.zeros(7, 2)
+    table[torch.tensor([5, 0, 3, 4])] = torch.arange(8.0).reshape(4, 2)
+    dense_rows = torch.arange(14.0).reshape(7, 2)
+    own = Ranks(1, 2).own_state(State({"x": torch.zeros(2)}, {"c": table, "d": dense_rows}))
+    assert own.clients["c"].state_dict()["clients"].tolist() == [5, 3]
+    assert torch.equal(own.clients["c"].dense()[[5, 3, 0]], torch.tensor([[0.0, 1], [4, 5], [0, 0]]))
+    assert own.clients["d"] is dense_rows
+    cohort, arrived = torch.tensor([4, 1, 6, 3]), torch.tensor([4, 6, 1, 3])
+    messages = {"dy": torch.tensor([[4.0], [6], [1], [3]])}
+    assert torch.equal(in_cohort_order(messages, arrived, cohort)["dy"], torch.tensor([[4.0], [1], [6], [3]]))
+    assert in_cohort_order(messages, cohort, cohort) is messages
+    with pytest.raises(DpflError, match="not the cohort's"):
+        in_cohort_order(messages, torch.tensor([4, 6, 1, 2]), cohort)
+    with pytest.raises(DpflError, match="not the cohort's"):
+        in_cohort_order({"dy": messages["dy"][:3]}, arrived[:3], cohort)

@@ -13,26 +13,36 @@ from pathlib import Path
 
 import torch
 
+from dpfl.engine.client_table import ClientTable
+from dpfl.engine.protocol import State
 from dpfl.engine.ranks import Ranks
 from dpfl.experiments.config import load_config
 from dpfl.experiments.runner import build_simulation
+from states import dense
 
 
-def summary(sim) -> dict:
+def summary(sim, whole: State) -> dict:
     """What the contract compares: the rounds run, the ledger's journal without its fingerprints (a world size
     above 1 enters them: ``Simulation._fingerprint``), the fingerprints apart, epsilon per observer (as the last
-    evaluation reported it), the model."""
+    evaluation reported it), the model, every client's state (``whole``: split across ranks, gathered from them as a
+    checkpoint is) and the clients whose rows this process's client tables hold."""
     journal = sim.ledger.to_dict(summary=False)["journal"]
+    held = sorted({int(i) for value in sim.state.clients.values() if isinstance(value, ClientTable)
+                   for i in value.state_dict()["clients"]})
     return {"rounds": sim.next_round, "journal": [{k: v for k, v in e.items() if k != "fingerprint"} for e in journal],
             "fingerprints": [e["fingerprint"] for e in journal], "epsilon": sim.history[-1].epsilon,
-            "model": sim.model.detach().cpu().clone()}
+            "model": sim.model.detach().cpu().clone(),
+            "clients": {name: dense(value).detach().cpu().clone() for name, value in whole.clients.items()},
+            "held": held}
 
 
-def run(overrides: list[str], key: int, rounds: int, ranks: Ranks | None = None) -> dict:
-    """``summary`` of ``rounds`` rounds of the config ``overrides`` with noise key ``key`` (on ``ranks``)."""
+def run(overrides: list[str], key: int, rounds: int, ranks: Ranks | None = None) -> dict | None:
+    """``summary`` of ``rounds`` rounds of the config ``overrides`` with noise key ``key`` (on ``ranks``; None on a
+    rank other than 0)."""
     sim = build_simulation(load_config(None, overrides), noise_key=key, ranks=ranks)
     sim.run(rounds)
-    return summary(sim)
+    whole = sim.state if ranks is None else ranks.whole_state(sim.state)
+    return None if whole is None else summary(sim, whole)
 
 
 def main(plan_path: str, out_path: str) -> None:

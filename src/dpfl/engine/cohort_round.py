@@ -109,20 +109,26 @@ def run_cohort(algorithm: Algorithm, boundary: Boundary, release: Release, round
                work: Work | None = None) -> RoundOutcome:
     """Round ``round_index`` of ``cohort`` (module docstring): the client work (``client_work`` on ``records`` in
     chunks of ``chunk`` rows, or ``work`` done elsewhere, e.g. on Flower nodes), each chunk's draws checked against
-    ``release`` and its new client state written to ``states`` (in place); the messages delivered through
+    ``release`` and its new client state written to ``states`` (in place); the rows put back in the cohort's order
+    (``in_cohort_order``: work done elsewhere may arrive in another); the messages delivered through
     ``boundary`` to the server of a population of ``population`` clients; the server step from ``server``, its draws
     checked against ``release`` before the new state is returned."""
     declared = [noise_of(e) for e in release.step_events]
+    arrived = None if work is None else []  # work done elsewhere: the rows in the order they came
     if work is None:
         work = client_work(algorithm, round_index, seed, server, states, cohort, records, chunk)
     chunks = []
     for rows, out in work:
         check_drawn(round_index + 1, out.events, declared)
         chunks.append(out.messages)
+        if arrived is not None:
+            arrived.append(rows)
         for name, value in out.state.items():
             states[name][rows] = value
     messages = concatenated(chunks)
     del chunks  # the rows are held once (a single chunk's messages are its own tensors)
+    if arrived is not None:
+        messages = in_cohort_order(messages, torch.cat(arrived) if arrived else cohort.own_rows[:0], cohort.own_rows)
     server_declared = [noise_of(e) for e in release.server_events]
     if not cohort.trials:
         delivery = boundary.collect([messages], population, seed, round_index, cohort.ids)
@@ -144,6 +150,20 @@ def run_cohort(algorithm: Algorithm, boundary: Boundary, release: Release, round
         for name, value in updated.items():
             after[name][same] = value.to(after[name].dtype)
     return RoundOutcome(messages, sums, after)
+
+
+def in_cohort_order(messages: Messages, arrived: torch.Tensor, cohort: torch.Tensor) -> Messages:
+    """``messages``, whose rows are the clients ``arrived`` (work done elsewhere: the ranks' shares, rank by rank),
+    with their rows in ``cohort``'s order, so that every stage adds them up as one process does (the rows
+    themselves unchanged; a DpflError if the clients that arrived are not the cohort's, each once)."""
+    if torch.equal(arrived, cohort):
+        return messages
+    order = torch.argsort(arrived)
+    where = order[torch.searchsorted(arrived[order], cohort).clamp(max=max(arrived.numel() - 1, 0))]
+    if arrived.numel() != cohort.numel() or not torch.equal(arrived[where], cohort):
+        raise DpflError(f"the client work returned the rows of {arrived.numel()} clients, not the cohort's "
+                        f"{cohort.numel()}, each once")
+    return {name: value[where] for name, value in messages.items()}
 
 
 def deliver_trials(boundary: Boundary, messages: Messages, cohort: CohortRows, population: int, seed: int,
@@ -185,5 +205,5 @@ def check_drawn(round_number: int, drawn: list, declared: list, drawer: str = ""
                     f"from the noise declared ({len(declared)} draws, first {declared[:1]}); the ledger would be wrong")
 
 
-__all__ = ["Work", "Records", "CohortRows", "RoundOutcome", "client_work", "run_cohort", "deliver_trials", "noise_of",
-           "check_drawn"]
+__all__ = ["Work", "Records", "CohortRows", "RoundOutcome", "client_work", "run_cohort", "in_cohort_order",
+           "deliver_trials", "noise_of", "check_drawn"]

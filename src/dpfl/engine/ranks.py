@@ -2,21 +2,30 @@
 
 ``Ranks`` is this process's place in the group (rank, world size, local rank), read from the variables torchrun sets
 (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``; `dpfl run --nproc N` sets the same for
-the processes it starts). ``RankWorkers`` is a ``Simulation.workers``: in round t each rank runs ``client_work`` on
-its contiguous share of the cohort's rows (``share``: rank r of N takes rows floor(r n / N) .. floor((r + 1) n / N)
-- 1, in chunks of the simulation's memory budget), then the ranks exchange their parts (``exchange``: every chunk's
-rows of client state, messages, new state rows and drawn events), so that EVERY rank yields every chunk in cohort
-order. Every rank then runs the same checks, boundary collect and server step on identical inputs
-(``dpfl.engine.cohort_round.run_cohort``): all ranks hold the same server and client state without a broadcast, and
-the delivered sums are added up in the same order as in one process.
+the processes it starts).
 
-What changes with N: only which rows share a memory chunk. A client's draws come from its own keyed streams
-(``dpfl.engine.randomness``), whichever rank draws them; with one torch thread (run.threads' default) a client's
-row does not depend on its chunk's other rows either, and the model equals the one-process run's bit for bit; with
-more threads batched products may round a row differently in another chunk (tests/algorithms/test_contract.py,
-"results do not depend on the memory chunking"), which is why the world size enters a round's fingerprint when it is
-above 1 (``Simulation._fingerprint``): a round replayed with another N is charged again, as one replayed with
-another run.memory_mb is refused.
+Each client has one owner: rank i mod N holds client i's state and runs its client work (``Ranks.owns``), so a
+client's state never leaves its rank during a run and each rank's client tables hold only its own clients' rows (an
+N-th of the population's, on average). ``RankWorkers`` is a ``Simulation.workers``: in round t each rank runs
+``client_work`` on the cohort's rows it owns (in chunks of the simulation's memory budget) and writes their new state
+rows to its own tables; the ranks then exchange what the server needs (``exchange``: every chunk's client ids,
+messages and drawn noise events, not the state), so that EVERY rank holds the round's messages. ``run_cohort`` puts
+the rows back in cohort order, and every rank runs the same checks, boundary collect and server step on identical
+inputs: all ranks hold the same server state without a broadcast, and the delivered sums are added up in the same
+order as in one process. Records are read where they are used: a rank reads only its own clients' (with a
+memory-mapped client folder, ``dpfl.data.library``, only their pages are loaded).
+
+What changes with N: which rows share a memory chunk. A client's draws come from its own keyed streams
+(``dpfl.engine.randomness``), whichever rank draws them; with one torch thread (run.threads' default) a client's row
+does not depend on its chunk's other rows either, and the model equals the one-process run's bit for bit; with more
+threads batched products may round a row differently in another chunk (tests/algorithms/test_contract.py, "results
+do not depend on the memory chunking"), which is why the world size enters a round's fingerprint when it is above 1
+(``Simulation._fingerprint``, which hashes each rank's own clients' rows of the cohort and combines the ranks'
+digests): a round replayed with another N is charged again, as one replayed with another run.memory_mb is refused.
+
+What is saved: a checkpoint is the whole run's. At each checkpoint every rank sends its own clients' rows to rank 0
+(``whole_state``), which saves them with the server state; on a resume (with any N) rank 0 hands the saved state to
+the others and each keeps only its own clients' rows (``own_state``).
 
 The ledger comes first: the round's ledger entry is saved by rank 0 (the only rank with the run directory) before
 it calls the workers, and every rank's first act in the round is to wait for rank 0's word that it is on record
@@ -24,13 +33,10 @@ it calls the workers, and every rank's first act in the round is to wait for ran
 the round is on record, as in one process.
 
 What each rank sees: every client's messages of the round (the rows before the trust boundary), as the one
-simulation process does today. Secure aggregation (simulated or real) and the shuffler are stages of the simulation
-that every rank runs on the same rows with the same streams, so what they deliver to the server, and hence every
+simulation process does. Secure aggregation (simulated or real) and the shuffler are stages of the simulation that
+every rank runs on the same rows with the same streams, so what they deliver to the server, and hence every
 observer's event, is unchanged; the network between the ranks carries those rows unencrypted, so it must be as
 trusted as the simulation's own memory (one machine, or a private cluster network).
-
-Current limit: each rank holds every client's data and state (replicated); the exchange keeps the state rows in
-step. Sharding the client state across ranks is the next step.
 """
 
 from __future__ import annotations
@@ -42,8 +48,9 @@ from typing import Callable, Iterator, TypeVar
 import torch
 import torch.distributed as dist
 
+from dpfl.engine.client_table import ClientTable
 from dpfl.engine.cohort_round import CohortRows, Records, client_work
-from dpfl.engine.protocol import ClientOutput
+from dpfl.engine.protocol import ClientOutput, State
 from dpfl.errors import ConfigError, DpflError
 
 T = TypeVar("T")
@@ -108,9 +115,35 @@ class Ranks:
         """Whether this is rank 0, the rank that owns the run directory and prints the run's output."""
         return self.rank == 0
 
-    def share(self, rows: int) -> tuple[int, int]:
-        """This rank's contiguous share [start, stop) of ``rows`` rows: floor(r n / N) .. floor((r + 1) n / N)."""
-        return self.rank * rows // self.world_size, (self.rank + 1) * rows // self.world_size
+    def owns(self, clients: torch.Tensor) -> torch.Tensor:
+        """[len(clients)] whether this rank owns each client: client i is rank i mod N's (module docstring)."""
+        return clients % self.world_size == self.rank
+
+    # -- the client state: each rank its own clients', the whole at a checkpoint ------------------------------------
+    def own_state(self, state: State) -> State:
+        """``state`` with only this rank's clients' rows held (a resumed run's whole state, cut to this rank's
+        part): a ``ClientTable`` keeps its own clients' rows; a dense tensor is kept whole (it holds every client's
+        row anyway; the others' rows are never read)."""
+        return State(state.server, {name: _own_table(self, value) if isinstance(value, ClientTable) else value
+                                    for name, value in state.clients.items()})
+
+    def whole_state(self, state: State) -> State | None:
+        """On rank 0, ``state`` with every rank's own clients' rows in its client state (what a checkpoint saves);
+        None on the others. Every rank must call it at the same point (a gather)."""
+        mine = {name: _own_rows(self, value) for name, value in state.clients.items()}
+        parts = [None] * self.world_size if self.is_first else None
+        dist.gather_object(mine, parts, dst=0)
+        if not self.is_first:
+            return None
+        clients = {}
+        for name, value in state.clients.items():
+            whole = ClientTable.from_state_dict(value.state_dict()) if isinstance(value, ClientTable) else value.clone()
+            for part in parts:
+                ids, rows = part[name]
+                if ids.numel():
+                    whole[ids.to(whole.device)] = rows.to(whole.device)
+            clients[name] = whole
+        return State(state.server, clients)
 
     # -- collectives ----------------------------------------------------------------------------------------------
     def from_first(self, value: T | None = None) -> T:
@@ -140,6 +173,12 @@ class Ranks:
         so that every rank leaves the round loop after the same round."""
         return self._reduced(requested or 0, dist.ReduceOp.MAX) or None
 
+    def everyones(self, value: T) -> list[T]:
+        """Every rank's ``value`` (pickled), in rank order, on every rank."""
+        values = [None] * self.world_size
+        dist.all_gather_object(values, value)  # on NCCL through the current GPU (``join`` sets it)
+        return values
+
     def total(self, count: int) -> int:
         """The sum of every rank's ``count``, on every rank."""
         return self._reduced(count, dist.ReduceOp.SUM)
@@ -151,10 +190,11 @@ class Ranks:
         return int(value.item())
 
     def exchange(self, chunks: list[tuple[torch.Tensor, ClientOutput]]) -> list[tuple[torch.Tensor, ClientOutput]]:
-        """Every rank's ``chunks`` (its client work: (rows of client state, output) per memory chunk), in rank order,
-        on every rank. The chunks' sizes, tensor layouts and drawn events go by all_gather_object; each tensor (the
-        rows, each message, each new state row) by one all_gather of this rank's chunks concatenated, padded to the
-        largest share's rows, and cut back into the chunks."""
+        """Every rank's ``chunks`` (its client work: (client ids, output) per memory chunk), in rank order, on every
+        rank, without their new client state (it stays with its owner: this rank's own chunks keep theirs, the
+        others' arrive with none). The chunks' sizes, tensor layouts and drawn events go by all_gather_object; the
+        ids and each message by one all_gather of this rank's chunks concatenated, padded to the largest share's
+        rows, and cut back into the chunks."""
         mine = (_layout(chunks), [out.events for _, out in chunks])
         plans = [None] * self.world_size
         dist.all_gather_object(plans, mine)  # on NCCL through the current GPU (``join`` sets it)
@@ -165,15 +205,14 @@ class Ranks:
         rows = self._gathered([r for r, _ in chunks], (), torch.int64, totals)
         messages = {name: self._gathered([out.messages[name] for _, out in chunks], shape, dtype, totals)
                     for name, (shape, dtype) in layout.messages.items()}
-        states = {name: self._gathered([out.state[name] for _, out in chunks], shape, dtype, totals)
-                  for name, (shape, dtype) in layout.state.items()}
         everyone = []
         for rank, (plan, events) in enumerate(plans):
             start = 0
-            for size, drawn in zip(plan.sizes, events):
+            for j, (size, drawn) in enumerate(zip(plan.sizes, events)):
                 cut = slice(start, start + size)
-                everyone.append((rows[rank][cut], ClientOutput({n: v[rank][cut] for n, v in messages.items()},
-                                                               {n: v[rank][cut] for n, v in states.items()}, drawn)))
+                state = chunks[j][1].state if rank == self.rank else {}
+                everyone.append((rows[rank][cut], ClientOutput({n: v[rank][cut] for n, v in messages.items()}, state,
+                                                               drawn)))
                 start += size
         return everyone
 
@@ -202,11 +241,10 @@ class _Refused:
 
 @dataclass(frozen=True)
 class _Layout:
-    """A rank's part of a round: its chunks' row counts and each tensor's per-row shape and dtype."""
+    """A rank's part of a round: its chunks' row counts and each message's per-row shape and dtype."""
 
     sizes: tuple[int, ...]
     messages: dict
-    state: dict
 
 
 def _layout(chunks: list[tuple[torch.Tensor, ClientOutput]]) -> _Layout:
@@ -214,13 +252,35 @@ def _layout(chunks: list[tuple[torch.Tensor, ClientOutput]]) -> _Layout:
         return {name: (tuple(value.shape[1:]), value.dtype) for name, value in tensors.items()}
 
     first = chunks[0][1] if chunks else ClientOutput({}, {}, [])
-    return _Layout(tuple(int(rows.numel()) for rows, _ in chunks), shapes(first.messages), shapes(first.state))
+    return _Layout(tuple(int(rows.numel()) for rows, _ in chunks), shapes(first.messages))
+
+
+def _own_rows(ranks: Ranks, value: torch.Tensor | ClientTable) -> tuple[torch.Tensor, torch.Tensor]:
+    """(this rank's clients that hold a row in ``value``, their rows), on the CPU: a table's written rows, a dense
+    tensor's every row of this rank's clients."""
+    if isinstance(value, ClientTable):
+        table = value.state_dict()
+        ids, rows = table["clients"], table["rows"]
+    else:
+        ids = torch.arange(value.shape[0])
+        rows = value.detach().cpu()
+    mine = ranks.owns(ids)
+    return ids[mine], rows[mine]
+
+
+def _own_table(ranks: Ranks, table: ClientTable) -> ClientTable:
+    """``table`` with only this rank's clients' rows."""
+    data = table.state_dict()
+    mine = ranks.owns(data["clients"])
+    own = ClientTable.from_state_dict({**data, "clients": data["clients"][mine], "rows": data["rows"][mine]})
+    return own.to(table.device)
 
 
 @dataclass
 class RankWorkers:
-    """``Simulation.workers`` for the ranks of one run (module docstring): this rank's share of the cohort's client
-    work, exchanged with the other ranks' so that every rank yields every chunk in cohort order."""
+    """``Simulation.workers`` for the ranks of one run (module docstring): the client work of this rank's clients in
+    the cohort, exchanged with the other ranks' so that every rank yields every chunk (rank by rank; ``run_cohort``
+    puts the rows back in cohort order)."""
 
     ranks: Ranks
 
@@ -229,8 +289,7 @@ class RankWorkers:
         if recorded != t:
             raise DpflError(f"rank {self.ranks.rank} is at round {t + 1}, rank 0 at round {recorded + 1}: the ranks "
                             "are out of step (resumed from different run directories?)")
-        start, stop = self.ranks.share(int(cohort.numel()))
-        share = CohortRows(cohort).part(start, stop)
+        share = CohortRows(cohort[self.ranks.owns(cohort)])
         mine = list(client_work(sim.algorithm, t, sim.seed, sim.state.server, sim.state.clients, share,
                                 Records(sim.train.x, sim.train.y, sim.train.counts, sim.grads),
                                 sim.chunk_size(max(share.size, 1)))) if share.size else []

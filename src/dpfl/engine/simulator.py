@@ -62,7 +62,7 @@ from dpfl.engine.epsilon_schedule import epsilon_due
 from dpfl.engine.grads import CohortGradients, memory_per_example
 from dpfl.engine.progress import Progress
 from dpfl.engine.ranks import Ranks
-from dpfl.engine.protocol import Algorithm, ClientOutput
+from dpfl.engine.protocol import Algorithm, ClientOutput, State
 from dpfl.engine.sampling import ClientSampler
 from dpfl.engine.stop_signal import STOP_SIGNALS, StopOnSignal
 from dpfl.errors import BudgetExceededError, RunDirectoryError, TrainingDivergedError, check_range
@@ -266,23 +266,33 @@ class Simulation:
         client's row enters the round, so a population of 10^5 costs no more than its cohort). A replay with the
         same fingerprint releases the same thing (no new privacy loss), any other is a new release. Split across N > 1
         ranks (``dpfl.engine.ranks``) the cohort's memory chunks depend on N, and with several threads a chunk's rows
-        may round differently, so N is part of it: a round replayed with another N is charged again."""
+        may round differently, so N is part of it: a round replayed with another N is charged again; and each rank
+        holds only its own clients' rows, so each hashes its own clients of the cohort and the digests of every rank,
+        in rank order, enter the fingerprint (a gather: every rank calls it in every round)."""
         digest = hashlib.sha256()
 
-        def update(*pieces) -> None:  # one part: its length, then its bytes (an unambiguous concatenation)
-            digest.update(sum(piece.nbytes for piece in pieces).to_bytes(8, "little"))
+        def update(*pieces, into=digest) -> None:  # one part: its length, then its bytes (an unambiguous concatenation)
+            into.update(sum(piece.nbytes for piece in pieces).to_bytes(8, "little"))
             for piece in pieces:
-                digest.update(piece)
+                into.update(piece)
+
+        def tensors(part_state: dict, into=digest) -> None:
+            for name, value in sorted(part_state.items()):  # the tensor's own memory where it is one on the CPU
+                update(memoryview(name.encode()), value.detach().cpu().contiguous().numpy(), into=into)
 
         device = stream_identity(self.device)  # "" on the CPU: its fingerprints are those of runs before run.device
         world = self.ranks.world_size if self.ranks is not None else 1  # 1: the fingerprints of one process
         for part in (self.release.encode(), str(self.seed).encode(), str(round_index).encode(),
                      *((device.encode(),) if device else ()), *((f"ranks {world}".encode(),) if world > 1 else ())):
             update(memoryview(part))
-        cohort_state = {name: value[cohort] for name, value in self.state.clients.items()}
-        for part_state in (self.state.server, cohort_state):
-            for name, value in sorted(part_state.items()):  # the tensor's own memory where it is one on the CPU
-                update(memoryview(name.encode()), value.detach().cpu().contiguous().numpy())
+        tensors(self.state.server)
+        if world == 1:
+            tensors(self.state.rows(cohort))
+        else:  # each rank's own clients of the cohort, hashed where they are held
+            own = hashlib.sha256()
+            tensors(self.state.rows(cohort[self.ranks.owns(cohort)]), into=own)
+            for rank_digest in self.ranks.everyones(own.digest()):
+                update(memoryview(rank_digest))
         return digest.hexdigest()
 
     def _divergence_hint(self) -> str:
@@ -412,8 +422,10 @@ class Simulation:
                     bar.update(self.next_round, metrics and metrics.test_accuracy, read and read.epsilon,
                                read and read.round)
                     clock()
-                    if self.checkpoint_dir is not None and (due or stop):
-                        self.save_checkpoint(final=last or stop)
+                    if due or stop:
+                        whole = self.state if self.ranks is None else self.ranks.whole_state(self.state)
+                        if self.checkpoint_dir is not None:  # rank 0's alone, of every rank's clients
+                            self.save_checkpoint(final=last or stop, state=whole)
                     if metrics is not None and on_evaluated is not None:
                         on_evaluated(self)
                     if stop:
@@ -437,13 +449,16 @@ class Simulation:
         return self.history
 
     # -- checkpoints --------------------------------------------------------------------------------------------
-    def save_checkpoint(self, final: bool = True) -> None:
-        """The algorithm's state, the next round, the history and the wall time so far (``dpfl.engine.checkpoint``),
-        then the ledger: with each observer's epsilon (ledger.json's summary) where ``final`` or where it costs no
-        accounting. A mid-run checkpoint (``final`` False, as ``run`` takes one) waits for no accounting: rows whose
-        epsilon is still being read are saved without it, and a resume reads them again (``load_checkpoint``)."""
+    def save_checkpoint(self, final: bool = True, state: State | None = None) -> None:
+        """The algorithm's state (``state``, default this process's: split across ranks, ``run`` passes the whole
+        run's, ``Ranks.whole_state``), the next round, the history and the wall time so far
+        (``dpfl.engine.checkpoint``), then the ledger: with each observer's epsilon (ledger.json's summary) where
+        ``final`` or where it costs no accounting. A mid-run checkpoint (``final`` False, as ``run`` takes one) waits
+        for no accounting: rows whose epsilon is still being read are saved without it, and a resume reads them again
+        (``load_checkpoint``)."""
         directory = Path(self.checkpoint_dir)
-        checkpoint.save(directory / "checkpoint.pt", self.next_round, self.release, self.state,
+        checkpoint.save(directory / "checkpoint.pt", self.next_round, self.release,
+                        self.state if state is None else state,
                         [m.to_dict() for m in self.history], self.wall_seconds)
         summary = final or self.ledger.spent_is_known()
         self.ledger.save(directory / "ledger.json", summary=summary)

@@ -121,8 +121,10 @@ def run_with_ledger(config: dict, out_dir: str | Path | None = None, progress: b
             return None
 
         resumed = prepared() if ranks is None else ranks.decided_by_first(prepared)
-        if ranks is not None and not ranks.is_first:
-            _adopt(sim, resumed)
+        if ranks is not None:
+            if not ranks.is_first:
+                _adopt(sim, resumed)
+            sim.state = ranks.own_state(sim.state)  # a resumed run's whole client state, cut to this rank's clients
         if out is not None:
             write_run_record(out, config, sim.release, run_id)
         results_file = None if out is None else ResultsFile(out / "results.json")
