@@ -9,7 +9,10 @@ the run, do one warm-up round, then time ``--rounds`` rounds (rank 0's clock; th
 the N alternate, ``--repeats`` times, and the medians are printed as a table (the README's "Many GPUs and nodes"),
 then every value, with the load average at the start and the end.
 
-    python benchmarks/ranks.py [--nproc 1 2] [--repeats 3] [--rounds 10] [--json FILE]
+    python benchmarks/ranks.py [--nproc 1 2] [--repeats 3] [--rounds 10] [--set KEY=VALUE ...] [--json FILE]
+
+``--set`` changes the workload (e.g. ``--set model.hidden=[1024]`` for a model of 76,810 parameters, whose messages
+weigh 300 KB a client).
 """
 
 from __future__ import annotations
@@ -53,13 +56,13 @@ if ranks is not None:
 """
 
 
-def _timed(nproc: int, rounds: int) -> float:
-    """Seconds per round of the workload on ``nproc`` ranks, in fresh processes."""
+def _timed(nproc: int, rounds: int, settings: list[str]) -> float:
+    """Seconds per round of the workload ``settings`` on ``nproc`` ranks, in fresh processes."""
     from dpfl.engine.launch import launch
 
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "seconds"
-        command = [sys.executable, "-c", TIMED.format(settings=WORKLOAD, rounds=rounds, out=str(out))]
+        command = [sys.executable, "-c", TIMED.format(settings=settings, rounds=rounds, out=str(out))]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))}
         if nproc == 1:
             subprocess.run(command, env=env, check=True)
@@ -73,13 +76,17 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override on top of the workload (repeatable)")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args()
-    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start")
+    settings = [*WORKLOAD, *args.set]
+    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start; workload overrides: "
+          f"{args.set or 'none'}")
     times = {n: [] for n in args.nproc}
     for _ in range(args.repeats):
         for nproc in args.nproc:
-            times[nproc].append(_timed(nproc, args.rounds))
+            times[nproc].append(_timed(nproc, args.rounds, settings))
     base = statistics.median(times[args.nproc[0]])
     figures = {}
     print(f"| ranks N | s/round | s/round / N = {args.nproc[0]}'s |\n|---|---|---|")

@@ -42,7 +42,9 @@ def run(overrides: list[str], key: int, rounds: int, ranks: Ranks | None = None)
     sim = build_simulation(load_config(None, overrides), noise_key=key, ranks=ranks)
     sim.run(rounds)
     whole = sim.state if ranks is None else ranks.whole_state(sim.state)
-    return None if whole is None else summary(sim, whole)
+    models = [sim.model.cpu()] if ranks is None else ranks.everyones(sim.model.detach().cpu())
+    return None if whole is None else {**summary(sim, whole), "ranks_agree": all(torch.equal(m, models[0])
+                                                                                 for m in models)}
 
 
 def main(plan_path: str, out_path: str) -> None:

@@ -145,6 +145,14 @@ class Boundary:
             rows = {name: value[order] for name, value in rows.items()}
         return Delivery(sums, count, population, rows)
 
+    def summed(self, sums: Messages, count: int, population: int) -> Delivery:
+        """What a simulated stage delivers of a cohort whose messages were added up elsewhere (the ranks' all_reduce,
+        ``dpfl.engine.ranks``): their ``sums`` and ``count``, all that any server step reads. A real stage runs over
+        the rows themselves (ValueError)."""
+        if self.real:
+            raise ValueError("a real secure aggregation or shuffle stage needs the cohort's rows, not their sums")
+        return Delivery(sums, count, population)
+
     @staticmethod
     def _shuffled(rows: Messages, count: int, population: int, seed: int, round_index: int) -> Delivery:
         """The real shuffle stage (module docstring): labelled bits in, what their shuffled multiset says out."""

@@ -18,7 +18,7 @@ what its ``collect`` delivers (tests/audit/test_real_boundary.py) without a call
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import torch
 from dp_accounting import dp_event
@@ -31,6 +31,8 @@ from dpfl.errors import DpflError
 
 #: The client work of a round as it arrives: (the rows of client state a chunk's new state goes to, its output).
 Work = Iterable[tuple[torch.Tensor, ClientOutput]]
+#: Adds up a part of the cohort's sums and count with the other parts' (the ranks': ``dpfl.engine.ranks.Ranks.summed``).
+Across = Callable[[Messages, int], tuple[Messages, int]]
 
 
 @dataclass(frozen=True)
@@ -106,13 +108,15 @@ def client_work(algorithm: Algorithm, round_index: int, seed: int, server: dict[
 def run_cohort(algorithm: Algorithm, boundary: Boundary, release: Release, round_index: int, seed: int,
                population: int, server: dict[str, torch.Tensor], states: dict[str, torch.Tensor],
                cohort: CohortRows, records: Records | None = None, chunk: int = 1,
-               work: Work | None = None) -> RoundOutcome:
+               work: Work | None = None, across: Across | None = None) -> RoundOutcome:
     """Round ``round_index`` of ``cohort`` (module docstring): the client work (``client_work`` on ``records`` in
     chunks of ``chunk`` rows, or ``work`` done elsewhere, e.g. on Flower nodes), each chunk's draws checked against
     ``release`` and its new client state written to ``states`` (in place); the rows put back in the cohort's order
     (``in_cohort_order``: work done elsewhere may arrive in another); the messages delivered through
     ``boundary`` to the server of a population of ``population`` clients; the server step from ``server``, its draws
-    checked against ``release`` before the new state is returned."""
+    checked against ``release`` before the new state is returned. ``across``: the work is this process's part of the
+    cohort (a rank's own clients), whose sums ``across`` adds up with the other parts' (``Ranks.summed``) for the
+    boundary to deliver (``Boundary.summed``; the outcome's messages are then this part's)."""
     declared = [noise_of(e) for e in release.step_events]
     arrived = None if work is None else []  # work done elsewhere: the rows in the order they came
     if work is None:
@@ -127,11 +131,17 @@ def run_cohort(algorithm: Algorithm, boundary: Boundary, release: Release, round
             states[name][rows] = value
     messages = concatenated(chunks)
     del chunks  # the rows are held once (a single chunk's messages are its own tensors)
-    if arrived is not None:
-        messages = in_cohort_order(messages, torch.cat(arrived) if arrived else cohort.own_rows[:0], cohort.own_rows)
     server_declared = [noise_of(e) for e in release.server_events]
     if not cohort.trials:
-        delivery = boundary.collect([messages], population, seed, round_index, cohort.ids)
+        if across is not None:  # this process's part of the cohort: its sums meet the other parts'
+            sums, count = across({name: value.sum(0) for name, value in messages.items()},
+                                 int(next(iter(messages.values())).shape[0]) if messages else 0)
+            delivery = boundary.summed(sums, count, population)
+        else:
+            if arrived is not None:
+                messages = in_cohort_order(messages, torch.cat(arrived) if arrived else cohort.own_rows[:0],
+                                           cohort.own_rows)
+            delivery = boundary.collect([messages], population, seed, round_index, cohort.ids)
         ctx = ServerContext(seed, round_index)
         after = algorithm.server_update(round_index, server, delivery, ctx)
         check_drawn(round_index + 1, ctx.events, server_declared, " by the server")
@@ -205,5 +215,5 @@ def check_drawn(round_number: int, drawn: list, declared: list, drawer: str = ""
                     f"from the noise declared ({len(declared)} draws, first {declared[:1]}); the ledger would be wrong")
 
 
-__all__ = ["Work", "Records", "CohortRows", "RoundOutcome", "client_work", "run_cohort", "in_cohort_order",
+__all__ = ["Work", "Across", "Records", "CohortRows", "RoundOutcome", "client_work", "run_cohort", "in_cohort_order",
            "deliver_trials", "noise_of", "check_drawn"]

@@ -7,21 +7,30 @@ the processes it starts).
 Each client has one owner: rank i mod N holds client i's state and runs its client work (``Ranks.owns``), so a
 client's state never leaves its rank during a run and each rank's client tables hold only its own clients' rows (an
 N-th of the population's, on average). ``RankWorkers`` is a ``Simulation.workers``: in round t each rank runs
-``client_work`` on the cohort's rows it owns (in chunks of the simulation's memory budget) and writes their new state
-rows to its own tables; the ranks then exchange what the server needs (``exchange``: every chunk's client ids,
-messages and drawn noise events, not the state), so that EVERY rank holds the round's messages. ``run_cohort`` puts
-the rows back in cohort order, and every rank runs the same checks, boundary collect and server step on identical
-inputs: all ranks hold the same server state without a broadcast, and the delivered sums are added up in the same
-order as in one process. Records are read where they are used: a rank reads only its own clients' (with a
+``client_work`` on the cohort's rows it owns (in chunks of the simulation's memory budget), checks their draws against
+the declaration and writes their new state rows to its own tables (``run_cohort``). Then the messages meet in one of
+two ways (``all_reduced``):
+
+* behind every simulated stage (plain, simulated secure aggregation, trusted, the simulated shuffler) the server's
+  step reads only the cohort's sums and their count, so each rank sums its own clients' messages and an all_reduce
+  in each message's dtype adds up the ranks' sums (``Ranks.summed``): a round moves one model-sized vector per
+  message between the ranks, whatever the cohort;
+* a real stage (secure aggregation by the protocol, the real shuffler) runs over every client's row, so the ranks
+  all_gather every chunk's client ids, messages and drawn events (``exchange``; not the state), ``run_cohort`` puts
+  the rows back in cohort order, and every rank runs the stage on identical rows with the same streams.
+
+Either way every rank runs the same server step on identical sums: all ranks hold the same server state, bit for
+bit, without a broadcast. Records are read where they are used: a rank reads only its own clients' (with a
 memory-mapped client folder, ``dpfl.data.library``, only their pages are loaded).
 
-What changes with N: which rows share a memory chunk. A client's draws come from its own keyed streams
-(``dpfl.engine.randomness``), whichever rank draws them; with one torch thread (run.threads' default) a client's row
-does not depend on its chunk's other rows either, and the model equals the one-process run's bit for bit; with more
-threads batched products may round a row differently in another chunk (tests/algorithms/test_contract.py, "results
-do not depend on the memory chunking"), which is why the world size enters a round's fingerprint when it is above 1
-(``Simulation._fingerprint``, which hashes each rank's own clients' rows of the cohort and combines the ranks'
-digests): a round replayed with another N is charged again, as one replayed with another run.memory_mb is refused.
+What changes with N: the order in which the cohort's messages are added up (each rank's own clients first, then the
+ranks' sums) and which rows share a memory chunk (with more than one torch thread a batched product may round a row
+differently in another chunk: tests/algorithms/test_contract.py, "results do not depend on the memory chunking"); so
+the model equals the one-process run's within float rounding. A client's draws come from its own keyed streams
+(``dpfl.engine.randomness``), whichever rank draws them, so the ledger does not change at all. The world size enters
+a round's fingerprint when it is above 1 (``Simulation._fingerprint``, which hashes each rank's own clients' rows of
+the cohort and combines the ranks' digests): a round replayed with another N is charged again, as one replayed with
+another run.memory_mb is refused.
 
 What is saved: a checkpoint is the whole run's. At each checkpoint every rank sends its own clients' rows to rank 0
 (``whole_state``), which saves them with the server state; on a resume (with any N) rank 0 hands the saved state to
@@ -32,11 +41,11 @@ it calls the workers, and every rank's first act in the round is to wait for ran
 (``RankWorkers.__call__``: a broadcast from rank 0). So no rank draws noise, and no rank's messages leave it, before
 the round is on record, as in one process.
 
-What each rank sees: every client's messages of the round (the rows before the trust boundary), as the one
-simulation process does. Secure aggregation (simulated or real) and the shuffler are stages of the simulation that
-every rank runs on the same rows with the same streams, so what they deliver to the server, and hence every
-observer's event, is unchanged; the network between the ranks carries those rows unencrypted, so it must be as
-trusted as the simulation's own memory (one machine, or a private cluster network).
+What each rank sees: its own clients' messages and the other ranks' sums (behind a simulated stage), or every
+client's messages of the round (the rows before a real stage), as the one simulation process does. What the stages
+deliver to the server, and hence every observer's event, is unchanged; the network between the ranks carries rows or
+partial sums unencrypted, so it must be as trusted as the simulation's own memory (one machine, or a private cluster
+network).
 """
 
 from __future__ import annotations
@@ -50,7 +59,8 @@ import torch.distributed as dist
 
 from dpfl.engine.client_table import ClientTable
 from dpfl.engine.cohort_round import CohortRows, Records, client_work
-from dpfl.engine.protocol import ClientOutput, State
+from dpfl.engine.boundary import Boundary
+from dpfl.engine.protocol import ClientOutput, Messages, State
 from dpfl.errors import ConfigError, DpflError
 
 T = TypeVar("T")
@@ -179,6 +189,19 @@ class Ranks:
         dist.all_gather_object(values, value)  # on NCCL through the current GPU (``join`` sets it)
         return values
 
+    def summed(self, sums: Messages, count: int) -> tuple[Messages, int]:
+        """Every rank's ``sums`` of its own clients' messages (none where it has no client in the cohort), added up by
+        an all_reduce in each message's dtype, and their ``count``s: the cohort's sums and size, on every rank (each
+        element reduced once and sent to every rank, so every rank holds the same bits)."""
+        layouts = self.everyones(({name: (tuple(value.shape), value.dtype) for name, value in sums.items()}, count))
+        layout = next((shapes for shapes, _ in layouts if shapes), {})
+        total = {}
+        for name, (shape, dtype) in layout.items():
+            value = sums[name].to(self.device) if name in sums else torch.zeros(shape, dtype=dtype, device=self.device)
+            dist.all_reduce(value)
+            total[name] = value
+        return total, sum(n for _, n in layouts)
+
     def total(self, count: int) -> int:
         """The sum of every rank's ``count``, on every rank."""
         return self._reduced(count, dist.ReduceOp.SUM)
@@ -279,8 +302,8 @@ def _own_table(ranks: Ranks, table: ClientTable) -> ClientTable:
 @dataclass
 class RankWorkers:
     """``Simulation.workers`` for the ranks of one run (module docstring): the client work of this rank's clients in
-    the cohort, exchanged with the other ranks' so that every rank yields every chunk (rank by rank; ``run_cohort``
-    puts the rows back in cohort order)."""
+    the cohort; behind a real stage exchanged with the other ranks' so that every rank yields every chunk (rank by
+    rank; ``run_cohort`` puts the rows back in cohort order)."""
 
     ranks: Ranks
 
@@ -290,10 +313,20 @@ class RankWorkers:
             raise DpflError(f"rank {self.ranks.rank} is at round {t + 1}, rank 0 at round {recorded + 1}: the ranks "
                             "are out of step (resumed from different run directories?)")
         share = CohortRows(cohort[self.ranks.owns(cohort)])
-        mine = list(client_work(sim.algorithm, t, sim.seed, sim.state.server, sim.state.clients, share,
-                                Records(sim.train.x, sim.train.y, sim.train.counts, sim.grads),
-                                sim.chunk_size(max(share.size, 1)))) if share.size else []
-        return ((rows.to(cohort.device), out) for rows, out in self.ranks.exchange(mine))
+        mine = client_work(sim.algorithm, t, sim.seed, sim.state.server, sim.state.clients, share,
+                           Records(sim.train.x, sim.train.y, sim.train.counts, sim.grads),
+                           sim.chunk_size(max(share.size, 1))) if share.size else iter(())
+        if all_reduced(sim.boundary):  # this rank's own chunks; their sums meet in ``Ranks.summed``
+            return mine
+        return ((rows.to(cohort.device), out) for rows, out in self.ranks.exchange(list(mine)))
 
 
-__all__ = ["Ranks", "RankWorkers", "RankZeroError"]
+def all_reduced(boundary: Boundary) -> bool:
+    """Whether the ranks add up the cohort's messages by an all_reduce of each rank's sums (every simulated stage:
+    what it delivers to the server's step is the cohort's sums and their count, ``Boundary.summed``) rather than
+    all_gather the rows (a real stage, secure aggregation by the protocol or the real shuffler, runs over every
+    client's row)."""
+    return not boundary.real
+
+
+__all__ = ["Ranks", "RankWorkers", "RankZeroError", "all_reduced"]

@@ -61,7 +61,7 @@ from dpfl.engine.device import on_device, stream_identity
 from dpfl.engine.epsilon_schedule import epsilon_due
 from dpfl.engine.grads import CohortGradients, memory_per_example
 from dpfl.engine.progress import Progress
-from dpfl.engine.ranks import Ranks
+from dpfl.engine.ranks import Ranks, all_reduced
 from dpfl.engine.protocol import Algorithm, ClientOutput, State
 from dpfl.engine.sampling import ClientSampler
 from dpfl.engine.stop_signal import STOP_SIGNALS, StopOnSignal
@@ -240,8 +240,10 @@ class Simulation:
                 recorded.result()
                 work = self.workers(self, t, cohort)
             with self.grads.counted_if_completed():  # a dropped round's zeroed examples are not reported either
+                across = self.ranks.summed if self.ranks is not None and all_reduced(self.boundary) else None
                 server = run_cohort(self.algorithm, self.boundary, release, t, self.seed, self.train.num_clients,
-                                    self.state.server, self.state.clients, CohortRows(cohort), work=work).server
+                                    self.state.server, self.state.clients, CohortRows(cohort), work=work,
+                                    across=across).server
         finally:
             futures.wait([recorded])  # the ledger is nobody's but this thread's again, whatever stopped the round
         if journal is not None:
@@ -265,8 +267,8 @@ class Simulation:
         starts from: the server's and the rows of client state of its ``cohort`` (drawn from the key and t; no other
         client's row enters the round, so a population of 10^5 costs no more than its cohort). A replay with the
         same fingerprint releases the same thing (no new privacy loss), any other is a new release. Split across N > 1
-        ranks (``dpfl.engine.ranks``) the cohort's memory chunks depend on N, and with several threads a chunk's rows
-        may round differently, so N is part of it: a round replayed with another N is charged again; and each rank
+        ranks (``dpfl.engine.ranks``) the order the messages are added up in and the cohort's memory chunks depend on
+        N (with several threads a chunk's rows may round differently), so N is part of it: a round replayed with another N is charged again; and each rank
         holds only its own clients' rows, so each hashes its own clients of the cohort and the digests of every rank,
         in rank order, enter the fingerprint (a gather: every rank calls it in every round)."""
         digest = hashlib.sha256()
