@@ -227,3 +227,26 @@ def test_dpfl_run_with_nproc_refuses_what_cannot_reach_the_ranks(tmp_path):
     with pytest.raises(ConfigError, match="nproc = 2 is not allowed: expected 1 when dpfl.run is given model=, "
                                           "loss= or data="):
         dpfl.run({}, data=arrays, out=tmp_path / "b", nproc=2)
+
+
+@pytest.mark.slow  # ~15 s: two torchrun agents rendezvous and start a rank each
+def test_two_torchrun_nodes_on_one_machine_give_the_nproc_run(config, uninterrupted, tmp_path):
+    """The README's several-node command, run as two torchrun agents (--nnodes 2, node ranks 0 and 1, one process a
+    node) on 127.0.0.1: torchrun's variables alone place the ranks; only node 0's rank 0 writes --out; the ledger and
+    model are those of `dpfl run --nproc 2`, bit for bit."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun is not beside this Python")
+    port = str(29400 + random.randint(0, 500))
+
+    def node(rank: int) -> subprocess.Popen:
+        return subprocess.Popen([str(torchrun), "--nnodes", "2", "--node-rank", str(rank), "--nproc-per-node", "1",
+                                 "--master-addr", "127.0.0.1", "--master-port", port, "-m", "dpfl.cli", "run",
+                                 str(config), "--out", str(tmp_path / f"node{rank}"), "--no-progress"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    nodes = [node(0), node(1)]
+    assert [n.wait(timeout=300) for n in nodes] == [0, 0], nodes[0].stderr.read().decode()[-2000:]
+    assert not (tmp_path / "node1").exists()
+    ledger, model = ledger_and_model(tmp_path / "node0")
+    assert ledger == uninterrupted[0] and torch.equal(model, uninterrupted[1])
