@@ -308,17 +308,12 @@ class Simulation:
         computed on the ledger's background thread (``PrivacyLedger.epsilon_through_later``) and the metrics' epsilon
         is None until ``settle_epsilon`` fills it in (``run`` does at every checkpoint, the last round and any
         stop). Split across ranks, every rank calls it at the same round (the zeroed examples are summed across
-        them), and only rank 0, which writes the results, reads epsilon (the others' rows carry none)."""
-        x = self.model
-        if self.evaluator is None:
-            train, test = self.evaluated()
-            loss, _ = self.grads.mean_loss_and_accuracy(x, train.flat_chunks())  # a piece at a time: 10^5 clients'
-            _, accuracy = self.grads.mean_loss_and_accuracy(x, test.flat_chunks())  # records are memory-mapped
-            mapping = self.gradient_mapping(x, train)
+        them); rank 0, which writes the results, alone measures the model (every rank holds the same one) and gives
+        the others its loss, accuracy and gradient mapping, and alone reads epsilon (the others' rows carry none)."""
+        if self.ranks is None or self.ranks.world_size == 1:
+            loss, accuracy, mapping = self._measured(self.model)
         else:
-            (loss, accuracy), mapping = self.evaluator(self, x), None
-        if loss is not None:
-            loss += self.algorithm.regulariser(x)
+            loss, accuracy, mapping = self.ranks.decided_by_first(lambda: self._measured(self.model))
         epsilon = epsilon and (self.ranks is None or self.ranks.is_first)  # the other ranks report nothing
         eps = _reported(self.ledger.epsilon_through(self.next_round)) if epsilon and wait else None
         if self.ranks is not None:  # each rank counts its own share's
@@ -329,6 +324,19 @@ class Simulation:
         if epsilon and not wait:
             self._reads.append((metrics, self.ledger.epsilon_through_later(self.next_round)))
         return metrics
+
+    def _measured(self, x: torch.Tensor) -> tuple[float | None, float | None, float | None]:
+        """(train loss with the regulariser, test accuracy, gradient mapping) of the model ``x``."""
+        if self.evaluator is None:
+            train, test = self.evaluated()
+            loss, _ = self.grads.mean_loss_and_accuracy(x, train.flat_chunks())  # a piece at a time: 10^5 clients'
+            _, accuracy = self.grads.mean_loss_and_accuracy(x, test.flat_chunks())  # records are memory-mapped
+            mapping = self.gradient_mapping(x, train)
+        else:
+            (loss, accuracy), mapping = self.evaluator(self, x), None
+        if loss is not None:
+            loss += self.algorithm.regulariser(x)
+        return loss, accuracy, mapping
 
     @property
     def settled(self) -> int:
