@@ -1,8 +1,8 @@
 """``dpfl.accounting.gaussian_pld``: dp_accounting's (subsampled) Gaussian PLD with its connect-the-dots grid computed
-at once must be dp_accounting's PLD: the same PMFs bit for bit, so the same epsilon after any number of compositions,
-on a grid of sampling rates, noise multipliers and every neighbouring relation dpfl uses; and dpfl's PLDs built on it
-(``pld.pld_of``: a ledger's round events, participation mixtures) must equal those built by dp_accounting's own
-``PLDAccountant``."""
+at once must be dp_accounting's PLD: the same PMFs to 1e-10 per probability, the same epsilon (to 1e-9) after any
+number of compositions, on a grid of sampling rates, noise multipliers and every neighbouring relation dpfl uses; and
+dpfl's PLDs built on it (``pld.pld_of``: a ledger's round events, participation mixtures) must equal those built by
+dp_accounting's own ``PLDAccountant``."""
 
 from collections import OrderedDict
 
@@ -28,9 +28,14 @@ def pmfs(distribution) -> list:
 
 
 def assert_same(got, expected):
+    """The same grid, and every probability and the infinity mass within 1e-10 of dp_accounting's: numpy's vectorised
+    log, exp, sinh and asinh may differ from the scalar calls dp_accounting makes in the last bit of a grid point's
+    divergence, which the connect-the-dots step divides by e^interval - 1 = 1e-4 (numpy 2.4: up to 5.6e-12 on this
+    grid; the numpy CI installed before gave dp_accounting's bits exactly)."""
     assert got._symmetric == expected._symmetric
     for (lower, probs, infinity), (lower_e, probs_e, infinity_e) in zip(pmfs(got), pmfs(expected), strict=True):
-        assert lower == lower_e and infinity == infinity_e and np.array_equal(probs, probs_e)
+        assert lower == lower_e and probs.shape == probs_e.shape
+        assert np.abs(probs - probs_e).max() <= 1e-10 and abs(infinity - infinity_e) <= 1e-10
 
 
 @pytest.mark.parametrize("relation", RELATIONS, ids=lambda r: r.name)
@@ -40,7 +45,7 @@ def test_the_gaussian_pld_is_dp_accountings_bit_for_bit(relation, q, z):
     expected = privacy_loss_distribution.from_gaussian_mechanism(z, sampling_prob=q, neighboring_relation=relation)
     got = gaussian_pld(z, q, relation, 1e-4)
     assert_same(got, expected)
-    for count in (1, 20):  # the same epsilon (to 1e-9, here exactly) after any number of compositions
+    for count in (1, 20):  # the same epsilon (to 1e-9) after any number of compositions
         eps = expected.self_compose(count).get_epsilon_for_delta(DELTA)
         assert got.self_compose(count).get_epsilon_for_delta(DELTA) == pytest.approx(eps, rel=1e-9, abs=0)
 

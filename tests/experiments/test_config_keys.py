@@ -614,7 +614,7 @@ def _checkpoint_every(p):
     sim = build_simulation(p.config, p.tmp_path / "run")
     assert sim.checkpoint_every == 3
     saved, save = [], sim.save_checkpoint
-    sim.save_checkpoint = lambda final=True: (saved.append(sim.next_round), save(final))
+    sim.save_checkpoint = lambda final=True, state=None: (saved.append(sim.next_round), save(final, state))
     sim.run(4)
     assert saved == [3, 4]  # every 3 rounds, and the last
 

@@ -4,6 +4,7 @@ headline tables and figures recomputed beside the paper's numbers (``dpfl.papers
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from dpfl.errors import ConfigError
@@ -76,6 +77,8 @@ def _reproduce(args) -> int:
 
 def _run(reproduce, it, args) -> dict:
     print(f"{it.id}: {'quick' if args.quick else 'full'} run ...", file=sys.stderr, flush=True)
+    started = time.perf_counter()
     result = reproduce(it, args.quick, args.out)
-    print(f"{it.id}: {'cached' if result['cached'] else 'computed'}", file=sys.stderr, flush=True)
+    done = "cached" if result["cached"] else f"computed in {time.perf_counter() - started:.0f} s"
+    print(f"{it.id}: {done}", file=sys.stderr, flush=True)
     return result
