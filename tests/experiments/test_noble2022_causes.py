@@ -17,7 +17,7 @@ from dpfl.engine.randomness import ClientStreams
 from dpfl.engine.sampling import RecordSampler
 from dpfl.errors import ConfigError
 from dpfl.experiments.config import load_config
-from dpfl.experiments.papers.noble2022_causes import SWITCHES, overrides, per_tensor_equivalent, report
+from dpfl.experiments.papers.noble2022_causes import SWITCHES, authors_lr, overrides, per_tensor_equivalent, report
 from dpfl.models import build_model
 from dpfl.noise import GaussianMechanism
 
@@ -130,3 +130,11 @@ def test_report_sets_each_cell_beside_the_paper():
     cell = {"last10": 50.0, "lr": 1.0, "rounds": 488}
     table = report({"baseline": {key: cell for key in ("10,1", "10,5", "10,20", "10,40", "40,10")}})
     assert "| 10, 5 (488) | 45.53 | 50.0 (eta0 1) |" in table
+
+
+@pytest.mark.parametrize("k, factor", [(1, 0.2), (5, 1.0), (10, 1.0), (40, 1.0)])
+def test_authors_lr_gives_their_local_step(k, factor):
+    """Their local step is eta0 / max(round(s K), 1): dpfl's eta0' / (s K) equals it; only K = 1 differs (s K = 0.2
+    rounds to 0)."""
+    assert authors_lr(0.5, k) == pytest.approx(0.5 * factor)
+    assert authors_lr(0.5, k) / (0.2 * k) == pytest.approx(0.5 / max(round(0.2 * k), 1))

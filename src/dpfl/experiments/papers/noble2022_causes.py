@@ -3,6 +3,8 @@ size, a tuned step size, then each of the authors' implementation choices switch
 
     python -m dpfl.experiments.papers.noble2022_causes --out results/noble2022-causes [--configs baseline,data]
         [--seeds 2] [--lrs 0.3,1,3]
+    python -m dpfl.experiments.papers.noble2022_causes --out results/noble2022-causes --configs baseline,all \
+        --fixed-eta0 0.1,0.3 [--seeds 2]
     python -m dpfl.experiments.papers.noble2022_causes --out results/noble2022-causes --report
 
 Regime: Table 1's, synthetic (alpha, beta) = (5, 5) at the paper's size (M = 100 users of R = 5,000 records, 80/20
@@ -31,7 +33,11 @@ The metric of Tables 1 and 4 is App. D.3.2's, the mean test accuracy (over all u
 in the last 10% of the rounds, as the authors' code computes it; the final iterate's is reported beside it.
 
 eta0 is tuned per configuration and cell over ``LRS`` on seed 0 by the final TRAIN loss: NOT private (the paper tunes
-by 5-fold cross-validation, on the training data too). The switches median and shared-noise, and all, are not
+by 5-fold cross-validation, on the training data too). The paper, though, tuned eta0 once per data set, algorithm and
+version "with the lowest level of heterogeneity" and "kept the same eta0" elsewhere (App. D.1), with the authors'
+local step eta0 / max(round(s K), 1) (their code) rather than the paper's eta0 / (s K): the two differ at K = 1 only
+(s K = 0.2 rounds to 0, so their step is eta0, not 5 eta0). ``--fixed-eta0`` runs every cell at one eta0 with their
+step (``authors_lr``), no tuning. The switches median and shared-noise, and all, are not
 private either (epsilon = inf): they reproduce what the paper's numbers were measured with.
 """
 
@@ -80,6 +86,12 @@ def per_tensor_equivalent(sigma: float, clip: float, tensors: int = TENSORS) -> 
     return clip * math.sqrt(tensors), sigma / math.sqrt(tensors)
 
 
+def authors_lr(eta0: float, k: int) -> float:
+    """dpfl's eta0 (its local step is eta0 / (s K)) giving the authors' code's local step eta0 / max(round(s K), 1)."""
+    s = ACCOUNTANT[3]
+    return eta0 * s * k / max(round(s * k), 1)
+
+
 def rounds(sigma: float, k: int) -> int:
     """T of a cell: the paper accountant's largest within eps = 3 (Table 1)."""
     from dpfl.accounting.dp_scaffold import max_rounds
@@ -125,6 +137,15 @@ def tuned_cell(switches: tuple[str, ...], sigma: float, k: int, lrs: tuple[float
             "paper": paper_accuracy(sigma, k), "tuning": tuning, "runs": runs}
 
 
+def fixed_cell(switches: tuple[str, ...], sigma: float, k: int, eta0: float, seeds: int) -> dict:
+    """Seeds 0.. at the authors' local step for one eta0 (``authors_lr``), no tuning."""
+    runs = [run_cell(switches, sigma, k, authors_lr(eta0, k), seed) for seed in range(seeds)]
+    summary = {key: statistics.fmean(r[key] for r in runs) for key in ("last10", "final_accuracy", "train_loss")}
+    spread = statistics.stdev(r["last10"] for r in runs) if len(runs) > 1 else 0.0
+    return {**summary, "last10_std": spread, "lr": eta0, "rounds": runs[0]["rounds"], "epsilon": runs[0]["epsilon"],
+            "paper": paper_accuracy(sigma, k), "runs": runs}
+
+
 def paper_accuracy(sigma: float, k: int) -> float:
     """Table 1's mean accuracy (%) of the cell."""
     return ACCURACY[",".join(str(h) for h in HETEROGENEITY)][sigma][LOCAL_STEPS.index(k)][0]
@@ -135,9 +156,14 @@ def configuration(name: str, lrs: tuple[float, ...], seeds: int) -> dict:
     return {f"{sigma},{k}": tuned_cell(SWITCHES[name], sigma, k, lrs, seeds) for sigma, k in CELLS}
 
 
+def fixed_configuration(name: str, eta0: float, seeds: int) -> dict:
+    """Every cell under ``name`` at one eta0 with the authors' local step, keyed "sigma_g,K"."""
+    return {f"{sigma},{k}": fixed_cell(SWITCHES[name], sigma, k, eta0, seeds) for sigma, k in CELLS}
+
+
 def report(results: dict[str, dict]) -> str:
     """A markdown table, cell x configuration: the last-10% accuracy (tuned eta0), the paper's value beside."""
-    names = [n for n in SWITCHES if n in results]
+    names = list(results)
     lines = ["| sigma_g, K (T) | paper | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
     for sigma, k in CELLS:
         key = f"{sigma},{k}"
@@ -153,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", default=",".join(SWITCHES), help=f"comma-separated, of {list(SWITCHES)}")
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--lrs", default=",".join(f"{lr:g}" for lr in LRS))
+    parser.add_argument("--fixed-eta0", default="", help="comma-separated eta0s: every cell at each, with the "
+                                                          "authors' local step, no tuning (<config>@eta0=<v>.json)")
     parser.add_argument("--report", action="store_true", help="print the table of the results in --out, run nothing")
     args = parser.parse_args(argv)
     if args.report:
@@ -164,8 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.configs.split(","):
         if name not in SWITCHES:
             parser.error(f"--configs: {name!r} is not one of {list(SWITCHES)}")
-        (args.out / f"{name}.json").write_text(json.dumps(configuration(name, lrs, args.seeds), indent=1))
-        print(f"{name} done", flush=True)
+        if not args.fixed_eta0:
+            (args.out / f"{name}.json").write_text(json.dumps(configuration(name, lrs, args.seeds), indent=1))
+            print(f"{name} done", flush=True)
+        for eta0 in (float(v) for v in args.fixed_eta0.split(",") if v):
+            result = fixed_configuration(name, eta0, args.seeds)
+            (args.out / f"{name}@eta0={eta0:g}.json").write_text(json.dumps(result, indent=1))
+            print(f"{name} at eta0 = {eta0:g} done", flush=True)
     return 0
 
 
