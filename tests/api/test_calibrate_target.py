@@ -73,6 +73,7 @@ def test_user_level_keeps_its_own_observer():
     ("dp-fedavg", {"epsilon": 0.0}, {}, "privacy.epsilon"),
     ("dp-fedavg", {"epsilon": TARGET}, {"noise_multiplier": 3.0}, "algorithm.noise_multiplier"),
     ("dp-fedavg", {"epsilon": TARGET}, {"clip_heuristic": "median-nonprivate"}, "privacy.epsilon"),
+    ("dp-fedavg", {"epsilon": TARGET}, {"noise_sharing": "cohort-nonprivate"}, "privacy.epsilon"),
     ("fedavg", {"epsilon": TARGET}, {}, "privacy.epsilon"),
 ])
 def test_a_target_no_noise_meets_is_refused_naming_the_key(name, privacy, algorithm, key):

@@ -373,9 +373,18 @@ def _noise_multiplier(p):
 
 
 def _clip_heuristic(p):
+    _non_private(p, "clip_heuristic", "median-nonprivate")
+
+
+def _noise_sharing(p):
+    _non_private(p, "noise_sharing", "cohort-nonprivate")
+
+
+def _non_private(p, key, value):
+    """The key is set, with its warning, and every observer's epsilon is infinite."""
     with pytest.warns(UserWarning, match="NOT differentially private"):
         sim = p.sim
-    assert sim.algorithm.clip_heuristic == "median-nonprivate"
+    assert getattr(sim.algorithm, key) == value
     assert sim.algorithm.step_noise_event == dp_event.NonPrivateDpEvent()
     events = sim.round_privacy()
     assert all("NonPrivateDpEvent" in repr(e) for e in events.values())
@@ -905,6 +914,7 @@ TABLE: dict[str, list[Row]] = {
     "algorithm.clip": [Row("2.5", _clip)],
     "algorithm.noise_multiplier": [Row("3.0", _noise_multiplier)],
     "algorithm.clip_heuristic": [Row("'median-nonprivate'", _clip_heuristic)],
+    "algorithm.noise_sharing": [Row("'cohort-nonprivate'", _noise_sharing)],
     "privacy.delta": [Row("1e-3", _delta)],
     "privacy.budget": [Row("1.9", _budget_number), Row("{server = 7.0}", _budget_table)],
     "privacy.epsilon": [Row("2.0", _epsilon)],

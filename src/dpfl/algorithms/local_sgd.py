@@ -26,6 +26,12 @@ The switches:
   gradient norm of the current batch, per client and step). The bound then depends on the data, which the privacy
   analysis does not cover: the noise is still added (scaled to that C) but the run's events are NonPrivate, so every
   observer's epsilon is reported as infinite (null in JSON), and a warning says why. Never the default.
+* noise_sharing = "cohort-nonprivate": what Noble et al. (2022)'s public code does (it reseeds the global generator
+  at every local step with a seed of the run, round and step, not of the user): every client of a round's cohort
+  draws the SAME N(0, 1) vector at local step k, each scaling it by its own sensitivity. The server, which sees each
+  message, can then cancel the noise (message_i - (Delta_i / Delta_j) message_j is noise free), and the aggregate's
+  noise is not averaged down by the cohort; the run's events are NonPrivate (epsilon = inf), with a warning. The
+  default, "independent", draws each client's noise from its own stream.
 
 Control variates are post-processing of the noisy gradients (Noble et al. 2022, Claim 4.1), so every variant releases
 the same mechanism per local step, ``step_noise_event``, towards an observer of one client's messages. Towards an
@@ -54,11 +60,13 @@ from dpfl.algorithms.registry import AlgorithmSpec, Calibration, Setting, regist
 from dpfl.engine.boundary import Delivery
 from dpfl.engine.client_table import ClientTable
 from dpfl.noise import DiscreteGaussianMechanism, GaussianMechanism
+from dpfl.engine.randomness import ClientStreams
 from dpfl.engine.protocol import Algorithm, ClientContext, ClientData, ClientOutput, ServerContext, State
 from dpfl.engine.sampling import RecordSampler
 from dpfl.errors import ConfigError, check_noise_multiplier, check_range
 
 CLIP_HEURISTICS = ("fixed", "median-nonprivate")
+NOISE_SHARINGS = ("independent", "cohort-nonprivate")
 #: sigma_g when neither algorithm.noise_multiplier nor privacy.epsilon is given: z = 1, DP-SGD's usual multiplier (Abadi
 #: et al. 2016), as dp-fedavg-user and dp-ftrl use: a first run's value, not a paper's. Noble et al. (2022, Sec. 5)'s
 #: sigma_g = 60 trains their synthetic data but diverges at round 1 on digits, breast_cancer, MNIST, FEMNIST and
@@ -86,6 +94,7 @@ class LocalSGD(Algorithm):
     move_locally: bool = True
     warm_rounds: int = 0
     clip_heuristic: str = "fixed"
+    noise_sharing: str = "independent"
 
     def __post_init__(self):
         if self.clip_heuristic not in CLIP_HEURISTICS:
@@ -94,6 +103,12 @@ class LocalSGD(Algorithm):
             warnings.warn("algorithm.clip_heuristic = 'median-nonprivate' clips at a data-dependent bound (the batch's "
                           "median gradient norm): the run is NOT differentially private and reports epsilon = inf",
                           stacklevel=2)
+        if self.noise_sharing not in NOISE_SHARINGS:
+            raise ConfigError("algorithm.noise_sharing", self.noise_sharing, f"one of {list(NOISE_SHARINGS)}")
+        if self.noise_sharing == "cohort-nonprivate":
+            warnings.warn("algorithm.noise_sharing = 'cohort-nonprivate' gives every client of a cohort the same noise "
+                          "draws, which the server can cancel: the run is NOT differentially private and reports "
+                          "epsilon = inf", stacklevel=2)
         check_range("algorithm.local_steps", self.local_steps, 1, integer=True)
         check_range("algorithm.lr", self.lr, 0.0, low_open=True)
         check_range("algorithm.global_lr", self.global_lr, 0.0, low_open=True)
@@ -111,7 +126,7 @@ class LocalSGD(Algorithm):
     @property
     def step_noise_event(self) -> dp_event.DpEvent:
         """The noise mechanism of one local step of one client, in units of its sensitivity."""
-        if self.clip_heuristic == "median-nonprivate":
+        if self.clip_heuristic == "median-nonprivate" or self.noise_sharing == "cohort-nonprivate":
             return dp_event.NonPrivateDpEvent()
         return self.mechanism.event
 
@@ -161,7 +176,7 @@ class LocalSGD(Algorithm):
         n, P, K = data.counts.shape[0], x.shape[-1], self.local_steps
         keys = ctx.streams("records").uniform([(K, int(c)) for c in data.counts.tolist()])  # [n, K, max count]
         private = self.mechanism.is_private
-        noise = self.mechanism.draws(ctx.streams("noise"), (K, P)) if private else None  # [n, K, P]
+        noise = self.standard_normal(ctx, n, (K, P)) if private else None  # [n, K, P]
         start = x.expand(n, P)
         y = start.clone()
         h_sum = torch.zeros(n, P)
@@ -186,6 +201,15 @@ class LocalSGD(Algorithm):
         if not self.control_variates:
             return ClientOutput({"dy": dy}, {}, events)
         return ClientOutput({"dy": dy, "dc": h_mean - clients["c"]}, {"c": h_mean}, events)
+
+    def standard_normal(self, ctx: ClientContext, n: int, shape: tuple[int, ...]) -> torch.Tensor:
+        """The noise draws of the chunk's n clients for a round, [n, *shape]: each client's own stream, or with
+        noise_sharing = "cohort-nonprivate" one stream of the round that every client of the cohort reads (whatever
+        the chunking), as Noble et al. (2022)'s code does."""
+        if self.noise_sharing == "independent":
+            return self.mechanism.draws(ctx.streams("noise"), shape)
+        shared = ClientStreams(ctx.seed, ctx.round, [0], "shared_noise")
+        return self.mechanism.draws(shared, shape).expand(n, *shape)
 
     def noisy_gradient(self, grads, point, data: ClientData, keys: torch.Tensor, standard_normal,
                        clip: torch.Tensor | None = None, noise_sensitivity: torch.Tensor | None = None):
@@ -270,6 +294,10 @@ class LocalSGDConfig:
     clip_heuristic: str = field(default="fixed", metadata={"choices": CLIP_HEURISTICS, "private": True,
                                                             "help": "'median-nonprivate': Noble et al. 2022's "
                                                                     "data-dependent clip (NOT private: epsilon = inf)"})
+    noise_sharing: str = field(default="independent", metadata={
+        "choices": NOISE_SHARINGS, "private": True,
+        "help": "'cohort-nonprivate': every client of a round draws the same noise, as Noble et al. 2022's code "
+                "(NOT private: epsilon = inf)"})
 
 
 def build_local_sgd(name: str, config: LocalSGDConfig, client_rate: float,
@@ -296,6 +324,7 @@ def build_local_sgd(name: str, config: LocalSGDConfig, client_rate: float,
         move_locally=base != "fedsgd",
         warm_rounds=round(4 / client_rate) if base == "scaffold-warm" else 0,
         clip_heuristic=config.clip_heuristic if private else "fixed",
+        noise_sharing=config.noise_sharing if private else "independent",
     )
 
 
@@ -306,6 +335,10 @@ def _build(name: str, config: LocalSGDConfig, setting: Setting) -> LocalSGD:
         raise ConfigError("privacy.epsilon", setting.epsilon,
                           f"None for {name!r}: it adds no noise, so no epsilon holds for it (its private version: "
                           f"'dp-{name}')")
+    if setting.epsilon is not None and config.noise_sharing != "independent":
+        raise ConfigError("privacy.epsilon", setting.epsilon,
+                          f"None with algorithm.noise_sharing = {config.noise_sharing!r}: the server can cancel noise "
+                          "that the clients share, so epsilon is infinite whatever the noise")
     if setting.epsilon is not None and config.clip_heuristic != "fixed":
         raise ConfigError("privacy.epsilon", setting.epsilon,
                           f"None with algorithm.clip_heuristic = {config.clip_heuristic!r}: it clips at a "

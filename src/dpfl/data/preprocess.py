@@ -9,6 +9,9 @@ any silo may do with its own records and which releases nothing to other silos o
 transformed with the training statistics, never used to compute them). ``scope="pooled"`` uses the statistics of
 all clients' training splits together, as a centralised pipeline would: convenient for comparisons, but it assumes
 a trusted party saw every silo's data, so runs using it are not federated end to end.
+``scope="noble2022-minmax"`` is what Noble et al. (2022)'s public code does where the paper says "standardised"
+(``noble2022_minmax``): a per-client min-max rescaling whose bounds come from the client's own training records,
+like ``"client"``, and releases nothing either.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import numpy as np
 from dpfl.data.federated import FederatedDataset
 from dpfl.errors import ConfigError, check_range
 
-STANDARDIZE_SCOPES = ("client", "pooled", "none")
+STANDARDIZE_SCOPES = ("client", "pooled", "none", "noble2022-minmax")
 
 
 def _moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -40,6 +43,9 @@ def standardize(
         raise ConfigError("data.standardize", scope, f"one of {STANDARDIZE_SCOPES}")
     if scope == "none":
         return list(train_xs), list(test_xs)
+    if scope == "noble2022-minmax":
+        pairs = [noble2022_minmax(train, test) for train, test in zip(train_xs, test_xs)]
+        return [train for train, _ in pairs], [test for _, test in pairs]
     if scope == "pooled":
         moments = [_moments(np.concatenate(train_xs))] * len(train_xs)
     else:
@@ -48,6 +54,27 @@ def standardize(
         [(x - mean) / std for x, (mean, std) in zip(train_xs, moments)],
         [(x - mean) / std for x, (mean, std) in zip(test_xs, moments)],
     )
+
+
+def noble2022_minmax(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One client's features as Noble et al. (2022)'s public code rescales them before the unit L2 norm (its synthetic
+    generator, option ``standardize``): feature j becomes (x_j - lo_j) / (hi_j - lo_j) in both splits, for j = 1..d in
+    turn, where lo_j and hi_j are the smallest and largest entry of the j-th TRAINING RECORD (not of feature j: the
+    code indexes a record where a column was meant), read after features 1..j-1 were rescaled (the code rescales the
+    records in place). The result is an affine map per feature with bounds from d records of the client: all
+    features near [0, 1], none centred. Needs at least d training records; a record of equal entries keeps its
+    feature unscaled (its range would be 0)."""
+    train, test = np.array(train, dtype=np.float64), np.array(test, dtype=np.float64)
+    if train.ndim != 2 or len(train) < train.shape[1]:
+        raise ConfigError("data.standardize", "noble2022-minmax",
+                          f"'client' or 'none' here: it needs at least as many training records per client as "
+                          f"features ({train.shape[1:]}), and this client has {len(train)}")
+    for j in range(train.shape[1]):
+        low, high = train[j].min(), train[j].max()
+        span = high - low if high > low else 1.0
+        train[:, j] = (train[:, j] - low) / span
+        test[:, j] = (test[:, j] - low) / span
+    return train, test
 
 
 def unit_norm(x: np.ndarray) -> np.ndarray:
@@ -145,10 +172,13 @@ def describe_standardize(scope: str) -> dict:
         "client": "mean and std of the client's own training split",
         "pooled": "mean and std of all clients' training splits together (crosses silos)",
         "none": "not standardised",
+        "noble2022-minmax": "min-max per feature with bounds read from the client's own training records (Noble "
+                            "et al. 2022's code)",
     }[scope]
     return {"step": "standardize", "scope": scope, "statistics": statistics, "private": scope == "none"}
 
 
-__all__ = ["STANDARDIZE_SCOPES", "BOUNDED_RANGE", "FAR_FROM_UNIT", "standardize", "unit_norm", "rescale",
+__all__ = ["STANDARDIZE_SCOPES", "BOUNDED_RANGE", "FAR_FROM_UNIT", "standardize", "noble2022_minmax", "unit_norm",
+           "rescale",
            "describe_scale", "describe_standardize", "feature_bounds", "bound_features", "describe_bounds",
            "far_from_unit_scale"]

@@ -8,8 +8,10 @@ from __future__ import annotations
 #: "output": the server's public choice of which iterate a run outputs (indexed by run, not round).
 #: "server_noise": the noise an algorithm's server step draws (``dpfl.engine.protocol.ServerContext``); a stream no
 #: engine stage and no client draws from.
+#: "shared_noise": one stream of the round (read as client 0's) that every client of the cohort draws the same noise
+#: from, under LocalSGD's non-private noise_sharing = "cohort-nonprivate" (Noble et al. 2022's code).
 PURPOSES = {"cohort": 0, "records": 1, "noise": 2, "shuffle": 3, "rounding": 4, "stop": 5, "output": 6,
-            "server_noise": 7}
+            "server_noise": 7, "shared_noise": 8}
 #: The purposes an algorithm's server step may draw from (``ServerContext``): never an engine stage's (the cohort,
 #: the shuffler), so that its draws are independent of theirs.
 SERVER_PURPOSES = ("server_noise",)

@@ -65,7 +65,9 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "labels": (str, "original", ("original", "parity"), "the classes as they are, or 'parity': the class "
                                                              "number's parity, even = 1 and odd = 0 (mapped after "
                                                              "data.partition)"),
-        "standardize": (str, "none", ("none", "client", "pooled"), "non-private preprocessing, if not 'none'"),
+        "standardize": (str, "none", ("none", "client", "pooled", "noble2022-minmax"),
+                        "non-private preprocessing, if not 'none' ('noble2022-minmax': Noble et al. 2022's code's "
+                        "per-client min-max: dpfl.data.preprocess)"),
         "scale": (_OPTIONAL_NUMBER, None, None, "a public constant multiplying every feature (e.g. 1/16 for digits' "
                                                 "pixels 0..16): data-independent, so private (None: the data set's "
                                                 "public default, 1e-3 for breast_cancer's raw features, documented up "
