@@ -60,8 +60,9 @@ def assemble(config: RunConfig, out_dir: Path | None = None, workers=None, noise
     ``build_data(config.data, supplied)``; a Flower ServerApp passes its silos' public metadata,
     ``dpfl.flower.federation``), and ``evaluator`` where its model is evaluated (``Simulation.evaluator``; default:
     on that data). ``ranks``: the processes the cohort's client work is split across (``dpfl.engine.ranks``; this
-    process joins their group here, on cuda:LOCAL_RANK for a CUDA run); every rank builds the same data, model and
-    state (replicated), and the same ``noise_key`` must be given to each."""
+    process joins their group here, on cuda:LOCAL_RANK for a CUDA run); every rank builds the same data description,
+    model and initial state (each then keeps and reads only its own clients' rows), and the same ``noise_key`` must
+    be given to each."""
     run = config.run
     if ranks is not None and workers is not None:
         raise ConfigError("--nproc", ranks.world_size, "1 for a run whose client work runs elsewhere (a Flower "

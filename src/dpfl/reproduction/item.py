@@ -50,6 +50,7 @@ class Item:
     data: str | None = None  # the public data set (data.name) of the full run; None: generated or bundled data
     substitute: str = ""  # the quick run's stand-in for ``data``, and what else it scales down
     research_mode: bool = False  # trains with run.noise_seed (reproducible noise, labelled as such)
+    full_run: str = ""  # the full run's expected wall time and what it was measured on (``dpfl.papers.full_runs``)
     tags: tuple[str, ...] = field(default_factory=tuple)
 
 
