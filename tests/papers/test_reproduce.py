@@ -32,7 +32,9 @@ def test_list_shows_every_item_with_its_status_and_where_its_data_set_goes(no_da
     out = capsys.readouterr().out
     for it in ITEMS.values():
         assert f"{it.id}  [{it.status}]" in out and it.why in out
-        if it.data is not None:
+        if it.no_full_run:
+            assert f"full run: none yet ({it.no_full_run})" in out
+        elif it.data is not None:
             assert f"full run: needs the data set {it.data} at {no_data / it.data} (not there; --quick runs it " \
                    f"on {it.substitute})" in out
     assert all(any(it.paper.startswith(p) for it in ITEMS.values()) for p in PAPERS)
@@ -140,6 +142,13 @@ def test_a_full_run_without_its_data_set_names_the_folder_and_the_quick_substitu
     err = capsys.readouterr().err
     assert str(no_data / "mnist") in err and "dpfl reproduce zhou2021-loss --quick" in err
     assert "scikit-learn's digits" in err and not (tmp_path / "out").exists()
+
+
+def test_an_item_without_a_full_run_refuses_one_naming_why_and_the_quick_run(tmp_path, capsys):
+    assert main(["reproduce", "lowy2023-mnist", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "lowy2023-mnist has no full run: the Lowy et al. experiment has no MNIST setting" in err
+    assert "dpfl reproduce lowy2023-mnist --quick" in err and not (tmp_path / "out").exists()
 
 
 def test_an_accounting_item_matches_the_paper_exactly(tmp_path):

@@ -40,7 +40,9 @@ def listing() -> str:
     for it in ITEMS.values():
         lines += [f"{it.id}  [{it.status}]", f"    {it.paper}: {it.what}", f"    {it.why}"]
         where = data_folder(it)
-        if where is not None:
+        if it.no_full_run:
+            lines.append(f"    full run: none yet ({it.no_full_run})")
+        elif where is not None:
             folder, absent = where
             lines.append(f"    full run: needs the data set {it.data} at {folder}" + (
                 " (found)" if absent is None else f" (not there; --quick runs it on {it.substitute})"))

@@ -12,11 +12,12 @@ import dataclasses
 
 from dpfl.errors import ConfigError
 from dpfl.papers import asoodeh2021, heikkila2024, lowy2023, noble2022, zhou2021
-from dpfl.papers.full_runs import FULL_RUNS
+from dpfl.papers.full_runs import FULL_RUNS, NO_FULL_RUN
 from dpfl.reproduction.item import Item
 
-#: Every item, grouped by paper in the order of the report, with its full run's measured time where one was measured.
-ITEMS: dict[str, Item] = {i.id: dataclasses.replace(i, full_run=FULL_RUNS.get(i.id, ""))
+#: Every item, grouped by paper in the order of the report, with its full run's measured time (or why it has none).
+ITEMS: dict[str, Item] = {i.id: dataclasses.replace(i, full_run=FULL_RUNS.get(i.id, ""),
+                                                    no_full_run=NO_FULL_RUN.get(i.id, ""))
                           for paper in (noble2022, zhou2021, heikkila2024, asoodeh2021, lowy2023) for i in paper.ITEMS}
 
 

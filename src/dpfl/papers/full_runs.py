@@ -25,7 +25,10 @@ FULL_RUNS: dict[str, str] = {
                                 "warm-up)",
     "heikkila2024-rounds": f"about 20 min {_ON}: 160 runs, 3,160 rounds, at 2.2 s a run and 0.28 s a round (fitted "
                            "to the timed runs of both Heikkilä items: 1 round 2.3-3.7 s, 20 rounds 7.9 s)",
-    "lowy2023-mnist": "none: the full run stops at its argument check (the Lowy et al. experiment has no MNIST "
-                      "setting: the paper's PCA to 60 dimensions is non-private and no public projection is built); "
-                      "its quick run on digits is the item",
+}
+
+#: item id -> why it has no full run (``dpfl reproduce ITEM`` without --quick refuses, naming it)
+NO_FULL_RUN: dict[str, str] = {
+    "lowy2023-mnist": "the Lowy et al. experiment has no MNIST setting: the paper's PCA to 60 dimensions is "
+                      "non-private, and no public projection is built",
 }

@@ -51,6 +51,7 @@ class Item:
     substitute: str = ""  # the quick run's stand-in for ``data``, and what else it scales down
     research_mode: bool = False  # trains with run.noise_seed (reproducible noise, labelled as such)
     full_run: str = ""  # the full run's expected wall time and what it was measured on (``dpfl.papers.full_runs``)
+    no_full_run: str = ""  # why the item has no full run (refused; ``dpfl.papers.full_runs``); "": it has one
     tags: tuple[str, ...] = field(default_factory=tuple)
 
 

@@ -48,7 +48,9 @@ def render(items: list[Item], results: dict[str, dict], quick: bool, figures: st
             if quick and it.substitute:
                 lines += ["", f"Quick run: {it.substitute}" + (f" (full run: the paper's {it.data})." if it.data
                                                              else " (full run: the paper's sizes).")]
-            if quick and (it.data or it.full_run):
+            if quick and it.no_full_run:
+                lines += ["", f"Full run: none yet ({it.no_full_run})."]
+            elif quick and (it.data or it.full_run):
                 lines += ["", f"Full run: `dpfl reproduce {it.id} --out DIR`"
                           + (f", reading the {it.data} files (docs/data.md: where to put them)" if it.data else "")
                           + (f"; expected time: {it.full_run}." if it.full_run else ".")]

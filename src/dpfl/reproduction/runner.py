@@ -51,7 +51,11 @@ def data_folder(item: Item) -> tuple[Path, str | None] | None:
 
 def reproduce(item: Item, quick: bool, out: str | Path) -> dict:
     """The item's results, from the cache when its settings were run before (``"cached": True``), else computed and
-    stored. A full run whose data set is absent is refused, naming the loader's folder and the quick substitute."""
+    stored. A full run whose data set is absent, or of an item without one (``Item.no_full_run``), is refused,
+    naming the loader's folder or the reason, and the quick substitute."""
+    if not quick and item.no_full_run:
+        raise DpflError(f"{item.id} has no full run: {item.no_full_run}. `dpfl reproduce {item.id} --quick` runs it "
+                        f"on {item.substitute or 'data that ships'}")
     if not quick:
         absent = (data_folder(item) or (None, None))[1]
         if absent is not None:
