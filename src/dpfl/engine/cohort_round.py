@@ -168,11 +168,14 @@ def in_cohort_order(messages: Messages, arrived: torch.Tensor, cohort: torch.Ten
     themselves unchanged; a DpflError if the clients that arrived are not the cohort's, each once)."""
     if torch.equal(arrived, cohort):
         return messages
-    order = torch.argsort(arrived)
-    where = order[torch.searchsorted(arrived[order], cohort).clamp(max=max(arrived.numel() - 1, 0))]
-    if arrived.numel() != cohort.numel() or not torch.equal(arrived[where], cohort):
-        raise DpflError(f"the client work returned the rows of {arrived.numel()} clients, not the cohort's "
+    refused = DpflError(f"the client work returned the rows of {arrived.numel()} clients, not the cohort's "
                         f"{cohort.numel()}, each once")
+    if arrived.numel() != cohort.numel():
+        raise refused
+    order = torch.argsort(arrived)
+    where = order[torch.searchsorted(arrived[order], cohort).clamp(max=arrived.numel() - 1)]
+    if not torch.equal(arrived[where], cohort):
+        raise refused
     return {name: value[where] for name, value in messages.items()}
 
 

@@ -268,9 +268,10 @@ class Simulation:
         client's row enters the round, so a population of 10^5 costs no more than its cohort). A replay with the
         same fingerprint releases the same thing (no new privacy loss), any other is a new release. Split across N > 1
         ranks (``dpfl.engine.ranks``) the order the messages are added up in and the cohort's memory chunks depend on
-        N (with several threads a chunk's rows may round differently), so N is part of it: a round replayed with another N is charged again; and each rank
-        holds only its own clients' rows, so each hashes its own clients of the cohort and the digests of every rank,
-        in rank order, enter the fingerprint (a gather: every rank calls it in every round)."""
+        N (with several threads a chunk's rows may round differently), so N is part of it: a round replayed with
+        another N is charged again; and each rank holds only its own clients' rows, so each hashes its own clients of
+        the cohort and the digests of every rank, in rank order, enter the fingerprint (a gather: every rank calls it
+        in every round)."""
         digest = hashlib.sha256()
 
         def update(*pieces, into=digest) -> None:  # one part: its length, then its bytes (an unambiguous concatenation)
@@ -400,6 +401,9 @@ class Simulation:
             self.wall_seconds, self.session_seconds = wall + elapsed, session + elapsed
 
         self.interrupted, self.stop_signal, self.horizon = False, None, rounds
+        checkpoints = self.checkpoint_dir is not None  # rank 0's run directory: the other ranks learn whether it has one
+        if self.ranks is not None and self.ranks.world_size > 1:
+            checkpoints = self.ranks.from_first(checkpoints)
         try:
             with StopOnSignal() as signalled, on_device(self.device):
                 while self.next_round < rounds:
@@ -432,9 +436,9 @@ class Simulation:
                     bar.update(self.next_round, metrics and metrics.test_accuracy, read and read.epsilon,
                                read and read.round)
                     clock()
-                    if due or stop:
+                    if checkpoints and (due or stop):  # rank 0 saves every rank's clients (a gather)
                         whole = self.state if self.ranks is None else self.ranks.whole_state(self.state)
-                        if self.checkpoint_dir is not None:  # rank 0's alone, of every rank's clients
+                        if self.checkpoint_dir is not None:
                             self.save_checkpoint(final=last or stop, state=whole)
                     if metrics is not None and on_evaluated is not None:
                         on_evaluated(self)
