@@ -22,6 +22,7 @@ canary noise-free, unknown towards the others).
     python benchmarks/audit_mutants.py --trials 1000 sampled
     python benchmarks/audit_mutants.py --trials 1000 --families        # every private family, the example config
     python benchmarks/audit_mutants.py --trials 1000 --families dp-fed # families whose name contains a word
+    python benchmarks/audit_mutants.py --trials 1000 --families --mutants mirror denominator   # some mutants only
 
 Configs: ``example``, examples/audit_fedsgd.toml (dp-fedsgd, 10 clients all in every round, z = 1, plain boundary,
 delta 1e-2); ``sampled``, the same with 5 of the 10 clients a round (client_rate 0.5); ``secagg``, the example
@@ -50,7 +51,7 @@ from dpfl.accounting.events import ParticipationDpEvent
 from dpfl.accounting.observers import OTHER_SILO, SERVER, THIRD_PARTY, scale_noise
 from dpfl.algorithms import registry
 from dpfl.audit import plan, runs
-from dpfl.engine import clipping, grads, randomness
+from dpfl.engine import clipping, ghost, grads, randomness, sampling
 from dpfl.experiments.config import load_config
 from dpfl.experiments.runner import build_simulation
 
@@ -197,6 +198,68 @@ def clip_skipped(sim):
 
 
 @contextlib.contextmanager
+def clip_on_mean_loss(sim):
+    """The clip measures each example's gradient of the batch's MEAN loss, g_j / b (the norm of the wrong tensor:
+    ``_norms`` and the ghost strategy's ``sq_norms`` divided by the batch's width b), and weighs the sum of the g_j:
+    a record is clipped at b C instead of C. The Dirac canary states its own clipped gradient and never meets these
+    norms; the mirror canary's gradient is the model's, so it does. Yields [calls of the norms]."""
+    hits = [0]
+
+    def of_mean(norms):
+        def measured(*args, **kwargs):
+            hits[0] += 1
+            values = norms(*args, **kwargs)
+            return values / values.shape[-1] if values.dim() else values
+        return measured
+
+    def of_mean_squared(sq_norms):
+        def measured(layers, clients):
+            hits[0] += 1
+            values = sq_norms(layers, clients)
+            return values / values.shape[-1] ** 2
+        return measured
+
+    with _patched([(grads, "_norms")], of_mean), _patched([(ghost, "sq_norms")], of_mean_squared):
+        yield hits
+
+
+@contextlib.contextmanager
+def zero_out_sensitivity(sim):
+    """Fixed-size record batches (replace-one neighbours, sensitivity 2C / b) charged zero-out's sensitivity C / b:
+    ``RecordSampler.mean_sensitivity`` counts one changed term where a replacement changes two, so the noise is half
+    what the declared multiplier says. Yields [calls under fixed-size batches]."""
+    hits = [0]
+
+    def one_term(method):
+        def sensitivity(self, clip, counts):
+            if self.scheme != "fixed":
+                return method(self, clip, counts)
+            hits[0] += 1
+            return method(self, clip, counts) / 2
+        return sensitivity
+
+    with _patched([(sampling.RecordSampler, "mean_sensitivity")], one_term):
+        yield hits
+
+
+@contextlib.contextmanager
+def cohort_denominator(sim):
+    """The wrong denominator: each client's noise sized for the cohort's mean, the mean's sensitivity divided by the
+    cohort's size M (``RecordSampler.mean_sensitivity`` / M), where each client's own mean is what it releases.
+    Yields [calls]."""
+    hits, cohort = [0], sim.clients.cohort_size
+
+    def over_cohort(method):
+        def sensitivity(self, clip, counts):
+            hits[0] += 1
+            return method(self, clip, counts) / cohort
+        return sensitivity
+
+    with _patched([(sampling.RecordSampler, "mean_sensitivity")], over_cohort):
+        yield hits
+
+
+@contextlib.contextmanager
 def _patched(methods, wrap):
     """``methods`` ((owner, name) pairs: a class's method, a module's function) replaced by ``wrap(original)`` for
     the duration."""
@@ -214,13 +277,14 @@ def _patched(methods, wrap):
 class Mechanism:
     """A mechanism mutant: the runs' patch (a context manager of the simulation, yielding how often it acted: 0 means
     it planted nothing), the canary's norm before the clip in units of C (None: the stated C e), the weight of the
-    other silo's own message (``run_trials_all``'s silo_weight; "clients": M), and the claim of the mechanism as run
-    towards an observer (None: unknown)."""
+    other silo's own message (``run_trials_all``'s silo_weight; "clients": M), the claim of the mechanism as run
+    towards an observer (None: unknown) and the canary audited (``dpfl audit --canary``)."""
 
     patch: object
     canary_norm: float | None
     silo_weight: str | float
     truth: object
+    canary: str = "dirac"
 
 
 MECHANISM = {
@@ -231,7 +295,19 @@ MECHANISM = {
     "clipping skipped (canary of norm 10 C)": Mechanism(clip_skipped, 10.0, 1.0,
                                                         lambda sim, o: true_claim(sim, o, 0.1)),
     "server noise reused across rounds": Mechanism(server_noise_reused, None, 1.0, lambda sim, o: None),
+    "clip measured on the mean loss's gradient (mirror canary)": Mechanism(
+        clip_on_mean_loss, None, 1.0, lambda sim, o: true_claim(sim, o, 1 / batch_width(sim)), "mirror"),
+    "replace-one charged zero-out's sensitivity": Mechanism(zero_out_sensitivity, None, 1.0,
+                                                            lambda sim, o: true_claim(sim, o, 0.5)),
+    "noise sized for the cohort's mean (wrong denominator)": Mechanism(
+        cohort_denominator, None, 1.0, lambda sim, o: true_claim(sim, o, 1 / sim.clients.cohort_size)),
 }
+
+
+def batch_width(sim) -> int:
+    """The most records a client's batch can hold: what a clip at b C lets one record move the sum by, in units of C
+    (the largest client's data: every configuration here takes whole-data batches, s = 1)."""
+    return int(sim.train.counts.max())
 
 
 def true_claim(sim, observer: str, factor: float):
@@ -267,6 +343,8 @@ def main(argv=None) -> None:
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--max-rounds", type=int, default=plan.ROUND_LIMIT)
     parser.add_argument("--families", action="store_true", help="every private family on the example config")
+    parser.add_argument("--mutants", nargs="+", default=None, metavar="WORD",
+                        help="only the mutants whose names contain one of these words (default: every one)")
     args = parser.parse_args(argv)
     if args.families:
         configs = family_configs(args.configs)
@@ -291,7 +369,7 @@ def main(argv=None) -> None:
                     cache[rounds, None] = runs.run_trials_all(sim, observers, args.trials, rounds=rounds)
                 else:
                     planted = MECHANISM[mechanism]
-                    target = runs.make_canary(sim, "dirac", canary_norm=planted.canary_norm)
+                    target = runs.make_canary(sim, planted.canary, canary_norm=planted.canary_norm)
                     weight = sim.train.num_clients if planted.silo_weight == "clients" else planted.silo_weight
                     with planted.patch(sim) as hits:
                         found = runs.run_trials_all(sim, observers, args.trials, rounds=rounds, target=target,
@@ -305,7 +383,8 @@ def main(argv=None) -> None:
 
         for observer in observers:
             correct = claim_function(sim, observer, None)
-            for mutant in (None, *MUTANTS, *MECHANISM):
+            chosen = [m for m in (*MUTANTS, *MECHANISM) if args.mutants is None or any(w in m for w in args.mutants)]
+            for mutant in (None, *chosen):
                 mechanism = mutant if mutant in MECHANISM else None
                 try:
                     claim = correct if mutant is None or mechanism else claim_function(sim, observer, mutant)

@@ -44,6 +44,43 @@ def test_input_canary_white_box_stays_below_the_claim_and_catches_a_tenth_of_the
     assert runs.audit(sim, "server", 1000, canary_kind="input").bound.epsilon > honest.claimed_epsilon
 
 
+def test_mirror_canary_is_the_input_record_against_its_mirror_image(make_sim):
+    """Replace-one: world 0 holds the canary's features negated (same label) where world 1 holds the canary; the
+    score's direction is g(x) - g(-x), each clipped to C, whose weight parts are opposite for logistic regression at
+    the initial model (norm close to 2C). Zero-out (Poisson records): the null record, as for ``input``."""
+    sim = make_sim(1.0, DELTA, 2)
+    target = runs.make_canary(sim, "mirror")
+    out, into = target.worlds
+    assert torch.equal(out.x[0, 0], -into.x[0, 0]) and int(out.y[0, 0]) == int(into.y[0, 0])
+    assert torch.equal(out.x[1], sim.train.x[1]) and torch.equal(into.x[1], sim.train.x[1])
+    response.responses(sim, target, 0)
+    g = target.gradient(into.grads.initial_params().unsqueeze(0))
+    assert 1.8 < float(g.norm()) <= 2.0 + 1e-5  # measured 1.89
+    poisson = make_sim(1.0, DELTA, 2, "algorithm.record_sampling='poisson'", "algorithm.sample_rate=0.5")
+    null = runs.make_canary(poisson, "mirror").worlds[0]
+    assert int(null.y[0, 0]) == -3 and torch.equal(null.x, sim.train.x)
+
+
+def test_mirror_canary_is_near_the_dirac_strength_and_catches_a_clip_on_the_wrong_tensor(make_sim, monkeypatch):
+    """One client, z = 1 (claim 2.32 towards the owner's server), 1000 runs per world. Measured: correct code, Dirac
+    1.75, mirror 1.61, input 0.51. The planted bug clips each record's gradient of the batch's MEAN loss (its norm
+    divided by the batch's width b = 20: a record is clipped at 20 C): the Dirac canary, which states its clipped
+    gradient, stays at 1.75; the mirror canary, whose gradient goes through the engine's norms, finds 8.04 (the input
+    canary 3.00)."""
+    from dpfl.engine import ghost, grads
+
+    sim = make_sim(1.0, DELTA, 1)
+    honest = runs.audit(sim, "server", 1000, canary_kind="mirror")
+    assert 0.5 * honest.claimed_epsilon < honest.lower_bound <= honest.claimed_epsilon
+    norms, sq_norms = grads._norms, ghost.sq_norms
+    monkeypatch.setattr(grads, "_norms", lambda g, norm: norms(g, norm) / g.shape[1])
+    monkeypatch.setattr(ghost, "sq_norms", lambda layers, clients: (lambda v: v / v.shape[-1] ** 2)(
+        sq_norms(layers, clients)))
+    dirac, mirror = (runs.audit(sim, "server", 1000, canary_kind=kind) for kind in ("dirac", "mirror"))
+    assert dirac.lower_bound <= dirac.claimed_epsilon
+    assert mirror.lower_bound > 2 * mirror.claimed_epsilon
+
+
 @pytest.mark.slow
 def test_input_canary_black_box_loss_stays_below_the_claim_and_catches_quartered_noise(make_sim, monkeypatch):
     """The black-box score (minus the canary's loss on the released model), third party, one client, z = 1 (claim

@@ -250,3 +250,26 @@ def test_two_torchrun_nodes_on_one_machine_give_the_nproc_run(config, uninterrup
     assert not (tmp_path / "node1").exists()
     ledger, model = ledger_and_model(tmp_path / "node0")
     assert ledger == uninterrupted[0] and torch.equal(model, uninterrupted[1])
+
+
+def test_free_port_is_below_the_ephemeral_range_and_bindable(monkeypatch, tmp_path):
+    """The store's port is drawn below the system's ephemeral range (from which outgoing connections take their
+    source ports, so a port chosen there can be taken before rank 0 binds it), free when chosen; where the range is
+    unknown, or nothing below it is free, the system's own choice."""
+    import socket
+
+    from dpfl.engine import launch
+
+    ranges = tmp_path / "range"
+    ranges.write_text("40000\t60999\n")
+    monkeypatch.setattr(launch, "_EPHEMERAL_RANGE", ranges)
+    ports = {launch.free_port() for _ in range(20)}
+    assert all(launch.LOWEST_PORT <= port < 40000 for port in ports) and len(ports) > 1
+    for port in ports:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", port))
+    monkeypatch.setattr(launch, "_EPHEMERAL_RANGE", tmp_path / "missing")
+    assert 0 < launch.free_port() < 65536
+    ranges.write_text(f"{launch.LOWEST_PORT}\t60999\n")  # nothing below the range: the system's choice
+    monkeypatch.setattr(launch, "_EPHEMERAL_RANGE", ranges)
+    assert launch.free_port() >= launch.LOWEST_PORT

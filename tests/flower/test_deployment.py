@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from dpfl.cli import main
+from dpfl.engine.launch import free_port
 from dpfl.engine.simulator import Simulation
 from dpfl.experiments.config import load_config
 from flower_config import silo_pin, spent
@@ -90,12 +91,6 @@ def tree(root: int) -> set[int]:
 
 def alive(pid: int) -> bool:
     return pid in parents()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Localhost:

@@ -24,6 +24,14 @@ the relation the accountant assumes (``canary.neighbour_mark``):
   (replace-one: the neighbour is the original record) or against a null record (zero-out); its gradient is the model's
   clipped gradient of that record at the round's model. Scored white-box or, towards the third party, black-box by
   minus its loss on the released model.
+* ``mirror``: the input canary whose replace-one neighbour is its mirror image, the same features negated with the
+  same label, in place of the original record. For a model linear in its input at the canary's inputs (logistic
+  regression, and any model near 0) the two records' gradients are opposite in the weights, so the clipped sum moves
+  by nearly the sensitivity 2C where the original record's own gradient leaves it at ||g(x) - g(x_0)|| < 2C; the
+  score's direction is g(x) - g(-x), each clipped as the algorithm clips. Its gradient is the model's, computed by
+  the engine's own per-example norms and clip, so a clip that measures the wrong tensor (the gradient of the batch's
+  mean loss, a layer alone) or a wrong bound shows on it, where the Dirac canary states its clipped gradient. Under
+  zero-out its neighbour is the null record, as for ``input``.
 
 The claimed epsilon is that of R rounds of the same configuration: each round's observer events from the algorithm's
 release, the boundary and the client sampler (``Simulation.round_privacy``), composed by a fresh ledger with the run's
@@ -58,7 +66,7 @@ from dpfl.audit.trials import TrialFailure, World, run_world
 from dpfl.engine.cohort_round import CohortRows, Records, run_cohort
 from dpfl.errors import ConfigError
 
-CANARIES = ("dirac", "flip", "input")
+CANARIES = ("dirac", "flip", "input", "mirror")
 RELEASES = ("every_round", "final")
 
 
@@ -187,7 +195,7 @@ def make_canary(sim, kind: str, scale: float = 1.0, canary_client: int = 0, cana
     if not 0 <= canary_record < int(train.counts[canary_client]):
         raise ConfigError("canary_record", canary_record, f"a record of client {canary_client} "
                           f"(0..{int(train.counts[canary_client]) - 1})")
-    if canary_norm is not None and (kind == "input" or not canary_norm >= 1):
+    if canary_norm is not None and (kind not in ("dirac", "flip") or not canary_norm >= 1):
         raise ConfigError("--canary-norm", canary_norm, "a number >= 1 (the canary's gradient before the clip, in "
                           "units of C) with --canary dirac or flip")
     out_mark = _neighbour_mark(algorithm)
@@ -209,26 +217,35 @@ def make_canary(sim, kind: str, scale: float = 1.0, canary_client: int = 0, cana
     grads = canary.NullRecordGradients(sim.grads)
     x_in, y_in = train.x.clone(), train.y.clone()
     x_in[canary_client, canary_record], y_in[canary_client, canary_record] = features, label
-    y_out = train.y if out_mark == canary.OPPOSITE else canary.mark(train.y, canary_client, canary_record,
-                                                                     canary.ABSENT)
+    mirrored = kind == "mirror" and out_mark == canary.OPPOSITE
+    if mirrored:  # the neighbour: the canary's mirror image (module docstring)
+        x_out, y_out = x_in.clone(), y_in
+        x_out[canary_client, canary_record] = -features
+    elif out_mark == canary.OPPOSITE:
+        x_out, y_out = train.x, train.y
+    else:
+        x_out, y_out = train.x, canary.mark(train.y, canary_client, canary_record, canary.ABSENT)
 
-    def record(n: int):
-        return features.expand(n, *features.shape), torch.full((n,), label)
+    def record(n: int, sign: float = 1.0):
+        return (sign * features).expand(n, *features.shape), torch.full((n,), label)
 
-    def gradient(theta):  # clipped as the algorithm clips (the bound and norm of its calls to the oracle)
+    def clipped(theta, sign: float = 1.0):  # clipped as the algorithm clips (the bound and norm of its calls)
         if grads.clipping is None:
             raise no_canary_path(algorithm, "it never called ctx.grads.clipped_sum")
         clip, options = grads.clipping
         if isinstance(clip, torch.Tensor) and clip.numel() > 1:
             raise no_canary_path(algorithm, "it clips at a bound per client (the input canary needs one bound)")
-        x, y = record(theta.shape[0])
+        x, y = record(theta.shape[0], sign)
         return sim.grads.clipped_sum(theta, x.unsqueeze(1), y.unsqueeze(1), torch.ones(theta.shape[0], 1), clip,
                                      **options)
+
+    def gradient(theta):
+        return clipped(theta) - clipped(theta, -1.0) if mirrored else clipped(theta)
 
     def loss(theta):
         return sim.grads.example_losses(theta, *record(theta.shape[0]))
 
-    return Canary((World(train.x, y_out, grads), World(x_in, y_in, grads)), gradient, loss, offset)
+    return Canary((World(x_out, y_out, grads), World(x_in, y_in, grads)), gradient, loss, offset)
 
 
 def check_audited_noise(sim) -> None:
@@ -267,9 +284,9 @@ def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind:
         raise ConfigError("privacy.release", release, f"one of {list(RELEASES)}")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ConfigError("--rounds", rounds, "an integer >= 1")
-    if score == "loss" and canary_kind != "input":
+    if score == "loss" and canary_kind not in ("input", "mirror"):
         raise ConfigError("--score", score, "'white-box' with --canary dirac (a Dirac canary has no loss; the "
-                          "black-box score needs --canary input)")
+                          "black-box score needs --canary input or mirror)")
     target = make_canary(sim, canary_kind, scale, canary_client, canary_record, canary_norm) if target is None \
         else target
     weights = response.round_weights(sim, target, rounds, canary_client)

@@ -52,14 +52,15 @@ def _arguments(audit) -> None:
     audit.add_argument("--canary", default="dirac", choices=CANARIES,
                        help="dirac: a gradient C e along a coordinate no other record touches (white-box); flip: the "
                             "same, -C e at the initial model (it moves gradient differences between iterates); input: "
-                            "a real record far from the data with a rare label, in one client's data")
+                            "a real record far from the data with a rare label, in one client's data; mirror: that "
+                            "record against its mirror image (features negated), through the engine's own clip")
     audit.add_argument("--canary-norm", type=float, default=None, metavar="K",
                        help="dirac, flip: the canary's gradient is K C before the engine's clip rule weighs it (K > 1 "
                             "exercises the clip: a clip that lets it through moves the sum K times the claim's "
                             "shift; default: the clipped gradient C)")
     audit.add_argument("--score", default="white-box", choices=SCORES,
                        help="white-box: the observed updates against the canary's gradient; loss: minus the canary's "
-                            "loss on the released model (third party, --canary input)")
+                            "loss on the released model (third party, --canary input or mirror)")
     audit.add_argument("--rounds", type=_rounds, default=1,
                        help="runs: rounds per trial; the claim is the R-round epsilon (privacy.release decides whether "
                             "the third party sees every model or the last); 'auto': the R in 1..--max-rounds at which "

@@ -16,6 +16,7 @@ that ends while others run leaves them waiting for it in a collective: they are 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -78,8 +79,30 @@ def _wait(ranks: list[subprocess.Popen]) -> int:
     return status
 
 
+#: Where ``free_port`` looks first: below the system's ephemeral range (Linux: 32768-60999), from this port up
+LOWEST_PORT = 20000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_TRIES = 64
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the system's choice)."""
+    """A TCP port free on 127.0.0.1 now, for rank 0's store, which binds it a few seconds later (after torch is
+    imported). The system's own choice (bind to port 0) comes from the ephemeral range, from which every outgoing
+    connection on the machine also takes its source port (gloo's, another run's), so one of them can take it in
+    between; the port is therefore drawn at random below that range, where only explicit binds go, and checked free.
+    Where the range is unknown (not Linux) or no port below it is free, the system's choice."""
+    try:
+        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = LOWEST_PORT
+    for _ in range(_TRIES if low > LOWEST_PORT else 0):
+        port = LOWEST_PORT + secrets.randbelow(low - LOWEST_PORT)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
