@@ -137,19 +137,41 @@ def test_a_run_resumed_mid_tree_draws_the_same_tree_noise(tmp_path):
     assert resumed.ledger.to_dict()["journal"] == reference.ledger.to_dict()["journal"]
 
 
+def test_a_cut_last_epoch_is_charged_its_own_tree_and_no_round_past_the_horizon_runs():
+    """M = 8, cohorts of 2: E = 4. T = 6 cuts the second epoch after 2 rounds: its rounds declare (and draw) the
+    tree of 2 leaves, the first epoch's the tree of 4, and the ledger charges D = 3 then D' = 2 nodes (mu^2 = 5 / z^2
+    towards the third party, where two whole trees give 6 / z^2). Round 7 (index 6) would draw a node past the
+    cut tree's leaves: refused, naming algorithm.rounds; so is a release config with other rounds (a resume cannot
+    extend the run into the charged tree: algorithm.rounds is a release key)."""
+    from dpfl.experiments.run_directory import release_hash
+
+    sim = simulation("algorithm.rounds=6")
+    assert [sim.algorithm.leaves(t) for t in range(6)] == [4, 4, 4, 4, 2, 2]
+    assert sim.algorithm.release(4, None, sim.train.counts).server_events == (
+        dp_event.SingleEpochTreeAggregationDpEvent(1.0, 2),)
+    sim.run(6)
+    spent, z = sim.ledger.epsilon()[THIRD_PARTY], sim.algorithm.noise_multiplier
+    assert spent == pytest.approx(gdp_epsilon(math.sqrt(5) / z, sim.ledger.delta), rel=1e-3)
+    assert spent < gdp_epsilon(math.sqrt(6) / z, sim.ledger.delta)
+    with pytest.raises(ConfigError, match="algorithm.rounds"):
+        sim.algorithm.release(6, None, sim.train.counts)
+    configs = [load_config(None, ["algorithm.name='dp-ftrl'", f"algorithm.rounds={t}"]) for t in (6, 8)]
+    assert release_hash(configs[0]) != release_hash(configs[1])
+
+
 # -- the exact worst case (tests/helpers/ftrl_worst_case.py, shared with benchmarks/tightness.py) ------------------
-@pytest.mark.parametrize("sampling", ["round_robin", "disjoint"])
+@pytest.mark.parametrize("sampling, rounds", [("round_robin", 12), ("round_robin", 10), ("disjoint", 10)])
 @pytest.mark.parametrize("boundary", ["trusted", "plain", "secagg"])
-def test_the_ledger_is_never_below_the_exact_privacy_of_the_worst_case(boundary, sampling):
+def test_the_ledger_is_never_below_the_exact_privacy_of_the_worst_case(boundary, sampling, rounds):
     """The linear instance: every update is the constant -C e_0 (the owner's 0 on its zero-out neighbour), so the
     released models are a linear Gaussian mechanism x = x_0 - (eta/n)(A s + G nu), nu ~ N(0, (z C)^2 I). The shift
     between the neighbours is measured through the engine with common random numbers (same noise key), the
     covariance is the oracle's G, and the exact privacy of all T models is mu-GDP with mu = ||Sigma^{-1/2} shift||.
-    Round robin puts the owner (client 0) at each epoch's first round, in D = 3 nodes: the ledger (PLD) is exact;
-    disjoint batches put it anywhere, and the last tree is cut after 2 of its 4 rounds: the ledger still charges D
-    nodes per tree. The server sees the unnoised updates (plain)
-    or their sum (secure aggregation): epsilon infinite."""
-    rounds = 12 if sampling == "round_robin" else 10  # E = 4: three whole trees, or two and half a third
+    E = 4: three whole trees (T = 12), or two and the first 2 rounds of a third (T = 10), whose tree of 2 leaves is
+    what the ledger charges (D' = 2 nodes where the whole tree has D = 3). Round robin puts the owner (client 0) at
+    each epoch's first round, in D nodes of a whole tree and D' of the cut one: the ledger (PLD) is exact,
+    mu = sqrt(3 + 3 + 3) / z or sqrt(3 + 3 + 2) / z; disjoint batches put it anywhere (the ledger charges the worst
+    owner). The server sees the unnoised updates (plain) or their sum (secure aggregation): epsilon infinite."""
     sim, mu, nodes = worst_case_mu(boundary, sampling, rounds)
     alg = sim.algorithm
     assert (alg.epoch, alg.depth, alg.cohort_size) == (4, 3, 2)
@@ -159,8 +181,9 @@ def test_the_ledger_is_never_below_the_exact_privacy_of_the_worst_case(boundary,
     for observer in (THIRD_PARTY, OTHER_SILO):
         assert epsilon[observer] >= exact, (observer, epsilon[observer], exact)
     if sampling == "round_robin":  # the owner in the first round of each epoch: the worst case, reached
-        assert mu == pytest.approx(math.sqrt(rounds // alg.epoch * alg.depth) / alg.noise_multiplier, rel=1e-5)
-        assert epsilon[THIRD_PARTY] <= exact * (1 + 1e-4)  # measured: 17.894547521 against 17.894547516
+        depths = [alg.depth] * (rounds // alg.epoch) + ([tree_depth(rounds % alg.epoch)] if rounds % alg.epoch else [])
+        assert mu == pytest.approx(math.sqrt(sum(depths)) / alg.noise_multiplier, rel=1e-5)
+        assert epsilon[THIRD_PARTY] <= exact * (1 + 1e-4)  # measured at T = 12: 17.894547521 against 17.894547516
     if boundary == "trusted":
         assert SERVER not in epsilon
     else:

@@ -145,8 +145,7 @@ class BandMf(PrefixSumFtrl):
         """||c||, the l2 norm of a whole column of C."""
         return math.sqrt(sum(c * c for c in self.coefficients))
 
-    @property
-    def draw_event(self) -> dp_event.DpEvent:
+    def draw_event(self, round_index: int) -> dp_event.DpEvent:
         """One participation's Gaussian: its column moves y by at most ||c|| C, the draw's std is z ||c|| C."""
         return dp_event.GaussianDpEvent(self.noise_multiplier)
 
@@ -161,7 +160,7 @@ class BandMf(PrefixSumFtrl):
     def release(self, round_index: int, state: State | None, counts: torch.Tensor) -> Release:
         """The clients' updates unnoised (what a server behind a plain or secure-aggregation boundary sees); the
         server's draw, GaussianDpEvent(z), charged in the owner's rounds of the client sampler's schedule."""
-        return Release((dp_event.NonPrivateDpEvent(),), (True,), server_events=(self.draw_event,))
+        return Release((dp_event.NonPrivateDpEvent(),), (True,), server_events=(self.draw_event(round_index),))
 
     def round_noise(self, round_index: int, draw: torch.Tensor, server: dict) -> tuple[torch.Tensor, dict]:
         """w_t = (nu_t - sum_{k=1}^{b-1} c_k w_{t-k}) / c_0 (forward substitution in C w = nu), which becomes the most

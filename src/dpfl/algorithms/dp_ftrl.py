@@ -50,8 +50,16 @@ is a node of, ``SingleEpochTreeAggregationDpEvent(z, E)``, and the owner as taki
 only (``Release.cohort``: ``Cohort.scheduled``, p = 1 there and 0 in the epoch's other rounds, which the ledger
 composes as no-ops). So the whole epoch's tree is charged once, before the epoch's first noise is drawn (a budget
 stops the run before an epoch it cannot pay for, never inside one), and the simulator still checks every round's
-draw against its declaration (``engine.cohort_round.check_drawn``: the node's multiplier z and its tree E). A
-partial last epoch is charged as the whole tree: its releases are a prefix of the tree's, a post-processing.
+draw against its declaration (``engine.cohort_round.check_drawn``: the node's multiplier z and its tree E).
+
+**A partial last epoch.** Where the run's T rounds end inside an epoch that starts at round s, only its T' = T - s
+first rounds run: the server draws the T' nodes that end at tau = 1..T', whose releases are an invertible linear map
+of them, and a leaf tau <= T' lies in at most one of those nodes per level up to floor(log2 T'), so in at most
+D' = tree_depth(T') of them: the argument above with E replaced by T', i.e. the tree of T' leaves,
+``SingleEpochTreeAggregationDpEvent(z, T')`` (mu = sqrt(D') / z, where the whole tree's D can be larger: T' = 2 of
+E = 4 gives D' = 2 against D = 3). It holds only if no node past T' is ever drawn in that epoch (the node of [1, 4]
+holds leaf 1 too), so the horizon T is part of the run's release (``algorithm.rounds`` is a release key: a resume
+cannot extend the run into the charged tree) and a round past it in that epoch is refused (``release``).
 The observers of the server's output (third party, another silo) are charged the tree; the server itself sees the
 clients' unnoised updates (plain) or their unnoised sum (secure aggregation): their draws are declared not private,
 and its epsilon is infinite. This family's default boundary is "trusted" (the paper's trusted server: no server
@@ -101,6 +109,7 @@ class DpFtrl(PrefixSumFtrl):
     (``dpfl.algorithms.noisy_prefix_sums``) whose factor is the tree."""
 
     epoch: int  # E, the rounds of one tree
+    horizon: int | None = None  # T, the run's rounds, which may cut the last tree short; None: every tree whole
 
     assumptions = {"participation": "every client takes part in at most one round of each epoch's tree (disjoint "
                                      "batches, or round robin with the cohort size dividing the clients)"}
@@ -110,15 +119,28 @@ class DpFtrl(PrefixSumFtrl):
         """D, the levels of the tree of one epoch."""
         return tree_depth(self.epoch)
 
-    @property
-    def tree_event(self) -> dp_event.DpEvent:
-        """The whole epoch's release: dp_accounting's restarted-tree event (module docstring)."""
-        return dp_event.SingleEpochTreeAggregationDpEvent(self.noise_multiplier, self.epoch)
+    def leaves(self, round_index: int) -> int:
+        """The rounds the tree of round ``round_index``'s epoch runs: E, or T - s for the epoch starting at s that the
+        horizon T cuts (module docstring). ConfigError naming algorithm.rounds for a round at or past T in that epoch,
+        whose tree was charged with fewer leaves than it would then draw."""
+        start = round_index - round_index % self.epoch
+        if self.horizon is None or start + self.epoch <= self.horizon or start >= self.horizon:
+            return self.epoch
+        if round_index >= self.horizon:
+            raise ConfigError("algorithm.rounds", self.horizon,
+                              f"more than round {round_index + 1}'s: the epoch of rounds {start + 1}..{start + self.epoch}"
+                              f" is cut after {self.horizon - start} rounds and its tree charged for those alone "
+                              "(run, or audit, at most algorithm.rounds rounds)")
+        return self.horizon - start
 
-    @property
-    def draw_event(self) -> dp_event.DpEvent:
+    def tree_event(self, round_index: int) -> dp_event.DpEvent:
+        """The release of round ``round_index``'s epoch: dp_accounting's restarted-tree event of its ``leaves``
+        (module docstring)."""
+        return dp_event.SingleEpochTreeAggregationDpEvent(self.noise_multiplier, self.leaves(round_index))
+
+    def draw_event(self, round_index: int) -> dp_event.DpEvent:
         """Each node is declared as the event of its tree."""
-        return self.tree_event
+        return self.tree_event(round_index)
 
     @property
     def draw_sensitivity(self) -> float:
@@ -135,7 +157,7 @@ class DpFtrl(PrefixSumFtrl):
         first = round_index % self.epoch == 0
         return Release((dp_event.NonPrivateDpEvent(),), (True,),
                        cohort=Cohort.scheduled(self.population, self.cohort_size, 1, first),
-                       server_events=(self.tree_event,))
+                       server_events=(self.tree_event(round_index),))
 
     def round_noise(self, round_index: int, draw: torch.Tensor, server: dict) -> tuple[torch.Tensor, dict]:
         """Round tau = t mod E + 1 of the epoch's tree: the drawn node nu of level v(tau) replaces the nodes of levels
@@ -200,7 +222,7 @@ def build(name: str, config: DpFtrlConfig, setting: Setting) -> DpFtrl:
     check_section(NAME, config, setting)
     clients = _epoch(config, setting)
     return DpFtrl(**shared_fields(config, setting, DEFAULT_NOISE), population=clients.num_clients,
-                  cohort_size=clients.cohort_size, epoch=clients.epoch)
+                  cohort_size=clients.cohort_size, epoch=clients.epoch, horizon=setting.rounds)
 
 
 def initial_noise(name: str, config: DpFtrlConfig, setting: Setting) -> float:
@@ -215,6 +237,7 @@ register(AlgorithmSpec(
     help="DP-FTRL: FTRL on the tree aggregation of clipped client updates, a tree per epoch, each client once per "
          "epoch (user-level, no sampling credit; Kairouz et al. 2021)",
     privacy_defaults={"boundary": "trusted"}, common_defaults={"client_sampling": "disjoint"},
+    release_keys=("algorithm.rounds",),  # a partial last epoch's tree is charged for its rounds alone
     calibration=Calibration(lambda name, config, setting: (THIRD_PARTY, OTHER_SILO), initial_noise),
 ))
 

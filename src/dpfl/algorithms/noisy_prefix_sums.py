@@ -57,10 +57,9 @@ class PrefixSumFtrl(Algorithm):
     privacy_unit = USER_LEVEL
 
     # -- what a factorization names --------------------------------------------------------------------------------
-    @property
     @abstractmethod
-    def draw_event(self) -> dp_event.DpEvent:
-        """The event each round's fresh draw is declared (and reported) as."""
+    def draw_event(self, round_index: int) -> dp_event.DpEvent:
+        """The event round ``round_index``'s fresh draw is declared (and reported) as."""
 
     @property
     @abstractmethod
@@ -110,7 +109,7 @@ class PrefixSumFtrl(Algorithm):
         draw = gaussian_noise(dp_event.GaussianDpEvent(self.noise_multiplier),
                               torch.full((normals.shape[0],), self.draw_sensitivity), normals.to(x.dtype),
                               normals).reshape(x.shape)
-        ctx.drew(self.draw_event)
+        ctx.drew(self.draw_event(round_index))
         noise, record = self.round_noise(round_index, draw, server)
         total = delivered.sum("u") if delivered.count else torch.zeros_like(x)
         return {"x": x - (self.global_lr / self.cohort_size) * (total + noise), **record}
