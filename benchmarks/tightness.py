@@ -289,8 +289,9 @@ def sdp_rows(quick: bool) -> list[Row]:
 def isrl_rows(quick: bool) -> list[Row]:
     """The ISRL-DP family (Lowy et al. 2023): one silo of 12 records, linear losses, R = 4 rounds calibrated to
     epsilon = 1 (tests/helpers/isrl_worst_case.py), and for the SPIDER recursion a record whose gradient flips with
-    the model (its difference rounds carry no signal under linear losses); no other silo's noise is credited, so the
-    server and another silo see the same transcript."""
+    the model (its difference rounds carry no signal under linear losses): with one silo the server and another silo
+    see the same transcript; with 4 silos the third party and another silo see sums, credited the other silos'
+    additive draws (Prox-SGD, minibatch SGD and Local SGD's last step)."""
     rows = []
     for name in isrl_worst_case.NAMES[:1] if quick else isrl_worst_case.NAMES:
         alg = isrl_worst_case.algorithm(name)
@@ -302,6 +303,16 @@ def isrl_rows(quick: bool) -> list[Row]:
             for observer, claim in isrl_worst_case.claimed(alg).items():
                 rows.append(Row(name, "sound", observer, f"n=12 R=4 eps=1 d=1e-5, {instance}", claim, truth,
                                 f"mu-GDP, mu = {mu:.4f} (engine-measured); one silo, no cohort to know"))
+    silos = 4  # the observers of the sum, credited the other silos' additive draws
+    for name in () if quick else ("isrl-prox-sgd", "isrl-mb-sgd", "isrl-local-sgd"):
+        alg = isrl_worst_case.algorithm(name, silos)
+        claims = isrl_worst_case.claimed(alg, silos)
+        for observer, shares in (("third_party", silos), ("other_silo", silos - 1)):
+            mu = isrl_worst_case.sum_mu(name, alg, shares)
+            rows.append(Row(name, "sound", observer, f"M={silos} silos of n=12, R=4 eps=1 d=1e-5, linear losses",
+                            claims[observer], gdp_epsilon(mu, isrl_worst_case.DELTA),
+                            f"mu-GDP of the rounds' sums of {shares} silos' messages, mu = {mu:.4f} "
+                            "(engine-measured, tests/privacy/test_isrl_worst_case.py); every silo in every round"))
     return rows
 
 

@@ -472,9 +472,9 @@ def _isrl_radius(p):  # the server's projection keeps every iterate in the l2 ba
     assert float(p.sim.model.norm()) <= 0.05 * (1 + 1e-6)
 
 
-def _isrl_local_steps(p):  # K local steps: K non-additive draws per round, each calibrated into R K compositions
+def _isrl_local_steps(p):  # K local steps: K draws per round (the last additive), each calibrated into R K compositions
     assert len(p.release().step_events) == 3 and len(p.release(p.base).step_events) == 5
-    assert not any(p.release().additive)
+    assert p.release().additive == (False, False, True)
     assert p.sim.algorithm.steps.mechanism.noise_multiplier < p.base.algorithm.steps.mechanism.noise_multiplier
 
 

@@ -18,7 +18,10 @@ is that of a 1-D Gaussian pair, mu-GDP (Dong, Roth, Su 2022, Cor. 2.13), with (`
   z1 = z2 (``FlippingOracle`` of the test). isrl-spider's claim is that composition, so the linear instance's 1.46x
   is the instance's weakness, not the claim's: no bound below it holds for every loss.
 
-No other silo's noise is credited (ISRL-DP), so the server's and another silo's claims are the same.
+With one silo there is no other silo's noise to credit, so the server's and another silo's claims are the same.
+With M silos of that size (``silos``), all records 0 but the owner's, an observer of the round's sum (the third party;
+another silo, which knows its own message) sees the owner's shift under the M (or M - 1) silos' independent draws
+where they are additive (``sum_mu``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import math
 import torch
 
 from dpfl.accounting.ledger import PrivacyLedger
-from dpfl.accounting.observers import OTHER_SILO, SERVER, observer_events
+from dpfl.accounting.observers import OTHER_SILO, SERVER, THIRD_PARTY, observer_events
 from dpfl.algorithms.isrl import ISRLConfig, ISRLKeys
 from dpfl.algorithms.isrl_spider import SpiderConfig
 from dpfl.algorithms.isrl_svrg import SVRGConfig
@@ -44,9 +47,10 @@ RECORDS, ROUNDS, CLIP, ETA, DELTA, EPSILON = 12, 4, 1.0, 0.1, 1e-5, 1.0
 NAMES = ("isrl-prox-sgd", "isrl-mb-sgd", "isrl-local-sgd", "isrl-spider", "isrl-spider-alt", "isrl-prox-svrg")
 
 
-def algorithm(name: str):
-    """The instance's algorithm ``name`` (one of ``NAMES``), calibrated to EPSILON over ROUNDS rounds."""
-    setting = Setting(client_rate=1.0, num_clients=1, train_counts=(RECORDS,), rounds=ROUNDS, delta=DELTA,
+def algorithm(name: str, silos: int = 1):
+    """The instance's algorithm ``name`` (one of ``NAMES``) over ``silos`` silos of RECORDS records, calibrated to
+    EPSILON over ROUNDS rounds."""
+    setting = Setting(client_rate=1.0, num_clients=silos, train_counts=(RECORDS,) * silos, rounds=ROUNDS, delta=DELTA,
                       epsilon=EPSILON)
     if name == "isrl-spider":
         return build_calibrated(name, SpiderConfig(lr=ETA, clip=CLIP, sample_rate=1.0, period=2), setting)
@@ -57,16 +61,27 @@ def algorithm(name: str):
     return build_calibrated(name, ISRLConfig(lr=ETA, clip=CLIP, sample_rate=1.0, local_steps=2), setting)
 
 
-def claimed(alg) -> dict[str, float]:
-    """The ledger's epsilon towards the server and another silo (plain boundary) after ROUNDS rounds."""
-    counts = torch.tensor([RECORDS])
-    cohort = ClientSampler(1, 1.0).cohort
+def claimed(alg, silos: int = 1) -> dict[str, float]:
+    """The ledger's epsilon towards the server and another silo (plain boundary) after ROUNDS rounds, and towards the
+    third party where there are ``silos`` > 1 silos of RECORDS records."""
+    counts = torch.tensor([RECORDS] * silos)
+    cohort = ClientSampler(silos, 1.0).cohort
+    observers = (SERVER, OTHER_SILO) + ((THIRD_PARTY,) if silos > 1 else ())
     rounds = []
     for r in range(ROUNDS):
         release = alg.release(r, None, counts)
         rounds.append(observer_events(release, release.cohort or cohort(r), "plain"))
-    ledger = PrivacyLedger((SERVER, OTHER_SILO), DELTA, None, None, "sound", alg.neighboring, alg.accountant)
-    return ledger.epsilon_after(rounds, [SERVER, OTHER_SILO])
+    ledger = PrivacyLedger(observers, DELTA, None, None, "sound", alg.neighboring, alg.accountant)
+    return ledger.epsilon_after(rounds, list(observers))
+
+
+def sum_mu(name: str, alg, shares: int) -> float:
+    """mu of the rounds' sums of ``shares`` silos' messages, the owner's among them (linear losses, equal sizes):
+    Prox-SGD's one round, 1 / (z sqrt(shares)); minibatch SGD's R rounds, sqrt(R / shares) / z; Local SGD's R rounds
+    of K steps, each message the sum of its K draws and K times the shift, sqrt(R K / shares) / z."""
+    z = alg.steps.mechanism.noise_multiplier
+    draws = {"isrl-prox-sgd": 1, "isrl-mb-sgd": ROUNDS, "isrl-local-sgd": ROUNDS * alg.steps.local_steps}[name]
+    return math.sqrt(draws / shares) / z
 
 
 def exact_mu(name: str, alg, flipping: bool | None = None) -> float:

@@ -17,8 +17,11 @@ be run from theta = 0 and the rounds' messages are the transcript). All records 
   With a record whose clipped gradient flips sign with the model (``FlippingOracle``), every round, difference
   rounds included, moves by its full sensitivity: mu = 2/z, and the claim is exactly its Gaussian epsilon.
 
-No other silo's noise is credited (ISRL-DP), so the server's and another silo's claim must both be at least the
-exact Gaussian epsilon of that mu (Dong, Roth, Su 2022), and the single-release claim of Prox-SGD is exactly it.
+With one silo, no other silo's noise can be credited, so the server's and another silo's claim must both be at least
+the exact Gaussian epsilon of that mu (Dong, Roth, Su 2022), and the single-release claim of Prox-SGD is exactly it.
+With M = 4 such silos (the owner in silo 0, every other record 0), the third party sees the rounds' sums and another
+silo the sums less its own message: the claims towards them credit the other silos' additive draws, and stay at or
+above the sums' exact epsilon (``test_the_observers_of_the_sum_are_credited_the_other_silos_draws``).
 The algorithms, their claims and mu are ``tests/helpers/isrl_worst_case.py`` (shared with benchmarks/tightness.py).
 """
 
@@ -32,8 +35,9 @@ import torch
 from scipy import stats
 
 import exact as ex
+from dpfl.accounting.observers import OTHER_SILO, SERVER, THIRD_PARTY
 from dpfl.engine.protocol import ClientContext, ClientData
-from isrl_worst_case import CLIP, DELTA, EPSILON, ETA, RECORDS, ROUNDS, algorithm, claimed, exact_mu
+from isrl_worst_case import CLIP, DELTA, EPSILON, ETA, RECORDS, ROUNDS, algorithm, claimed, exact_mu, sum_mu
 from worst_case import LinearQuadraticOracle
 
 logging.getLogger("absl").setLevel(logging.ERROR)
@@ -97,6 +101,55 @@ def test_the_baselines_compose_their_draws(name, steps):
     for observer, eps in claimed(alg).items():
         assert eps >= ex.gdp_epsilon(truth, DELTA) * (1 - 1e-6), observer
         assert eps == pytest.approx(EPSILON, rel=1e-3)  # s = 1: no amplification, the exact composed Gaussian
+
+
+def silo_sums(alg, value: float, seed: int, silos: int) -> torch.Tensor:
+    """dy [trials, silos, rounds] of TRIALS independent federations of ``silos`` silos (one stream per row, trial
+    after trial); the owner's record (record 0 of silo 0) is ``value``, every other record 0."""
+    x = torch.zeros(TRIALS * silos, RECORDS, 1)
+    x[::silos, 0, 0] = value
+    rows = TRIALS * silos
+    data = ClientData(x, torch.zeros(rows, RECORDS, dtype=torch.long), torch.full((rows,), RECORDS))
+    ids = torch.arange(TRIALS * silos)
+    rounds, server = [], alg.init_state(torch.zeros(1), silos).server
+    for r in range(ROUNDS):
+        out = alg.client_round(r, server, {}, data, ClientContext(LinearQuadraticOracle(1, ETA), seed, r, ids))
+        (message,) = out.messages.values()
+        rounds.append(message[:, 0].double().reshape(TRIALS, silos))
+    return torch.stack(rounds, dim=2)
+
+
+@pytest.mark.parametrize("name", ["isrl-prox-sgd", "isrl-mb-sgd", "isrl-local-sgd"])
+def test_the_observers_of_the_sum_are_credited_the_other_silos_draws(name):
+    """M = 4 silos, the same noise as one silo's (privacy.epsilon calibrates the transcript: the plain server's
+    claim stays EPSILON). The third party's view is the rounds' sums over the silos, another silo's the sums less its
+    own message: the owner's shift under 4 or 3 silos' independent draws, measured through ``client_round``
+    (the composed score: the sum over the rounds, the owner's round alone for Prox-SGD), mu = ``sum_mu``. Their
+    claims are at least its exact epsilon, and equal to it where every draw is additive (Prox-SGD, minibatch SGD);
+    Local SGD's earlier steps are charged as the owner's own (its iterate moves with them), so its claim is above."""
+    silos = 4
+    alg = algorithm(name, silos)
+    assert alg.steps.mechanism.noise_multiplier == pytest.approx(algorithm(name).steps.mechanism.noise_multiplier)
+    plus, minus = silo_sums(alg, CLIP, 3, silos), silo_sums(alg, -CLIP, 3, silos)
+    shift = (plus - minus).sum(1)  # [trials, rounds]: only the owner's silo moves
+    claims = claimed(alg, silos)
+    assert claims[SERVER] == pytest.approx(EPSILON, rel=1e-3)
+    for observer, shares, view in ((THIRD_PARTY, silos, plus.sum(1)), (OTHER_SILO, silos - 1, plus[:, :-1].sum(1))):
+        if name == "isrl-prox-sgd":  # the round of the owner's batch, per trial
+            used = shift.abs() > 0
+            assert used.sum(1).tolist() == [1] * TRIALS
+            sample, moved = view[used], float(shift[used].abs().mean())
+            sample = sample - sample.mean()
+        else:
+            sample, moved = view.sum(1), float(shift.sum(1).abs().mean())
+        truth = sum_mu(name, alg, shares)
+        low, high = interval(moved, sample)
+        assert low <= truth <= high, (observer, low, truth, high)
+        exact = ex.gdp_epsilon(truth, DELTA)
+        assert claims[observer] >= exact * (1 - 1e-6), (observer, claims[observer], exact)
+        if name != "isrl-local-sgd":
+            assert claims[observer] == pytest.approx(exact, rel=2e-3), observer
+        assert claims[observer] < claims[SERVER]
 
 
 @pytest.mark.parametrize("name", ["isrl-spider", "isrl-spider-alt"])

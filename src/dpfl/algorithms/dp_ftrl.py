@@ -128,9 +128,9 @@ class DpFtrl(PrefixSumFtrl):
             return self.epoch
         if round_index >= self.horizon:
             raise ConfigError("algorithm.rounds", self.horizon,
-                              f"more than round {round_index + 1}'s: the epoch of rounds {start + 1}..{start + self.epoch}"
-                              f" is cut after {self.horizon - start} rounds and its tree charged for those alone "
-                              "(run, or audit, at most algorithm.rounds rounds)")
+                              f"more than round {round_index + 1}'s: the epoch of rounds {start + 1}.."
+                              f"{start + self.epoch} is cut after {self.horizon - start} rounds and its tree charged "
+                              "for those alone (run, or audit, at most algorithm.rounds rounds)")
         return self.horizon - start
 
     def tree_event(self, round_index: int) -> dp_event.DpEvent:

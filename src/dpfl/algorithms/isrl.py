@@ -3,10 +3,17 @@ are private against the server AND the other silos.
 
 Inter-silo record-level DP (ISRL-DP, Lowy et al. Definition 2): for every silo i and every pair of its datasets that
 differ in one record, the whole transcript of messages silo i sends is (eps, delta)-DP, conditional on everything
-else. So no silo is credited with another silo's noise: every draw is declared non-additive (``Release.additive``
-all False), and the server (plain boundary), the other silos and a third party are each charged the silo's own
-messages. The composite loss is f(w, x) = f0(w, x) + f1(w), f0 handled by clipped noisy gradients and f1 by a proximal
-step on the server after aggregation (``dpfl.algorithms.prox``, ``algorithm.regularizer``).
+else. That is the guarantee privacy.epsilon calibrates: against a server that sees each message (``calibration``:
+the server of a plain boundary, the silo's own messages, whatever the run's boundary). An observer that sees only
+the round's sum of messages (the third party, which sees the models; another silo, which also knows its own
+message; a server behind secure aggregation) is charged less where the draws are additive (``Release.additive``:
+Prox-SGD's one step per round; the baselines' steps as ``LocalSGD`` declares them, the last local step of
+isrl-local-sgd and every step of isrl-mb-sgd): the other silos' independent draws hide the owner's there, as for
+DP-FedSGD. A silo that reveals its own draw is another silo's observer (it is credited the others' but its own);
+a coalition of silos that pools its draws is not modelled. The SPIDER and SVRG recursions declare no additive draw.
+
+The composite loss is f(w, x) = f0(w, x) + f1(w), f0 handled by clipped noisy gradients and f1 by a proximal step on
+the server after aggregation (``dpfl.algorithms.prox``, ``algorithm.regularizer``).
 
 Three algorithms, one round: every silo in the cohort S_r computes noisy gradient steps from w_r with per-example
 clipping of the whole gradient at C (l2), and the server averages and takes the prox:
@@ -55,7 +62,7 @@ from typing import Any
 
 import torch
 
-from dpfl.accounting.observers import OBSERVERS, Cohort, Release
+from dpfl.accounting.observers import SERVER, Cohort, Release
 from dpfl.accounting.theory import isrl_zcdp_budget
 from dpfl.algorithms.local_sgd import LocalSGD
 from dpfl.algorithms.noisy_mean import GaussianMean, NoisyMean, silo_vectors
@@ -121,6 +128,9 @@ class ProxSGD(ServerProx):
     cohort_size: int
     aggregator: NoisyMean
     accountant: str = "tightest"
+    #: the fewest silos a round holds (the client sampler's: n for fixed-size cohorts, 1 for Poisson), whose other
+    #: draws an additive aggregator's observers of the sum are credited with
+    min_cohort: int = 1
 
     @property
     def neighboring(self) -> str:
@@ -133,7 +143,7 @@ class ProxSGD(ServerProx):
             cohort = Cohort.scheduled(self.population, self.cohort_size, 1, False)
         else:
             cohort = None if self.aggregator.credits_silo_sampling else \
-                Cohort.scheduled(self.population, self.cohort_size, 1, True)
+                Cohort.scheduled(self.population, self.cohort_size, self.min_cohort, True)
         return self.aggregator.declared(self.noise, self.sampler, counts, state, sampled=False, cohort=cohort)
 
     def init_state(self, x0: torch.Tensor, num_clients: int) -> State:
@@ -165,8 +175,9 @@ class ProxSGD(ServerProx):
         return f"lower algorithm.lr, or raise privacy.epsilon ({self.aggregator.less_noise})"
 
 
-#: isrl-prox-sgd's aggregator: messages dy = -eta (g_i + u_i), the model change
-MODEL_CHANGE = GaussianMean("dy")
+#: isrl-prox-sgd's aggregator: messages dy = -eta (g_i + u_i), the model change, whose draw u_i enters the round's sum
+#: additively (the server's prox reads the sum alone; the silo keeps nothing of u_i)
+MODEL_CHANGE = GaussianMean("dy", additive=True)
 
 
 @dataclass(frozen=True)
@@ -179,6 +190,7 @@ class ISRL(Algorithm):
     population: int
     cohort_size: int
     accountant: str = "tightest"
+    min_cohort: int = 1  # the fewest silos a round holds (``ProxSGD``)
 
     @property
     def neighboring(self) -> str:
@@ -192,7 +204,7 @@ class ISRL(Algorithm):
     def one_pass(self) -> ProxSGD:
         """isrl-prox-sgd's round: ``ProxSGD`` with the steps' Gaussian mechanism and step eta."""
         return ProxSGD(self.steps.local_lr, self.steps.clip, self.steps.sampler, self.steps.mechanism,
-                       self.regularizer, self.population, self.cohort_size, MODEL_CHANGE)
+                       self.regularizer, self.population, self.cohort_size, MODEL_CHANGE, min_cohort=self.min_cohort)
 
     @property
     def server_lr(self) -> float:
@@ -200,14 +212,13 @@ class ISRL(Algorithm):
         return self.steps.local_lr * self.steps.local_steps
 
     def release(self, round_index: int, state: State, counts: torch.Tensor) -> Release:
-        """No additive draws (ISRL-DP: no credit for another silo's noise). Prox-SGD: one Gaussian, charged in round 0
-        for every record (``ProxSGD``); the baselines: K sampled Gaussians per round."""
+        """Prox-SGD: one Gaussian, charged in round 0 for every record (``ProxSGD``); the baselines: the K sampled
+        Gaussians of their local steps, declared as ``LocalSGD`` declares them (the steps are its, and the server's
+        prox reads the mean alone), the additive ones credited towards the observers of the sum (module
+        docstring)."""
         if self.disjoint:
             return self.one_pass.release(round_index, state, counts)
-        divisors = self.steps.sampler.divisor(counts)
-        step = self.steps.sampler.event(self.steps.mechanism.event, counts)
-        return Release((step,) * self.steps.local_steps, (False,) * self.steps.local_steps,
-                       float(divisors.min() / divisors.max()))
+        return self.steps.release(round_index, state, counts)
 
     def init_state(self, x0: torch.Tensor, num_clients: int) -> State:
         return State({"x": x0.clone()})
@@ -275,12 +286,14 @@ class ISRLConfig(ISRLKeys):
 
 
 def calibration(draws) -> Calibration:
-    """How privacy.epsilon sets an ISRL-DP family's noise multiplier: against every observer (each is charged the
-    silo's own messages), with no credit for silo sampling (ISRL-DP holds given who takes part), the search starting
+    """How privacy.epsilon sets an ISRL-DP family's noise multiplier: against the server of a plain boundary, which
+    sees each silo's messages (ISRL-DP's transcript, whatever the run's boundary; the observers of the sum alone are
+    charged at most that), with no credit for silo sampling (ISRL-DP holds given who takes part), the search starting
     at the zCDP closed form for ``draws(name, config, setting)`` draws."""
-    return Calibration(lambda name, config, setting: OBSERVERS,
+    return Calibration(lambda name, config, setting: (SERVER,),
                        lambda name, config, setting: max(1.0, 2.0 * math.sqrt(draws(name, config, setting)) /
-                                                         setting.epsilon), credits_client_sampling=False)
+                                                         setting.epsilon), lambda name, config, setting: "plain",
+                       credits_client_sampling=False)
 
 
 def checked_target(name: str, config, setting: Setting) -> tuple[float, int]:
@@ -316,7 +329,8 @@ def build_isrl(name: str, config: ISRLConfig, setting: Setting) -> ISRL:
                      mechanism=GaussianMechanism(setting.calibrated_noise()), clip=config.clip, weight_decay=0.0,
                      move_locally=name == "isrl-local-sgd")
     clients = ClientSampler(setting.num_clients, setting.client_rate, setting.client_sampling)
-    return ISRL(name, steps, regularizer, setting.num_clients, clients.cohort_size)
+    return ISRL(name, steps, regularizer, setting.num_clients, clients.cohort_size,
+                min_cohort=clients.cohort(0).min_size)
 
 
 def draws(name: str, config: ISRLConfig, setting: Setting) -> int:

@@ -126,19 +126,26 @@ class NoisyMean(Protocol):
 class GaussianMean:
     """ISRL-DP: each silo's mean plus N(0, (z Delta_i)^2 I), sent as ``message`` (module docstring); the server
     averages. A ``scale`` multiplies the noisy mean in the silo (so ``message`` = dy = -eta times it is a model
-    change). Lowy et al. take no credit for silo sampling in the one-pass Prox-SGD (their Thm 2.1)."""
+    change). Lowy et al. take no credit for silo sampling in the one-pass Prox-SGD (their Thm 2.1).
+
+    ``additive``: whether the draw enters the round's sum with nothing computed from it afterwards, by its silo or
+    anyone (``Release.additive``), so that an observer of the sum alone (the third party, another silo, a server
+    behind secure aggregation) is credited with the other silos' draws; a server that sees each message never is.
+    True for Prox-SGD's one step per round; False (the default) where a later round's message is not checked to be
+    free of the silo's earlier draws (the SPIDER and SVRG recursions)."""
 
     message: str = "h"
+    additive: bool = False
     credits_silo_sampling: ClassVar[bool] = False
     less_noise: ClassVar[str] = "less noise per step"
 
     def declared(self, noise: GaussianMechanism, records: RecordSampler, counts: torch.Tensor, state,
                  sampled: bool = True, cohort: Cohort | None = None) -> Release:
-        """One Gaussian of multiplier z in units of Delta (record-sampled when ``sampled``), not additive; r = min/max
-        Delta_i."""
+        """One Gaussian of multiplier z in units of Delta (record-sampled when ``sampled``), ``additive`` or not;
+        r = min/max Delta_i."""
         event = records.event(noise.event, counts) if sampled else noise.event
         divisors = records.divisor(counts)  # Delta_i is proportional to 1 / divisor_i
-        return Release((event,), (False,), float(divisors.min() / divisors.max()), cohort)
+        return Release((event,), (self.additive,), float(divisors.min() / divisors.max()), cohort)
 
     def send(self, noise: GaussianMechanism, vectors: SiloVectors, ctx: ClientContext,
              scale: float | None = None) -> tuple[Messages, dp_event.DpEvent]:
