@@ -10,13 +10,17 @@ runs (``MECHANISM``): the noise halved (every "noise" and "server_noise" draw of
 trial's clients (each draws its trial's first client's "noise", another silo scored at ``silo_weight`` = M), the clip
 rule skipped (every weight of ``dpfl.engine.clipping.clip_weights`` 1, audited with a canary of norm 10 C before the
 clip: ``dpfl audit --canary-norm 10``), or the server's noise reused across rounds (every round's "server_noise"
-stream named as round 0's: DP-FTRL's tree nodes sharing one draw); a mutant whose patched code never ran for a family
-at the planned R planted nothing, and its row says so instead of counting. "caught" = the audit's 95% bound (the
-larger of the rank tests' and the GDP fit's, as ``dpfl audit`` reports it) exceeds the claim; "under-charge" = the
+stream named as round 0's: DP-FTRL's tree nodes sharing one draw); the clip measured on each record's gradient of the
+batch's mean loss (a record clipped at b C; audited with the mirror canary, ``dpfl audit --canary mirror``, whose
+gradient goes through the engine's norms); replace-one charged zero-out's sensitivity (C / b, the noise halved);
+the wrong denominator (each client's noise sized for the cohort's mean, 1 / M of it). A mutant whose patched code
+never ran for a family at the planned R planted nothing, and its row says so instead of counting. "caught" = what
+``dpfl audit`` reports as violated: its 95% bound (the larger of the rank tests' and the GDP fit's) exceeds the
+claim, or a local randomiser was handed a vector outside the clip's ball (``randomiser_input``); "under-charge" = the
 true epsilon over the claim at the planned R (accounting: the correct claim over the mutant's; mechanism: the claim of
-the mechanism as run, its noise multipliers scaled by 0.5 or 0.1, over the correct claim; "-" where that event has no
-Gaussian scaling or no multiplier to scale; the shared noise: infinite towards another silo, which then sees the
-canary noise-free, unknown towards the others).
+the mechanism as run, its noise multipliers scaled by 0.5, 0.1, 1 / b or 1 / M, over the correct claim; "-" where
+that event has no Gaussian scaling or no multiplier to scale; the shared noise: infinite towards another silo, which
+then sees the canary noise-free, unknown towards the others).
 
     python benchmarks/audit_mutants.py                     # 2000 trials per world, every dp-fedsgd config
     python benchmarks/audit_mutants.py --trials 1000 sampled
@@ -50,8 +54,9 @@ from dp_accounting.privacy_accountant import UnsupportedEventError
 from dpfl.accounting.events import ParticipationDpEvent
 from dpfl.accounting.observers import OTHER_SILO, SERVER, THIRD_PARTY, scale_noise
 from dpfl.algorithms import registry
-from dpfl.audit import plan, runs
+from dpfl.audit import canary, plan, runs
 from dpfl.engine import clipping, ghost, grads, randomness, sampling
+from dpfl.errors import ConfigError
 from dpfl.experiments.config import load_config
 from dpfl.experiments.runner import build_simulation
 
@@ -361,22 +366,31 @@ def main(argv=None) -> None:
     for name, (sim, least) in configs.items():
         delta, observers = sim.ledger.delta, tuple(audited_observers(sim))
         cache: dict[tuple, dict] = {}
+        outside: dict[tuple, bool] = {}  # (R, mechanism) -> a local randomiser got a vector outside the C-ball
 
         def scores(rounds: int, mechanism: str | None) -> dict:
             if (rounds, mechanism) not in cache:
                 started = time.perf_counter()
                 if mechanism is None:
-                    cache[rounds, None] = runs.run_trials_all(sim, observers, args.trials, rounds=rounds)
+                    target = runs.make_canary(sim, "dirac")
+                    cache[rounds, None] = runs.run_trials_all(sim, observers, args.trials, rounds=rounds,
+                                                              target=target)
                 else:
                     planted = MECHANISM[mechanism]
                     target = runs.make_canary(sim, planted.canary, canary_norm=planted.canary_norm)
                     weight = sim.train.num_clients if planted.silo_weight == "clients" else planted.silo_weight
                     with planted.patch(sim) as hits:
-                        found = runs.run_trials_all(sim, observers, args.trials, rounds=rounds, target=target,
-                                                    silo_weight=weight)
+                        try:
+                            found = runs.run_trials_all(sim, observers, args.trials, rounds=rounds, target=target,
+                                                        silo_weight=weight)
+                        except ConfigError:
+                            if planted.canary == "dirac":
+                                raise
+                            hits[0] = 0  # the family cannot carry this canary (a clip bound per client): nothing ran
                     # a patch that never acted, or a raw canary no clip rule weighed: the mutant planted nothing
                     raw_missed = planted.canary_norm is not None and not target.worlds[1].grads.raw_clipped
                     cache[rounds, mechanism] = None if not hits[0] or raw_missed else found
+                outside[rounds, mechanism] = not canary.within_clip(target.largest_input)
                 print(f"<!-- {name}: {rounds} rounds{f', {mechanism}' if mechanism else ''}, "
                       f"{time.perf_counter() - started:.1f} s -->", flush=True)
             return cache[rounds, mechanism]
@@ -402,16 +416,21 @@ def main(argv=None) -> None:
                                                          round_events=events))
                 if scores(planned, mechanism) is None:
                     print(f"| {name} | {observer} | {mutant} | not planted: the patched code never ran for this family "
-                          "(or the raw canary met no clip rule) | | | | | | |", flush=True)
+                          "(or the raw canary met no clip rule, or the family cannot carry the canary) | | | | | | |",
+                          flush=True)
                     continue
                 found = []
                 for rounds in sorted({max(least, 1), planned}):  # a patch that acts across rounds is the correct
-                    negatives, positives = (scores(rounds, mechanism) or scores(rounds, None))[observer]  # run at R = 1
+                    run = mechanism if scores(rounds, mechanism) is not None else None  # run at R = 1
+                    negatives, positives = scores(rounds, run)[observer]
                     bound, fit = runs.lower_bounds(negatives, positives, delta, 0.95, claim(rounds),
                                                    [events(t)[observer] for t in range(rounds)])
-                    found.append((rounds, max(bound.epsilon, fit.epsilon if fit else 0.0)))
-                (first, at_first), (_, at_planned) = found[0], found[-1]
-                caught = ["yes" if at_first > claim(first) else "no", "yes" if at_planned > claim(planned) else "no"]
+                    # caught as `dpfl audit` reports a violation: the bound above the claim, or a local randomiser
+                    # handed a vector outside the clip's ball (the claim's premise broken)
+                    found.append((rounds, max(bound.epsilon, fit.epsilon if fit else 0.0), outside[rounds, run]))
+                (first, at_first, out_first), (_, at_planned, out_planned) = found[0], found[-1]
+                caught = ["yes" if at_first > claim(first) or out_first else "no",
+                          "yes" if at_planned > claim(planned) or out_planned else "no"]
                 factor = None if truth is None or claim(planned) == 0 else truth(planned) / claim(planned)
                 if mechanism and factor is not None and abs(factor - 1) < 1e-9:
                     factor = None  # the claim's event has no noise multiplier to scale (a last-iterate step)
