@@ -228,39 +228,36 @@ def clip_on_mean_loss(sim):
         yield hits
 
 
-@contextlib.contextmanager
 def zero_out_sensitivity(sim):
     """Fixed-size record batches (replace-one neighbours, sensitivity 2C / b) charged zero-out's sensitivity C / b:
     ``RecordSampler.mean_sensitivity`` counts one changed term where a replacement changes two, so the noise is half
     what the declared multiplier says. Yields [calls under fixed-size batches]."""
-    hits = [0]
-
-    def one_term(method):
-        def sensitivity(self, clip, counts):
-            if self.scheme != "fixed":
-                return method(self, clip, counts)
-            hits[0] += 1
-            return method(self, clip, counts) / 2
-        return sensitivity
-
-    with _patched([(sampling.RecordSampler, "mean_sensitivity")], one_term):
-        yield hits
+    return sensitivity_divided(lambda sampler: 2.0 if sampler.scheme == "fixed" else None)
 
 
-@contextlib.contextmanager
 def cohort_denominator(sim):
     """The wrong denominator: each client's noise sized for the cohort's mean, the mean's sensitivity divided by the
     cohort's size M (``RecordSampler.mean_sensitivity`` / M), where each client's own mean is what it releases.
     Yields [calls]."""
-    hits, cohort = [0], sim.clients.cohort_size
+    return sensitivity_divided(lambda sampler: sim.clients.cohort_size)
 
-    def over_cohort(method):
+
+@contextlib.contextmanager
+def sensitivity_divided(divisor):
+    """``RecordSampler.mean_sensitivity`` divided by ``divisor(sampler)`` (None: left alone), so the noise sized from
+    it shrinks by that factor while the declared multiplier stays. Yields [calls it divided]."""
+    hits = [0]
+
+    def divided(method):
         def sensitivity(self, clip, counts):
+            by = divisor(self)
+            if by is None:
+                return method(self, clip, counts)
             hits[0] += 1
-            return method(self, clip, counts) / cohort
+            return method(self, clip, counts) / by
         return sensitivity
 
-    with _patched([(sampling.RecordSampler, "mean_sensitivity")], over_cohort):
+    with _patched([(sampling.RecordSampler, "mean_sensitivity")], divided):
         yield hits
 
 

@@ -133,14 +133,10 @@ class DpFtrl(PrefixSumFtrl):
                               "for those alone (run, or audit, at most algorithm.rounds rounds)")
         return self.horizon - start
 
-    def tree_event(self, round_index: int) -> dp_event.DpEvent:
-        """The release of round ``round_index``'s epoch: dp_accounting's restarted-tree event of its ``leaves``
-        (module docstring)."""
-        return dp_event.SingleEpochTreeAggregationDpEvent(self.noise_multiplier, self.leaves(round_index))
-
     def draw_event(self, round_index: int) -> dp_event.DpEvent:
-        """Each node is declared as the event of its tree."""
-        return self.tree_event(round_index)
+        """Each node is declared as the event of its tree, the release of round ``round_index``'s epoch:
+        dp_accounting's restarted-tree event of its ``leaves`` (module docstring)."""
+        return dp_event.SingleEpochTreeAggregationDpEvent(self.noise_multiplier, self.leaves(round_index))
 
     @property
     def draw_sensitivity(self) -> float:
@@ -157,7 +153,7 @@ class DpFtrl(PrefixSumFtrl):
         first = round_index % self.epoch == 0
         return Release((dp_event.NonPrivateDpEvent(),), (True,),
                        cohort=Cohort.scheduled(self.population, self.cohort_size, 1, first),
-                       server_events=(self.tree_event(round_index),))
+                       server_events=(self.draw_event(round_index),))
 
     def round_noise(self, round_index: int, draw: torch.Tensor, server: dict) -> tuple[torch.Tensor, dict]:
         """Round tau = t mod E + 1 of the epoch's tree: the drawn node nu of level v(tau) replaces the nodes of levels

@@ -66,7 +66,9 @@ from dpfl.audit.trials import TrialFailure, World, run_world
 from dpfl.engine.cohort_round import CohortRows, Records, run_cohort
 from dpfl.errors import ConfigError
 
-CANARIES = ("dirac", "flip", "input", "mirror")
+#: the canaries whose gradient the canary states (Dirac), and those whose gradient is the model's (a real record)
+DIRAC_CANARIES, INPUT_CANARIES = ("dirac", "flip"), ("input", "mirror")
+CANARIES = DIRAC_CANARIES + INPUT_CANARIES
 RELEASES = ("every_round", "final")
 
 
@@ -195,13 +197,13 @@ def make_canary(sim, kind: str, scale: float = 1.0, canary_client: int = 0, cana
     if not 0 <= canary_record < int(train.counts[canary_client]):
         raise ConfigError("canary_record", canary_record, f"a record of client {canary_client} "
                           f"(0..{int(train.counts[canary_client]) - 1})")
-    if canary_norm is not None and (kind not in ("dirac", "flip") or not canary_norm >= 1):
+    if canary_norm is not None and (kind not in DIRAC_CANARIES or not canary_norm >= 1):
         raise ConfigError("--canary-norm", canary_norm, "a number >= 1 (the canary's gradient before the clip, in "
                           "units of C) with --canary dirac or flip")
     out_mark = _neighbour_mark(algorithm)
     # the neighbour's shift relative to the other records, in units of the canary's (mu_0 of the multiset score)
     offset = canary.SIGNS[out_mark] / (canary.SIGNS[canary.CANARY] - canary.SIGNS[out_mark])
-    if kind in ("dirac", "flip"):
+    if kind in DIRAC_CANARIES:
         flip = kind == "flip"
         grads = canary.DiracCanaryGradients(sim.grads, scale, flip, canary_norm)
         # a user-level claim (the client's whole data replaced) is audited by marking every record of the client
@@ -284,7 +286,7 @@ def run_trials_all(sim, observers, trials: int, *, rounds: int = 1, canary_kind:
         raise ConfigError("privacy.release", release, f"one of {list(RELEASES)}")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ConfigError("--rounds", rounds, "an integer >= 1")
-    if score == "loss" and canary_kind not in ("input", "mirror"):
+    if score == "loss" and canary_kind not in INPUT_CANARIES:
         raise ConfigError("--score", score, "'white-box' with --canary dirac (a Dirac canary has no loss; the "
                           "black-box score needs --canary input or mirror)")
     target = make_canary(sim, canary_kind, scale, canary_client, canary_record, canary_norm) if target is None \
